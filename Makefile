@@ -1,0 +1,91 @@
+# kennel — one Makefile. `make run` and `make check` are the two commands in the README.
+PY        ?= /usr/bin/python3
+STATE     ?=
+CC        ?= cc
+PKGS      := libzmq libczmq jansson libseccomp libsodium uuid
+WERROR    := $(if $(CI),-Werror,)
+CFLAGS    ?= -O2 -g
+CFLAGS    += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wformat=2 $(WERROR) -MMD -MP \
+             -DKENNEL_KERNEL_DIR='"$(CURDIR)/kernels/python"' -DKENNEL_PYTHON='"$(PY)"'
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+BUILD     := build
+DEPS_STAMP := $(BUILD)/.deps-installed
+
+LIB_SRCS  := $(filter-out src/kenneld.c src/kennel.c,$(wildcard src/*.c))
+LIB_OBJS  := $(LIB_SRCS:src/%.c=$(BUILD)/%.o)
+UNIT_SRCS := $(wildcard tests/unit/test_*.c)
+UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps run check unit integration kernel-tests memcheck asan fuzz bench format lint clean
+
+all: bin/kenneld bin/kennel
+
+# Installs missing Debian packages once (scripts/install-deps.sh is the only installer).
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP): scripts/install-deps.sh
+	@scripts/install-deps.sh
+	@mkdir -p $(BUILD) && touch $@
+
+$(BUILD)/%.o: src/%.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
+
+$(BUILD)/libkennel.a: $(LIB_OBJS)
+	ar rcs $@ $^
+
+bin/%: $(BUILD)/%.o $(BUILD)/libkennel.a
+	@mkdir -p bin
+	$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c tests/harness.h $(BUILD)/libkennel.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -Isrc -o $@ $< $(BUILD)/libkennel.a $(PKG_LIBS)
+
+$(BUILD)/tests/fuzz_codecs: tests/fuzz/fuzz_codecs.c tests/harness.h $(BUILD)/libkennel.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -Isrc -o $@ $< $(BUILD)/libkennel.a $(PKG_LIBS)
+
+run: all
+	bin/kenneld $(if $(STATE),--state-dir $(STATE),)
+
+unit: $(UNIT_BINS) $(BUILD)/tests/fuzz_codecs
+	@fail=0; for t in $(UNIT_BINS); do echo "== $$t"; $$t || fail=1; done; \
+	echo "== fuzz slice"; KENNEL_FUZZ_ITERS=20000 $(BUILD)/tests/fuzz_codecs || fail=1; exit $$fail
+
+check-%: $(BUILD)/tests/test_%
+	$<
+
+kernel-tests: deps
+	$(PY) -m pytest -q -p no:cacheprovider tests/kernel
+
+integration: all
+	$(PY) -m pytest -q -p no:cacheprovider tests/integration tests/hostile
+
+check: all unit
+	$(PY) -m pytest -q -p no:cacheprovider tests/kernel tests/integration tests/hostile
+
+memcheck: $(UNIT_BINS)
+	@for t in $(UNIT_BINS); do valgrind -q --error-exitcode=1 --leak-check=full $$t || exit 1; done
+
+asan:
+	$(MAKE) clean && $(MAKE) CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" all unit
+
+# The long run; `make check` runs a short slice of the same targets.
+fuzz: $(BUILD)/tests/fuzz_codecs
+	KENNEL_FUZZ_ITERS=2000000 $(BUILD)/tests/fuzz_codecs
+
+bench: all
+	$(PY) bench/bench.py
+
+format:
+	clang-format -i src/*.c src/*.h tests/unit/*.c tests/*.h
+
+lint:
+	cppcheck --quiet --enable=warning,performance,portability --std=c11 -D_GNU_SOURCE src
+	clang-tidy src/*.c -- $(CFLAGS) $(PKG_CFLAGS)
+
+clean:
+	rm -rf $(BUILD) bin
+
+-include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)

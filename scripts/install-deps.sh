@@ -1,0 +1,30 @@
+#!/bin/sh
+# install-deps.sh: the one place kennel's dependencies are installed (Debian bookworm, apt only).
+# Installs only what is missing, so `make run` and `make check` stay fast after the first time.
+# Set KENNEL_NO_INSTALL=1 to skip (e.g. on a machine you manage yourself).
+set -eu
+[ "${KENNEL_NO_INSTALL:-0}" = 1 ] && exit 0
+
+PKGS="build-essential pkg-config
+libzmq3-dev libczmq-dev libjansson-dev libseccomp-dev libsodium-dev uuid-dev
+python3 python3-jupyter-client jupyter-console python3-nbclient python3-nbformat
+python3-ipykernel python3-ipython python3-pytest python3-zmq
+python3-numpy python3-pandas python3-matplotlib python3-pil"
+
+missing=""
+for p in $PKGS; do
+    s=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+    case "$s" in *"install ok installed"*) ;; *) missing="$missing $p" ;; esac
+done
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" != 0 ]; then
+    echo "install-deps: missing packages:$missing" >&2
+    echo "install-deps: run as root, or: sudo apt-get install$missing" >&2
+    exit 1
+fi
+echo "install-deps: installing:$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q >&2
+# shellcheck disable=SC2086
+apt-get install -y -q --no-install-recommends $missing >&2

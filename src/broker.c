@@ -1,0 +1,645 @@
+/*  broker: one zloop serves every session. Three rules keep it responsive:
+ *  - nothing blocks: sockets drop instead of blocking, the kernel pipe is non-blocking with a
+ *    bounded outbound buffer, and a busy kernel's output is read in bounded slices per wakeup
+ *    so a flood in one session cannot starve another;
+ *  - a session is never freed inside a callback that runs for it: ended sessions are unhooked
+ *    from the loop at once and freed by a timer on the next iteration;
+ *  - a kernel is reaped only through its pidfd; killed kernels of ended sessions are kept as
+ *    orphans until their pidfd says they are gone, so nothing is left running or unreaped. */
+#include "broker.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "channels.h"
+#include "log.h"
+#include "route.h"
+#include "spawner.h"
+#include "statedir.h"
+#include "util.h"
+
+#define READ_SLICE (256u << 10) /* bytes read from one kernel per wakeup */
+
+typedef struct sess sess_t;
+
+struct broker {
+    zloop_t *loop;
+    broker_cfg_t cfg;
+    zlistx_t *sessions;      /* sess_t*, oldest first; owns them */
+    zlistx_t *closing;       /* sess_t* unhooked, freed by the next tick */
+    zlistx_t *orphans;       /* spawner_proc_t* killed kernels waiting to be reaped */
+    int tick_armed;
+    session_ops_t ops;
+    log_limit_t warn_limit;
+};
+
+struct sess {
+    broker_t *broker;
+    session_t *core;
+    channels_t *ch;
+    char id[40];
+    char dir[PATH_MAX];
+    char conn_path[PATH_MAX];
+    char workspace[PATH_MAX];
+    spawner_proc_t proc;
+    int has_proc;            /* proc is a live (unreaped) kernel */
+    int pipe_open;           /* proc.pipe_fd is registered for reading */
+    kpipe_t *decoder;
+    uint8_t *out;            /* bytes waiting to be written to the kernel */
+    size_t out_len, out_off;
+    int want_pollout;
+};
+
+/* ---- the kernel pipe --------------------------------------------------------------------- */
+
+static int s_on_pipe(zloop_t *loop, zmq_pollitem_t *item, void *arg);
+
+static void s_pipe_poll(sess_t *s)
+{
+    zmq_pollitem_t item = {NULL, s->proc.pipe_fd, ZMQ_POLLIN, 0};
+    zloop_poller_end(s->broker->loop, &item);
+    if (!s->pipe_open)
+        return;
+    if (s->want_pollout)
+        item.events |= ZMQ_POLLOUT;
+    if (zloop_poller(s->broker->loop, &item, s_on_pipe, s) == 0)
+        zloop_poller_set_tolerant(s->broker->loop, &item);
+}
+
+static void s_pipe_close(sess_t *s)
+{
+    if (!s->pipe_open)
+        return;
+    s->pipe_open = 0;
+    s->want_pollout = 0;
+    zmq_pollitem_t item = {NULL, s->proc.pipe_fd, 0, 0};
+    zloop_poller_end(s->broker->loop, &item);
+    free(s->out);
+    s->out = NULL;
+    s->out_len = s->out_off = 0;
+}
+
+/*  Kill the kernel for a protocol violation; its pidfd will report the exit. */
+static void s_violation(sess_t *s, const char *why)
+{
+    LOG_W("session=%s: kernel protocol violation: %s; killing it", s->id, why);
+    s_pipe_close(s);
+    if (s->has_proc)
+        spawner_signal(&s->proc, SIGKILL);
+}
+
+/*  Read what the kernel wrote, up to max bytes; dispatch whole frames. */
+static void s_pipe_read(sess_t *s, size_t max)
+{
+    static char buf[65536];
+    size_t total = 0;
+    while (s->pipe_open && total < max) {
+        ssize_t n = recv(s->proc.pipe_fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            if (n < 0)
+                PLOG_W("session=%s: read from kernel", s->id);
+            else if (kpipe_finish(s->decoder) != 0)
+                LOG_W("session=%s: kernel pipe: %s", s->id, kpipe_strerror(KPIPE_ETRUNC));
+            s_pipe_close(s);
+            return;
+        }
+        total += (size_t)n;
+        if (kpipe_feed(s->decoder, buf, (size_t)n) < 0) {
+            LOG_E("session=%s: out of memory reading the kernel pipe", s->id);
+            s_violation(s, "out of memory");
+            return;
+        }
+        kpipe_frame_t *f;
+        int rc;
+        while (s->pipe_open && (rc = kpipe_next(s->decoder, &f)) != 0) {
+            if (rc < 0) {
+                s_violation(s, kpipe_strerror(rc));
+                return;
+            }
+            const char *why = NULL;
+            int bad = session_on_kernel(s->core, f, &why);
+            kpipe_frame_destroy(&f);
+            if (bad < 0) {
+                s_violation(s, why);
+                return;
+            }
+        }
+    }
+}
+
+static void s_pipe_flush(sess_t *s)
+{
+    while (s->out_off < s->out_len) {
+        ssize_t n = send(s->proc.pipe_fd, s->out + s->out_off, s->out_len - s->out_off,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n < 0) {
+            PLOG_W("session=%s: write to kernel", s->id);
+            s_pipe_close(s);
+            return;
+        }
+        s->out_off += (size_t)n;
+    }
+    int want = s->out_off < s->out_len;
+    if (!want) {
+        free(s->out);
+        s->out = NULL;
+        s->out_len = s->out_off = 0;
+    }
+    if (want != s->want_pollout) {
+        s->want_pollout = want;
+        s_pipe_poll(s);
+    }
+}
+
+static int s_on_pipe(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    (void)loop;
+    sess_t *s = arg;
+    if (item->revents & ZMQ_POLLOUT)
+        s_pipe_flush(s);
+    if (item->revents & (ZMQ_POLLIN | ZMQ_POLLERR))
+        s_pipe_read(s, READ_SLICE);
+    return 0;
+}
+
+/* ---- session ops ------------------------------------------------------------------------- */
+
+static int s_on_pidfd(zloop_t *loop, zmq_pollitem_t *item, void *arg);
+
+static int s_op_to_kernel(void *ctx, const kpipe_iov_t *parts, size_t n)
+{
+    sess_t *s = ctx;
+    if (!s->pipe_open)
+        return -1;
+    uint8_t *frame;
+    size_t len;
+    int rc = kpipe_encode(parts, n, s->broker->cfg.max_pipe_frame, &frame, &len);
+    if (rc < 0) {
+        LOG_W("session=%s: cannot frame a request for the kernel: %s", s->id, kpipe_strerror(rc));
+        return -1;
+    }
+    /* At most one shell request and one input reply are ever in flight, so the buffer stays
+     * within a few frames; anything more means the kernel stopped reading. */
+    if (s->out_len - s->out_off + len > 4 * s->broker->cfg.max_pipe_frame) {
+        free(frame);
+        s_violation(s, "kernel stopped reading its pipe");
+        return -1;
+    }
+    if (!s->out) {
+        s->out = frame;
+        s->out_len = len;
+        s->out_off = 0;
+    } else {
+        uint8_t *grown = realloc(s->out, s->out_len + len);
+        if (!grown) {
+            free(frame);
+            return -1;
+        }
+        memcpy(grown + s->out_len, frame, len);
+        s->out = grown;
+        s->out_len += len;
+        free(frame);
+    }
+    s_pipe_flush(s);
+    return s->pipe_open ? 0 : -1;
+}
+
+static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
+{
+    sess_t *s = ctx;
+    channels_index_t i = channel == ROUTE_IOPUB     ? CHANNELS_IOPUB
+                         : channel == ROUTE_CONTROL ? CHANNELS_CONTROL
+                         : (channel == ROUTE_STDIN || channel == ROUTE_KSTDIN) ? CHANNELS_STDIN
+                                                                                 : CHANNELS_SHELL;
+    LOG_D("session=%s: -> %s %s", s->id, route_channel_name(channel), jmsg_type(*msg_p));
+    if (channels_send(s->ch, i, msg_p) < 0 && log_allow(&s->broker->warn_limit, 5))
+        LOG_W("session=%s: send on %s failed", s->id, route_channel_name(channel));
+}
+
+static int s_op_kernel_start(void *ctx)
+{
+    sess_t *s = ctx;
+    broker_t *b = s->broker;
+    char script[PATH_MAX];
+    char home[PATH_MAX + 8];
+    if (snprintf(script, sizeof script, "%s/kennel_kernel.py", b->cfg.kernel_dir) >= (int)sizeof script ||
+        snprintf(home, sizeof home, "HOME=%s", s->workspace) >= (int)sizeof home) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    /* -I: no user site, no PYTHON* variables, no cwd on sys.path, so nothing planted in the
+     * workspace runs at the next start. */
+    char *argv[] = {(char *)b->cfg.python, "-I", script, "--pipe-fd", "3", NULL};
+    char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", home, "LANG=C.UTF-8", NULL};
+    if (spawner_spawn(argv, envp, s->workspace, &s->proc) < 0)
+        return -1;
+    s->has_proc = 1;
+    s->pipe_open = 1;
+    kpipe_destroy(&s->decoder);
+    s->decoder = kpipe_new(b->cfg.max_pipe_frame);
+    if (!s->decoder) {
+        spawner_signal(&s->proc, SIGKILL);
+        s_pipe_close(s);
+        errno = ENOMEM;
+        return -1;
+    }
+    s_pipe_poll(s);
+    zmq_pollitem_t item = {NULL, s->proc.pidfd, ZMQ_POLLIN, 0};
+    if (zloop_poller(b->loop, &item, s_on_pidfd, s) == 0)
+        zloop_poller_set_tolerant(b->loop, &item);
+    LOG_I("session=%s: kernel started, pid %d", s->id, (int)s->proc.pid);
+    return 0;
+}
+
+static void s_op_kernel_signal(void *ctx, int sig)
+{
+    sess_t *s = ctx;
+    if (s->has_proc && spawner_signal(&s->proc, sig) < 0 && errno != ESRCH)
+        PLOG_W("session=%s: signal %d", s->id, sig);
+}
+
+static void s_close_sess(sess_t *s);
+
+static void s_op_ended(void *ctx)
+{
+    s_close_sess(ctx);
+}
+
+/*  The kernel exited: read what it wrote before dying, then tell the session. */
+static int s_on_pidfd(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    (void)item;
+    sess_t *s = arg;
+    char how[128];
+    int rc = spawner_reap(&s->proc, how, sizeof how);
+    if (rc == 0)
+        return 0;
+    if (rc < 0)
+        snprintf(how, sizeof how, "vanished (%s)", strerror(errno));
+    s_pipe_read(s, SIZE_MAX);
+    s_pipe_close(s);
+    zmq_pollitem_t pid_item = {NULL, s->proc.pidfd, 0, 0};
+    zloop_poller_end(loop, &pid_item);
+    spawner_release(&s->proc);
+    s->has_proc = 0;
+    LOG_I("session=%s: kernel %s", s->id, how);
+    session_on_kernel_exit(s->core, how);
+    return 0;
+}
+
+/* ---- client sockets ---------------------------------------------------------------------- */
+
+static int s_on_socket(zloop_t *loop, zsock_t *sock, void *arg)
+{
+    (void)loop;
+    sess_t *s = arg;
+    if (sock == channels_socket(s->ch, CHANNELS_HB)) {
+        channels_hb_echo(s->ch);
+        return 0;
+    }
+    channels_index_t i = sock == channels_socket(s->ch, CHANNELS_SHELL)     ? CHANNELS_SHELL
+                         : sock == channels_socket(s->ch, CHANNELS_CONTROL) ? CHANNELS_CONTROL
+                                                                            : CHANNELS_STDIN;
+    unsigned channel = i == CHANNELS_SHELL ? ROUTE_SHELL : i == CHANNELS_CONTROL ? ROUTE_CONTROL : ROUTE_STDIN;
+    jmsg_t *m = NULL;
+    int rc = channels_recv(s->ch, i, &m);
+    if (rc != 0) {
+        if (log_allow(&s->broker->warn_limit, 5))
+            LOG_W("session=%s: dropped a message on %s: %s", s->id, route_channel_name(channel),
+                  wire_strerror(rc));
+        return 0;
+    }
+    LOG_D("session=%s: <- %s %s", s->id, route_channel_name(channel), jmsg_type(m));
+    session_on_request(s->core, channel, &m);
+    return 0;
+}
+
+/* ---- session records --------------------------------------------------------------------- */
+
+static int s_tick(zloop_t *loop, int timer_id, void *arg);
+
+static void s_free_sess(sess_t **s_p)
+{
+    sess_t *s = *s_p;
+    if (!s)
+        return;
+    session_destroy(&s->core);
+    channels_destroy(&s->ch);
+    kpipe_destroy(&s->decoder);
+    free(s->out);
+    free(s);
+    *s_p = NULL;
+}
+
+static int s_on_orphan(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    broker_t *b = arg;
+    for (spawner_proc_t *p = zlistx_first(b->orphans); p; p = zlistx_next(b->orphans)) {
+        if (p->pidfd != item->fd)
+            continue;
+        char how[128];
+        if (spawner_reap(p, how, sizeof how) != 0) {
+            zloop_poller_end(loop, item);
+            spawner_release(p);
+            zlistx_delete(b->orphans, zlistx_cursor(b->orphans));
+            free(p);
+        }
+        break;
+    }
+    return 0;
+}
+
+/*  Unhook a session from the loop and the table now; free it on the next tick. The kernel is
+ *  killed and becomes an orphan until reaped. */
+static void s_close_sess(sess_t *s)
+{
+    broker_t *b = s->broker;
+    void *handle = zlistx_find(b->sessions, s);
+    if (!handle)
+        return;
+    zlistx_detach(b->sessions, handle);
+    session_end(s->core);
+    for (int i = 0; i < CHANNELS_N; i++)
+        if (i != CHANNELS_IOPUB)
+            zloop_reader_end(b->loop, channels_socket(s->ch, (channels_index_t)i));
+    s_pipe_close(s);
+    if (s->has_proc) {
+        zmq_pollitem_t item = {NULL, s->proc.pidfd, ZMQ_POLLIN, 0};
+        zloop_poller_end(b->loop, &item);
+        spawner_signal(&s->proc, SIGKILL);
+        spawner_proc_t *orphan = malloc(sizeof *orphan);
+        if (orphan) {
+            *orphan = s->proc;
+            zlistx_add_end(b->orphans, orphan);
+            if (zloop_poller(b->loop, &item, s_on_orphan, b) == 0)
+                zloop_poller_set_tolerant(b->loop, &item);
+        }
+        s->has_proc = 0;
+    }
+    if (statedir_remove_tree(s->dir) < 0)
+        PLOG_W("session=%s: remove %s", s->id, s->dir);
+    LOG_I("session=%s: ended", s->id);
+    zlistx_add_end(b->closing, s);
+    if (!b->tick_armed) {
+        b->tick_armed = 1;
+        zloop_timer(b->loop, 1, 1, s_tick, b);
+    }
+}
+
+static int s_tick(zloop_t *loop, int timer_id, void *arg)
+{
+    (void)loop;
+    (void)timer_id;
+    broker_t *b = arg;
+    b->tick_armed = 0;
+    sess_t *s;
+    while ((s = zlistx_detach(b->closing, NULL)))
+        s_free_sess(&s);
+    return 0;
+}
+
+static sess_t *s_find(broker_t *self, const char *id_or_name)
+{
+    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
+        if (strcmp(s->id, id_or_name) == 0 || strcmp(session_name(s->core), id_or_name) == 0)
+            return s;
+    return NULL;
+}
+
+static json_t *s_info(sess_t *s)
+{
+    json_t *info = session_info(s->core);
+    json_object_set_new(info, "connection_file", json_string(s->conn_path));
+    json_object_set_new(info, "kernel_pid", json_integer(s->has_proc ? s->proc.pid : 0));
+    json_object_set_new(info, "memory_bytes",
+                        json_integer(s->has_proc ? spawner_rss_bytes(s->proc.pid) : 0));
+    return info;
+}
+
+/*  Fill cfg from a client-supplied connection object. 0, or -1 with err. */
+static int s_parse_connection(const json_t *conn, channels_cfg_t *cfg, broker_error_t *err)
+{
+    static const char *ports[CHANNELS_N] = {"shell_port", "iopub_port", "stdin_port",
+                                            "control_port", "hb_port"};
+    const char *transport = json_string_value(json_object_get(conn, "transport"));
+    const char *ip = json_string_value(json_object_get(conn, "ip"));
+    const char *key = json_string_value(json_object_get(conn, "key"));
+    const char *scheme = json_string_value(json_object_get(conn, "signature_scheme"));
+    err->ename = "BadRequest";
+    if (!json_is_object(conn) || !transport || !ip || !key) {
+        snprintf(err->evalue, sizeof err->evalue, "connection needs transport, ip and key");
+        return -1;
+    }
+    if (strcmp(transport, "tcp") != 0 && strcmp(transport, "ipc") != 0) {
+        snprintf(err->evalue, sizeof err->evalue, "transport must be tcp or ipc");
+        return -1;
+    }
+    if (!*key || (scheme && strcmp(scheme, "hmac-sha256") != 0)) {
+        snprintf(err->evalue, sizeof err->evalue,
+                 "kennel needs a non-empty key and signature_scheme hmac-sha256");
+        return -1;
+    }
+    if (strcmp(transport, "tcp") == 0 && strcmp(ip, "127.0.0.1") != 0 && strcmp(ip, "localhost") != 0) {
+        snprintf(err->evalue, sizeof err->evalue, "sessions bind to 127.0.0.1 only");
+        return -1;
+    }
+    for (int i = 0; i < CHANNELS_N; i++) {
+        json_int_t p = json_integer_value(json_object_get(conn, ports[i]));
+        if (p <= 0 || p > 65535) {
+            snprintf(err->evalue, sizeof err->evalue, "%s must be a port number", ports[i]);
+            return -1;
+        }
+        cfg->ports[i] = (int)p;
+    }
+    cfg->transport = transport;
+    cfg->ip = strcmp(ip, "localhost") == 0 ? "127.0.0.1" : ip;
+    cfg->key = key;
+    return 0;
+}
+
+json_t *broker_create(broker_t *self, const char *name, const json_t *connection, int launched,
+                      int *created, broker_error_t *err)
+{
+    *created = 0;
+    if (name) {
+        sess_t *existing = s_find(self, name);
+        if (existing)
+            return s_info(existing);
+    }
+    if (zlistx_size(self->sessions) >= self->cfg.max_sessions) {
+        err->ename = "TooManySessions";
+        snprintf(err->evalue, sizeof err->evalue, "kenneld serves at most %zu sessions",
+                 self->cfg.max_sessions);
+        return NULL;
+    }
+    sess_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        LOG_E("out of memory");
+        exit(1);
+    }
+    s->broker = self;
+    s->proc.pidfd = s->proc.pipe_fd = -1;
+    util_uuid(s->id);
+    char key[40], ipc_prefix[PATH_MAX];
+    channels_cfg_t cc = {self->cfg.transport, self->cfg.ip, {0}, util_uuid(key)};
+    if (connection && s_parse_connection(connection, &cc, err) < 0)
+        goto fail;
+    if (statedir_session_create(self->cfg.state_dir, s->id, s->dir, sizeof s->dir) < 0 ||
+        snprintf(s->conn_path, sizeof s->conn_path, "%s/connection.json", s->dir) >= PATH_MAX ||
+        snprintf(s->workspace, sizeof s->workspace, "%s/workspace", s->dir) >= PATH_MAX) {
+        err->ename = "SpawnFailed";
+        snprintf(err->evalue, sizeof err->evalue, "cannot create the session directory: %s",
+                 strerror(errno));
+        goto fail;
+    }
+    if (!connection && strcmp(cc.transport, "ipc") == 0) {
+        /* sun_path holds 107 bytes; the sockets are <prefix>-1 … <prefix>-5. */
+        int n = snprintf(ipc_prefix, sizeof ipc_prefix, "%s/k", s->dir);
+        if (n < 0 || n + 2 > 107) {
+            err->ename = "SpawnFailed";
+            snprintf(err->evalue, sizeof err->evalue,
+                     "the state directory's path is too long for ipc sockets; use tcp");
+            goto fail;
+        }
+        cc.ip = ipc_prefix;
+    }
+    s->ch = channels_new(&cc, &self->cfg.wire_limits);
+    if (!s->ch) {
+        err->ename = errno == EADDRINUSE ? "AddressInUse" : "SpawnFailed";
+        snprintf(err->evalue, sizeof err->evalue, "cannot bind the session's sockets: %s",
+                 strerror(errno));
+        goto fail;
+    }
+    session_limits_t lim = self->cfg.session_limits;
+    lim.end_on_shutdown = launched;
+    s->core = session_new(s->id, name ? name : s->id, &lim, &self->ops, s);
+    if (!s->core) {
+        LOG_E("out of memory");
+        exit(1);
+    }
+    json_t *conn = channels_connection(s->ch);
+    int wrote = statedir_write_json(s->conn_path, conn);
+    json_decref(conn);
+    if (wrote < 0) {
+        err->ename = "SpawnFailed";
+        snprintf(err->evalue, sizeof err->evalue, "cannot write %.160s: %s", s->conn_path,
+                 strerror(errno));
+        goto fail;
+    }
+    if (session_start(s->core) < 0) {
+        err->ename = "SpawnFailed";
+        snprintf(err->evalue, sizeof err->evalue, "cannot start the kernel: %s", strerror(errno));
+        goto fail;
+    }
+    for (int i = 0; i < CHANNELS_N; i++)
+        if (i != CHANNELS_IOPUB)
+            zloop_reader(self->loop, channels_socket(s->ch, (channels_index_t)i), s_on_socket, s);
+    zlistx_add_end(self->sessions, s);
+    LOG_I("session=%s: created (name %s)", s->id, session_name(s->core));
+    *created = 1;
+    return s_info(s);
+fail:
+    if (s->has_proc) {
+        /* session_start may have spawned before failing: never leave it running. */
+        spawner_signal(&s->proc, SIGKILL);
+    }
+    if (s->dir[0])
+        statedir_remove_tree(s->dir);
+    s_free_sess(&s);
+    return NULL;
+}
+
+json_t *broker_info(broker_t *self, const char *id_or_name)
+{
+    sess_t *s = s_find(self, id_or_name);
+    return s ? s_info(s) : NULL;
+}
+
+json_t *broker_list(broker_t *self)
+{
+    json_t *list = json_array();
+    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
+        json_array_append_new(list, s_info(s));
+    return list;
+}
+
+int broker_end(broker_t *self, const char *id_or_name)
+{
+    sess_t *s = s_find(self, id_or_name);
+    if (!s)
+        return -1;
+    s_close_sess(s);
+    return 0;
+}
+
+size_t broker_size(const broker_t *self)
+{
+    return zlistx_size(self->sessions);
+}
+
+broker_t *broker_new(zloop_t *loop, const broker_cfg_t *cfg)
+{
+    broker_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->loop = loop;
+    self->cfg = *cfg;
+    self->sessions = zlistx_new();
+    self->closing = zlistx_new();
+    self->orphans = zlistx_new();
+    if (!self->sessions || !self->closing || !self->orphans) {
+        broker_destroy(&self);
+        return NULL;
+    }
+    self->ops = (session_ops_t){s_op_send, s_op_to_kernel, s_op_kernel_start, s_op_kernel_signal,
+                                s_op_ended};
+    return self;
+}
+
+/*  Wait (bounded) for a killed process and release it. Used only at shutdown, when the loop
+ *  no longer runs. */
+static void s_reap_blocking(spawner_proc_t *p)
+{
+    char how[128];
+    for (int i = 0; i < 500 && spawner_reap(p, how, sizeof how) == 0; i++)
+        usleep(2000);
+    spawner_release(p);
+}
+
+void broker_destroy(broker_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    broker_t *self = *self_p;
+    sess_t *s;
+    while (self->sessions && (s = zlistx_first(self->sessions)))
+        s_close_sess(s);
+    while (self->closing && (s = zlistx_detach(self->closing, NULL)))
+        s_free_sess(&s);
+    spawner_proc_t *p;
+    while (self->orphans && (p = zlistx_detach(self->orphans, NULL))) {
+        zmq_pollitem_t item = {NULL, p->pidfd, 0, 0};
+        zloop_poller_end(self->loop, &item);
+        s_reap_blocking(p);
+        free(p);
+    }
+    zlistx_destroy(&self->sessions);
+    zlistx_destroy(&self->closing);
+    zlistx_destroy(&self->orphans);
+    free(self);
+    *self_p = NULL;
+}

@@ -1,0 +1,55 @@
+/*  broker: kenneld's table of live sessions and the glue around each one: its channels, its
+ *  kernel process and pipe, all registered in one zloop. The session module decides; the
+ *  broker does the I/O it asks for. Used by kenneld's main and by the manager. */
+#ifndef KENNEL_BROKER_H
+#define KENNEL_BROKER_H
+
+#include <stddef.h>
+
+#include <czmq.h>
+#include <jansson.h>
+
+#include "session.h"
+#include "wire.h"
+
+typedef struct {
+    const char *state_dir;
+    const char *transport;        /* "tcp" or "ipc" for session channels */
+    const char *ip;               /* tcp bind address */
+    const char *python;           /* the interpreter that runs kernels */
+    const char *kernel_dir;       /* where kennel_kernel.py lives */
+    size_t max_sessions;
+    size_t max_pipe_frame;        /* largest kernel-pipe frame accepted */
+    session_limits_t session_limits;
+    wire_limits_t wire_limits;
+} broker_cfg_t;
+
+typedef struct broker broker_t;
+
+/*  A broker serving in loop. cfg strings must outlive the broker. NULL on failure. */
+broker_t *broker_new(zloop_t *loop, const broker_cfg_t *cfg);
+/*  End every session (kernels killed and reaped, session directories removed) and free. */
+void broker_destroy(broker_t **self_p);
+
+/*  Errors of broker_create, reported as manager error names. */
+typedef struct {
+    const char *ename;   /* "TooManySessions", "BadRequest", "AddressInUse", "SpawnFailed" */
+    char evalue[256];
+} broker_error_t;
+
+/*  Create a session named name (NULL: named after its id), or return the existing one of that
+ *  name (*created = 0). connection (borrowed, may be NULL) asks for exact endpoints and key.
+ *  launched: the session belongs to a kernelspec launcher, so any shutdown ends it.
+ *  Returns a new reference to the session's info, or NULL with *err filled. */
+json_t *broker_create(broker_t *self, const char *name, const json_t *connection, int launched,
+                      int *created, broker_error_t *err);
+/*  Info of the session with this id or name: a new reference, or NULL when there is none. */
+json_t *broker_info(broker_t *self, const char *id_or_name);
+/*  A new JSON array of every session's info, oldest first. */
+json_t *broker_list(broker_t *self);
+/*  End the session with this id or name. 0, or -1 when there is none. */
+int broker_end(broker_t *self, const char *id_or_name);
+/*  Number of live sessions. */
+size_t broker_size(const broker_t *self);
+
+#endif

@@ -1,0 +1,143 @@
+/*  channels: sockets never block kenneld. ROUTER and PUB sockets drop on a full queue instead
+ *  of blocking, linger is 0 so closing never waits, and ZMQ_MAXMSGSIZE makes libzmq drop a
+ *  peer that sends a frame larger than the message limit before it is allocated whole. */
+#include "channels.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct channels {
+    zsock_t *sock[CHANNELS_N];
+    int ports[CHANNELS_N];
+    char *transport;
+    char *ip;
+    char *key;       /* wiped on destroy */
+    wire_t *wire;
+};
+
+static const char *s_port_names[CHANNELS_N] = {"shell_port", "iopub_port", "stdin_port",
+                                               "control_port", "hb_port"};
+
+static zsock_t *s_socket(channels_index_t i, size_t max_msg)
+{
+    zsock_t *s = zsock_new(i == CHANNELS_IOPUB ? ZMQ_PUB : ZMQ_ROUTER);
+    if (!s)
+        return NULL;
+    zsock_set_linger(s, 0);
+    zsock_set_maxmsgsize(s, (int)(max_msg > INT32_MAX ? INT32_MAX : max_msg));
+    zsock_set_sndhwm(s, i == CHANNELS_IOPUB ? 10000 : 1000);
+    if (i != CHANNELS_IOPUB)
+        zsock_set_router_handover(s, 1); /* a client reconnecting with its identity takes over */
+    return s;
+}
+
+channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
+{
+    channels_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    wire_limits_t lim;
+    if (!limits)
+        wire_limits_default(&lim);
+    else
+        lim = *limits;
+    self->transport = strdup(cfg->transport);
+    self->ip = strdup(cfg->ip);
+    self->key = strdup(cfg->key);
+    self->wire = wire_new(cfg->key, strlen(cfg->key), &lim);
+    if (!self->transport || !self->ip || !self->key || !self->wire)
+        goto fail;
+    int is_ipc = strcmp(cfg->transport, "ipc") == 0;
+    for (int i = 0; i < CHANNELS_N; i++) {
+        self->sock[i] = s_socket((channels_index_t)i, lim.max_msg_bytes);
+        if (!self->sock[i])
+            goto fail;
+        int port = cfg->ports[i];
+        int rc;
+        if (is_ipc) {
+            port = port ? port : i + 1;
+            rc = zsock_bind(self->sock[i], "ipc://%s-%d", cfg->ip, port);
+        } else if (port) {
+            rc = zsock_bind(self->sock[i], "tcp://%s:%d", cfg->ip, port);
+        } else {
+            rc = port = zsock_bind(self->sock[i], "tcp://%s:*", cfg->ip);
+        }
+        if (rc < 0) {
+            if (errno == 0)
+                errno = EADDRINUSE;
+            goto fail;
+        }
+        self->ports[i] = port;
+    }
+    return self;
+fail:;
+    int saved = errno;
+    channels_destroy(&self);
+    errno = saved;
+    return NULL;
+}
+
+void channels_destroy(channels_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    channels_t *self = *self_p;
+    for (int i = 0; i < CHANNELS_N; i++)
+        zsock_destroy(&self->sock[i]);
+    wire_destroy(&self->wire);
+    if (self->key) {
+        memset(self->key, 0, strlen(self->key));
+        free(self->key);
+    }
+    free(self->transport);
+    free(self->ip);
+    free(self);
+    *self_p = NULL;
+}
+
+zsock_t *channels_socket(channels_t *self, channels_index_t i)
+{
+    return self->sock[i];
+}
+
+int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out)
+{
+    *out = NULL;
+    zmsg_t *z = zmsg_recv(self->sock[i]);
+    if (!z)
+        return WIRE_ENOMEM;
+    return wire_decode(self->wire, &z, out);
+}
+
+int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
+{
+    zmsg_t *z = wire_encode(self->wire, *msg_p);
+    jmsg_destroy(msg_p);
+    if (!z)
+        return -1;
+    /* czmq's zmsg_send keeps the message on failure; we never keep it. */
+    if (zmsg_send(&z, self->sock[i]) < 0) {
+        zmsg_destroy(&z);
+        return -1;
+    }
+    return 0;
+}
+
+void channels_hb_echo(channels_t *self)
+{
+    zmsg_t *z = zmsg_recv(self->sock[CHANNELS_HB]);
+    if (z && zmsg_send(&z, self->sock[CHANNELS_HB]) < 0)
+        zmsg_destroy(&z);
+}
+
+json_t *channels_connection(const channels_t *self)
+{
+    json_t *c = json_pack("{s:s, s:s, s:s, s:s, s:s}", "transport", self->transport, "ip",
+                          self->ip, "key", self->key, "signature_scheme", "hmac-sha256",
+                          "kernel_name", "kennel");
+    for (int i = 0; i < CHANNELS_N; i++)
+        json_object_set_new(c, s_port_names[i], json_integer(self->ports[i]));
+    return c;
+}

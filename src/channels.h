@@ -1,0 +1,42 @@
+/*  channels: one session's five Jupyter sockets: shell, control and stdin ROUTERs, the iopub
+ *  PUB and the heartbeat (a ROUTER that echoes). Binds them, signs what goes out and
+ *  verifies what comes in (through its own wire_t), and describes them as a connection file.
+ *  Knows nothing of sessions or kernels. */
+#ifndef KENNEL_CHANNELS_H
+#define KENNEL_CHANNELS_H
+
+#include <czmq.h>
+#include <jansson.h>
+
+#include "jmsg.h"
+#include "wire.h"
+
+/*  Socket indices, in the order of Jupyter's port fields. */
+typedef enum { CHANNELS_SHELL = 0, CHANNELS_IOPUB, CHANNELS_STDIN, CHANNELS_CONTROL, CHANNELS_HB, CHANNELS_N } channels_index_t;
+
+typedef struct {
+    const char *transport;   /* "tcp" or "ipc" */
+    const char *ip;          /* tcp: the address to bind; ipc: the path prefix of the sockets */
+    int ports[CHANNELS_N];   /* 0 picks a free port (tcp) or 1..5 (ipc) */
+    const char *key;         /* the session's HMAC key (non-empty) */
+} channels_cfg_t;
+
+typedef struct channels channels_t;
+
+/*  Bind the five sockets. NULL with errno on failure (EADDRINUSE for taken ports). */
+channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits);
+void channels_destroy(channels_t **self_p);
+/*  The socket at index i (borrowed; for registering readers). */
+zsock_t *channels_socket(channels_t *self, channels_index_t i);
+/*  Receive one message from socket i and verify it. 0 and an owned *out, or a WIRE_E* code. */
+int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out);
+/*  Sign and send msg on socket i without blocking (ROUTER and PUB drop rather than block).
+ *  Takes *msg_p. 0 or -1. */
+int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p);
+/*  Echo one heartbeat message. */
+void channels_hb_echo(channels_t *self);
+/*  A new JSON object: the standard connection file (ports, ip, transport, key,
+ *  signature_scheme, kernel_name "kennel"). */
+json_t *channels_connection(const channels_t *self);
+
+#endif

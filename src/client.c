@@ -1,0 +1,214 @@
+/*  client: a small Jupyter client. PUB/SUB joins are asynchronous, so client_wait_ready sends
+ *  kernel_info requests until their status messages arrive on iopub, as jupyter_client does. */
+#include "client.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "statedir.h"
+#include "util.h"
+#include "wire.h"
+
+json_t *client_manager_call(const char *state_dir, const char *msg_type, json_t *content,
+                            int timeout_ms, char *err, size_t err_len)
+{
+    char path[PATH_MAX + 16];
+    json_t *reply = NULL, *info = NULL;
+    zsock_t *sock = NULL;
+    wire_t *wire = NULL;
+    jmsg_t *req = NULL;
+    snprintf(path, sizeof path, "%s/kenneld.json", state_dir);
+    char *text = util_read_file(path, 65536, NULL);
+    if (!text) {
+        snprintf(err, err_len, "kenneld is not running for %s (no kenneld.json); start it with `make run` or `kenneld`", state_dir);
+        goto done;
+    }
+    info = json_loads(text, 0, NULL);
+    free(text);
+    const char *endpoint = json_string_value(json_object_get(json_object_get(info, "manager"), "endpoint"));
+    const char *key = json_string_value(json_object_get(json_object_get(info, "manager"), "key"));
+    if (!endpoint || !key) {
+        snprintf(err, err_len, "%s is not a kenneld.json", path);
+        goto done;
+    }
+    wire = wire_new(key, strlen(key), NULL);
+    sock = zsock_new(ZMQ_DEALER);
+    if (!wire || !sock || zsock_connect(sock, "%s", endpoint) < 0) {
+        snprintf(err, err_len, "cannot connect to %s", endpoint);
+        goto done;
+    }
+    zsock_set_linger(sock, 0);
+    char session[40];
+    req = jmsg_new(msg_type, util_uuid(session));
+    jmsg_set_json(req, JMSG_CONTENT, content);
+    content = NULL;
+    zmsg_t *z = wire_encode(wire, req);
+    if (!z || zmsg_send(&z, sock) < 0) {
+        zmsg_destroy(&z);
+        snprintf(err, err_len, "cannot send to kenneld");
+        goto done;
+    }
+    zpoller_t *poller = zpoller_new(sock, NULL);
+    long long deadline = util_now_ms() + timeout_ms;
+    while (!reply) {
+        long long left = deadline - util_now_ms();
+        if (left <= 0 || !zpoller_wait(poller, (int)left)) {
+            snprintf(err, err_len, zpoller_terminated(poller) ? "interrupted"
+                                                               : "kenneld did not answer (is it running?)");
+            break;
+        }
+        zmsg_t *in = zmsg_recv(sock);
+        jmsg_t *rep = NULL;
+        if (wire_decode(wire, &in, &rep) == 0) {
+            json_t *parent_id = json_object_get(jmsg_json(rep, JMSG_PARENT), "msg_id");
+            if (json_is_string(parent_id) && strcmp(json_string_value(parent_id), jmsg_id(req)) == 0)
+                reply = json_incref(jmsg_content(rep));
+        }
+        jmsg_destroy(&rep);
+    }
+    zpoller_destroy(&poller);
+done:
+    json_decref(content);
+    json_decref(info);
+    jmsg_destroy(&req);
+    zsock_destroy(&sock);
+    wire_destroy(&wire);
+    return reply;
+}
+
+struct client {
+    zsock_t *sock[4];     /* indexed by client_channel_t */
+    wire_t *wire;
+    char session[40];
+    zpoller_t *poller;
+};
+
+client_t *client_connect(const json_t *conn)
+{
+    static const char *ports[4] = {"shell_port", "iopub_port", "stdin_port", "control_port"};
+    const char *transport = json_string_value(json_object_get(conn, "transport"));
+    const char *ip = json_string_value(json_object_get(conn, "ip"));
+    const char *key = json_string_value(json_object_get(conn, "key"));
+    if (!transport || !ip || !key)
+        return NULL;
+    client_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    util_uuid(self->session);
+    self->wire = wire_new(key, strlen(key), NULL);
+    if (!self->wire)
+        goto fail;
+    for (int i = 0; i < 4; i++) {
+        self->sock[i] = zsock_new(i == CLIENT_IOPUB ? ZMQ_SUB : ZMQ_DEALER);
+        if (!self->sock[i])
+            goto fail;
+        zsock_set_linger(self->sock[i], 0);
+        if (i == CLIENT_IOPUB)
+            zsock_set_subscribe(self->sock[i], "");
+        else
+            zsock_set_identity(self->sock[i], self->session);
+        int port = (int)json_integer_value(json_object_get(conn, ports[i]));
+        int rc = strcmp(transport, "ipc") == 0 ? zsock_connect(self->sock[i], "ipc://%s-%d", ip, port)
+                                               : zsock_connect(self->sock[i], "tcp://%s:%d", ip, port);
+        if (rc < 0)
+            goto fail;
+    }
+    self->poller = zpoller_new(self->sock[0], self->sock[1], self->sock[2], self->sock[3], NULL);
+    if (!self->poller)
+        goto fail;
+    return self;
+fail:
+    client_destroy(&self);
+    return NULL;
+}
+
+void client_destroy(client_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    client_t *self = *self_p;
+    zpoller_destroy(&self->poller);
+    for (int i = 0; i < 4; i++)
+        zsock_destroy(&self->sock[i]);
+    wire_destroy(&self->wire);
+    free(self);
+    *self_p = NULL;
+}
+
+int client_send(client_t *self, client_channel_t channel, const char *msg_type, json_t *content,
+                char *msg_id_out)
+{
+    jmsg_t *m = jmsg_new(msg_type, self->session);
+    if (!m) {
+        json_decref(content);
+        return -1;
+    }
+    json_t *h = jmsg_header(m);
+    json_object_set_new(h, "username", json_string("kennel"));
+    jmsg_set_json(m, JMSG_CONTENT, content);
+    if (msg_id_out)
+        snprintf(msg_id_out, 37, "%s", jmsg_id(m));
+    zmsg_t *z = wire_encode(self->wire, m);
+    jmsg_destroy(&m);
+    if (!z || zmsg_send(&z, self->sock[channel]) < 0) {
+        zmsg_destroy(&z);
+        return -1;
+    }
+    return 0;
+}
+
+int client_recv(client_t *self, int timeout_ms, client_channel_t *channel, jmsg_t **out)
+{
+    *out = NULL;
+    long long deadline = util_now_ms() + timeout_ms;
+    for (;;) {
+        long long left = deadline - util_now_ms();
+        if (left < 0)
+            return 0;
+        zsock_t *which = zpoller_wait(self->poller, (int)left);
+        if (!which) {
+            if (zpoller_terminated(self->poller)) {
+                errno = EINTR;
+                return -1;
+            }
+            if (zpoller_expired(self->poller))
+                return 0;
+            continue;
+        }
+        zmsg_t *z = zmsg_recv(which);
+        if (!z)
+            continue;
+        if (wire_decode(self->wire, &z, out) != 0)
+            continue; /* not from our kenneld: ignore */
+        for (int i = 0; i < 4; i++)
+            if (which == self->sock[i])
+                *channel = (client_channel_t)i;
+        return 1;
+    }
+}
+
+int client_wait_ready(client_t *self, int timeout_ms)
+{
+    long long deadline = util_now_ms() + timeout_ms;
+    while (util_now_ms() < deadline) {
+        if (client_send(self, CLIENT_SHELL, "kernel_info_request", json_object(), NULL) < 0)
+            return -1;
+        long long round_end = util_now_ms() + 200;
+        while (util_now_ms() < round_end) {
+            client_channel_t ch;
+            jmsg_t *m = NULL;
+            int rc = client_recv(self, (int)(round_end - util_now_ms()), &ch, &m);
+            int ready = rc == 1 && ch == CLIENT_IOPUB;
+            jmsg_destroy(&m);
+            if (rc < 0)
+                return -1;
+            if (ready)
+                return 0;
+        }
+    }
+    errno = ETIMEDOUT;
+    return -1;
+}

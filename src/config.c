@@ -1,0 +1,135 @@
+/*  config: a flat table of options, each with a parser, so --help and parsing cannot drift. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "statedir.h"
+
+#ifndef KENNEL_PYTHON
+#define KENNEL_PYTHON "/usr/bin/python3"
+#endif
+#ifndef KENNEL_KERNEL_DIR
+#define KENNEL_KERNEL_DIR "/usr/lib/kennel/kernels/python"
+#endif
+
+static const char s_usage[] =
+    "usage: kenneld [options]\n"
+    "  --state-dir DIR     state directory (env KENNEL_STATE_DIR; default ~/.local/state/kennel)\n"
+    "  --transport T       session channels on tcp (127.0.0.1) or ipc (default tcp)\n"
+    "  --manager EP        manager endpoint (default ipc://STATE/manager)\n"
+    "  --python PATH       interpreter for kernels (env KENNEL_PYTHON; default " KENNEL_PYTHON ")\n"
+    "  --kernel-dir DIR    directory of kennel_kernel.py\n"
+    "  --max-sessions N    live sessions at most (default 256)\n"
+    "  --max-queued N      shell requests waiting per session (default 256)\n"
+    "  --max-message SIZE  largest client message or kernel frame, e.g. 64M (default 64M)\n"
+    "  --log-level L       error, warn, info or debug (env KENNEL_LOG_LEVEL; default info)\n";
+
+static int s_copy(char *dst, size_t cap, const char *src, const char *what)
+{
+    if (strlen(src) >= cap) {
+        fprintf(stderr, "kenneld: %s is too long\n", what);
+        return -1;
+    }
+    strcpy(dst, src);
+    return 0;
+}
+
+/*  A size with an optional K, M or G suffix (powers of 1024). */
+static int s_size(const char *text, size_t min, size_t max, size_t *out, const char *what)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    int shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30;
+    if (shift)
+        end++;
+    if (errno || end == text || *end || text[0] == '-' || v > (max >> shift) ||
+        (v << shift) < min) {
+        fprintf(stderr, "kenneld: %s must be between %zu and %zu\n", what, min, max);
+        return -1;
+    }
+    *out = (size_t)(v << shift);
+    return 0;
+}
+
+int config_load(config_t *cfg, int argc, char **argv)
+{
+    memset(cfg, 0, sizeof *cfg);
+    strcpy(cfg->transport, "tcp");
+    strcpy(cfg->ip, "127.0.0.1");
+    strcpy(cfg->python, KENNEL_PYTHON);
+    strcpy(cfg->kernel_dir, KENNEL_KERNEL_DIR);
+    cfg->max_sessions = 256;
+    cfg->max_queued = 256;
+    cfg->max_message_bytes = 64u << 20;
+    cfg->log_level = LOG_LEVEL_INFO;
+    if (statedir_default(cfg->state_dir, sizeof cfg->state_dir) < 0) {
+        fprintf(stderr, "kenneld: no state directory: set --state-dir or HOME\n");
+        return -1;
+    }
+    const char *env;
+    if ((env = getenv("KENNEL_PYTHON")) && *env && s_copy(cfg->python, sizeof cfg->python, env, "KENNEL_PYTHON") < 0)
+        return -1;
+    if ((env = getenv("KENNEL_LOG_LEVEL")) && *env && (cfg->log_level = log_level_parse(env)) < 0) {
+        fprintf(stderr, "kenneld: KENNEL_LOG_LEVEL must be error, warn, info or debug\n");
+        return -1;
+    }
+    static const struct option opts[] = {
+        {"state-dir", required_argument, NULL, 's'}, {"transport", required_argument, NULL, 't'},
+        {"manager", required_argument, NULL, 'm'},   {"python", required_argument, NULL, 'p'},
+        {"kernel-dir", required_argument, NULL, 'k'}, {"max-sessions", required_argument, NULL, 'S'},
+        {"max-queued", required_argument, NULL, 'Q'}, {"max-message", required_argument, NULL, 'M'},
+        {"log-level", required_argument, NULL, 'l'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int rc = 0;
+        switch (c) {
+        case 's': rc = s_copy(cfg->state_dir, sizeof cfg->state_dir, optarg, "--state-dir"); break;
+        case 't':
+            if (strcmp(optarg, "tcp") != 0 && strcmp(optarg, "ipc") != 0) {
+                fprintf(stderr, "kenneld: --transport must be tcp or ipc\n");
+                return -1;
+            }
+            strcpy(cfg->transport, optarg);
+            break;
+        case 'm': rc = s_copy(cfg->manager, sizeof cfg->manager, optarg, "--manager"); break;
+        case 'p': rc = s_copy(cfg->python, sizeof cfg->python, optarg, "--python"); break;
+        case 'k': rc = s_copy(cfg->kernel_dir, sizeof cfg->kernel_dir, optarg, "--kernel-dir"); break;
+        case 'S': rc = s_size(optarg, 1, 100000, &cfg->max_sessions, "--max-sessions"); break;
+        case 'Q': rc = s_size(optarg, 1, 100000, &cfg->max_queued, "--max-queued"); break;
+        case 'M': rc = s_size(optarg, 4096, 1u << 30, &cfg->max_message_bytes, "--max-message"); break;
+        case 'l':
+            if ((cfg->log_level = log_level_parse(optarg)) < 0) {
+                fprintf(stderr, "kenneld: --log-level must be error, warn, info or debug\n");
+                return -1;
+            }
+            break;
+        case 'h': fputs(s_usage, stdout); return 1;
+        default: fputs(s_usage, stderr); return -1;
+        }
+        if (rc < 0)
+            return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kenneld: unexpected argument %s\n%s", argv[optind], s_usage);
+        return -1;
+    }
+    if (cfg->python[0] != '/' || cfg->kernel_dir[0] != '/') {
+        fprintf(stderr, "kenneld: --python and --kernel-dir must be absolute paths\n");
+        return -1;
+    }
+    return 0;
+}

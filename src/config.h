@@ -1,0 +1,26 @@
+/*  config: kenneld's settings: defaults, then environment (KENNEL_STATE_DIR, KENNEL_PYTHON,
+ *  KENNEL_LOG_LEVEL), then the command line. Validated once; read-only afterwards. */
+#ifndef KENNEL_CONFIG_H
+#define KENNEL_CONFIG_H
+
+#include <limits.h>
+#include <stddef.h>
+
+typedef struct {
+    char state_dir[PATH_MAX];
+    char transport[8];         /* "tcp" or "ipc" for session channels */
+    char ip[64];
+    char manager[PATH_MAX + 16]; /* manager endpoint; "" means ipc://STATE/manager */
+    char python[PATH_MAX];
+    char kernel_dir[PATH_MAX];
+    size_t max_sessions;
+    size_t max_queued;
+    size_t max_message_bytes;   /* client messages and kernel-pipe frames */
+    int log_level;
+} config_t;
+
+/*  Fill cfg from defaults, environment and argv. Returns 0; 1 when --help was printed; or -1
+ *  after printing the problem to stderr. */
+int config_load(config_t *cfg, int argc, char **argv);
+
+#endif

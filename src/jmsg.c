@@ -1,0 +1,151 @@
+/*  jmsg: the in-memory Jupyter message. A part keeps the exact bytes a peer signed so that
+ *  forwarding and parent headers reuse them byte for byte, instead of re-serialising JSON. */
+#include "jmsg.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+struct jmsg {
+    zmsg_t *ids;                  /* routing identity frames */
+    json_t *json[JMSG_NPARTS];    /* parsed parts, always objects */
+    zframe_t *raw[JMSG_NPARTS];   /* bytes as received, or NULL when built here */
+    zmsg_t *buffers;              /* binary buffers after content */
+};
+
+jmsg_t *jmsg_new_empty(void)
+{
+    jmsg_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->ids = zmsg_new();
+    self->buffers = zmsg_new();
+    for (int i = 0; i < JMSG_NPARTS; i++)
+        self->json[i] = json_object();
+    return self;
+}
+
+jmsg_t *jmsg_new(const char *msg_type, const char *session)
+{
+    jmsg_t *self = jmsg_new_empty();
+    if (!self)
+        return NULL;
+    char id[40], date[UTIL_ISO_LEN];
+    json_t *h = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", util_uuid(id), "msg_type",
+                          msg_type, "username", "kernel", "session", session, "date",
+                          util_iso_now(date), "version", "5.3");
+    if (!h) {
+        jmsg_destroy(&self);
+        return NULL;
+    }
+    jmsg_set_json(self, JMSG_HEADER, h);
+    return self;
+}
+
+jmsg_t *jmsg_new_reply(const jmsg_t *parent, const char *msg_type, const char *session)
+{
+    jmsg_t *self = jmsg_new(msg_type, session);
+    if (self && (jmsg_set_parent_from(self, parent) < 0 || jmsg_copy_ids(self, parent) < 0))
+        jmsg_destroy(&self);
+    return self;
+}
+
+void jmsg_destroy(jmsg_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    jmsg_t *self = *self_p;
+    zmsg_destroy(&self->ids);
+    zmsg_destroy(&self->buffers);
+    for (int i = 0; i < JMSG_NPARTS; i++) {
+        json_decref(self->json[i]);
+        zframe_destroy(&self->raw[i]);
+    }
+    free(self);
+    *self_p = NULL;
+}
+
+int jmsg_set_raw(jmsg_t *self, jmsg_part_t part, const void *data, size_t len)
+{
+    json_t *obj = json_loadb(data, len, JMSG_JSON_LOAD_FLAGS, NULL);
+    if (!obj || !json_is_object(obj)) {
+        json_decref(obj);
+        return -1;
+    }
+    json_decref(self->json[part]);
+    self->json[part] = obj;
+    zframe_destroy(&self->raw[part]);
+    self->raw[part] = zframe_new(data, len);
+    return 0;
+}
+
+void jmsg_set_json(jmsg_t *self, jmsg_part_t part, json_t *obj)
+{
+    json_decref(self->json[part]);
+    self->json[part] = obj;
+    zframe_destroy(&self->raw[part]);
+}
+
+int jmsg_set_parent_from(jmsg_t *self, const jmsg_t *parent)
+{
+    if (parent->raw[JMSG_HEADER]) {
+        json_decref(self->json[JMSG_PARENT]);
+        self->json[JMSG_PARENT] = json_incref(parent->json[JMSG_HEADER]);
+        zframe_destroy(&self->raw[JMSG_PARENT]);
+        self->raw[JMSG_PARENT] = zframe_dup(parent->raw[JMSG_HEADER]);
+        return self->raw[JMSG_PARENT] ? 0 : -1;
+    }
+    jmsg_set_json(self, JMSG_PARENT, json_deep_copy(parent->json[JMSG_HEADER]));
+    return self->json[JMSG_PARENT] ? 0 : -1;
+}
+
+const void *jmsg_raw(const jmsg_t *self, jmsg_part_t part, size_t *len_out)
+{
+    zframe_t *f = self->raw[part];
+    if (!f)
+        return NULL;
+    *len_out = zframe_size(f);
+    return zframe_data(f);
+}
+
+json_t *jmsg_json(const jmsg_t *self, jmsg_part_t part)
+{
+    return self->json[part];
+}
+
+static const char *s_header_str(const jmsg_t *self, const char *key)
+{
+    const char *s = json_string_value(json_object_get(self->json[JMSG_HEADER], key));
+    return s ? s : "";
+}
+
+const char *jmsg_type(const jmsg_t *self)
+{
+    return s_header_str(self, "msg_type");
+}
+
+const char *jmsg_id(const jmsg_t *self)
+{
+    return s_header_str(self, "msg_id");
+}
+
+zmsg_t *jmsg_ids(const jmsg_t *self)
+{
+    return self->ids;
+}
+
+zmsg_t *jmsg_buffers(const jmsg_t *self)
+{
+    return self->buffers;
+}
+
+int jmsg_copy_ids(jmsg_t *self, const jmsg_t *other)
+{
+    zmsg_t *ids = zmsg_dup(other->ids);
+    if (!ids)
+        return -1;
+    zmsg_destroy(&self->ids);
+    self->ids = ids;
+    return 0;
+}

@@ -1,0 +1,57 @@
+/*  jmsg: one Jupyter message in memory: routing identities, the four JSON parts (header,
+ *  parent_header, metadata, content), each held both parsed and, when it came from a peer,
+ *  as the raw bytes that were signed, and binary buffers. No I/O and no signing (see wire). */
+#ifndef KENNEL_JMSG_H
+#define KENNEL_JMSG_H
+
+#include <stddef.h>
+
+#include <czmq.h>
+#include <jansson.h>
+
+typedef enum { JMSG_HEADER = 0, JMSG_PARENT, JMSG_METADATA, JMSG_CONTENT, JMSG_NPARTS } jmsg_part_t;
+
+/*  jansson flags for parsing peer JSON: NUL inside strings is legal JSON. */
+#define JMSG_JSON_LOAD_FLAGS JSON_ALLOW_NUL
+
+typedef struct jmsg jmsg_t;
+
+/*  A new message of msg_type from `session` (the sender's session uuid): a fresh header
+ *  (uuid msg_id, username "kernel", ISO date, version 5.3), empty parent, metadata, content.
+ *  NULL on allocation failure. */
+jmsg_t *jmsg_new(const char *msg_type, const char *session);
+/*  A message with all four parts empty objects and no header fields (for decoders). */
+jmsg_t *jmsg_new_empty(void);
+/*  A new message whose parent is `parent` (its raw header bytes when it has them) and which is
+ *  addressed to the same routing identities. */
+jmsg_t *jmsg_new_reply(const jmsg_t *parent, const char *msg_type, const char *session);
+/*  Free *self_p and set it to NULL. No-op on NULL. */
+void jmsg_destroy(jmsg_t **self_p);
+
+/*  Set part `part` from raw JSON bytes (copied) which must parse to an object. 0, or -1 when
+ *  the bytes are not a JSON object (the part is then unchanged). */
+int jmsg_set_raw(jmsg_t *self, jmsg_part_t part, const void *data, size_t len);
+/*  Set part `part` to a JSON object; steals the reference. The part is serialised on encode. */
+void jmsg_set_json(jmsg_t *self, jmsg_part_t part, json_t *obj);
+/*  Set the parent from another message's header (raw bytes reused when present). */
+int jmsg_set_parent_from(jmsg_t *self, const jmsg_t *parent);
+/*  The raw bytes of a part, or NULL when it was set as JSON. Borrowed, valid until the part
+ *  changes. */
+const void *jmsg_raw(const jmsg_t *self, jmsg_part_t part, size_t *len_out);
+/*  Borrowed reference to a part's JSON object (never NULL). */
+json_t *jmsg_json(const jmsg_t *self, jmsg_part_t part);
+#define jmsg_header(m) jmsg_json((m), JMSG_HEADER)
+#define jmsg_content(m) jmsg_json((m), JMSG_CONTENT)
+#define jmsg_metadata(m) jmsg_json((m), JMSG_METADATA)
+
+/*  header.msg_type / header.msg_id, borrowed; "" when absent. */
+const char *jmsg_type(const jmsg_t *self);
+const char *jmsg_id(const jmsg_t *self);
+
+/*  Routing identities and binary buffers, as frame lists owned by the message. Borrowed. */
+zmsg_t *jmsg_ids(const jmsg_t *self);
+zmsg_t *jmsg_buffers(const jmsg_t *self);
+/*  Replace the identities with copies of other's. 0 or -1. */
+int jmsg_copy_ids(jmsg_t *self, const jmsg_t *other);
+
+#endif

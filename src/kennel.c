@@ -1,0 +1,387 @@
+/*  kennel: the command-line client of kenneld. Talks to the manager socket for session
+ *  lifecycle (new, ls, info, rm), acts as an ordinary Jupyter client for `exec`, and as a
+ *  kernelspec launcher for `kernel -f`. Every command takes --state-dir DIR. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <czmq.h>
+#include <sodium.h>
+
+#include "client.h"
+#include "statedir.h"
+#include "util.h"
+
+#define CALL_TIMEOUT_MS 30000
+
+static const char s_usage[] =
+    "usage: kennel [--state-dir DIR] COMMAND [ARGS]\n"
+    "  new [--name N]          create a session (or find the one named N); print its connection file\n"
+    "  ls                      list sessions\n"
+    "  info N                  one session's details as JSON\n"
+    "  rm N                    end a session\n"
+    "  exec N CODE|-           run CODE (or stdin) in session N, creating it if needed;\n"
+    "                          prints streams and results, exits 1 when the cell fails\n"
+    "  kernel -f FILE          kernelspec launcher: serve a session on FILE's ports and key\n"
+    "  kernelspec install [--user | --prefix P]   install the 'kennel' Jupyter kernelspec\n"
+    "The state directory is --state-dir, else $KENNEL_STATE_DIR, else ~/.local/state/kennel.\n";
+
+static char s_state_dir[PATH_MAX];
+
+static json_t *s_call(const char *type, json_t *content)
+{
+    char err[512];
+    json_t *reply = client_manager_call(s_state_dir, type, content, CALL_TIMEOUT_MS, err, sizeof err);
+    if (!reply) {
+        fprintf(stderr, "kennel: %s\n", err);
+        return NULL;
+    }
+    const char *status = json_string_value(json_object_get(reply, "status"));
+    if (!status || strcmp(status, "ok") != 0) {
+        fprintf(stderr, "kennel: %s: %s\n",
+                json_string_value(json_object_get(reply, "ename")) ?: "Error",
+                json_string_value(json_object_get(reply, "evalue")) ?: "request failed");
+        json_decref(reply);
+        return NULL;
+    }
+    return reply;
+}
+
+static json_t *s_create(const char *name)
+{
+    return s_call("create_request", name ? json_pack("{s:s}", "name", name) : json_object());
+}
+
+static int s_cmd_new(int argc, char **argv)
+{
+    const char *name = NULL;
+    static const struct option opts[] = {{"name", required_argument, NULL, 'n'}, {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "+n:", opts, NULL)) != -1) {
+        if (c != 'n')
+            return 2;
+        name = optarg;
+    }
+    json_t *r = s_create(name);
+    if (!r)
+        return 1;
+    printf("%s\n", json_string_value(json_object_get(json_object_get(r, "session"), "connection_file")));
+    json_decref(r);
+    return 0;
+}
+
+static void s_human_bytes(char *out, size_t len, long long b)
+{
+    if (b >= 1 << 30)
+        snprintf(out, len, "%.1fG", b / 1073741824.0);
+    else if (b >= 1 << 20)
+        snprintf(out, len, "%.1fM", b / 1048576.0);
+    else
+        snprintf(out, len, "%lldK", b / 1024);
+}
+
+static int s_cmd_ls(void)
+{
+    json_t *r = s_call("list_request", json_object());
+    if (!r)
+        return 1;
+    printf("%-20s %-10s %-9s %8s %6s %8s %7s\n", "NAME", "ID", "STATE", "IDLE", "CELLS", "PID", "MEM");
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(r, "sessions"), i, s) {
+        char mem[32];
+        s_human_bytes(mem, sizeof mem, json_integer_value(json_object_get(s, "memory_bytes")));
+        printf("%-20s %-10.8s %-9s %7.1fs %6lld %8lld %7s\n",
+               json_string_value(json_object_get(s, "name")), json_string_value(json_object_get(s, "id")),
+               json_string_value(json_object_get(s, "state")),
+               json_integer_value(json_object_get(s, "idle_ms")) / 1000.0,
+               (long long)json_integer_value(json_object_get(s, "cells")),
+               (long long)json_integer_value(json_object_get(s, "kernel_pid")), mem);
+    }
+    json_decref(r);
+    return 0;
+}
+
+static int s_cmd_info(const char *name)
+{
+    json_t *r = s_call("info_request", json_pack("{s:s}", "session", name));
+    if (!r)
+        return 1;
+    char *text = json_dumps(json_object_get(r, "session"), JSON_INDENT(2) | JSON_SORT_KEYS);
+    printf("%s\n", text);
+    free(text);
+    json_decref(r);
+    return 0;
+}
+
+static int s_cmd_rm(const char *name)
+{
+    json_t *r = s_call("end_request", json_pack("{s:s}", "session", name));
+    json_decref(r);
+    return r ? 0 : 1;
+}
+
+static char *s_read_stdin(void)
+{
+    size_t cap = 65536, len = 0;
+    char *buf = malloc(cap);
+    size_t n;
+    while (buf && (n = fread(buf + len, 1, cap - len - 1, stdin)) > 0) {
+        len += n;
+        if (cap - len < 2) {
+            char *grown = realloc(buf, cap *= 2);
+            if (!grown) {
+                free(buf);
+                return NULL;
+            }
+            buf = grown;
+        }
+    }
+    if (buf)
+        buf[len] = '\0';
+    return buf;
+}
+
+static json_t *s_load_connection(const char *path)
+{
+    json_error_t jerr;
+    json_t *conn = json_load_file(path, 0, &jerr);
+    if (!conn)
+        fprintf(stderr, "kennel: cannot read %s: %s\n", path, jerr.text);
+    return conn;
+}
+
+/*  Print one iopub message of our cell. */
+static void s_print_output(const jmsg_t *m)
+{
+    const char *type = jmsg_type(m);
+    json_t *c = jmsg_content(m);
+    if (strcmp(type, "stream") == 0) {
+        FILE *f = strcmp(json_string_value(json_object_get(c, "name")) ?: "", "stderr") == 0 ? stderr : stdout;
+        fputs(json_string_value(json_object_get(c, "text")) ?: "", f);
+        fflush(f);
+    } else if (strcmp(type, "execute_result") == 0 || strcmp(type, "display_data") == 0) {
+        const char *text = json_string_value(json_object_get(json_object_get(c, "data"), "text/plain"));
+        if (text)
+            printf("%s\n", text);
+        fflush(stdout);
+    } else if (strcmp(type, "error") == 0) {
+        size_t i;
+        json_t *line;
+        json_array_foreach(json_object_get(c, "traceback"), i, line)
+            fprintf(stderr, "%s\n", json_string_value(line) ?: "");
+    }
+}
+
+static int s_cmd_exec(const char *name, const char *code_arg)
+{
+    char *code = strcmp(code_arg, "-") == 0 ? s_read_stdin() : strdup(code_arg);
+    if (!code) {
+        fprintf(stderr, "kennel: cannot read the code\n");
+        return 2;
+    }
+    json_t *r = s_create(name);
+    json_t *conn = r ? s_load_connection(json_string_value(
+                           json_object_get(json_object_get(r, "session"), "connection_file")))
+                     : NULL;
+    client_t *cl = conn ? client_connect(conn) : NULL;
+    json_decref(conn);
+    json_decref(r);
+    int status = 1;
+    if (!cl || client_wait_ready(cl, CALL_TIMEOUT_MS) < 0) {
+        if (r)
+            fprintf(stderr, "kennel: session %s did not answer\n", name);
+        goto done;
+    }
+    char msg_id[40];
+    json_t *content = json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", code, "silent", 0,
+                                "store_history", 1, "user_expressions", "allow_stdin", 0,
+                                "stop_on_error", 1);
+    if (client_send(cl, CLIENT_SHELL, "execute_request", content, msg_id) < 0)
+        goto done;
+    int got_reply = 0, got_idle = 0, interrupted = 0;
+    const char *reply_status = NULL;
+    char reply_status_buf[32] = "";
+    while (!(got_reply && got_idle)) {
+        client_channel_t ch;
+        jmsg_t *m = NULL;
+        int rc = client_recv(cl, 1000, &ch, &m);
+        if (rc < 0) {
+            /* Ctrl-C: interrupt the cell once, give up on the second. */
+            if (interrupted++)
+                goto done;
+            zsys_interrupted = 0;
+            client_send(cl, CLIENT_CONTROL, "interrupt_request", json_object(), NULL);
+            continue;
+        }
+        if (rc == 0)
+            continue;
+        const char *parent = json_string_value(json_object_get(jmsg_json(m, JMSG_PARENT), "msg_id"));
+        if (parent && strcmp(parent, msg_id) == 0) {
+            if (ch == CLIENT_IOPUB && strcmp(jmsg_type(m), "status") == 0)
+                got_idle |= strcmp(json_string_value(json_object_get(jmsg_content(m), "execution_state")) ?: "", "idle") == 0;
+            else if (ch == CLIENT_IOPUB)
+                s_print_output(m);
+            else if (ch == CLIENT_SHELL && strcmp(jmsg_type(m), "execute_reply") == 0) {
+                got_reply = 1;
+                snprintf(reply_status_buf, sizeof reply_status_buf, "%s",
+                         json_string_value(json_object_get(jmsg_content(m), "status")) ?: "");
+                reply_status = reply_status_buf;
+            }
+        }
+        jmsg_destroy(&m);
+    }
+    status = reply_status && strcmp(reply_status, "ok") == 0 ? 0 : 1;
+done:
+    client_destroy(&cl);
+    free(code);
+    return status;
+}
+
+/*  The kernelspec launcher: Jupyter starts it with a connection file it wrote; kenneld serves
+ *  a session on exactly those ports and key. It lives as long as the session: it ends the
+ *  session on SIGTERM/SIGINT, and exits when the session ends (shutdown_request). */
+static volatile sig_atomic_t s_stop;
+static void s_on_stop(int sig)
+{
+    (void)sig;
+    s_stop = 1;
+}
+
+static int s_cmd_kernel(const char *file)
+{
+    json_t *conn = s_load_connection(file);
+    if (!conn)
+        return 1;
+    json_t *r = s_call("create_request", json_pack("{s:o, s:b}", "connection", conn, "launched", 1));
+    if (!r)
+        return 1;
+    char id[64];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(json_object_get(r, "session"), "id")) ?: "");
+    json_decref(r);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = s_on_stop;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    while (!s_stop) {
+        usleep(200 * 1000);
+        char err[256];
+        json_t *info = client_manager_call(s_state_dir, "info_request", json_pack("{s:s}", "session", id),
+                                           CALL_TIMEOUT_MS, err, sizeof err);
+        const char *status = json_string_value(json_object_get(info, "status"));
+        int gone = !info || !status || strcmp(status, "ok") != 0;
+        json_decref(info);
+        if (gone)
+            return 0;
+    }
+    json_decref(s_call("end_request", json_pack("{s:s}", "session", id)));
+    return 0;
+}
+
+static int s_cmd_kernelspec(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "install") != 0) {
+        fputs(s_usage, stderr);
+        return 2;
+    }
+    const char *prefix = NULL;
+    int user = 0;
+    static const struct option opts[] = {{"user", no_argument, NULL, 'u'}, {"prefix", required_argument, NULL, 'p'}, {NULL, 0, NULL, 0}};
+    int c;
+    optind = 2;
+    while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+        if (c == 'u')
+            user = 1;
+        else if (c == 'p')
+            prefix = optarg;
+        else
+            return 2;
+    }
+    char dir[PATH_MAX], self_path[PATH_MAX];
+    const char *home = getenv("HOME");
+    int n = prefix ? snprintf(dir, sizeof dir, "%s/share/jupyter/kernels/kennel", prefix)
+            : user ? snprintf(dir, sizeof dir, "%s/.local/share/jupyter/kernels/kennel", home ? home : "")
+                   : snprintf(dir, sizeof dir, "/usr/local/share/jupyter/kernels/kennel");
+    ssize_t len = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
+    if (n < 0 || n >= (int)sizeof dir || len < 0) {
+        fprintf(stderr, "kennel: cannot work out the kernelspec paths\n");
+        return 1;
+    }
+    self_path[len] = '\0';
+    for (char *p = dir + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(dir, 0755);
+            *p = '/';
+        }
+    mkdir(dir, 0755);
+    json_t *spec = json_pack("{s:[s,s,s,s,s,s], s:s, s:s, s:{s:b}}", "argv", self_path,
+                             "--state-dir", s_state_dir, "kernel", "-f", "{connection_file}",
+                             "display_name", "Python 3 (kennel)", "language", "python",
+                             "metadata", "debugger", 0);
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/kernel.json", dir);
+    int rc = json_dump_file(spec, path, JSON_INDENT(1));
+    json_decref(spec);
+    if (rc < 0 || chmod(path, 0644) < 0) {
+        fprintf(stderr, "kennel: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    printf("%s\n", dir);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (sodium_init() < 0)
+        return 1;
+    if (statedir_default(s_state_dir, sizeof s_state_dir) < 0)
+        s_state_dir[0] = '\0';
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (strcmp(argv[i], "--state-dir") == 0 && i + 1 < argc) {
+            snprintf(s_state_dir, sizeof s_state_dir, "%s", argv[++i]);
+        } else if (strncmp(argv[i], "--state-dir=", 12) == 0) {
+            snprintf(s_state_dir, sizeof s_state_dir, "%s", argv[i] + 12);
+        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            fputs(s_usage, stdout);
+            return 0;
+        } else {
+            fputs(s_usage, stderr);
+            return 2;
+        }
+    }
+    if (i >= argc) {
+        fputs(s_usage, stderr);
+        return 2;
+    }
+    char resolved[PATH_MAX];
+    if (s_state_dir[0] && realpath(s_state_dir, resolved))
+        snprintf(s_state_dir, sizeof s_state_dir, "%s", resolved);
+    const char *cmd = argv[i];
+    int nargs = argc - i;
+    char **args = argv + i;
+    if (strcmp(cmd, "new") == 0)
+        return s_cmd_new(nargs, args);
+    if (strcmp(cmd, "ls") == 0 && nargs == 1)
+        return s_cmd_ls();
+    if (strcmp(cmd, "info") == 0 && nargs == 2)
+        return s_cmd_info(args[1]);
+    if (strcmp(cmd, "rm") == 0 && nargs == 2)
+        return s_cmd_rm(args[1]);
+    if (strcmp(cmd, "exec") == 0 && nargs == 3)
+        return s_cmd_exec(args[1], args[2]);
+    if (strcmp(cmd, "kernel") == 0 && nargs == 3 && strcmp(args[1], "-f") == 0)
+        return s_cmd_kernel(args[2]);
+    if (strcmp(cmd, "kernelspec") == 0)
+        return s_cmd_kernelspec(nargs, args);
+    fputs(s_usage, stderr);
+    return 2;
+}

@@ -1,0 +1,194 @@
+/*  kenneld: the kennel broker daemon. Sets up signals before any thread exists, opens the
+ *  state directory, binds the manager socket, writes kenneld.json once it is ready to serve,
+ *  and runs one loop until SIGTERM, SIGINT or SIGHUP. On the way out every kernel is killed
+ *  and reaped and kenneld.json is removed. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <czmq.h>
+#include <sodium.h>
+
+#include "broker.h"
+#include "config.h"
+#include "log.h"
+#include "manager.h"
+#include "statedir.h"
+#include "util.h"
+
+#define KENNEL_VERSION "0.1"
+
+static int s_on_signal(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    (void)loop;
+    (void)arg;
+    struct signalfd_siginfo si;
+    if (read(item->fd, &si, sizeof si) == (ssize_t)sizeof si)
+        LOG_I("signal %u (SIG%s): shutting down", si.ssi_signo,
+              sigabbrev_np((int)si.ssi_signo) ? sigabbrev_np((int)si.ssi_signo) : "?");
+    return -1; /* ends zloop_start */
+}
+
+/*  Refuse to share a state directory with a running kenneld. */
+static int s_check_not_running(const char *info_path)
+{
+    char *text = util_read_file(info_path, 65536, NULL);
+    if (!text)
+        return 0;
+    json_t *info = json_loads(text, 0, NULL);
+    free(text);
+    json_int_t pid = json_integer_value(json_object_get(info, "pid"));
+    json_decref(info);
+    if (pid > 0 && pid != getpid()) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%lld/comm", (long long)pid);
+        char *comm = util_read_file(path, 64, NULL);
+        int alive = comm && strncmp(comm, "kenneld", 7) == 0;
+        free(comm);
+        if (alive) {
+            LOG_E("another kenneld (pid %lld) serves this state directory", (long long)pid);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/*  Sessions of an earlier kenneld cannot be served again yet (their kernels died with it):
+ *  remove their directories so no stale connection file is left to attach to. */
+static void s_clear_stale_sessions(const char *state_dir)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/sessions", state_dir) >= (int)sizeof path)
+        return;
+    DIR *d = opendir(path);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char sub[PATH_MAX];
+        if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= (int)sizeof sub)
+            continue;
+        LOG_I("removing stale session directory %s", e->d_name);
+        statedir_remove_tree(sub);
+    }
+    closedir(d);
+}
+
+int main(int argc, char **argv)
+{
+    config_t cfg;
+    int rc = config_load(&cfg, argc, argv);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    log_init("kenneld", (log_level_t)cfg.log_level);
+    umask(077);
+
+    /* Block the shutdown signals before libzmq starts its threads, so they inherit the mask
+     * and the signals arrive only through our signalfd. */
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0) {
+        PLOG_E("sigprocmask");
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0) {
+        PLOG_E("signalfd");
+        return 1;
+    }
+    if (sodium_init() < 0) {
+        LOG_E("libsodium failed to initialise");
+        return 1;
+    }
+    zsys_handler_set(NULL);
+
+    if (statedir_prepare(cfg.state_dir) < 0) {
+        PLOG_E("state directory %s", cfg.state_dir);
+        return 1;
+    }
+    char state_dir[PATH_MAX];
+    if (!realpath(cfg.state_dir, state_dir)) {
+        PLOG_E("realpath(%s)", cfg.state_dir);
+        return 1;
+    }
+    char info_path[PATH_MAX + 16];
+    snprintf(info_path, sizeof info_path, "%s/kenneld.json", state_dir);
+    if (s_check_not_running(info_path) < 0)
+        return 1;
+    s_clear_stale_sessions(state_dir);
+
+    char manager_ep[PATH_MAX + 32];
+    if (cfg.manager[0])
+        snprintf(manager_ep, sizeof manager_ep, "%s", cfg.manager);
+    else if (strlen(state_dir) + strlen("/manager") < 107)
+        snprintf(manager_ep, sizeof manager_ep, "ipc://%s/manager", state_dir);
+    else
+        snprintf(manager_ep, sizeof manager_ep, "tcp://127.0.0.1:*");
+
+    zloop_t *loop = zloop_new();
+    broker_cfg_t bcfg = {
+        .state_dir = state_dir,
+        .transport = cfg.transport,
+        .ip = cfg.ip,
+        .python = cfg.python,
+        .kernel_dir = cfg.kernel_dir,
+        .max_sessions = cfg.max_sessions,
+        .max_pipe_frame = cfg.max_message_bytes,
+        .session_limits = {.max_queued = cfg.max_queued},
+    };
+    wire_limits_default(&bcfg.wire_limits);
+    bcfg.wire_limits.max_msg_bytes = cfg.max_message_bytes;
+    broker_t *broker = broker_new(loop, &bcfg);
+    char key[40];
+    util_uuid(key);
+    manager_t *manager = loop && broker ? manager_new(loop, broker, manager_ep, key, NULL) : NULL;
+    if (!manager) {
+        PLOG_E("cannot serve the manager on %s", manager_ep);
+        broker_destroy(&broker);
+        zloop_destroy(&loop);
+        return 1;
+    }
+    zmq_pollitem_t sig_item = {NULL, sfd, ZMQ_POLLIN, 0};
+    zloop_poller(loop, &sig_item, s_on_signal, NULL);
+
+    json_t *info = json_pack("{s:{s:s, s:s, s:s}, s:I, s:s, s:s}", "manager", "endpoint",
+                             manager_endpoint(manager), "key", key, "signature_scheme",
+                             "hmac-sha256", "pid", (json_int_t)getpid(), "version",
+                             KENNEL_VERSION, "state_dir", state_dir);
+    if (statedir_write_json(info_path, info) < 0) {
+        PLOG_E("write %s", info_path);
+        json_decref(info);
+        manager_destroy(&manager);
+        broker_destroy(&broker);
+        zloop_destroy(&loop);
+        return 1;
+    }
+    json_decref(info);
+    LOG_I("serving: state %s, manager %s, sessions on %s", state_dir, manager_endpoint(manager),
+          cfg.transport);
+
+    zloop_start(loop);
+
+    unlink(info_path);
+    manager_destroy(&manager);
+    broker_destroy(&broker);
+    zloop_destroy(&loop);
+    close(sfd);
+    sodium_memzero(key, sizeof key);
+    LOG_I("stopped");
+    return 0;
+}

@@ -1,0 +1,51 @@
+/*  kpipe: the length-prefixed frames of the kernel pipe (protocol/kernel-pipe.md):
+ *  `len:u32be body`, body = `nparts:u32be (plen:u32be bytes)…`. An encoder, and an incremental
+ *  decoder that checks every length against its limits before it allocates. No I/O. */
+#ifndef KENNEL_KPIPE_H
+#define KENNEL_KPIPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KPIPE_MAX_PARTS 64
+#define KPIPE_DEFAULT_MAX_FRAME (64u << 20)
+
+/*  Error codes (negative); 0 and 1 are success values of kpipe_next. */
+#define KPIPE_ENOMEM -1    /* allocation failed */
+#define KPIPE_ETOOBIG -2   /* frame length over the limit */
+#define KPIPE_EPARTS -3    /* part count 0 or over KPIPE_MAX_PARTS */
+#define KPIPE_ELAYOUT -4   /* part lengths do not fill the body exactly */
+#define KPIPE_ETRUNC -5    /* the stream ended inside a frame */
+
+typedef struct {
+    const void *data;
+    size_t len;
+} kpipe_iov_t;
+
+/*  Encode one frame of n parts into a malloc'd buffer (caller owns *out). 0, or a KPIPE_E*
+ *  code (ETOOBIG when over max_frame, EPARTS for a bad part count). */
+int kpipe_encode(const kpipe_iov_t *parts, size_t n, size_t max_frame, uint8_t **out,
+                 size_t *out_len);
+
+/*  A decoded frame: its parts point into the frame's own buffer. */
+typedef struct kpipe_frame kpipe_frame_t;
+size_t kpipe_frame_count(const kpipe_frame_t *frame);
+/*  Part i (borrowed, valid until the frame is destroyed). */
+kpipe_iov_t kpipe_frame_part(const kpipe_frame_t *frame, size_t i);
+void kpipe_frame_destroy(kpipe_frame_t **frame_p);
+
+typedef struct kpipe kpipe_t;
+/*  An incremental decoder accepting frames of at most max_frame body bytes. */
+kpipe_t *kpipe_new(size_t max_frame);
+void kpipe_destroy(kpipe_t **self_p);
+/*  Append bytes read from the pipe. 0, or KPIPE_ENOMEM. */
+int kpipe_feed(kpipe_t *self, const void *data, size_t len);
+/*  Take the next whole frame: 1 and an owned *out, 0 when more bytes are needed, or a KPIPE_E*
+ *  code once the stream is malformed (the decoder then stays failed). */
+int kpipe_next(kpipe_t *self, kpipe_frame_t **out);
+/*  Call at EOF: 0 when no partial frame is pending, else KPIPE_ETRUNC. */
+int kpipe_finish(const kpipe_t *self);
+/*  A short description of a KPIPE_E* code. */
+const char *kpipe_strerror(int code);
+
+#endif

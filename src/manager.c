@@ -1,0 +1,178 @@
+/*  manager: a thin request/reply layer. Validation of arguments happens here, so the broker
+ *  only ever sees well-typed values. */
+#include "manager.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "route.h"
+#include "util.h"
+
+struct manager {
+    zloop_t *loop;
+    broker_t *broker;
+    zsock_t *sock;
+    wire_t *wire;
+    char *endpoint;
+    char session[40];     /* the `session` field of our reply headers */
+    log_limit_t warn_limit;
+};
+
+static void s_reply(manager_t *self, const jmsg_t *req, json_t *content)
+{
+    char reply_type[128];
+    const char *type = jmsg_type(req);
+    size_t len = strlen(type);
+    if (len < 8 || len - 8 + 7 >= sizeof reply_type || strcmp(type + len - 8, "_request") != 0) {
+        json_decref(content);
+        return;
+    }
+    memcpy(reply_type, type, len - 8);
+    strcpy(reply_type + len - 8, "_reply");
+    jmsg_t *rep = jmsg_new_reply(req, reply_type, self->session);
+    if (!rep) {
+        json_decref(content);
+        return;
+    }
+    jmsg_set_json(rep, JMSG_CONTENT, content);
+    zmsg_t *z = wire_encode(self->wire, rep);
+    jmsg_destroy(&rep);
+    if (z && zmsg_send(&z, self->sock) < 0)
+        zmsg_destroy(&z);
+}
+
+static json_t *s_error(const char *ename, const char *evalue)
+{
+    return json_pack("{s:s, s:s, s:s}", "status", "error", "ename", ename, "evalue", evalue);
+}
+
+static json_t *s_ok_session(json_t *info)
+{
+    return json_pack("{s:s, s:o}", "status", "ok", "session", info);
+}
+
+/*  The session argument: a non-empty string. */
+static const char *s_session_arg(const jmsg_t *req)
+{
+    const char *v = json_string_value(json_object_get(jmsg_content(req), "session"));
+    return v && *v ? v : NULL;
+}
+
+static json_t *s_on_create(manager_t *self, const jmsg_t *req)
+{
+    json_t *content = jmsg_content(req);
+    json_t *jname = json_object_get(content, "name");
+    json_t *conn = json_object_get(content, "connection");
+    const char *name = json_string_value(jname);
+    if (jname && !json_is_null(jname)) {
+        if (!name || !*name || strlen(name) > 128)
+            return s_error("BadRequest", "name must be a string of 1 to 128 characters");
+        for (const char *p = name; *p; p++)
+            if (!(*p == '-' || *p == '_' || *p == '.' || (*p >= '0' && *p <= '9') ||
+                  (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
+                return s_error("BadRequest", "name may contain only letters, digits, '-', '_' and '.'");
+    }
+    if (conn && !json_is_null(conn) && !json_is_object(conn))
+        return s_error("BadRequest", "connection must be an object");
+    int launched = json_is_true(json_object_get(content, "launched"));
+    int created = 0;
+    broker_error_t err = {0};
+    json_t *info = broker_create(self->broker, name, json_is_object(conn) ? conn : NULL,
+                                 launched, &created, &err);
+    if (!info)
+        return s_error(err.ename, err.evalue);
+    json_t *reply = s_ok_session(info);
+    json_object_set_new(reply, "created", json_boolean(created));
+    return reply;
+}
+
+static int s_on_request(zloop_t *loop, zsock_t *sock, void *arg)
+{
+    (void)loop;
+    manager_t *self = arg;
+    zmsg_t *z = zmsg_recv(sock);
+    if (!z)
+        return 0;
+    jmsg_t *req = NULL;
+    int rc = wire_decode(self->wire, &z, &req);
+    if (rc != 0) {
+        if (log_allow(&self->warn_limit, 5))
+            LOG_W("manager: dropped a message: %s", wire_strerror(rc));
+        return 0;
+    }
+    const char *type = jmsg_type(req);
+    const route_t *r = route_on(type, ROUTE_MANAGER);
+    json_t *content;
+    const char *sess = s_session_arg(req);
+    LOG_D("manager: <- %s", type);
+    if (!r) {
+        content = s_error("BadRequest", "unknown manager request");
+    } else if (strcmp(type, "create_request") == 0) {
+        content = s_on_create(self, req);
+    } else if (strcmp(type, "list_request") == 0) {
+        content = json_pack("{s:s, s:o}", "status", "ok", "sessions", broker_list(self->broker));
+    } else if (!sess) {
+        content = s_error("BadRequest", "session must be a non-empty string");
+    } else if (strcmp(type, "info_request") == 0) {
+        json_t *info = broker_info(self->broker, sess);
+        content = info ? s_ok_session(info) : s_error("NoSuchSession", "no session has that id or name");
+    } else {
+        content = broker_end(self->broker, sess) == 0
+                      ? json_pack("{s:s}", "status", "ok")
+                      : s_error("NoSuchSession", "no session has that id or name");
+    }
+    s_reply(self, req, content);
+    jmsg_destroy(&req);
+    return 0;
+}
+
+manager_t *manager_new(zloop_t *loop, broker_t *broker, const char *endpoint, const char *key,
+                       const wire_limits_t *limits)
+{
+    manager_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->loop = loop;
+    self->broker = broker;
+    util_uuid(self->session);
+    self->wire = wire_new(key, strlen(key), limits);
+    self->sock = zsock_new(ZMQ_ROUTER);
+    if (!self->wire || !self->sock)
+        goto fail;
+    zsock_set_linger(self->sock, 0);
+    zsock_set_maxmsgsize(self->sock, 1 << 20);
+    int port = zsock_bind(self->sock, "%s", endpoint);
+    if (port < 0)
+        goto fail;
+    const char *last = zsock_last_endpoint(self->sock);
+    self->endpoint = strdup(last ? last : endpoint);
+    if (!self->endpoint || zloop_reader(loop, self->sock, s_on_request, self) < 0)
+        goto fail;
+    return self;
+fail:;
+    int saved = errno;
+    manager_destroy(&self);
+    errno = saved;
+    return NULL;
+}
+
+void manager_destroy(manager_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    manager_t *self = *self_p;
+    if (self->sock)
+        zloop_reader_end(self->loop, self->sock);
+    zsock_destroy(&self->sock);
+    wire_destroy(&self->wire);
+    free(self->endpoint);
+    free(self);
+    *self_p = NULL;
+}
+
+const char *manager_endpoint(const manager_t *self)
+{
+    return self->endpoint;
+}

@@ -1,0 +1,21 @@
+/*  manager: the manager socket (protocol/manager.md): create, list, info and end sessions.
+ *  Same wire format as the session channels, with its own key. Answers every request with
+ *  exactly one reply; delegates the work to the broker. */
+#ifndef KENNEL_MANAGER_H
+#define KENNEL_MANAGER_H
+
+#include <czmq.h>
+
+#include "broker.h"
+#include "wire.h"
+
+typedef struct manager manager_t;
+
+/*  Bind a ROUTER on endpoint (tcp "…:*" picks a port) and serve it in loop. NULL with errno. */
+manager_t *manager_new(zloop_t *loop, broker_t *broker, const char *endpoint, const char *key,
+                       const wire_limits_t *limits);
+void manager_destroy(manager_t **self_p);
+/*  The endpoint clients connect to (with the real port). Borrowed. */
+const char *manager_endpoint(const manager_t *self);
+
+#endif

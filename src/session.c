@@ -1,0 +1,601 @@
+/*  session: the protocol core of one session. The invariants that matter:
+ *  - at most one shell request is with the kernel (`current`); the rest wait in `queue`;
+ *  - every request that expects a reply gets exactly one, even when the kernel dies;
+ *  - busy is published before a request reaches the kernel and idle after its reply, with
+ *    that request as parent, so clients see ipykernel's order;
+ *  - the kernel never chooses headers, parents or destinations: replies go to the identities
+ *    of the request being served, and anything out of protocol is a violation. */
+#include "session.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <czmq.h>
+
+#include "log.h"
+#include "route.h"
+#include "util.h"
+
+struct session {
+    char *id;
+    char *name;
+    char kernel_session[40];   /* the `session` field of every header kennel writes */
+    session_limits_t limits;
+    const session_ops_t *ops;
+    void *ctx;
+    session_state_t state;
+    zlistx_t *queue;           /* jmsg_t* shell requests not yet sent to the kernel */
+    zlistx_t *info_waiting;    /* kernel_info requests that arrived before the first hello */
+    unsigned info_channels[64];/* channel each waiting kernel_info came on (parallel list) */
+    jmsg_t *current;           /* the shell request with the kernel, or NULL */
+    jmsg_t *last;              /* the last request served: parent of stray output */
+    int awaiting_input;        /* the kernel sent input_request and waits for input_reply */
+    int restart_pending;       /* a restart was asked for; start a kernel when this one exits */
+    int had_hello;             /* this kernel said hello (a crash after that restarts it) */
+    json_t *kernel_info;       /* hello content, cached across restarts */
+    char created[UTIL_ISO_LEN];
+    long long active_ms;       /* monotonic time of the last client message */
+    long long cells;           /* execute_requests finished */
+    long long restarts;
+    log_limit_t warn_limit;
+};
+
+static void s_jmsg_free(void **item)
+{
+    jmsg_destroy((jmsg_t **)item);
+}
+
+session_t *session_new(const char *id, const char *name, const session_limits_t *limits,
+                       const session_ops_t *ops, void *ops_ctx)
+{
+    session_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->id = strdup(id);
+    self->name = strdup(name);
+    self->queue = zlistx_new();
+    self->info_waiting = zlistx_new();
+    if (!self->id || !self->name || !self->queue || !self->info_waiting) {
+        session_destroy(&self);
+        return NULL;
+    }
+    zlistx_set_destructor(self->queue, s_jmsg_free);
+    zlistx_set_destructor(self->info_waiting, s_jmsg_free);
+    util_uuid(self->kernel_session);
+    self->limits = *limits;
+    self->ops = ops;
+    self->ctx = ops_ctx;
+    self->state = SESSION_DEAD;
+    util_iso_now(self->created);
+    self->active_ms = util_now_ms();
+    return self;
+}
+
+void session_destroy(session_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    session_t *self = *self_p;
+    zlistx_destroy(&self->queue);
+    zlistx_destroy(&self->info_waiting);
+    jmsg_destroy(&self->current);
+    jmsg_destroy(&self->last);
+    json_decref(self->kernel_info);
+    free(self->id);
+    free(self->name);
+    free(self);
+    *self_p = NULL;
+}
+
+session_state_t session_state(const session_t *self)
+{
+    return self->state;
+}
+
+const char *session_state_name(session_state_t state)
+{
+    static const char *names[] = {"starting", "idle", "busy", "dead", "ended"};
+    return names[state];
+}
+
+const char *session_id(const session_t *self)
+{
+    return self->id;
+}
+
+const char *session_name(const session_t *self)
+{
+    return self->name;
+}
+
+json_t *session_info(const session_t *self)
+{
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "id", self->id, "name",
+                     self->name, "state", session_state_name(self->state), "created",
+                     self->created, "idle_ms", (json_int_t)(util_now_ms() - self->active_ms),
+                     "cells", (json_int_t)self->cells, "queued",
+                     (json_int_t)zlistx_size(self->queue), "restarts",
+                     (json_int_t)self->restarts);
+}
+
+/* ---- sending ---------------------------------------------------------------------------- */
+
+/*  Publish msg_type on iopub with parent as parent_header; steals content. */
+static void s_publish(session_t *self, const jmsg_t *parent, const char *msg_type, json_t *content)
+{
+    jmsg_t *m = jmsg_new(msg_type, self->kernel_session);
+    if (!m || (parent && jmsg_set_parent_from(m, parent) < 0)) {
+        jmsg_destroy(&m);
+        json_decref(content);
+        return;
+    }
+    jmsg_set_json(m, JMSG_CONTENT, content);
+    self->ops->send(self->ctx, ROUTE_IOPUB, &m);
+}
+
+static void s_publish_status(session_t *self, const jmsg_t *parent, const char *state)
+{
+    s_publish(self, parent, "status", json_pack("{s:s}", "execution_state", state));
+}
+
+/*  Send a reply of reply_type to request on channel; steals content. */
+static void s_reply(session_t *self, unsigned channel, const jmsg_t *request,
+                    const char *reply_type, json_t *content)
+{
+    jmsg_t *m = jmsg_new_reply(request, reply_type, self->kernel_session);
+    if (!m) {
+        json_decref(content);
+        return;
+    }
+    jmsg_set_json(m, JMSG_CONTENT, content);
+    self->ops->send(self->ctx, channel, &m);
+}
+
+/*  An error reply for a request the kernel could not serve: an `error` on iopub for execute
+ *  requests (so notebooks show it), then the reply with status error, between busy and idle
+ *  when `wrap_status` (the request never reached the kernel). */
+static void s_fail(session_t *self, unsigned channel, const jmsg_t *request, const char *ename,
+                   const char *evalue, int wrap_status)
+{
+    const route_t *r = route_lookup(jmsg_type(request));
+    if (!r || !r->reply_type)
+        return;
+    if (wrap_status)
+        s_publish_status(self, request, "busy");
+    int is_execute = strcmp(r->msg_type, "execute_request") == 0;
+    char line[512];
+    snprintf(line, sizeof line, "%s: %s", ename, evalue);
+    if (is_execute)
+        s_publish(self, request, "error",
+                  json_pack("{s:s, s:s, s:[s]}", "ename", ename, "evalue", evalue, "traceback", line));
+    json_t *content = json_pack("{s:s, s:s, s:s, s:[s]}", "status", "error", "ename", ename,
+                                "evalue", evalue, "traceback", line);
+    if (is_execute)
+        json_object_set_new(content, "execution_count", json_null());
+    s_reply(self, channel, request, r->reply_type, content);
+    if (wrap_status)
+        s_publish_status(self, request, "idle");
+}
+
+static json_t *s_kernel_info_content(const session_t *self)
+{
+    json_t *c = json_deep_copy(self->kernel_info);
+    json_object_set_new(c, "status", json_string("ok"));
+    return c;
+}
+
+/*  Answer a request kenneld serves itself, between busy and idle as ipykernel does. */
+static void s_answer(session_t *self, unsigned channel, const jmsg_t *request,
+                     const char *reply_type, json_t *content)
+{
+    s_publish_status(self, request, "busy");
+    s_reply(self, channel, request, reply_type, content);
+    s_publish_status(self, request, "idle");
+}
+
+/* ---- the shell queue --------------------------------------------------------------------- */
+
+static int s_json_true(const json_t *obj, const char *key, int dflt)
+{
+    json_t *v = json_object_get(obj, key);
+    return v ? json_is_true(v) : dflt;
+}
+
+static int s_start_kernel(session_t *self)
+{
+    self->had_hello = 0;
+    self->awaiting_input = 0;
+    if (self->ops->kernel_start(self->ctx) < 0) {
+        PLOG_W("session=%s: kernel start failed", self->id);
+        self->state = SESSION_DEAD;
+        return -1;
+    }
+    self->state = SESSION_STARTING;
+    return 0;
+}
+
+int session_start(session_t *self)
+{
+    return s_start_kernel(self);
+}
+
+/*  Send queued requests to the kernel while it is idle. Requests without a reply (comms) do
+ *  not hold the kernel, so several may go in one call. */
+static void s_pump(session_t *self)
+{
+    while (self->state == SESSION_IDLE && zlistx_size(self->queue) > 0) {
+        jmsg_t *req = zlistx_detach(self->queue, NULL);
+        const route_t *r = route_lookup(jmsg_type(req));
+        s_publish_status(self, req, "busy");
+        kpipe_iov_t parts[4 + JMSG_NPARTS + 64];
+        static const char op[] = "{\"op\":\"request\",\"channel\":\"shell\"}";
+        size_t n = 0;
+        parts[n++] = (kpipe_iov_t){op, sizeof op - 1};
+        for (int i = 0; i < JMSG_NPARTS; i++) {
+            size_t len = 0;
+            const void *raw = jmsg_raw(req, (jmsg_part_t)i, &len);
+            parts[n++] = (kpipe_iov_t){raw ? raw : "{}", raw ? len : 2};
+        }
+        zmsg_t *bufs = jmsg_buffers(req);
+        for (zframe_t *f = zmsg_first(bufs); f && n < KPIPE_MAX_PARTS; f = zmsg_next(bufs))
+            parts[n++] = (kpipe_iov_t){zframe_data(f), zframe_size(f)};
+        int rc = self->ops->to_kernel(self->ctx, parts, n);
+        if (r->reply_type && rc == 0) {
+            self->current = req;
+            self->state = SESSION_BUSY;
+            return;
+        }
+        if (r->reply_type) {
+            /* The kernel is going away; its exit will restart it. Serve this one first then. */
+            s_publish_status(self, req, "idle");
+            zlistx_add_start(self->queue, req);
+            return;
+        }
+        s_publish_status(self, req, "idle");
+        jmsg_destroy(&self->last);
+        self->last = req;
+    }
+}
+
+/*  stop_on_error: every execute_request queued behind a failed one is answered `aborted`
+ *  without running; other requests (completion, inspection) are still served. */
+static void s_abort_queued_executes(session_t *self)
+{
+    jmsg_t *req = zlistx_first(self->queue);
+    while (req) {
+        jmsg_t *next = zlistx_next(self->queue);
+        if (strcmp(jmsg_type(req), "execute_request") == 0) {
+            s_publish_status(self, req, "busy");
+            s_reply(self, ROUTE_SHELL, req, "execute_reply", json_pack("{s:s}", "status", "aborted"));
+            s_publish_status(self, req, "idle");
+            zlistx_delete(self->queue, zlistx_find(self->queue, req));
+        }
+        req = next;
+    }
+}
+
+/* ---- client requests --------------------------------------------------------------------- */
+
+static void s_on_broker(session_t *self, unsigned channel, jmsg_t *req)
+{
+    const char *type = jmsg_type(req);
+    if (strcmp(type, "kernel_info_request") == 0) {
+        if (self->kernel_info) {
+            s_answer(self, channel, req, "kernel_info_reply", s_kernel_info_content(self));
+        } else if (zlistx_size(self->info_waiting) < 64) {
+            /* Before the first hello there is nothing to answer with yet. */
+            self->info_channels[zlistx_size(self->info_waiting)] = channel;
+            zlistx_add_end(self->info_waiting, req);
+            if (self->state == SESSION_DEAD)
+                s_start_kernel(self);
+            return;
+        }
+        jmsg_destroy(&req);
+    } else if (strcmp(type, "interrupt_request") == 0) {
+        if (self->state == SESSION_BUSY)
+            self->ops->kernel_signal(self->ctx, SIGINT);
+        s_answer(self, channel, req, "interrupt_reply", json_pack("{s:s}", "status", "ok"));
+        jmsg_destroy(&req);
+    } else if (strcmp(type, "shutdown_request") == 0) {
+        int restart = s_json_true(jmsg_content(req), "restart", 0);
+        if (self->limits.end_on_shutdown)
+            restart = 0;
+        json_t *content = json_pack("{s:s, s:b}", "status", "ok", "restart", restart);
+        s_publish_status(self, req, "busy");
+        s_reply(self, channel, req, "shutdown_reply", json_deep_copy(content));
+        /* ipykernel also publishes the shutdown reply on iopub, for other clients to see. */
+        s_publish(self, req, "shutdown_reply", content);
+        s_publish_status(self, req, "idle");
+        jmsg_destroy(&req);
+        if (restart) {
+            LOG_I("session=%s: restart requested", self->id);
+            if (self->state == SESSION_DEAD) {
+                s_start_kernel(self);
+            } else {
+                self->restart_pending = 1;
+                self->ops->kernel_signal(self->ctx, SIGKILL);
+            }
+        } else {
+            LOG_I("session=%s: shutdown requested", self->id);
+            session_end(self);
+            self->ops->ended(self->ctx);
+        }
+    } else {
+        jmsg_destroy(&req);
+    }
+}
+
+void session_on_request(session_t *self, unsigned channel, jmsg_t **msg_p)
+{
+    jmsg_t *req = *msg_p;
+    *msg_p = NULL;
+    if (self->state == SESSION_ENDED) {
+        jmsg_destroy(&req);
+        return;
+    }
+    const route_t *r = route_on(jmsg_type(req), channel);
+    if (!r || r->handler == ROUTE_BY_NONE) {
+        char type[64];
+        if (log_allow(&self->warn_limit, 5))
+            LOG_W("session=%s: ignoring msg_type %s on %s", self->id,
+                  log_sanitize(type, sizeof type, jmsg_type(req), strlen(jmsg_type(req))),
+                  route_channel_name(channel));
+        jmsg_destroy(&req);
+        return;
+    }
+    self->active_ms = util_now_ms();
+    if (r->handler == ROUTE_BY_BROKER) {
+        s_on_broker(self, channel, req);
+        return;
+    }
+    if (channel == ROUTE_STDIN) {
+        /* An input_reply is only meaningful while the kernel waits for one. */
+        if (self->awaiting_input && self->state == SESSION_BUSY) {
+            static const char op[] = "{\"op\":\"request\",\"channel\":\"stdin\"}";
+            kpipe_iov_t parts[1 + JMSG_NPARTS] = {{op, sizeof op - 1}};
+            for (int i = 0; i < JMSG_NPARTS; i++) {
+                size_t len = 0;
+                const void *raw = jmsg_raw(req, (jmsg_part_t)i, &len);
+                parts[1 + i] = (kpipe_iov_t){raw ? raw : "{}", raw ? len : 2};
+            }
+            self->awaiting_input = 0;
+            self->ops->to_kernel(self->ctx, parts, 1 + JMSG_NPARTS);
+        }
+        jmsg_destroy(&req);
+        return;
+    }
+    if (zlistx_size(self->queue) >= self->limits.max_queued) {
+        if (log_allow(&self->warn_limit, 5))
+            LOG_W("session=%s: queue full (%zu), refusing %s", self->id, self->limits.max_queued,
+                  r->msg_type);
+        s_fail(self, channel, req, "QueueFull",
+               "too many requests are waiting for this session; try again later", 1);
+        jmsg_destroy(&req);
+        return;
+    }
+    zlistx_add_end(self->queue, req);
+    if (self->state == SESSION_DEAD)
+        s_start_kernel(self);
+    s_pump(self);
+}
+
+/* ---- kernel frames ----------------------------------------------------------------------- */
+
+static json_t *s_part_json(const kpipe_frame_t *f, size_t i)
+{
+    kpipe_iov_t p = kpipe_frame_part(f, i);
+    json_t *obj = json_loadb(p.data, p.len, JMSG_JSON_LOAD_FLAGS, NULL);
+    if (obj && !json_is_object(obj)) {
+        json_decref(obj);
+        obj = NULL;
+    }
+    return obj;
+}
+
+/*  Build a message of type from the kernel's metadata, content and buffers (parts 1, 2, 3…).
+ *  NULL when they are not JSON objects. */
+static jmsg_t *s_from_kernel(session_t *self, const kpipe_frame_t *f, const char *type,
+                             const jmsg_t *parent, int reply)
+{
+    if (kpipe_frame_count(f) < 3)
+        return NULL;
+    jmsg_t *m = reply && parent ? jmsg_new_reply(parent, type, self->kernel_session)
+                                : jmsg_new(type, self->kernel_session);
+    if (!m)
+        return NULL;
+    if (parent && !reply)
+        jmsg_set_parent_from(m, parent);
+    kpipe_iov_t md = kpipe_frame_part(f, 1), ct = kpipe_frame_part(f, 2);
+    if (jmsg_set_raw(m, JMSG_METADATA, md.data, md.len) < 0 ||
+        jmsg_set_raw(m, JMSG_CONTENT, ct.data, ct.len) < 0) {
+        jmsg_destroy(&m);
+        return NULL;
+    }
+    for (size_t i = 3; i < kpipe_frame_count(f); i++) {
+        kpipe_iov_t b = kpipe_frame_part(f, i);
+        zmsg_addmem(jmsg_buffers(m), b.data, b.len);
+    }
+    return m;
+}
+
+static int s_on_hello(session_t *self, const kpipe_frame_t *f, const char **why)
+{
+    if (self->state != SESSION_STARTING || kpipe_frame_count(f) != 2) {
+        *why = "unexpected hello";
+        return -1;
+    }
+    json_t *info = s_part_json(f, 1);
+    if (!info) {
+        *why = "hello content is not a JSON object";
+        return -1;
+    }
+    json_decref(self->kernel_info);
+    self->kernel_info = info;
+    self->had_hello = 1;
+    self->state = SESSION_IDLE;
+    LOG_I("session=%s: kernel ready", self->id);
+    jmsg_t *req;
+    size_t i = 0;
+    while ((req = zlistx_detach(self->info_waiting, NULL))) {
+        s_answer(self, self->info_channels[i++], req, "kernel_info_reply",
+                 s_kernel_info_content(self));
+        jmsg_destroy(&req);
+    }
+    s_pump(self);
+    return 0;
+}
+
+static int s_on_reply(session_t *self, const kpipe_frame_t *f, const json_t *op, const char **why)
+{
+    const char *type = json_string_value(json_object_get(op, "msg_type"));
+    const char *parent_id = json_string_value(json_object_get(op, "parent_msg_id"));
+    if (self->state != SESSION_BUSY || !self->current) {
+        *why = "reply with no request in flight";
+        return -1;
+    }
+    const route_t *r = route_lookup(jmsg_type(self->current));
+    if (!type || strcmp(type, r->reply_type) != 0 || !parent_id ||
+        strcmp(parent_id, jmsg_id(self->current)) != 0) {
+        *why = "reply does not match the request in flight";
+        return -1;
+    }
+    jmsg_t *reply = s_from_kernel(self, f, type, self->current, 1);
+    if (!reply) {
+        *why = "reply metadata or content is not a JSON object";
+        return -1;
+    }
+    jmsg_t *req = self->current;
+    self->current = NULL;
+    self->awaiting_input = 0;
+    int failed = 0;
+    if (strcmp(r->msg_type, "execute_request") == 0) {
+        self->cells++;
+        const char *status = json_string_value(json_object_get(jmsg_content(reply), "status"));
+        const json_t *rc = jmsg_content(req);
+        failed = status && strcmp(status, "error") == 0 && s_json_true(rc, "stop_on_error", 1) &&
+                 !s_json_true(rc, "silent", 0);
+    }
+    self->ops->send(self->ctx, ROUTE_SHELL, &reply);
+    s_publish_status(self, req, "idle");
+    jmsg_destroy(&self->last);
+    self->last = req;
+    self->state = SESSION_IDLE;
+    if (failed)
+        s_abort_queued_executes(self);
+    s_pump(self);
+    return 0;
+}
+
+int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **why)
+{
+    *why = NULL;
+    if (self->state == SESSION_ENDED || self->state == SESSION_DEAD)
+        return 0;
+    json_t *op = s_part_json(frame, 0);
+    const char *name = op ? json_string_value(json_object_get(op, "op")) : NULL;
+    int rc = -1;
+    if (!name) {
+        *why = "op header is not a JSON object with an op";
+    } else if (strcmp(name, "hello") == 0) {
+        rc = s_on_hello(self, frame, why);
+    } else if (self->state == SESSION_STARTING) {
+        *why = "output before hello";
+    } else if (strcmp(name, "reply") == 0) {
+        rc = s_on_reply(self, frame, op, why);
+    } else if (strcmp(name, "iopub") == 0) {
+        const char *type = json_string_value(json_object_get(op, "msg_type"));
+        const route_t *r = type ? route_on(type, ROUTE_IOPUB) : NULL;
+        jmsg_t *m = NULL;
+        if (!r || r->handler != ROUTE_BY_KERNEL)
+            *why = "iopub msg_type not allowed";
+        else if (!(m = s_from_kernel(self, frame, type, self->current ? self->current : self->last, 0)))
+            *why = "iopub metadata or content is not a JSON object";
+        else {
+            self->ops->send(self->ctx, ROUTE_IOPUB, &m);
+            rc = 0;
+        }
+    } else if (strcmp(name, "stdin") == 0) {
+        const char *type = json_string_value(json_object_get(op, "msg_type"));
+        jmsg_t *m = NULL;
+        if (!type || strcmp(type, "input_request") != 0 || self->state != SESSION_BUSY ||
+            strcmp(jmsg_type(self->current), "execute_request") != 0 ||
+            !s_json_true(jmsg_content(self->current), "allow_stdin", 1) || self->awaiting_input)
+            *why = "input_request not allowed now";
+        else if (!(m = s_from_kernel(self, frame, type, self->current, 1)))
+            *why = "input_request metadata or content is not a JSON object";
+        else {
+            self->awaiting_input = 1;
+            self->ops->send(self->ctx, ROUTE_KSTDIN, &m);
+            rc = 0;
+        }
+    } else {
+        *why = "unknown op";
+    }
+    json_decref(op);
+    return rc;
+}
+
+/* ---- kernel exit ------------------------------------------------------------------------- */
+
+/*  Fail every request still waiting (the kernel could not start). */
+static void s_fail_waiting(session_t *self, const char *evalue)
+{
+    jmsg_t *req;
+    while ((req = zlistx_detach(self->queue, NULL))) {
+        s_fail(self, ROUTE_SHELL, req, "KernelStartFailed", evalue, 1);
+        jmsg_destroy(&req);
+    }
+    size_t i = 0;
+    while ((req = zlistx_detach(self->info_waiting, NULL))) {
+        s_fail(self, self->info_channels[i++], req, "KernelStartFailed", evalue, 1);
+        jmsg_destroy(&req);
+    }
+}
+
+void session_on_kernel_exit(session_t *self, const char *how)
+{
+    if (self->state == SESSION_ENDED)
+        return;
+    int expected = self->restart_pending;
+    self->restart_pending = 0;
+    self->awaiting_input = 0;
+    char evalue[256];
+    if (self->current) {
+        snprintf(evalue, sizeof evalue,
+                 expected ? "the kernel was restarted while running this request"
+                          : "the kernel %s while running this request; it was restarted and "
+                            "its state is lost",
+                 how);
+        s_fail(self, ROUTE_SHELL, self->current, expected ? "KernelRestarted" : "KernelDied",
+               evalue, 0);
+        s_publish_status(self, self->current, "idle");
+        jmsg_destroy(&self->last);
+        self->last = self->current;
+        self->current = NULL;
+    }
+    if (!expected)
+        LOG_W("session=%s: kernel %s", self->id, how);
+    if (self->had_hello || expected) {
+        self->restarts++;
+        if (s_start_kernel(self) == 0)
+            return;
+        snprintf(evalue, sizeof evalue, "the kernel could not be restarted: %s", strerror(errno));
+    } else {
+        snprintf(evalue, sizeof evalue, "the kernel %s before it was ready", how);
+        self->state = SESSION_DEAD;
+    }
+    s_fail_waiting(self, evalue);
+}
+
+void session_end(session_t *self)
+{
+    if (self->state == SESSION_ENDED)
+        return;
+    if (self->state != SESSION_DEAD)
+        self->ops->kernel_signal(self->ctx, SIGKILL);
+    self->state = SESSION_ENDED;
+    zlistx_purge(self->queue);
+    zlistx_purge(self->info_waiting);
+    jmsg_destroy(&self->current);
+}

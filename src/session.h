@@ -1,0 +1,71 @@
+/*  session: one kennel session's protocol state. Queues shell requests and feeds the kernel one
+ *  at a time, answers what kenneld answers itself (kernel_info, interrupt, shutdown), publishes
+ *  busy/idle, checks every frame the kernel sends, aborts queued cells after an error
+ *  (stop_on_error), and turns a dead kernel into error replies and a restart.
+ *  It does no I/O: every effect goes through session_ops_t, so tests can record them. */
+#ifndef KENNEL_SESSION_H
+#define KENNEL_SESSION_H
+
+#include <jansson.h>
+
+#include "jmsg.h"
+#include "kpipe.h"
+
+typedef enum {
+    SESSION_STARTING, /* kernel spawned, no hello yet */
+    SESSION_IDLE,     /* kernel up, no request in flight */
+    SESSION_BUSY,     /* a shell request is with the kernel */
+    SESSION_DEAD,     /* no kernel (its start failed); the next request starts one */
+    SESSION_ENDED,    /* shut down; the owner destroys it */
+} session_state_t;
+
+typedef struct {
+    /* Send msg to the clients on one ROUTE_* channel (iopub publishes; shell, control and
+     * stdin route by the message's identities). Takes *msg_p. */
+    void (*send)(void *ctx, unsigned channel, jmsg_t **msg_p);
+    /* Write one kernel-pipe frame. 0, or -1 when the kernel cannot take it (its exit will be
+     * reported through session_on_kernel_exit). */
+    int (*to_kernel)(void *ctx, const kpipe_iov_t *parts, size_t n);
+    /* Start a kernel process; 0, or -1 with errno. */
+    int (*kernel_start)(void *ctx);
+    /* Signal the running kernel (SIGINT to interrupt, SIGKILL to stop). */
+    void (*kernel_signal)(void *ctx, int sig);
+    /* The session has ended (shutdown_request without restart). Called once; the owner must
+     * destroy the session later, not from inside this call. */
+    void (*ended)(void *ctx);
+} session_ops_t;
+
+typedef struct {
+    size_t max_queued;     /* shell requests waiting behind the running one */
+    int end_on_shutdown;   /* every shutdown_request ends the session (kernelspec launchers) */
+} session_limits_t;
+
+typedef struct session session_t;
+
+/*  A session with id and name (copied). The kernel is started by session_start. NULL on
+ *  allocation failure. */
+session_t *session_new(const char *id, const char *name, const session_limits_t *limits,
+                       const session_ops_t *ops, void *ops_ctx);
+void session_destroy(session_t **self_p);
+/*  Start the first kernel. 0, or -1 with errno (the session is then DEAD). */
+int session_start(session_t *self);
+/*  A verified client message arrived on channel (ROUTE_SHELL, ROUTE_CONTROL or ROUTE_STDIN).
+ *  Takes *msg_p. */
+void session_on_request(session_t *self, unsigned channel, jmsg_t **msg_p);
+/*  A frame arrived from the kernel. 0, or -1 for a protocol violation (reason in *why): the
+ *  caller must then kill the kernel. */
+int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **why);
+/*  The kernel process is gone; `how` describes it ("exited with status 1", "killed by signal
+ *  9 (SIGKILL)"). In-flight work gets error replies; a kernel that had started is restarted. */
+void session_on_kernel_exit(session_t *self, const char *how);
+/*  End the session now (manager end, kenneld shutdown): kills the kernel, no more replies. */
+void session_end(session_t *self);
+
+session_state_t session_state(const session_t *self);
+const char *session_state_name(session_state_t state);
+const char *session_id(const session_t *self);
+const char *session_name(const session_t *self);
+/*  A new JSON object: id, name, state, created, idle_ms, cells, queued, restarts. */
+json_t *session_info(const session_t *self);
+
+#endif

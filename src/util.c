@@ -1,0 +1,130 @@
+/*  util: small system helpers shared by every layer. */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uuid/uuid.h>
+
+int util_write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int s_set_flag(int fd, int get, int set, int flag, int on)
+{
+    int flags = fcntl(fd, get);
+    if (flags < 0)
+        return -1;
+    flags = on ? (flags | flag) : (flags & ~flag);
+    return fcntl(fd, set, flags);
+}
+
+int util_set_cloexec(int fd, int on)
+{
+    return s_set_flag(fd, F_GETFD, F_SETFD, FD_CLOEXEC, on);
+}
+
+int util_set_nonblock(int fd, int on)
+{
+    return s_set_flag(fd, F_GETFL, F_SETFL, O_NONBLOCK, on);
+}
+
+long long util_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+char *util_iso_now(char *out)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    snprintf(out, UTIL_ISO_LEN, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000);
+    return out;
+}
+
+char *util_hex(char *out, const void *data, size_t len)
+{
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+    out[2 * len] = '\0';
+    return out;
+}
+
+char *util_uuid(char *out)
+{
+    uuid_t u;
+    uuid_generate_random(u);
+    uuid_unparse_lower(u, out);
+    return out;
+}
+
+char *util_read_file(const char *path, size_t max, size_t *len_out)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    char *buf = malloc(max + 1);
+    size_t len = 0;
+    if (!buf)
+        goto fail;
+    for (;;) {
+        if (len == max) {
+            char extra;
+            ssize_t more = read(fd, &extra, 1);
+            if (more > 0) {
+                errno = EFBIG;
+                goto fail;
+            }
+            if (more < 0 && errno == EINTR)
+                continue;
+            if (more < 0)
+                goto fail;
+            break;
+        }
+        ssize_t n = read(fd, buf + len, max - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            goto fail;
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    buf[len] = '\0';
+    if (len_out)
+        *len_out = len;
+    return buf;
+fail:;
+    int saved = errno;
+    free(buf);
+    close(fd);
+    errno = saved;
+    return NULL;
+}

@@ -1,0 +1,26 @@
+/*  util: EINTR-safe I/O, fd flags, clocks, hex, random ids. No domain logic. */
+#ifndef KENNEL_UTIL_H
+#define KENNEL_UTIL_H
+
+#include <stddef.h>
+
+/*  Write all len bytes, retrying on EINTR and short writes. 0, or -1 with errno. */
+int util_write_all(int fd, const void *buf, size_t len);
+/*  Set or clear FD_CLOEXEC / O_NONBLOCK. 0, or -1 with errno. */
+int util_set_cloexec(int fd, int on);
+int util_set_nonblock(int fd, int on);
+/*  Monotonic milliseconds (for deadlines and ages; never for dates). */
+long long util_now_ms(void);
+/*  The current UTC time as ISO 8601 with microseconds, e.g. 2026-11-22T07:30:00.123456Z.
+ *  out must hold UTIL_ISO_LEN bytes. Returns out. */
+#define UTIL_ISO_LEN 64
+char *util_iso_now(char *out);
+/*  Lowercase hex of len bytes into out (2*len+1 bytes). Returns out. */
+char *util_hex(char *out, const void *data, size_t len);
+/*  A fresh random uuid4 string into out (37 bytes). Returns out. */
+char *util_uuid(char *out);
+/*  Read a whole small file into a NUL-terminated malloc'd buffer (at most max bytes).
+ *  Caller owns the result. NULL with errno on failure (EFBIG when larger than max). */
+char *util_read_file(const char *path, size_t max, size_t *len_out);
+
+#endif

@@ -1,0 +1,236 @@
+/*  wire: the only place that turns peer bytes into messages. Order matters for safety: sizes
+ *  and counts first (cheap, bounds everything after), then the signature over the raw bytes
+ *  (so unauthenticated peers never reach the JSON parser), then the replay memory (only
+ *  authenticated signatures enter it, so it cannot be flooded), then JSON. */
+#include "wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "hmac.h"
+
+struct wire {
+    hmac_t *hmac;
+    wire_limits_t limits;
+    zhashx_t *seen;      /* signature hex -> (unused) for the replay guard */
+    char (*ring)[HMAC_HEX_LEN + 1]; /* the same signatures, oldest evicted first */
+    size_t ring_next;
+    size_t ring_used;
+};
+
+void wire_limits_default(wire_limits_t *limits)
+{
+    limits->max_ids = 16;
+    limits->max_buffers = 64;
+    limits->max_msg_bytes = 64u << 20;
+    limits->replay_window = 8192;
+}
+
+wire_t *wire_new(const void *key, size_t key_len, const wire_limits_t *limits)
+{
+    wire_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    if (limits)
+        self->limits = *limits;
+    else
+        wire_limits_default(&self->limits);
+    self->hmac = hmac_new(key, key_len);
+    if (!self->hmac)
+        goto fail;
+    if (self->limits.replay_window && key_len) {
+        self->seen = zhashx_new();
+        self->ring = calloc(self->limits.replay_window, sizeof *self->ring);
+        if (!self->seen || !self->ring)
+            goto fail;
+    }
+    return self;
+fail:
+    wire_destroy(&self);
+    return NULL;
+}
+
+void wire_destroy(wire_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    wire_t *self = *self_p;
+    hmac_destroy(&self->hmac);
+    zhashx_destroy(&self->seen);
+    free(self->ring);
+    free(self);
+    *self_p = NULL;
+}
+
+/*  1 when sig was seen within the window; otherwise remembers it and returns 0. */
+static int s_replayed(wire_t *self, const char *sig)
+{
+    if (!self->seen)
+        return 0;
+    if (zhashx_lookup(self->seen, sig))
+        return 1;
+    char *slot = self->ring[self->ring_next];
+    if (self->ring_used == self->limits.replay_window)
+        zhashx_delete(self->seen, slot);
+    else
+        self->ring_used++;
+    memcpy(slot, sig, HMAC_HEX_LEN + 1);
+    zhashx_insert(self->seen, slot, (void *)1);
+    self->ring_next = (self->ring_next + 1) % self->limits.replay_window;
+    return 0;
+}
+
+int wire_decode(wire_t *self, zmsg_t **msg_p, jmsg_t **out)
+{
+    zmsg_t *msg = *msg_p;
+    *msg_p = NULL;
+    *out = NULL;
+    int rc = 0;
+    jmsg_t *m = NULL;
+    size_t nframes = zmsg_size(msg);
+
+    if (nframes > self->limits.max_ids + 1 + 5 + self->limits.max_buffers ||
+        zmsg_content_size(msg) > self->limits.max_msg_bytes) {
+        rc = WIRE_ETOOBIG;
+        goto done;
+    }
+    /* Find the delimiter among the first max_ids + 1 frames. */
+    size_t nids = 0;
+    zframe_t *f = zmsg_first(msg);
+    while (f && !zframe_streq(f, WIRE_DELIMITER)) {
+        if (++nids > self->limits.max_ids) {
+            rc = WIRE_ENODELIM;
+            goto done;
+        }
+        f = zmsg_next(msg);
+    }
+    if (!f) {
+        rc = WIRE_ENODELIM;
+        goto done;
+    }
+    if (nframes - nids - 1 < 5) {
+        rc = WIRE_ETOOFEW;
+        goto done;
+    }
+    if (nframes - nids - 6 > self->limits.max_buffers) {
+        rc = WIRE_ETOOBIG;
+        goto done;
+    }
+    zframe_t *sig = zmsg_next(msg);
+    zframe_t *parts[JMSG_NPARTS];
+    const void *data[JMSG_NPARTS];
+    size_t lens[JMSG_NPARTS];
+    for (int i = 0; i < JMSG_NPARTS; i++) {
+        parts[i] = zmsg_next(msg);
+        data[i] = zframe_data(parts[i]);
+        lens[i] = zframe_size(parts[i]);
+    }
+    if (!hmac_verify(self->hmac, data, lens, JMSG_NPARTS, zframe_data(sig), zframe_size(sig))) {
+        rc = WIRE_ESIG;
+        goto done;
+    }
+    if (!hmac_is_null(self->hmac)) {
+        char hex[HMAC_HEX_LEN + 1];
+        memcpy(hex, zframe_data(sig), HMAC_HEX_LEN);
+        hex[HMAC_HEX_LEN] = '\0';
+        if (s_replayed(self, hex)) {
+            rc = WIRE_EREPLAY;
+            goto done;
+        }
+    }
+    m = jmsg_new_empty();
+    if (!m) {
+        rc = WIRE_ENOMEM;
+        goto done;
+    }
+    for (int i = 0; i < JMSG_NPARTS; i++) {
+        if (jmsg_set_raw(m, (jmsg_part_t)i, data[i], lens[i]) < 0) {
+            rc = WIRE_EJSON;
+            goto done;
+        }
+    }
+    const char *type = json_string_value(json_object_get(jmsg_header(m), "msg_type"));
+    const char *id = json_string_value(json_object_get(jmsg_header(m), "msg_id"));
+    if (!type || !*type || !id || !*id) {
+        rc = WIRE_EHEADER;
+        goto done;
+    }
+    /* Move identities and buffers over without copying their bytes. */
+    zmsg_t *ids = jmsg_ids(m);
+    for (size_t i = 0; i < nids; i++) {
+        zframe_t *idf = zmsg_pop(msg);
+        zmsg_append(ids, &idf);
+    }
+    zmsg_t *bufs = jmsg_buffers(m);
+    for (size_t i = 0; i < 1 + 1 + JMSG_NPARTS; i++) {
+        zframe_t *skip = zmsg_pop(msg);
+        zframe_destroy(&skip);
+    }
+    zframe_t *b;
+    while ((b = zmsg_pop(msg)))
+        zmsg_append(bufs, &b);
+    *out = m;
+    m = NULL;
+done:
+    jmsg_destroy(&m);
+    zmsg_destroy(&msg);
+    return rc;
+}
+
+zmsg_t *wire_encode(wire_t *self, const jmsg_t *msg)
+{
+    zmsg_t *z = zmsg_new();
+    char *dumped[JMSG_NPARTS] = {NULL};
+    const void *data[JMSG_NPARTS];
+    size_t lens[JMSG_NPARTS];
+    if (!z)
+        return NULL;
+    for (int i = 0; i < JMSG_NPARTS; i++) {
+        data[i] = jmsg_raw(msg, (jmsg_part_t)i, &lens[i]);
+        if (!data[i]) {
+            dumped[i] = json_dumps(jmsg_json(msg, (jmsg_part_t)i), JSON_COMPACT);
+            if (!dumped[i])
+                goto fail;
+            data[i] = dumped[i];
+            lens[i] = strlen(dumped[i]);
+        }
+    }
+    char sig[HMAC_HEX_LEN + 1];
+    hmac_sign(self->hmac, data, lens, JMSG_NPARTS, sig);
+
+    for (zframe_t *f = zmsg_first(jmsg_ids(msg)); f; f = zmsg_next(jmsg_ids(msg)))
+        if (zmsg_addmem(z, zframe_data(f), zframe_size(f)) < 0)
+            goto fail;
+    if (zmsg_addstr(z, WIRE_DELIMITER) < 0 || zmsg_addstr(z, sig) < 0)
+        goto fail;
+    for (int i = 0; i < JMSG_NPARTS; i++)
+        if (zmsg_addmem(z, data[i], lens[i]) < 0)
+            goto fail;
+    for (zframe_t *f = zmsg_first(jmsg_buffers(msg)); f; f = zmsg_next(jmsg_buffers(msg)))
+        if (zmsg_addmem(z, zframe_data(f), zframe_size(f)) < 0)
+            goto fail;
+    for (int i = 0; i < JMSG_NPARTS; i++)
+        free(dumped[i]);
+    return z;
+fail:
+    for (int i = 0; i < JMSG_NPARTS; i++)
+        free(dumped[i]);
+    zmsg_destroy(&z);
+    return NULL;
+}
+
+const char *wire_strerror(int code)
+{
+    switch (code) {
+    case 0: return "ok";
+    case WIRE_ENOMEM: return "out of memory";
+    case WIRE_ENODELIM: return "no <IDS|MSG> delimiter";
+    case WIRE_ETOOFEW: return "too few frames after the delimiter";
+    case WIRE_ETOOBIG: return "message over the size or frame limits";
+    case WIRE_ESIG: return "bad signature";
+    case WIRE_EREPLAY: return "replayed message";
+    case WIRE_EJSON: return "a JSON part is not a UTF-8 JSON object";
+    case WIRE_EHEADER: return "header lacks msg_id or msg_type";
+    default: return "unknown wire error";
+    }
+}

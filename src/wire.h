@@ -1,0 +1,50 @@
+/*  wire: Jupyter wire format (protocol 5.3) <-> jmsg_t.
+ *  `[ids…] <IDS|MSG> signature header parent_header metadata content [buffers…]`
+ *  Decoding checks limits, then verifies the HMAC over the raw frames, then rejects replays,
+ *  and only then parses JSON. One wire_t per key: it holds the signer and the replay memory. */
+#ifndef KENNEL_WIRE_H
+#define KENNEL_WIRE_H
+
+#include <stddef.h>
+
+#include <czmq.h>
+
+#include "jmsg.h"
+
+#define WIRE_DELIMITER "<IDS|MSG>"
+
+/*  Error codes of wire_decode (0 is success). */
+#define WIRE_ENOMEM -1     /* allocation failed */
+#define WIRE_ENODELIM -2   /* no <IDS|MSG> delimiter within the identity limit */
+#define WIRE_ETOOFEW -3    /* fewer than 5 frames after the delimiter */
+#define WIRE_ETOOBIG -4    /* over the frame count or byte limits */
+#define WIRE_ESIG -5       /* signature does not match */
+#define WIRE_EREPLAY -6    /* signature seen recently: a replayed message */
+#define WIRE_EJSON -7      /* a JSON part is not a UTF-8 JSON object */
+#define WIRE_EHEADER -8    /* header lacks a non-empty string msg_id or msg_type */
+
+typedef struct {
+    size_t max_ids;          /* routing identity frames before the delimiter */
+    size_t max_buffers;      /* binary buffers after content */
+    size_t max_msg_bytes;    /* all frames together */
+    size_t replay_window;    /* signatures remembered; 0 turns the guard off */
+} wire_limits_t;
+
+/*  The defaults: 16 identities, 64 buffers, 64 MiB, 8192 signatures. */
+void wire_limits_default(wire_limits_t *limits);
+
+typedef struct wire wire_t;
+
+/*  A codec for `key` (copied). limits NULL means the defaults. NULL on allocation failure. */
+wire_t *wire_new(const void *key, size_t key_len, const wire_limits_t *limits);
+/*  Wipe the key, free *self_p, set it to NULL. No-op on NULL. */
+void wire_destroy(wire_t **self_p);
+/*  Decode and verify. Takes *msg_p (always; sets it to NULL). On success stores an owned
+ *  message in *out and returns 0; otherwise returns a WIRE_E* code and *out is NULL. */
+int wire_decode(wire_t *self, zmsg_t **msg_p, jmsg_t **out);
+/*  Encode and sign msg (not taken). Caller owns the result. NULL on allocation failure. */
+zmsg_t *wire_encode(wire_t *self, const jmsg_t *msg);
+/*  A short English description of a WIRE_E* code. */
+const char *wire_strerror(int code);
+
+#endif

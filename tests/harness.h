@@ -1,0 +1,57 @@
+/*  harness: the smallest test runner. Each unit test file is one executable:
+ *    TEST(name) { CHECK(cond); CHECK_EQ_INT(a, b); CHECK_STR(a, b); }
+ *    int main(void) { RUN(name); …; return harness_done(); }
+ *  It prints one line per failed check and ends with "N passed, N failed". */
+#ifndef KENNEL_HARNESS_H
+#define KENNEL_HARNESS_H
+
+#include <stdio.h>
+#include <string.h>
+
+static int harness_passed, harness_failed, harness_current_failed;
+
+#define TEST(name) static void name(void)
+#define CHECK(cond)                                                                        \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "  FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);              \
+            harness_current_failed = 1;                                                    \
+        }                                                                                  \
+    } while (0)
+#define CHECK_EQ_INT(a, b)                                                                 \
+    do {                                                                                   \
+        long long a_ = (long long)(a), b_ = (long long)(b);                                \
+        if (a_ != b_) {                                                                    \
+            fprintf(stderr, "  FAIL %s:%d: %s == %lld, expected %lld\n", __FILE__, __LINE__, \
+                    #a, a_, b_);                                                           \
+            harness_current_failed = 1;                                                    \
+        }                                                                                  \
+    } while (0)
+#define CHECK_STR(a, b)                                                                    \
+    do {                                                                                   \
+        const char *a_ = (a), *b_ = (b);                                                   \
+        if (!a_ || !b_ || strcmp(a_, b_) != 0) {                                           \
+            fprintf(stderr, "  FAIL %s:%d: %s == \"%s\", expected \"%s\"\n", __FILE__,      \
+                    __LINE__, #a, a_ ? a_ : "(null)", b_ ? b_ : "(null)");                 \
+            harness_current_failed = 1;                                                    \
+        }                                                                                  \
+    } while (0)
+#define RUN(name)                                                                          \
+    do {                                                                                   \
+        harness_current_failed = 0;                                                        \
+        name();                                                                            \
+        if (harness_current_failed) {                                                      \
+            harness_failed++;                                                              \
+            fprintf(stderr, "FAILED %s\n", #name);                                         \
+        } else {                                                                           \
+            harness_passed++;                                                              \
+        }                                                                                  \
+    } while (0)
+
+static inline int harness_done(void)
+{
+    printf("%d passed, %d failed\n", harness_passed, harness_failed);
+    return harness_failed ? 1 : 0;
+}
+
+#endif

@@ -1,0 +1,228 @@
+"""Hostile input on every socket kenneld serves: garbage, forged and replayed messages,
+truncated and oversized ones, floods, and a kernel that writes garbage into its own pipe.
+Each test ends by checking that the session still answers and kept its state."""
+import json
+import os
+import struct
+import time
+
+import pytest
+import zmq
+from jupyter_client.session import Session
+
+from conftest import Client, assert_healthy
+
+
+def _set_marker(client):
+    r = client.execute("kennel_marker = 1")
+    assert r["content"]["status"] == "ok"
+
+
+def test_garbage_frames_on_every_socket(kenneld, client):
+    _set_marker(client)
+    junk = [[b""], [b"\xff" * 64], [os.urandom(512) for _ in range(8)],
+            [b"<IDS|MSG>"], [b"<IDS|MSG>", b"sig", b"{", b"}", b"[", b"]"],
+            [b"x"] * 200]
+    for name in ("shell", "control", "stdin"):
+        for frames in junk:
+            client.sockets[name].send_multipart(frames)
+    # The heartbeat echoes whatever it gets; garbage included.
+    client.sockets["hb"].send(b"\x00garbage")
+    assert client.sockets["hb"].poll(5000)
+    assert client.sockets["hb"].recv() == b"\x00garbage"
+    assert_healthy(client, kenneld)
+
+
+def test_wrong_key_is_ignored(kenneld, client):
+    _set_marker(client)
+    forger = Session(key=b"not-the-key", signature_scheme="hmac-sha256")
+    msg = forger.send(client.sockets["shell"], "execute_request",
+                      {"code": "kennel_marker = 'pwned'", "silent": False})
+    assert client.reply_to("shell", msg["header"]["msg_id"], timeout=1) is None
+    unsigned = Session(key=b"", signature_scheme="hmac-sha256")
+    msg = unsigned.send(client.sockets["shell"], "execute_request", {"code": "kennel_marker = 2"})
+    assert client.reply_to("shell", msg["header"]["msg_id"], timeout=1) is None
+    assert_healthy(client, kenneld)
+    r = client.execute("assert kennel_marker == 1")
+    assert r["content"]["status"] == "ok", r["content"]
+
+
+def test_replayed_message_runs_once(kenneld, client):
+    _set_marker(client)
+    msg = client.session.msg("execute_request", {"code": "kennel_marker += 1", "silent": False,
+                                                 "store_history": True, "user_expressions": {},
+                                                 "allow_stdin": False, "stop_on_error": True})
+    frames = client.session.serialize(msg)
+    client.sockets["shell"].send_multipart(frames)
+    assert client.reply_to("shell", msg["header"]["msg_id"]) is not None
+    client.sockets["shell"].send_multipart(frames)  # byte-for-byte replay
+    assert client.reply_to("shell", msg["header"]["msg_id"], timeout=1) is None
+    r = client.execute("assert kennel_marker == 2, kennel_marker")
+    assert r["content"]["status"] == "ok", r["content"]
+
+
+def test_truncated_and_non_object_messages(kenneld, client):
+    _set_marker(client)
+    msg = client.session.msg("execute_request", {"code": "kennel_marker = 'truncated'"})
+    frames = client.session.serialize(msg)
+    client.sockets["shell"].send_multipart(frames[:-1])          # content missing
+    client.sockets["shell"].send_multipart(frames[:3])
+    # Correctly signed, but the content is a JSON array: refused after the signature check.
+    parts = [client.session.pack(msg["header"]), b"{}", b"{}", b"[1]"]
+    bad = [b"<IDS|MSG>", client.session.sign(parts), *parts]
+    client.sockets["shell"].send_multipart(bad)
+    assert client.reply_to("shell", msg["header"]["msg_id"], timeout=1) is None
+    assert_healthy(client, kenneld)
+    r = client.execute("assert kennel_marker == 1")
+    assert r["content"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("kenneld", [("--max-message", "1M")], indirect=True)
+def test_oversized_message_dropped(kenneld, client):
+    _set_marker(client)
+    big = "x" * (2 << 20)
+    msg = client.session.send(client.sockets["shell"], "execute_request", {"code": f"s = '{big}'"})
+    assert client.reply_to("shell", msg["header"]["msg_id"], timeout=2) is None
+    # libzmq disconnected that peer; a new client of the same session is served.
+    c2 = Client(kenneld.ctx, client.conn)
+    try:
+        assert_healthy(c2, kenneld)
+        # Just under the limit is fine.
+        r = c2.execute("s = '" + "y" * (900 << 10) + "'; len(s)")
+        assert r["content"]["status"] == "ok"
+    finally:
+        c2.close()
+
+
+def test_unknown_and_misrouted_types_ignored(kenneld, client):
+    _set_marker(client)
+    for channel, msg_type in (("shell", "frobnicate_request"), ("shell", "status"),
+                              ("control", "execute_request"), ("shell", "interrupt_request"),
+                              ("stdin", "input_reply")):
+        msg = client.session.send(client.sockets[channel], msg_type, {"code": "kennel_marker = 9"})
+        assert client.reply_to(channel, msg["header"]["msg_id"], timeout=0.5) is None, msg_type
+    assert_healthy(client, kenneld)
+    r = client.execute("assert kennel_marker == 1")
+    assert r["content"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("kenneld", [("--max-queued", "4")], indirect=True)
+def test_request_flood_hits_queue_limit(kenneld, client):
+    _set_marker(client)
+    first = client.session.send(client.sockets["shell"], "execute_request",
+                                {"code": "import time; time.sleep(1)", "silent": False})
+    ids = [client.session.send(client.sockets["shell"], "execute_request",
+                               {"code": "kennel_marker += 1", "silent": False})["header"]["msg_id"]
+           for _ in range(12)]
+    replies = {}
+    deadline = time.monotonic() + 20
+    while len(replies) < 13 and time.monotonic() < deadline:
+        if client.sockets["shell"].poll(1000):
+            _, frames = client.session.feed_identities(client.sockets["shell"].recv_multipart())
+            m = client.session.deserialize(frames)
+            replies[m["parent_header"]["msg_id"]] = m["content"]
+    assert replies[first["header"]["msg_id"]]["status"] == "ok"
+    statuses = [replies[i]["status"] for i in ids]
+    refused = [replies[i] for i in ids if replies[i]["status"] == "error"]
+    assert statuses.count("ok") == 4, statuses
+    assert len(refused) == 8 and all(r["ename"] == "QueueFull" for r in refused)
+    r = client.execute("assert kennel_marker == 5, kennel_marker")
+    assert r["content"]["status"] == "ok", r["content"]
+
+
+def test_garbage_flood_does_not_starve_others(kenneld, client):
+    _set_marker(client)
+    other = kenneld.call("create_request", {"name": "bystander"})
+    with open(other["session"]["connection_file"]) as f:
+        c2 = Client(kenneld.ctx, json.load(f))
+    try:
+        assert c2.request("shell", "kernel_info_request", timeout=20) is not None
+        flood = kenneld.ctx.socket(zmq.DEALER)
+        flood.linger = 0
+        flood.sndhwm = 0
+        flood.connect(f"tcp://127.0.0.1:{client.conn['shell_port']}")
+        for _ in range(20000):
+            flood.send_multipart([b"<IDS|MSG>", b"0" * 64, b"{}", b"{}", b"{}", b"{}"])
+        t = time.monotonic()
+        assert c2.request("control", "kernel_info_request", timeout=5) is not None
+        assert time.monotonic() - t < 1.0
+        flood.close()
+        assert_healthy(client, kenneld)
+    finally:
+        c2.close()
+
+
+def _frame(*parts):
+    body = struct.pack(">I", len(parts)) + b"".join(struct.pack(">I", len(p)) + p for p in parts)
+    return struct.pack(">I", len(body)) + body
+
+
+@pytest.mark.parametrize("payload", [
+    b"\xff" * 64,                                     # garbage
+    struct.pack(">I", 0xFFFFFFF0),                    # a 4 GiB frame announced
+    _frame(b'{"op":"iopub","msg_type":"status"}', b"{}", b'{"execution_state":"idle"}'),
+    _frame(b'{"op":"reply","msg_type":"execute_reply","parent_msg_id":"forged"}', b"{}", b"{}"),
+    _frame(b'{"op":"iopub","msg_type":"stream"}', b"{}", b"[not json"),
+], ids=["garbage", "huge-length", "status-from-kernel", "forged-reply", "bad-json"])
+def test_kernel_writing_garbage_into_its_pipe(kenneld, client, payload):
+    """User code can write to the kernel's pipe: kenneld must treat it as hostile, kill that
+    kernel, answer the cell with an error, restart, and keep serving."""
+    _set_marker(client)
+    code = f"import os; os.write(3, {payload!r}); import time; time.sleep(5)"
+    t = time.monotonic()
+    r = client.execute(code, timeout=15)
+    assert r is not None, "no reply after the kernel broke protocol"
+    assert r["content"]["status"] == "error"
+    assert r["content"]["ename"] == "KernelDied"
+    assert time.monotonic() - t < 4
+    assert_healthy(client, kenneld, value_code="1 + 1")
+    info = kenneld.call("info_request", {"session": "victim"})["session"]
+    assert info["restarts"] == 1
+
+
+def test_manager_abuse(kenneld):
+    forger = Session(key=b"wrong", signature_scheme="hmac-sha256")
+    forger.send(kenneld.mgr, "create_request", {"name": "forged"})
+    kenneld.mgr.send_multipart([b"garbage"])
+    for content, ename in (({"name": "../etc"}, "BadRequest"), ({"name": ""}, "BadRequest"),
+                           ({"name": "x" * 500}, "BadRequest"), ({"name": 5}, "BadRequest"),
+                           ({"connection": "tcp://1.2.3.4"}, "BadRequest"),
+                           ({"connection": {"transport": "tcp", "ip": "0.0.0.0", "key": "k",
+                                            "shell_port": 1, "iopub_port": 2, "stdin_port": 3,
+                                            "control_port": 4, "hb_port": 5}}, "BadRequest"),
+                           ({"connection": {"transport": "tcp", "ip": "127.0.0.1", "key": "",
+                                            "shell_port": 1, "iopub_port": 2, "stdin_port": 3,
+                                            "control_port": 4, "hb_port": 5}}, "BadRequest")):
+        r = kenneld.call("create_request", content)
+        assert r["status"] == "error" and r["ename"] == ename, (content, r)
+    assert kenneld.call("info_request", {"session": "nope"})["ename"] == "NoSuchSession"
+    assert kenneld.call("end_request", {"session": ""})["ename"] == "BadRequest"
+    assert kenneld.call("frobnicate_request", {})["ename"] == "BadRequest"
+    assert kenneld.call("list_request")["sessions"] == []  # the forged create did nothing
+
+
+def test_port_already_in_use(kenneld):
+    busy = zmq.Context.instance().socket(zmq.ROUTER)
+    port = busy.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        conn = {"transport": "tcp", "ip": "127.0.0.1", "key": "k", "signature_scheme": "hmac-sha256",
+                "shell_port": port, "iopub_port": port + 1, "stdin_port": port + 2,
+                "control_port": port + 3, "hb_port": port + 4}
+        r = kenneld.call("create_request", {"connection": conn})
+        assert r["status"] == "error" and r["ename"] == "AddressInUse", r
+        assert kenneld.call("list_request")["sessions"] == []
+        assert os.listdir(os.path.join(kenneld.state_dir, "sessions")) == []
+    finally:
+        busy.close(0)
+
+
+@pytest.mark.parametrize("kenneld", [("--max-sessions", "2")], indirect=True)
+def test_session_limit(kenneld):
+    assert kenneld.call("create_request", {"name": "a"})["status"] == "ok"
+    assert kenneld.call("create_request", {"name": "b"})["status"] == "ok"
+    r = kenneld.call("create_request", {"name": "c"})
+    assert r["status"] == "error" and r["ename"] == "TooManySessions"
+    # Finding an existing name is not a new session.
+    assert kenneld.call("create_request", {"name": "a"})["created"] is False
+    assert kenneld.call("end_request", {"session": "b"})["status"] == "ok"
+    assert kenneld.call("create_request", {"name": "c"})["status"] == "ok"

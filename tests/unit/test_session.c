@@ -1,0 +1,471 @@
+/*  Unit tests of the session state machine with recording ops (no sockets, no processes):
+ *  queueing one request at a time, busy/idle order, kernel_info before and after hello,
+ *  stop_on_error aborts, kernel protocol violations, stdin, interrupt, shutdown, kernel death,
+ *  a failed start, and the queue limit. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../harness.h"
+#include "log.h"
+#include "route.h"
+#include "session.h"
+#include "wire.h"
+
+typedef struct {
+    unsigned channel;
+    char type[64];
+    char parent_id[64];
+    json_t *content;
+} sent_t;
+
+typedef struct {
+    sent_t sent[256];
+    int nsent;
+    char kframes[64][160]; /* op header + ' ' + header msg_type of each frame to the kernel */
+    int nk;
+    int starts, start_fails, ended;
+    int signals[16];
+    int nsig;
+} rec_t;
+
+static void op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
+{
+    rec_t *r = ctx;
+    sent_t *s = &r->sent[r->nsent++];
+    s->channel = channel;
+    snprintf(s->type, sizeof s->type, "%s", jmsg_type(*msg_p));
+    const char *pid = json_string_value(json_object_get(jmsg_json(*msg_p, JMSG_PARENT), "msg_id"));
+    snprintf(s->parent_id, sizeof s->parent_id, "%s", pid ? pid : "");
+    s->content = json_incref(jmsg_content(*msg_p));
+    jmsg_destroy(msg_p);
+}
+
+static int op_to_kernel(void *ctx, const kpipe_iov_t *parts, size_t n)
+{
+    rec_t *r = ctx;
+    char type[64] = "";
+    if (n > 1) {
+        json_t *h = json_loadb(parts[1].data, parts[1].len, 0, NULL);
+        snprintf(type, sizeof type, "%s", json_string_value(json_object_get(h, "msg_type")) ?: "");
+        json_decref(h);
+    }
+    snprintf(r->kframes[r->nk++], 160, "%.*s %s", (int)parts[0].len, (const char *)parts[0].data, type);
+    return 0;
+}
+
+static int op_kernel_start(void *ctx)
+{
+    rec_t *r = ctx;
+    r->starts++;
+    return r->start_fails ? -1 : 0;
+}
+
+static void op_kernel_signal(void *ctx, int sig)
+{
+    rec_t *r = ctx;
+    r->signals[r->nsig++] = sig;
+}
+
+static void op_ended(void *ctx)
+{
+    ((rec_t *)ctx)->ended++;
+}
+
+static const session_ops_t s_ops = {op_send, op_to_kernel, op_kernel_start, op_kernel_signal, op_ended};
+
+static rec_t *s_rec_new(void)
+{
+    return calloc(1, sizeof(rec_t));
+}
+
+static void s_rec_free(rec_t *r)
+{
+    for (int i = 0; i < r->nsent; i++)
+        json_decref(r->sent[i].content);
+    free(r);
+}
+
+/*  A request as a client would send it, through a real encode/decode. */
+static jmsg_t *s_req(const char *type, json_t *content, char *id_out)
+{
+    wire_t *w = wire_new("k", 1, NULL);
+    jmsg_t *m = jmsg_new(type, "client");
+    zframe_t *id = zframe_new("CLIENT", 6);
+    zmsg_append(jmsg_ids(m), &id);
+    if (content)
+        jmsg_set_json(m, JMSG_CONTENT, content);
+    if (id_out)
+        strcpy(id_out, jmsg_id(m));
+    zmsg_t *z = wire_encode(w, m);
+    jmsg_destroy(&m);
+    jmsg_t *out = NULL;
+    wire_decode(w, &z, &out);
+    wire_destroy(&w);
+    return out;
+}
+
+static void s_request(session_t *s, unsigned channel, const char *type, json_t *content, char *id_out)
+{
+    jmsg_t *m = s_req(type, content, id_out);
+    session_on_request(s, channel, &m);
+}
+
+/*  Feed the session one kernel frame made of string parts. */
+static int s_kernel(session_t *s, int n, const char **parts)
+{
+    kpipe_iov_t iov[8];
+    for (int i = 0; i < n; i++)
+        iov[i] = (kpipe_iov_t){parts[i], strlen(parts[i])};
+    uint8_t *buf;
+    size_t len;
+    kpipe_encode(iov, (size_t)n, 1 << 20, &buf, &len);
+    kpipe_t *d = kpipe_new(1 << 20);
+    kpipe_feed(d, buf, len);
+    kpipe_frame_t *f = NULL;
+    kpipe_next(d, &f);
+    const char *why = NULL;
+    int rc = session_on_kernel(s, f, &why);
+    kpipe_frame_destroy(&f);
+    kpipe_destroy(&d);
+    free(buf);
+    return rc;
+}
+
+static int s_hello(session_t *s)
+{
+    const char *parts[] = {"{\"op\":\"hello\",\"pid\":1}", "{\"protocol_version\":\"5.3\",\"implementation\":\"kennel\"}"};
+    return s_kernel(s, 2, parts);
+}
+
+static int s_reply(session_t *s, const char *type, const char *parent_id, const char *content)
+{
+    char op[256];
+    snprintf(op, sizeof op, "{\"op\":\"reply\",\"msg_type\":\"%s\",\"parent_msg_id\":\"%s\"}", type, parent_id);
+    const char *parts[] = {op, "{}", content};
+    return s_kernel(s, 3, parts);
+}
+
+static session_t *s_session(rec_t *r, size_t max_queued)
+{
+    session_limits_t lim = {max_queued, 0};
+    session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
+    CHECK_EQ_INT(session_start(s), 0);
+    return s;
+}
+
+/*  Index of the first message sent after `from` with this type, or -1. */
+static int s_find(rec_t *r, int from, const char *type)
+{
+    for (int i = from; i < r->nsent; i++)
+        if (strcmp(r->sent[i].type, type) == 0)
+            return i;
+    return -1;
+}
+
+static const char *s_status(rec_t *r, int i)
+{
+    return json_string_value(json_object_get(r->sent[i].content, "execution_state"));
+}
+
+TEST(kernel_info_waits_for_hello)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    CHECK_EQ_INT(r->starts, 1);
+    CHECK_EQ_INT(session_state(s), SESSION_STARTING);
+    char id[40];
+    s_request(s, ROUTE_CONTROL, "kernel_info_request", NULL, id);
+    CHECK_EQ_INT(r->nsent, 0);
+    CHECK_EQ_INT(s_hello(s), 0);
+    CHECK_EQ_INT(session_state(s), SESSION_IDLE);
+    /* busy, reply on control, idle — all with the request as parent. */
+    CHECK_EQ_INT(r->nsent, 3);
+    CHECK_STR(s_status(r, 0), "busy");
+    CHECK_STR(r->sent[1].type, "kernel_info_reply");
+    CHECK_EQ_INT(r->sent[1].channel, ROUTE_CONTROL);
+    CHECK_STR(r->sent[1].parent_id, id);
+    CHECK_STR(json_string_value(json_object_get(r->sent[1].content, "status")), "ok");
+    CHECK_STR(json_string_value(json_object_get(r->sent[1].content, "implementation")), "kennel");
+    CHECK_STR(s_status(r, 2), "idle");
+    /* After hello it is answered at once, without the kernel. */
+    s_request(s, ROUTE_SHELL, "kernel_info_request", NULL, NULL);
+    CHECK_EQ_INT(r->nsent, 6);
+    CHECK_EQ_INT(r->nk, 0);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(one_request_at_a_time)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    char id1[40], id2[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), id1);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "2"), id2);
+    CHECK_EQ_INT(r->nk, 0); /* nothing before hello */
+    s_hello(s);
+    CHECK_EQ_INT(r->nk, 1);
+    CHECK_STR(r->kframes[0], "{\"op\":\"request\",\"channel\":\"shell\"} execute_request");
+    CHECK_EQ_INT(session_state(s), SESSION_BUSY);
+    CHECK_STR(s_status(r, 0), "busy");
+    CHECK_STR(r->sent[0].parent_id, id1);
+    /* Output is published with the running request as parent. */
+    const char *out[] = {"{\"op\":\"iopub\",\"msg_type\":\"stream\"}", "{}", "{\"name\":\"stdout\",\"text\":\"x\"}"};
+    CHECK_EQ_INT(s_kernel(s, 3, out), 0);
+    int at = s_find(r, 0, "stream");
+    CHECK(at > 0);
+    CHECK_STR(r->sent[at].parent_id, id1);
+    /* The reply releases the next request. */
+    CHECK_EQ_INT(s_reply(s, "execute_reply", id1, "{\"status\":\"ok\",\"execution_count\":1}"), 0);
+    int rep = s_find(r, 0, "execute_reply");
+    CHECK(rep > at);
+    CHECK_EQ_INT(r->sent[rep].channel, ROUTE_SHELL);
+    CHECK_STR(s_status(r, rep + 1), "idle");
+    CHECK_STR(r->sent[rep + 1].parent_id, id1);
+    CHECK_STR(s_status(r, rep + 2), "busy");
+    CHECK_STR(r->sent[rep + 2].parent_id, id2);
+    CHECK_EQ_INT(r->nk, 2);
+    json_t *info = session_info(s);
+    CHECK_EQ_INT(json_integer_value(json_object_get(info, "cells")), 1);
+    CHECK_STR(json_string_value(json_object_get(info, "state")), "busy");
+    json_decref(info);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(stop_on_error_aborts_queued_executes)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    char id1[40], id2[40], id3[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1/0"), id1);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "2"), id2);
+    s_request(s, ROUTE_SHELL, "complete_request", json_pack("{s:s, s:i}", "code", "pri", "cursor_pos", 3), NULL);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "3"), id3);
+    int mark = r->nsent;
+    s_reply(s, "execute_reply", id1, "{\"status\":\"error\",\"ename\":\"ZeroDivisionError\"}");
+    int a2 = s_find(r, mark + 1, "execute_reply");
+    CHECK(a2 > 0);
+    CHECK_STR(r->sent[a2].parent_id, id2);
+    CHECK_STR(json_string_value(json_object_get(r->sent[a2].content, "status")), "aborted");
+    int a3 = s_find(r, a2 + 1, "execute_reply");
+    CHECK(a3 > 0);
+    CHECK_STR(r->sent[a3].parent_id, id3);
+    /* The completion still reaches the kernel. */
+    CHECK_EQ_INT(r->nk, 2);
+    CHECK(strstr(r->kframes[1], "complete_request") != NULL);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(stop_on_error_false_keeps_queue)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    char id1[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s, s:b}", "code", "1/0", "stop_on_error", 0), id1);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "2"), NULL);
+    s_reply(s, "execute_reply", id1, "{\"status\":\"error\"}");
+    CHECK_EQ_INT(r->nk, 2);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(kernel_violations)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    const char *early[] = {"{\"op\":\"iopub\",\"msg_type\":\"stream\"}", "{}", "{}"};
+    CHECK_EQ_INT(s_kernel(s, 3, early), -1); /* output before hello */
+    s_hello(s);
+    CHECK_EQ_INT(s_hello(s), -1); /* a second hello */
+    const char *status[] = {"{\"op\":\"iopub\",\"msg_type\":\"status\"}", "{}", "{\"execution_state\":\"idle\"}"};
+    CHECK_EQ_INT(s_kernel(s, 3, status), -1); /* status is kenneld's */
+    const char *reply_type[] = {"{\"op\":\"iopub\",\"msg_type\":\"execute_reply\"}", "{}", "{}"};
+    CHECK_EQ_INT(s_kernel(s, 3, reply_type), -1);
+    const char *array[] = {"{\"op\":\"iopub\",\"msg_type\":\"stream\"}", "{}", "[1,2]"};
+    CHECK_EQ_INT(s_kernel(s, 3, array), -1);
+    const char *notjson[] = {"op!"};
+    CHECK_EQ_INT(s_kernel(s, 1, notjson), -1);
+    const char *unknown[] = {"{\"op\":\"mount\"}"};
+    CHECK_EQ_INT(s_kernel(s, 1, unknown), -1);
+    CHECK_EQ_INT(s_reply(s, "execute_reply", "nobody", "{}"), -1); /* nothing in flight */
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), id);
+    CHECK_EQ_INT(s_reply(s, "execute_reply", "other-id", "{}"), -1);
+    CHECK_EQ_INT(s_reply(s, "complete_reply", id, "{}"), -1);
+    const char *input[] = {"{\"op\":\"stdin\",\"msg_type\":\"input_request\"}", "{}", "{\"prompt\":\"\"}"};
+    /* allow_stdin defaults to true in the spec, but here the client said false. */
+    s_reply(s, "execute_reply", id, "{\"status\":\"ok\"}");
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s, s:b}", "code", "input()", "allow_stdin", 0), id);
+    CHECK_EQ_INT(s_kernel(s, 3, input), -1);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(stdin_round_trip)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s, s:b}", "code", "input()", "allow_stdin", 1), id);
+    /* An input_reply nobody asked for is dropped. */
+    s_request(s, ROUTE_STDIN, "input_reply", json_pack("{s:s}", "value", "early"), NULL);
+    CHECK_EQ_INT(r->nk, 1);
+    const char *input[] = {"{\"op\":\"stdin\",\"msg_type\":\"input_request\"}", "{}", "{\"prompt\":\"? \",\"password\":false}"};
+    CHECK_EQ_INT(s_kernel(s, 3, input), 0);
+    int at = s_find(r, 0, "input_request");
+    CHECK(at >= 0);
+    CHECK_EQ_INT(r->sent[at].channel, ROUTE_KSTDIN);
+    CHECK_STR(r->sent[at].parent_id, id);
+    s_request(s, ROUTE_STDIN, "input_reply", json_pack("{s:s}", "value", "42"), NULL);
+    CHECK_EQ_INT(r->nk, 2);
+    CHECK_STR(r->kframes[1], "{\"op\":\"request\",\"channel\":\"stdin\"} input_reply");
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(interrupt_and_shutdown)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    s_request(s, ROUTE_CONTROL, "interrupt_request", NULL, NULL);
+    CHECK_EQ_INT(r->nsig, 0); /* idle: nothing to interrupt */
+    CHECK(s_find(r, 0, "interrupt_reply") >= 0);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "sleep"), NULL);
+    s_request(s, ROUTE_CONTROL, "interrupt_request", NULL, NULL);
+    CHECK_EQ_INT(r->nsig, 1);
+    CHECK_EQ_INT(r->signals[0], SIGINT);
+    s_request(s, ROUTE_CONTROL, "shutdown_request", json_pack("{s:b}", "restart", 0), NULL);
+    int rep = s_find(r, 0, "shutdown_reply");
+    CHECK(rep >= 0);
+    CHECK_EQ_INT(r->sent[rep].channel, ROUTE_CONTROL);
+    CHECK(s_find(r, rep + 1, "shutdown_reply") > rep); /* also on iopub */
+    CHECK_EQ_INT(r->ended, 1);
+    CHECK_EQ_INT(session_state(s), SESSION_ENDED);
+    CHECK_EQ_INT(r->signals[r->nsig - 1], SIGKILL);
+    int before = r->nsent;
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), NULL);
+    CHECK_EQ_INT(r->nsent, before); /* an ended session answers nothing */
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(restart_keeps_session)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    s_request(s, ROUTE_CONTROL, "shutdown_request", json_pack("{s:b}", "restart", 1), NULL);
+    CHECK_EQ_INT(r->signals[0], SIGKILL);
+    CHECK_EQ_INT(r->ended, 0);
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)");
+    CHECK_EQ_INT(r->starts, 2);
+    CHECK_EQ_INT(session_state(s), SESSION_STARTING);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(kernel_death_fails_request_and_restarts)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "os._exit(3)"), id);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "2"), NULL);
+    session_on_kernel_exit(s, "exited with status 3");
+    int err = s_find(r, 0, "error");
+    int rep = s_find(r, 0, "execute_reply");
+    CHECK(err >= 0 && rep > err);
+    CHECK_STR(r->sent[rep].parent_id, id);
+    CHECK_STR(json_string_value(json_object_get(r->sent[rep].content, "ename")), "KernelDied");
+    CHECK(strstr(json_string_value(json_object_get(r->sent[rep].content, "evalue")), "status 3") != NULL);
+    CHECK_STR(s_status(r, rep + 1), "idle");
+    CHECK_EQ_INT(r->starts, 2);
+    /* The queued request goes to the new kernel once it says hello. */
+    int nk = r->nk;
+    s_hello(s);
+    CHECK_EQ_INT(r->nk, nk + 1);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(failed_start_fails_waiting_requests)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), id);
+    s_request(s, ROUTE_SHELL, "kernel_info_request", NULL, NULL);
+    session_on_kernel_exit(s, "exited with status 1");
+    CHECK_EQ_INT(session_state(s), SESSION_DEAD);
+    CHECK_EQ_INT(r->starts, 1); /* no restart loop */
+    int rep = s_find(r, 0, "execute_reply");
+    CHECK(rep >= 0);
+    CHECK_STR(json_string_value(json_object_get(r->sent[rep].content, "ename")), "KernelStartFailed");
+    CHECK(s_find(r, 0, "kernel_info_reply") >= 0);
+    /* The next request tries again. */
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), NULL);
+    CHECK_EQ_INT(r->starts, 2);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(queue_limit)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 2);
+    s_hello(s);
+    for (int i = 0; i < 3; i++) /* one runs, two wait */
+        s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), NULL);
+    CHECK_EQ_INT(s_find(r, 0, "execute_reply"), -1);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), id);
+    int rep = s_find(r, 0, "execute_reply");
+    CHECK(rep >= 0);
+    CHECK_STR(r->sent[rep].parent_id, id);
+    CHECK_STR(json_string_value(json_object_get(r->sent[rep].content, "ename")), "QueueFull");
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(unknown_and_misrouted_ignored)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    s_request(s, ROUTE_SHELL, "no_such_request", NULL, NULL);
+    s_request(s, ROUTE_SHELL, "interrupt_request", NULL, NULL); /* control only */
+    s_request(s, ROUTE_CONTROL, "execute_request", json_pack("{s:s}", "code", "1"), NULL);
+    s_request(s, ROUTE_SHELL, "status", NULL, NULL);
+    CHECK_EQ_INT(r->nsent, 0);
+    CHECK_EQ_INT(r->nk, 0);
+    CHECK_EQ_INT(r->nsig, 0);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+int main(void)
+{
+    zsys_handler_set(NULL);
+    log_init("test_session", LOG_LEVEL_ERROR);
+    RUN(kernel_info_waits_for_hello);
+    RUN(one_request_at_a_time);
+    RUN(stop_on_error_aborts_queued_executes);
+    RUN(stop_on_error_false_keeps_queue);
+    RUN(kernel_violations);
+    RUN(stdin_round_trip);
+    RUN(interrupt_and_shutdown);
+    RUN(restart_keeps_session);
+    RUN(kernel_death_fails_request_and_restarts);
+    RUN(failed_start_fails_waiting_requests);
+    RUN(queue_limit);
+    RUN(unknown_and_misrouted_ignored);
+    return harness_done();
+}

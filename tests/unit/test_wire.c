@@ -1,0 +1,245 @@
+/*  Unit tests of hmac, jmsg and wire: the golden vectors produced by Debian's jupyter_client
+ *  (protocol/vectors/wire.json), round trips, every malformed case and the limits. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <czmq.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "../harness.h"
+#include "hmac.h"
+#include "jmsg.h"
+#include "wire.h"
+
+#ifndef VECTORS
+#define VECTORS "protocol/vectors/wire.json"
+#endif
+
+static int s_expect_code(const char *name)
+{
+    static const struct { const char *name; int code; } map[] = {
+        {"ok", 0},
+        {"no_delimiter", WIRE_ENODELIM},
+        {"too_few_frames", WIRE_ETOOFEW},
+        {"bad_signature", WIRE_ESIG},
+        {"bad_json", WIRE_EJSON},
+        {"bad_header", WIRE_EHEADER},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(map[i].name, name) == 0)
+            return map[i].code;
+    return 99;
+}
+
+static zmsg_t *s_frames(json_t *list)
+{
+    zmsg_t *z = zmsg_new();
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v) {
+        const char *b64 = json_string_value(v);
+        size_t cap = strlen(b64) + 4, len = 0;
+        unsigned char *buf = malloc(cap);
+        sodium_base642bin(buf, cap, b64, strlen(b64), NULL, &len, NULL,
+                          sodium_base64_VARIANT_ORIGINAL);
+        zmsg_addmem(z, buf, len);
+        free(buf);
+    }
+    return z;
+}
+
+TEST(golden_vectors)
+{
+    json_error_t err;
+    json_t *root = json_load_file(VECTORS, 0, &err);
+    CHECK(root != NULL);
+    if (!root)
+        return;
+    json_t *vectors = json_object_get(root, "vectors");
+    CHECK(json_array_size(vectors) >= 20);
+    size_t i;
+    json_t *v;
+    json_array_foreach(vectors, i, v) {
+        const char *name = json_string_value(json_object_get(v, "name"));
+        const char *key = json_string_value(json_object_get(v, "key"));
+        int expect = s_expect_code(json_string_value(json_object_get(v, "expect")));
+        wire_t *w = wire_new(key, strlen(key), NULL);
+        zmsg_t *z = s_frames(json_object_get(v, "frames_b64"));
+        jmsg_t *m = NULL;
+        int rc = wire_decode(w, &z, &m);
+        if (rc != expect)
+            fprintf(stderr, "  vector %s: got %d (%s), expected %d\n", name, rc,
+                    wire_strerror(rc), expect);
+        CHECK_EQ_INT(rc, expect);
+        CHECK(z == NULL);
+        if (rc == 0 && m) {
+            CHECK_STR(jmsg_type(m), json_string_value(json_object_get(v, "msg_type")));
+            CHECK_STR(jmsg_id(m), json_string_value(json_object_get(v, "msg_id")));
+            CHECK_EQ_INT(zmsg_size(jmsg_ids(m)), json_integer_value(json_object_get(v, "n_identities")));
+            CHECK_EQ_INT(zmsg_size(jmsg_buffers(m)), json_integer_value(json_object_get(v, "n_buffers")));
+            size_t len;
+            const void *raw = jmsg_raw(m, JMSG_CONTENT, &len);
+            unsigned char digest[32];
+            char hex[65];
+            crypto_hash_sha256(digest, raw, len);
+            for (int k = 0; k < 32; k++)
+                sprintf(hex + 2 * k, "%02x", digest[k]);
+            CHECK_STR(hex, json_string_value(json_object_get(v, "content_sha256")));
+            /* Re-encoding reproduces the exact frames jupyter_client produced. */
+            zmsg_t *again = wire_encode(w, m);
+            zmsg_t *orig = s_frames(json_object_get(v, "frames_b64"));
+            CHECK_EQ_INT(zmsg_size(again), zmsg_size(orig));
+            zframe_t *a = zmsg_first(again), *b = zmsg_first(orig);
+            while (a && b) {
+                CHECK(zframe_eq(a, b));
+                a = zmsg_next(again);
+                b = zmsg_next(orig);
+            }
+            zmsg_destroy(&again);
+            zmsg_destroy(&orig);
+        }
+        jmsg_destroy(&m);
+        wire_destroy(&w);
+    }
+    json_decref(root);
+}
+
+static zmsg_t *s_encode_new(wire_t *w, const char *type, const char *code)
+{
+    jmsg_t *m = jmsg_new(type, "test-session");
+    zframe_t *id = zframe_new("ID", 2);
+    zmsg_append(jmsg_ids(m), &id);
+    if (code)
+        jmsg_set_json(m, JMSG_CONTENT, json_pack("{s:s}", "code", code));
+    zmsg_t *z = wire_encode(w, m);
+    jmsg_destroy(&m);
+    return z;
+}
+
+TEST(round_trip_and_replay)
+{
+    wire_t *w = wire_new("secret", 6, NULL);
+    zmsg_t *z = s_encode_new(w, "execute_request", "1+1");
+    zmsg_t *copy = zmsg_dup(z);
+    jmsg_t *m = NULL;
+    CHECK_EQ_INT(wire_decode(w, &z, &m), 0);
+    CHECK_STR(jmsg_type(m), "execute_request");
+    CHECK_STR(json_string_value(json_object_get(jmsg_content(m), "code")), "1+1");
+    CHECK_STR(json_string_value(json_object_get(jmsg_header(m), "version")), "5.3");
+    CHECK(zframe_streq(zmsg_first(jmsg_ids(m)), "ID"));
+    jmsg_destroy(&m);
+    /* The same signed bytes again are a replay. */
+    CHECK_EQ_INT(wire_decode(w, &copy, &m), WIRE_EREPLAY);
+    CHECK(m == NULL);
+    wire_destroy(&w);
+}
+
+TEST(replay_window_evicts_oldest)
+{
+    wire_limits_t lim;
+    wire_limits_default(&lim);
+    lim.replay_window = 4;
+    wire_t *w = wire_new("k", 1, &lim);
+    zmsg_t *first = s_encode_new(w, "kernel_info_request", NULL);
+    zmsg_t *first_copy = zmsg_dup(first);
+    jmsg_t *m = NULL;
+    CHECK_EQ_INT(wire_decode(w, &first, &m), 0);
+    jmsg_destroy(&m);
+    for (int i = 0; i < 4; i++) {
+        zmsg_t *z = s_encode_new(w, "kernel_info_request", NULL);
+        CHECK_EQ_INT(wire_decode(w, &z, &m), 0);
+        jmsg_destroy(&m);
+    }
+    /* Four newer signatures pushed the first out of a window of four. */
+    CHECK_EQ_INT(wire_decode(w, &first_copy, &m), 0);
+    jmsg_destroy(&m);
+    wire_destroy(&w);
+}
+
+TEST(limits)
+{
+    wire_limits_t lim;
+    wire_limits_default(&lim);
+    lim.max_msg_bytes = 1024;
+    lim.max_ids = 2;
+    lim.max_buffers = 2;
+    wire_t *w = wire_new("k", 1, &lim);
+    jmsg_t *m = NULL;
+    /* Oversized content. */
+    char big[2048];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    zmsg_t *z = s_encode_new(w, "execute_request", big);
+    CHECK_EQ_INT(wire_decode(w, &z, &m), WIRE_ETOOBIG);
+    /* Too many identities: the delimiter is not found within the limit. */
+    z = s_encode_new(w, "execute_request", "x");
+    zmsg_pushstr(z, "id2");
+    zmsg_pushstr(z, "id3");
+    CHECK_EQ_INT(wire_decode(w, &z, &m), WIRE_ENODELIM);
+    /* Too many buffers. */
+    z = s_encode_new(w, "comm_msg", NULL);
+    for (int i = 0; i < 3; i++)
+        zmsg_addstr(z, "buf");
+    CHECK_EQ_INT(wire_decode(w, &z, &m), WIRE_ETOOBIG);
+    /* Empty message. */
+    z = zmsg_new();
+    CHECK_EQ_INT(wire_decode(w, &z, &m), WIRE_ENODELIM);
+    CHECK(m == NULL);
+    wire_destroy(&w);
+}
+
+TEST(hmac_known_answer)
+{
+    /* RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?". */
+    hmac_t *h = hmac_new("Jefe", 4);
+    const void *parts[] = {"what do ya ", "want for nothing?"};
+    size_t lens[] = {11, 17};
+    char hex[HMAC_HEX_LEN + 1];
+    hmac_sign(h, parts, lens, 2, hex);
+    CHECK_STR(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    CHECK(hmac_verify(h, parts, lens, 2, hex, HMAC_HEX_LEN));
+    hex[0] = 'X';
+    CHECK(!hmac_verify(h, parts, lens, 2, hex, HMAC_HEX_LEN));
+    CHECK(!hmac_verify(h, parts, lens, 2, hex, 10));
+    hmac_destroy(&h);
+    CHECK(h == NULL);
+    hmac_destroy(&h);
+}
+
+TEST(reply_reuses_raw_parent)
+{
+    wire_t *w = wire_new("k", 1, NULL);
+    zmsg_t *z = s_encode_new(w, "execute_request", "print(1)");
+    zframe_t *hdr = zmsg_first(z);
+    for (int i = 0; i < 3; i++)
+        hdr = zmsg_next(z); /* ID, delimiter, signature, header */
+    zframe_t *hdr_copy = zframe_dup(hdr);
+    jmsg_t *req = NULL;
+    CHECK_EQ_INT(wire_decode(w, &z, &req), 0);
+    jmsg_t *rep = jmsg_new_reply(req, "execute_reply", "kernel-session");
+    size_t len;
+    const void *raw = jmsg_raw(rep, JMSG_PARENT, &len);
+    CHECK(raw && len == zframe_size(hdr_copy) && memcmp(raw, zframe_data(hdr_copy), len) == 0);
+    CHECK(zframe_streq(zmsg_first(jmsg_ids(rep)), "ID"));
+    CHECK_STR(jmsg_type(rep), "execute_reply");
+    CHECK_EQ_INT(strlen(jmsg_id(rep)), 36);
+    zframe_destroy(&hdr_copy);
+    jmsg_destroy(&rep);
+    jmsg_destroy(&req);
+    wire_destroy(&w);
+}
+
+int main(void)
+{
+    zsys_handler_set(NULL);
+    if (sodium_init() < 0)
+        return 1;
+    RUN(golden_vectors);
+    RUN(round_trip_and_replay);
+    RUN(replay_window_evicts_oldest);
+    RUN(limits);
+    RUN(hmac_known_answer);
+    RUN(reply_reuses_raw_parent);
+    return harness_done();
+}
