@@ -12,14 +12,14 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 BUILD     := build
 DEPS_STAMP := $(BUILD)/.deps-installed
 
-LIB_SRCS  := $(filter-out src/kenneld.c src/kennel.c,$(wildcard src/*.c))
+LIB_SRCS  := $(filter-out src/kenneld.c src/kennel.c src/init.c,$(wildcard src/*.c))
 LIB_OBJS  := $(LIB_SRCS:src/%.c=$(BUILD)/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps run check unit integration kernel-tests memcheck asan fuzz bench format lint clean
 
-all: bin/kenneld bin/kennel
+all: bin/kenneld bin/kennel bin/kennel-init
 
 # Installs missing Debian packages once (scripts/install-deps.sh is the only installer).
 deps: $(DEPS_STAMP)
@@ -33,6 +33,10 @@ $(BUILD)/%.o: src/%.c | $(DEPS_STAMP)
 
 $(BUILD)/libkennel.a: $(LIB_OBJS)
 	ar rcs $@ $^
+
+bin/kennel-init: $(BUILD)/init.o $(BUILD)/libkennel.a
+	@mkdir -p bin
+	$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS)
 
 bin/%: $(BUILD)/%.o $(BUILD)/libkennel.a
 	@mkdir -p bin

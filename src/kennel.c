@@ -191,12 +191,15 @@ static int s_cmd_exec(const char *name, const char *code_arg)
                            json_object_get(json_object_get(r, "session"), "connection_file")))
                      : NULL;
     client_t *cl = conn ? client_connect(conn) : NULL;
+    int status = 1;
+    if (conn && !cl)
+        fprintf(stderr, "kennel: cannot connect to session %s\n", name);
     json_decref(conn);
     json_decref(r);
-    int status = 1;
-    if (!cl || client_wait_ready(cl, CALL_TIMEOUT_MS) < 0) {
-        if (r)
-            fprintf(stderr, "kennel: session %s did not answer\n", name);
+    if (!cl)
+        goto done;
+    if (client_wait_ready(cl, CALL_TIMEOUT_MS) < 0) {
+        fprintf(stderr, "kennel: session %s did not answer\n", name);
         goto done;
     }
     char msg_id[40];
