@@ -8,6 +8,7 @@
  *    orphans until their pidfd says they are gone, so nothing is left running or unreaped. */
 #include "broker.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -17,7 +18,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "channels.h"
+#include "sandbox.h"
 #include "log.h"
 #include "route.h"
 #include "spawner.h"
@@ -35,6 +39,7 @@ struct broker {
     zlistx_t *closing;       /* sess_t* unhooked, freed by the next tick */
     zlistx_t *orphans;       /* spawner_proc_t* killed kernels waiting to be reaped */
     int tick_armed;
+    unsigned char *slots;    /* slots[n] = 1 while a session runs as uid_base + n */
     session_ops_t ops;
     log_limit_t warn_limit;
 };
@@ -47,6 +52,9 @@ struct sess {
     char dir[PATH_MAX];
     char conn_path[PATH_MAX];
     char workspace[PATH_MAX];
+    size_t slot;             /* index into broker slots: the kernel's host uid */
+    broker_limits_t limits;
+    cgroup_t *cg;            /* the running kernel's cgroup, or NULL */
     spawner_proc_t proc;
     int has_proc;            /* proc is a live (unreaped) kernel */
     int pipe_open;           /* proc.pipe_fd is registered for reading */
@@ -230,23 +238,77 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
         LOG_W("session=%s: send on %s failed", s->id, route_channel_name(channel));
 }
 
+/*  The command and environment of a kernel. Sandboxed, kennel-init builds the walls and runs
+ *  Python inside them; with --insecure-no-sandbox Python runs directly, as kenneld's user. */
+typedef struct {
+    char *argv[32];
+    char *envp[8];
+    char buf[12][PATH_MAX + 32];
+} launch_t;
+
+static void s_launch_args(const sess_t *s, launch_t *l)
+{
+    const broker_cfg_t *cfg = &s->broker->cfg;
+    size_t a = 0, e = 0, b = 0;
+#define ARG(x) (assert(a < 31), l->argv[a++] = (char *)(x))
+#define FMT(...) (assert(b < 12), snprintf(l->buf[b], sizeof l->buf[b], __VA_ARGS__), l->buf[b++])
+    unsigned long uid = cfg->uid_base + s->slot;
+    const char *kernel_dir = cfg->kernel_dir;
+    if (cfg->sandbox) {
+        ARG(cfg->init_path);
+        ARG("--workspace"), ARG(s->workspace);
+        ARG("--kernel-dir"), ARG(cfg->kernel_dir);
+        char *ids = FMT("%lu", uid);
+        ARG("--uid"), ARG(ids), ARG("--gid"), ARG(ids);
+        ARG("--tmp"), ARG(FMT("%llu", s->limits.tmp_bytes));
+        ARG("--as"), ARG(FMT("%llu", s->limits.cg.memory_bytes));
+        ARG("--nproc"), ARG(FMT("%lu", s->limits.cg.pids));
+        ARG("--nofile"), ARG(FMT("%lu", s->limits.nofile));
+        ARG("--");
+        kernel_dir = SANDBOX_KERNEL_DIR;
+    }
+    ARG(cfg->python);
+    /* -I: no user site, no PYTHON* variables, no script directory on sys.path, so nothing
+     * planted in the workspace runs at the next start. */
+    ARG("-I");
+    ARG(FMT("%s/kennel_kernel.py", kernel_dir));
+    ARG("--pipe-fd"), ARG("3");
+    l->argv[a] = NULL;
+    const char *home = cfg->sandbox ? SANDBOX_WORKSPACE : s->workspace;
+    /* IPython's profile and matplotlib's cache go to scratch space, not the workspace. */
+    const char *scratch = cfg->sandbox ? "/tmp" : s->dir;
+    l->envp[e++] = "PATH=/usr/local/bin:/usr/bin:/bin";
+    l->envp[e++] = "LANG=C.UTF-8";
+    l->envp[e++] = FMT("HOME=%s", home);
+    l->envp[e++] = FMT("IPYTHONDIR=%s/.ipython", scratch);
+    l->envp[e++] = FMT("MPLCONFIGDIR=%s/.matplotlib", scratch);
+    assert(e < 8);
+    l->envp[e] = NULL;
+#undef ARG
+#undef FMT
+}
+
 static int s_op_kernel_start(void *ctx)
 {
     sess_t *s = ctx;
     broker_t *b = s->broker;
-    char script[PATH_MAX];
-    char home[PATH_MAX + 8];
-    if (snprintf(script, sizeof script, "%s/kennel_kernel.py", b->cfg.kernel_dir) >= (int)sizeof script ||
-        snprintf(home, sizeof home, "HOME=%s", s->workspace) >= (int)sizeof home) {
-        errno = ENAMETOOLONG;
+    launch_t launch;
+    s_launch_args(s, &launch);
+    cgroup_destroy(&s->cg);
+    if (b->cfg.sandbox) {
+        s->cg = cgroup_create(s->id, &s->limits.cg);
+        if (!s->cg) {
+            PLOG_W("session=%s: cannot create its cgroup", s->id);
+            return -1;
+        }
+    }
+    if (spawner_spawn(launch.argv, launch.envp, b->cfg.sandbox ? "/" : s->workspace,
+                      s->cg ? cgroup_procs_paths(s->cg) : NULL, &s->proc) < 0) {
+        int saved = errno;
+        cgroup_destroy(&s->cg);
+        errno = saved;
         return -1;
     }
-    /* -I: no user site, no PYTHON* variables, no cwd on sys.path, so nothing planted in the
-     * workspace runs at the next start. */
-    char *argv[] = {(char *)b->cfg.python, "-I", script, "--pipe-fd", "3", NULL};
-    char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", home, "LANG=C.UTF-8", NULL};
-    if (spawner_spawn(argv, envp, s->workspace, &s->proc) < 0)
-        return -1;
     s->has_proc = 1;
     s->pipe_open = 1;
     kpipe_destroy(&s->decoder);
@@ -261,7 +323,8 @@ static int s_op_kernel_start(void *ctx)
     zmq_pollitem_t item = {NULL, s->proc.pidfd, ZMQ_POLLIN, 0};
     if (zloop_poller(b->loop, &item, s_on_pidfd, s) == 0)
         zloop_poller_set_tolerant(b->loop, &item);
-    LOG_I("session=%s: kernel started, pid %d", s->id, (int)s->proc.pid);
+    LOG_I("session=%s: kernel started, pid %d%s", s->id, (int)s->proc.pid,
+          b->cfg.sandbox ? "" : " (NOT SANDBOXED)");
     return 0;
 }
 
@@ -284,7 +347,7 @@ static int s_on_pidfd(zloop_t *loop, zmq_pollitem_t *item, void *arg)
 {
     (void)item;
     sess_t *s = arg;
-    char how[128];
+    char how[192];
     int rc = spawner_reap(&s->proc, how, sizeof how);
     if (rc == 0)
         return 0;
@@ -296,6 +359,17 @@ static int s_on_pidfd(zloop_t *loop, zmq_pollitem_t *item, void *arg)
     zloop_poller_end(loop, &pid_item);
     spawner_release(&s->proc);
     s->has_proc = 0;
+    if (s->cg) {
+        /* An OOM kill shows as SIGKILL; the cgroup knows it was the memory limit. */
+        long long mem, peak, ooms;
+        cgroup_stats(s->cg, &mem, &peak, &ooms);
+        if (ooms > 0) {
+            size_t len = strlen(how);
+            snprintf(how + len, sizeof how - len, " by the memory limit (%llu MiB)",
+                     s->limits.cg.memory_bytes >> 20);
+        }
+        cgroup_destroy(&s->cg);
+    }
     LOG_I("session=%s: kernel %s", s->id, how);
     session_on_kernel_exit(s->core, how);
     return 0;
@@ -339,6 +413,8 @@ static void s_free_sess(sess_t **s_p)
         return;
     session_destroy(&s->core);
     channels_destroy(&s->ch);
+    cgroup_destroy(&s->cg);
+    s->broker->slots[s->slot] = 0;
     kpipe_destroy(&s->decoder);
     free(s->out);
     free(s);
@@ -425,8 +501,18 @@ static json_t *s_info(sess_t *s)
     json_t *info = session_info(s->core);
     json_object_set_new(info, "connection_file", json_string(s->conn_path));
     json_object_set_new(info, "kernel_pid", json_integer(s->has_proc ? s->proc.pid : 0));
-    json_object_set_new(info, "memory_bytes",
-                        json_integer(s->has_proc ? spawner_rss_bytes(s->proc.pid) : 0));
+    /* Sandboxed, the pid is kennel-init's: the cgroup counts the whole session. */
+    long long mem = 0, peak = 0, ooms = 0;
+    if (s->cg)
+        cgroup_stats(s->cg, &mem, &peak, &ooms);
+    else if (s->has_proc)
+        mem = spawner_rss_bytes(s->proc.pid);
+    json_object_set_new(info, "memory_bytes", json_integer(mem > 0 ? mem : 0));
+    json_t *lim = json_pack("{s:I, s:I, s:f, s:I}", "memory", (json_int_t)s->limits.cg.memory_bytes,
+                            "pids", (json_int_t)s->limits.cg.pids, "cpu", s->limits.cg.cpus, "tmp",
+                            (json_int_t)s->limits.tmp_bytes);
+    json_object_set_new(info, "limits", lim);
+    json_object_set_new(info, "sandboxed", json_boolean(s->broker->cfg.sandbox));
     return info;
 }
 
@@ -471,8 +557,9 @@ static int s_parse_connection(const json_t *conn, channels_cfg_t *cfg, broker_er
     return 0;
 }
 
-json_t *broker_create(broker_t *self, const char *name, const json_t *connection, int launched,
-                      int *created, broker_error_t *err)
+json_t *broker_create(broker_t *self, const char *name, const json_t *connection,
+                      const broker_limits_t *limits, int launched, int *created,
+                      broker_error_t *err)
 {
     *created = 0;
     if (name) {
@@ -493,6 +580,10 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
     }
     s->broker = self;
     s->proc.pidfd = s->proc.pipe_fd = -1;
+    s->limits = limits ? *limits : self->cfg.limits;
+    while (self->slots[s->slot])
+        s->slot++; /* a free slot exists: fewer than max_sessions are live */
+    self->slots[s->slot] = 1;
     util_uuid(s->id);
     char key[40], ipc_prefix[PATH_MAX];
     channels_cfg_t cc = {self->cfg.transport, self->cfg.ip, {0}, util_uuid(key)};
@@ -505,6 +596,16 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
         snprintf(err->evalue, sizeof err->evalue, "cannot create the session directory: %s",
                  strerror(errno));
         goto fail;
+    }
+    if (self->cfg.sandbox) {
+        /* The kernel's host uid owns its workspace and nothing else. */
+        uid_t uid = (uid_t)(self->cfg.uid_base + s->slot);
+        if (chown(s->workspace, uid, uid) < 0) {
+            err->ename = "SpawnFailed";
+            snprintf(err->evalue, sizeof err->evalue, "cannot hand the workspace to the kernel: %s",
+                     strerror(errno));
+            goto fail;
+        }
     }
     if (!connection && strcmp(cc.transport, "ipc") == 0) {
         /* sun_path holds 107 bytes; the sockets are <prefix>-1 … <prefix>-5. */
@@ -586,6 +687,23 @@ int broker_end(broker_t *self, const char *id_or_name)
     return 0;
 }
 
+broker_limits_t broker_default_limits(const broker_t *self)
+{
+    return self->cfg.limits;
+}
+
+json_t *broker_stats(const broker_t *self)
+{
+    const broker_limits_t *l = &self->cfg.limits;
+    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s}, s:{s:I, s:I, s:f, s:I, s:I}}", "status", "ok",
+                     "sessions", (json_int_t)zlistx_size(self->sessions), "max_sessions",
+                     (json_int_t)self->cfg.max_sessions, "sandbox", "enabled", self->cfg.sandbox,
+                     "layers", self->cfg.sandbox_desc ? self->cfg.sandbox_desc : "none", "limits",
+                     "memory", (json_int_t)l->cg.memory_bytes, "pids", (json_int_t)l->cg.pids,
+                     "cpu", l->cg.cpus, "tmp", (json_int_t)l->tmp_bytes, "nofile",
+                     (json_int_t)l->nofile);
+}
+
 size_t broker_size(const broker_t *self)
 {
     return zlistx_size(self->sessions);
@@ -601,7 +719,8 @@ broker_t *broker_new(zloop_t *loop, const broker_cfg_t *cfg)
     self->sessions = zlistx_new();
     self->closing = zlistx_new();
     self->orphans = zlistx_new();
-    if (!self->sessions || !self->closing || !self->orphans) {
+    self->slots = calloc(cfg->max_sessions, 1);
+    if (!self->sessions || !self->closing || !self->orphans || !self->slots) {
         broker_destroy(&self);
         return NULL;
     }
@@ -640,6 +759,7 @@ void broker_destroy(broker_t **self_p)
     zlistx_destroy(&self->sessions);
     zlistx_destroy(&self->closing);
     zlistx_destroy(&self->orphans);
+    free(self->slots);
     free(self);
     *self_p = NULL;
 }

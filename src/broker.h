@@ -9,8 +9,16 @@
 #include <czmq.h>
 #include <jansson.h>
 
+#include "cgroup.h"
 #include "session.h"
 #include "wire.h"
+
+/*  A session's resource limits. */
+typedef struct {
+    cgroup_limits_t cg;              /* memory (also RLIMIT_AS), pids, cpu */
+    unsigned long long tmp_bytes;    /* /tmp and /dev/shm tmpfs size */
+    unsigned long nofile;            /* RLIMIT_NOFILE */
+} broker_limits_t;
 
 typedef struct {
     const char *state_dir;
@@ -18,6 +26,11 @@ typedef struct {
     const char *ip;               /* tcp bind address */
     const char *python;           /* the interpreter that runs kernels */
     const char *kernel_dir;       /* where kennel_kernel.py lives */
+    int sandbox;                  /* 0 only with --insecure-no-sandbox */
+    const char *init_path;        /* kennel-init, which builds the sandbox */
+    unsigned long uid_base;       /* session n's kernel runs as host uid uid_base + n */
+    broker_limits_t limits;       /* defaults for sessions that ask for none */
+    const char *sandbox_desc;     /* what the start-up probe found, for stats */
     size_t max_sessions;
     size_t max_pipe_frame;        /* largest kernel-pipe frame accepted */
     session_limits_t session_limits;
@@ -38,17 +51,23 @@ typedef struct {
 } broker_error_t;
 
 /*  Create a session named name (NULL: named after its id), or return the existing one of that
- *  name (*created = 0). connection (borrowed, may be NULL) asks for exact endpoints and key.
+ *  name (*created = 0). connection (borrowed, may be NULL) asks for exact endpoints and key;
+ *  limits (may be NULL) replaces the defaults.
  *  launched: the session belongs to a kernelspec launcher, so any shutdown ends it.
  *  Returns a new reference to the session's info, or NULL with *err filled. */
-json_t *broker_create(broker_t *self, const char *name, const json_t *connection, int launched,
-                      int *created, broker_error_t *err);
+json_t *broker_create(broker_t *self, const char *name, const json_t *connection,
+                      const broker_limits_t *limits, int launched, int *created,
+                      broker_error_t *err);
 /*  Info of the session with this id or name: a new reference, or NULL when there is none. */
 json_t *broker_info(broker_t *self, const char *id_or_name);
 /*  A new JSON array of every session's info, oldest first. */
 json_t *broker_list(broker_t *self);
 /*  End the session with this id or name. 0, or -1 when there is none. */
 int broker_end(broker_t *self, const char *id_or_name);
+/*  The limits sessions get unless they ask otherwise. */
+broker_limits_t broker_default_limits(const broker_t *self);
+/*  A new JSON object for stats_reply: status, sessions, max_sessions, sandbox layers, limits. */
+json_t *broker_stats(const broker_t *self);
 /*  Number of live sessions. */
 size_t broker_size(const broker_t *self);
 

@@ -27,7 +27,15 @@ static const char s_usage[] =
     "  --max-sessions N    live sessions at most (default 256)\n"
     "  --max-queued N      shell requests waiting per session (default 256)\n"
     "  --max-message SIZE  largest client message or kernel frame, e.g. 64M (default 64M)\n"
-    "  --log-level L       error, warn, info or debug (env KENNEL_LOG_LEVEL; default info)\n";
+    "  --log-level L       error, warn, info or debug (env KENNEL_LOG_LEVEL; default info)\n"
+    "per-session defaults (a session may ask for others when it is created):\n"
+    "  --memory SIZE       memory limit, cgroup and RLIMIT_AS (default 1G)\n"
+    "  --pids N            processes and threads (default 256)\n"
+    "  --cpu N             CPUs' worth of time, e.g. 0.5 (default 1)\n"
+    "  --tmp SIZE          size of /tmp and /dev/shm (default 256M)\n"
+    "  --nofile N          open files (default 1024)\n"
+    "  --uid-base N        kernels run as host uids N, N+1, … (default 1900000000)\n"
+    "  --insecure-no-sandbox  run kernels as kenneld's own user, unconfined (debugging only)\n";
 
 static int s_copy(char *dst, size_t cap, const char *src, const char *what)
 {
@@ -74,6 +82,12 @@ int config_load(config_t *cfg, int argc, char **argv)
     cfg->max_queued = 256;
     cfg->max_message_bytes = 64u << 20;
     cfg->log_level = LOG_LEVEL_INFO;
+    cfg->memory_bytes = 1ull << 30;
+    cfg->pids = 256;
+    cfg->cpus = 1.0;
+    cfg->tmp_bytes = 256ull << 20;
+    cfg->nofile = 1024;
+    cfg->uid_base = 1900000000;
     if (statedir_default(cfg->state_dir, sizeof cfg->state_dir) < 0) {
         fprintf(stderr, "kenneld: no state directory: set --state-dir or HOME\n");
         return -1;
@@ -91,6 +105,10 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"kernel-dir", required_argument, NULL, 'k'}, {"max-sessions", required_argument, NULL, 'S'},
         {"max-queued", required_argument, NULL, 'Q'}, {"max-message", required_argument, NULL, 'M'},
         {"log-level", required_argument, NULL, 'l'}, {"help", no_argument, NULL, 'h'},
+        {"memory", required_argument, NULL, 'y'},    {"pids", required_argument, NULL, 'P'},
+        {"cpu", required_argument, NULL, 'c'},       {"tmp", required_argument, NULL, 'T'},
+        {"nofile", required_argument, NULL, 'F'},    {"uid-base", required_argument, NULL, 'U'},
+        {"insecure-no-sandbox", no_argument, NULL, 'I'},
         {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
@@ -117,6 +135,31 @@ int config_load(config_t *cfg, int argc, char **argv)
                 return -1;
             }
             break;
+        case 'y': {
+            size_t v;
+            rc = s_size(optarg, 64u << 20, (size_t)1 << 40, &v, "--memory");
+            cfg->memory_bytes = v;
+            break;
+        }
+        case 'P': rc = s_size(optarg, 8, 65536, &cfg->pids, "--pids"); break;
+        case 'c': {
+            char *end;
+            cfg->cpus = strtod(optarg, &end);
+            if (*end || end == optarg || cfg->cpus < 0.01 || cfg->cpus > 1024) {
+                fprintf(stderr, "kenneld: --cpu must be between 0.01 and 1024\n");
+                return -1;
+            }
+            break;
+        }
+        case 'T': {
+            size_t v;
+            rc = s_size(optarg, 1u << 20, (size_t)1 << 40, &v, "--tmp");
+            cfg->tmp_bytes = v;
+            break;
+        }
+        case 'F': rc = s_size(optarg, 64, 1u << 20, &cfg->nofile, "--nofile"); break;
+        case 'U': rc = s_size(optarg, 1000, 4000000000u, &cfg->uid_base, "--uid-base"); break;
+        case 'I': cfg->insecure_no_sandbox = 1; break;
         case 'h': fputs(s_usage, stdout); return 1;
         default: fputs(s_usage, stderr); return -1;
         }

@@ -16,6 +16,13 @@ typedef struct {
     size_t max_sessions;
     size_t max_queued;
     size_t max_message_bytes;   /* client messages and kernel-pipe frames */
+    int insecure_no_sandbox;    /* run kernels without the sandbox (debugging only) */
+    unsigned long long memory_bytes; /* per-session defaults */
+    size_t pids;
+    double cpus;
+    unsigned long long tmp_bytes;
+    size_t nofile;
+    size_t uid_base;            /* kernels run as host uids uid_base .. uid_base+max_sessions */
     int log_level;
 } config_t;
 

@@ -22,10 +22,12 @@
 
 static const char s_usage[] =
     "usage: kennel [--state-dir DIR] COMMAND [ARGS]\n"
-    "  new [--name N]          create a session (or find the one named N); print its connection file\n"
+    "  new [--name N] [--memory SIZE] [--pids N] [--cpu N] [--tmp SIZE] [--network none]\n"
+    "                          create a session (or find the one named N); print its connection file\n"
     "  ls                      list sessions\n"
     "  info N                  one session's details as JSON\n"
     "  rm N                    end a session\n"
+    "  stats                   kenneld's sandbox layers, default limits and session count\n"
     "  exec N CODE|-           run CODE (or stdin) in session N, creating it if needed;\n"
     "                          prints streams and results, exits 1 when the cell fails\n"
     "  kernel -f FILE          kernelspec launcher: serve a session on FILE's ports and key\n"
@@ -58,17 +60,51 @@ static json_t *s_create(const char *name)
     return s_call("create_request", name ? json_pack("{s:s}", "name", name) : json_object());
 }
 
+/*  "512M", "2G", "1048576" → bytes; -1 when malformed. */
+static double s_bytes(const char *text)
+{
+    char *end;
+    double v = strtod(text, &end);
+    double mult = 1;
+    if (*end == 'K' || *end == 'k')
+        mult = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm')
+        mult = 1048576.0, end++;
+    else if (*end == 'G' || *end == 'g')
+        mult = 1073741824.0, end++;
+    return (end == text || *end || v <= 0) ? -1 : v * mult;
+}
+
 static int s_cmd_new(int argc, char **argv)
 {
-    const char *name = NULL;
-    static const struct option opts[] = {{"name", required_argument, NULL, 'n'}, {NULL, 0, NULL, 0}};
+    json_t *content = json_object(), *limits = json_object();
+    static const struct option opts[] = {
+        {"name", required_argument, NULL, 'n'}, {"memory", required_argument, NULL, 'm'},
+        {"pids", required_argument, NULL, 'p'}, {"cpu", required_argument, NULL, 'c'},
+        {"tmp", required_argument, NULL, 't'},  {"network", required_argument, NULL, 'N'},
+        {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "+n:", opts, NULL)) != -1) {
-        if (c != 'n')
+        double v = optarg && c != 'n' && c != 'N' ? (c == 'p' || c == 'c' ? strtod(optarg, NULL) : s_bytes(optarg)) : 0;
+        if (c == 'n')
+            json_object_set_new(content, "name", json_string(optarg));
+        else if (c == 'N' && strcmp(optarg, "none") == 0)
+            ; /* the only network a kernel has: none */
+        else if (c != 'N' && c != '?' && v > 0)
+            json_object_set_new(limits, c == 'm' ? "memory" : c == 'p' ? "pids" : c == 'c' ? "cpu" : "tmp",
+                                json_real(v));
+        else {
+            fprintf(stderr, "kennel: bad value for --%s\n", c == 'N' ? "network (only none)" : "option");
+            json_decref(content);
+            json_decref(limits);
             return 2;
-        name = optarg;
+        }
     }
-    json_t *r = s_create(name);
+    if (json_object_size(limits))
+        json_object_set_new(content, "limits", limits);
+    else
+        json_decref(limits);
+    json_t *r = s_call("create_request", content);
     if (!r)
         return 1;
     printf("%s\n", json_string_value(json_object_get(json_object_get(r, "session"), "connection_file")));
@@ -377,6 +413,16 @@ int main(int argc, char **argv)
         return s_cmd_ls();
     if (strcmp(cmd, "info") == 0 && nargs == 2)
         return s_cmd_info(args[1]);
+    if (strcmp(cmd, "stats") == 0 && nargs == 1) {
+        json_t *r = s_call("stats_request", json_object());
+        if (!r)
+            return 1;
+        char *text = json_dumps(r, JSON_INDENT(2) | JSON_SORT_KEYS);
+        printf("%s\n", text);
+        free(text);
+        json_decref(r);
+        return 0;
+    }
     if (strcmp(cmd, "rm") == 0 && nargs == 2)
         return s_cmd_rm(args[1]);
     if (strcmp(cmd, "exec") == 0 && nargs == 3)

@@ -17,7 +17,10 @@
 #include <czmq.h>
 #include <sodium.h>
 
+#include <sys/wait.h>
+
 #include "broker.h"
+#include "cgroup.h"
 #include "config.h"
 #include "log.h"
 #include "manager.h"
@@ -84,6 +87,36 @@ static void s_clear_stale_sessions(const char *state_dir)
     closedir(d);
 }
 
+/*  Start one sandboxed Python that does nothing, before any thread exists, to learn whether
+ *  this machine lets us build the sandbox. 0, or -1 (kennel-init said why on stderr). */
+static int s_probe_sandbox(const char *init_path, const char *state_dir, const config_t *cfg)
+{
+    char ws[PATH_MAX + 16], uid[32];
+    snprintf(ws, sizeof ws, "%s/probe", state_dir);
+    snprintf(uid, sizeof uid, "%zu", cfg->uid_base + cfg->max_sessions);
+    uid_t probe_uid = (uid_t)(cfg->uid_base + cfg->max_sessions);
+    if ((mkdir(ws, 0700) < 0 && errno != EEXIST) || chown(ws, probe_uid, probe_uid) < 0) {
+        PLOG_E("probe workspace %s", ws);
+        return -1;
+    }
+    char *argv[] = {(char *)init_path, "--workspace", ws, "--kernel-dir", (char *)cfg->kernel_dir,
+                    "--uid", uid, "--gid", uid, "--", (char *)cfg->python, "-I", "-S", "-c",
+                    "import sys", NULL};
+    char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null_fd = open("/dev/null", O_RDWR);
+        dup2(null_fd, 0);
+        dup2(null_fd, 3);
+        execve(argv[0], argv, envp);
+        _exit(127);
+    }
+    int st = 0;
+    int rc = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+    rmdir(ws);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     config_t cfg;
@@ -131,6 +164,34 @@ int main(int argc, char **argv)
         return 1;
     s_clear_stale_sessions(state_dir);
 
+    char init_path[PATH_MAX], sandbox_desc[512] = "none: --insecure-no-sandbox";
+    ssize_t n = readlink("/proc/self/exe", init_path, sizeof init_path - 16);
+    if (n <= 0) {
+        PLOG_E("readlink(/proc/self/exe)");
+        return 1;
+    }
+    init_path[n] = '\0';
+    snprintf(strrchr(init_path, '/'), 16, "/kennel-init");
+    if (cfg.insecure_no_sandbox) {
+        LOG_W("--insecure-no-sandbox: kernels run UNCONFINED as kenneld's user; never serve "
+              "untrusted code like this");
+    } else {
+        char cg[256];
+        int ncg = cgroup_probe(cg, sizeof cg);
+        if (s_probe_sandbox(init_path, state_dir, &cfg) < 0) {
+            LOG_E("this machine does not let kenneld build the sandbox (see the line above); "
+                  "fix that, or run with --insecure-no-sandbox for debugging only");
+            return 1;
+        }
+        snprintf(sandbox_desc, sizeof sandbox_desc,
+                 "namespaces user,pid,net,mount,ipc,uts,cgroup; new root; no capabilities; "
+                 "no_new_privs; seccomp; rlimits; %s", cg);
+        if (ncg < 3)
+            LOG_W("not every cgroup controller is available (%s): the missing limits rest on "
+                  "rlimits alone", cg);
+    }
+    LOG_I("sandbox: %s", sandbox_desc);
+
     char manager_ep[PATH_MAX + 32];
     if (cfg.manager[0])
         snprintf(manager_ep, sizeof manager_ep, "%s", cfg.manager);
@@ -148,6 +209,11 @@ int main(int argc, char **argv)
         .kernel_dir = cfg.kernel_dir,
         .max_sessions = cfg.max_sessions,
         .max_pipe_frame = cfg.max_message_bytes,
+        .sandbox = !cfg.insecure_no_sandbox,
+        .init_path = init_path,
+        .uid_base = cfg.uid_base,
+        .limits = {{cfg.memory_bytes, cfg.pids, cfg.cpus}, cfg.tmp_bytes, cfg.nofile},
+        .sandbox_desc = sandbox_desc,
         .session_limits = {.max_queued = cfg.max_queued},
     };
     wire_limits_default(&bcfg.wire_limits);

@@ -60,6 +60,43 @@ static const char *s_session_arg(const jmsg_t *req)
     return v && *v ? v : NULL;
 }
 
+/*  Per-session limits over the defaults: {"memory": bytes, "pids": n, "cpu": cpus,
+ *  "tmp": bytes}. NULL on success, else the reason. */
+static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
+{
+    if (!obj || json_is_null(obj))
+        return NULL;
+    if (!json_is_object(obj))
+        return "limits must be an object";
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        double x = json_number_value(v);
+        if (!json_is_number(v) || x <= 0)
+            return "limits must be positive numbers";
+        if (strcmp(key, "memory") == 0) {
+            if (x < (64 << 20) || x > 1e12)
+                return "memory must be between 64 MiB and 1 TB";
+            lim->cg.memory_bytes = (unsigned long long)x;
+        } else if (strcmp(key, "pids") == 0) {
+            if (x < 8 || x > 65536)
+                return "pids must be between 8 and 65536";
+            lim->cg.pids = (unsigned long)x;
+        } else if (strcmp(key, "cpu") == 0) {
+            if (x < 0.01 || x > 1024)
+                return "cpu must be between 0.01 and 1024";
+            lim->cg.cpus = x;
+        } else if (strcmp(key, "tmp") == 0) {
+            if (x < (1 << 20) || x > 1e12)
+                return "tmp must be between 1 MiB and 1 TB";
+            lim->tmp_bytes = (unsigned long long)x;
+        } else {
+            return "limits takes memory, pids, cpu and tmp";
+        }
+    }
+    return NULL;
+}
+
 static json_t *s_on_create(manager_t *self, const jmsg_t *req)
 {
     json_t *content = jmsg_content(req);
@@ -76,11 +113,15 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
     }
     if (conn && !json_is_null(conn) && !json_is_object(conn))
         return s_error("BadRequest", "connection must be an object");
+    broker_limits_t limits = broker_default_limits(self->broker);
+    const char *bad = s_parse_limits(json_object_get(content, "limits"), &limits);
+    if (bad)
+        return s_error("BadRequest", bad);
     int launched = json_is_true(json_object_get(content, "launched"));
     int created = 0;
     broker_error_t err = {0};
     json_t *info = broker_create(self->broker, name, json_is_object(conn) ? conn : NULL,
-                                 launched, &created, &err);
+                                 &limits, launched, &created, &err);
     if (!info)
         return s_error(err.ename, err.evalue);
     json_t *reply = s_ok_session(info);
@@ -111,6 +152,8 @@ static int s_on_request(zloop_t *loop, zsock_t *sock, void *arg)
         content = s_error("BadRequest", "unknown manager request");
     } else if (strcmp(type, "create_request") == 0) {
         content = s_on_create(self, req);
+    } else if (strcmp(type, "stats_request") == 0) {
+        content = broker_stats(self->broker);
     } else if (strcmp(type, "list_request") == 0) {
         content = json_pack("{s:s, s:o}", "status", "ok", "sessions", broker_list(self->broker));
     } else if (!sess) {

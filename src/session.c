@@ -34,6 +34,7 @@ struct session {
     int restart_pending;       /* a restart was asked for; start a kernel when this one exits */
     int had_hello;             /* this kernel said hello (a crash after that restarts it) */
     json_t *kernel_info;       /* hello content, cached across restarts */
+    char start_error[256];     /* why the last kernel could not start (its fatal frame) */
     char created[UTIL_ISO_LEN];
     long long active_ms;       /* monotonic time of the last client message */
     long long cells;           /* execute_requests finished */
@@ -499,6 +500,14 @@ int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **
         *why = "op header is not a JSON object with an op";
     } else if (strcmp(name, "hello") == 0) {
         rc = s_on_hello(self, frame, why);
+    } else if (strcmp(name, "fatal") == 0 && self->state == SESSION_STARTING) {
+        /* The launcher could not build the sandbox: keep its reason for the clients. */
+        const char *error = json_string_value(json_object_get(op, "error"));
+        char clean[200];
+        snprintf(self->start_error, sizeof self->start_error, "%s",
+                 log_sanitize(clean, sizeof clean, error ? error : "", error ? strlen(error) : 0));
+        LOG_W("session=%s: kernel could not start: %s", self->id, self->start_error);
+        rc = 0;
     } else if (self->state == SESSION_STARTING) {
         *why = "output before hello";
     } else if (strcmp(name, "reply") == 0) {
@@ -520,7 +529,7 @@ int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **
         jmsg_t *m = NULL;
         if (!type || strcmp(type, "input_request") != 0 || self->state != SESSION_BUSY ||
             strcmp(jmsg_type(self->current), "execute_request") != 0 ||
-            !s_json_true(jmsg_content(self->current), "allow_stdin", 1) || self->awaiting_input)
+            !s_json_true(jmsg_content(self->current), "allow_stdin", 0) || self->awaiting_input)
             *why = "input_request not allowed now";
         else if (!(m = s_from_kernel(self, frame, type, self->current, 1)))
             *why = "input_request metadata or content is not a JSON object";
@@ -582,9 +591,13 @@ void session_on_kernel_exit(session_t *self, const char *how)
             return;
         snprintf(evalue, sizeof evalue, "the kernel could not be restarted: %s", strerror(errno));
     } else {
-        snprintf(evalue, sizeof evalue, "the kernel %s before it was ready", how);
+        if (self->start_error[0])
+            snprintf(evalue, sizeof evalue, "the kernel could not start: %.200s", self->start_error);
+        else
+            snprintf(evalue, sizeof evalue, "the kernel %s before it was ready", how);
         self->state = SESSION_DEAD;
     }
+    self->start_error[0] = '\0';
     s_fail_waiting(self, evalue);
 }
 

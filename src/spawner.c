@@ -30,7 +30,7 @@ static int s_pidfd_open(pid_t pid)
 /*  In the child: only async-signal-safe calls. On failure, the errno goes up the status pipe
  *  and the child exits 127. */
 static void s_child(int pipe_fd, int null_fd, int status_fd, const char *cwd, char *const argv[],
-                    char *const envp[])
+                    char *const envp[], char *const cgroup_procs[])
 {
     int err;
     sigset_t none;
@@ -56,6 +56,13 @@ static void s_child(int pipe_fd, int null_fd, int status_fd, const char *cwd, ch
     }
     if (chdir(cwd) < 0)
         goto fail;
+    /* Join the session's cgroups before exec, so nothing the kernel starts escapes them. */
+    for (size_t i = 0; cgroup_procs && cgroup_procs[i]; i++) {
+        int fd = open(cgroup_procs[i], O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, "0", 1) != 1)
+            goto fail;
+        close(fd);
+    }
     /* Every fd of kenneld is CLOEXEC already; marking the whole range makes that certain
      * (the status pipe must stay open until exec, so it is marked, not closed). */
     if (syscall(SYS_close_range, SPAWNER_PIPE_FD + 1, ~0U, CLOSE_RANGE_CLOEXEC) < 0 && errno != ENOSYS)
@@ -67,7 +74,8 @@ fail:
     _exit(127);
 }
 
-int spawner_spawn(char *const argv[], char *const envp[], const char *cwd, spawner_proc_t *out)
+int spawner_spawn(char *const argv[], char *const envp[], const char *cwd,
+                  char *const cgroup_procs[], spawner_proc_t *out)
 {
     int sv[2] = {-1, -1}, status[2] = {-1, -1}, null_fd = -1;
     memset(out, 0, sizeof *out);
@@ -83,7 +91,7 @@ int spawner_spawn(char *const argv[], char *const envp[], const char *cwd, spawn
     if (pid < 0)
         goto fail;
     if (pid == 0)
-        s_child(sv[1], null_fd, status[1], cwd, argv, envp);
+        s_child(sv[1], null_fd, status[1], cwd, argv, envp, cgroup_procs);
     close(status[1]);
     status[1] = -1;
     close(sv[1]);

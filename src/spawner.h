@@ -17,11 +17,13 @@ typedef struct {
     int reaped;    /* 1 once spawner_reap collected it */
 } spawner_proc_t;
 
-/*  Start argv[0] (an absolute path) with argv, envp (NULL-terminated), cwd, stdin on
+/*  Start argv[0] (an absolute path) with argv, envp (NULL-terminated), cwd, in the cgroups
+ *  whose cgroup.procs files are listed (NULL-terminated, or NULL for none), stdin on
  *  /dev/null, stdout/stderr inherited, the pipe at fd 3, a new session (its own process
  *  group), default signal dispositions and mask, and SIGKILL if kenneld dies.
  *  0 and *out filled, or -1 with errno. */
-int spawner_spawn(char *const argv[], char *const envp[], const char *cwd, spawner_proc_t *out);
+int spawner_spawn(char *const argv[], char *const envp[], const char *cwd,
+                  char *const cgroup_procs[], spawner_proc_t *out);
 /*  Send sig to the process group while the process is not reaped. 0, or -1 with errno. */
 int spawner_signal(spawner_proc_t *proc, int sig);
 /*  Collect the exit status without blocking: 1 and a description ("exited with status 1",

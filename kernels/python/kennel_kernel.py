@@ -1,0 +1,83 @@
+"""kennel_kernel: entry point of kennel's Python kernel.
+
+kenneld runs `/usr/bin/python3 -I kennel_kernel.py --pipe-fd 3` in the session's
+workspace. This file only orders the start: hello to kenneld first, then the ~300 ms
+import of IPython, then serving requests (kennel_server). The kernel never touches
+ZeroMQ, keys or client identities: the pipe to kenneld is its only channel.
+"""
+
+import os
+import sys
+
+# -I leaves this script's directory off sys.path; it is removed again once the kernel's
+# modules are imported, so that user code does not see it.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+
+from kennel_pipe import InterruptGate, Pipe  # noqa: E402
+
+VERSION = "0.1"
+
+
+def kernel_info():
+    """The kernel_info_reply content, without status (kenneld adds it)."""
+    return {
+        "protocol_version": "5.3",
+        "implementation": "kennel",
+        "implementation_version": VERSION,
+        "language_info": {
+            "name": "python",
+            "version": "%d.%d.%d" % sys.version_info[:3],
+            "mimetype": "text/x-python",
+            "file_extension": ".py",
+            "pygments_lexer": "ipython3",
+            "codemirror_mode": {"name": "ipython", "version": 3},
+            "nbconvert_exporter": "python",
+        },
+        "banner": f"Python {sys.version}\nkennel {VERSION}, an IPython kernel\n",
+        "help_links": [],
+        "debugger": False,
+    }
+
+
+def parse_args(argv):
+    # One option; argparse would cost more import time than the rest of the start.
+    if len(argv) != 2 or argv[0] != "--pipe-fd" or not argv[1].isdigit():
+        sys.exit("usage: kennel_kernel.py --pipe-fd N")
+    return int(argv[1])
+
+
+def main(argv):
+    pipe_fd = parse_args(argv)
+    # fds 0-2 must be open, or the pipes the kernel makes later could land on them.
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # takes the lowest free fd: this one
+    diag_fd = os.dup(2)  # fd 2 is captured for user code later; diagnostics use this
+    gate = InterruptGate()
+    gate.install()  # from here on a SIGINT between cells is harmless
+    pipe = Pipe(pipe_fd, gate, diag_fd)
+    pipe.send({"op": "hello", "pid": os.getpid()}, kernel_info())
+
+    # Requests kenneld sends from now on wait in the socket until serve() reads them.
+    # Figures show inline at the end of a cell, as in Jupyter, unless the user chose a
+    # backend; setting the variable costs nothing until matplotlib is imported.
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    import kennel_server
+
+    sys.path.remove(_HERE)
+    sys.path.insert(0, "")  # cells import modules from the working directory
+    sys.argv = [""]  # as in Python's own REPL; the kernel's arguments are not the user's
+    kernel = kennel_server.Kernel(pipe, gate)
+    try:
+        kernel.serve()
+    except Exception:
+        import traceback
+
+        pipe.fatal("internal error:\n" + traceback.format_exc())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

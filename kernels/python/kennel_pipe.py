@@ -1,0 +1,284 @@
+"""kennel_pipe: the kernel's end of the kenneld socketpair (protocol/kernel-pipe.md).
+
+Pipe reads and writes length-prefixed frames whose parts are JSON objects (or raw
+buffers); InterruptGate decides what SIGINT does, so that an interrupt can never tear a
+frame in half or drop one. Knows nothing about Jupyter message types.
+
+The pipe ends the process itself: exit 0 when kenneld is gone (even in the middle of a
+cell) or says exit, exit 1 on a malformed frame. Nothing else is worth doing then, and
+the reader may be deep inside user code (waiting in input()) when it happens.
+"""
+
+import binascii
+import json
+import os
+import select
+import signal
+import struct
+import threading
+
+MAX_FRAME_BYTES = 64 << 20  # kenneld's default --max-pipe-frame
+MAX_PARTS = 64
+_U32 = struct.Struct(">I")
+
+
+class FrameError(ValueError):
+    """A frame we were asked to send cannot be sent (too large, not JSON-able)."""
+
+
+class InterruptGate:
+    """What SIGINT does in this process.
+
+    kenneld interrupts a cell by sending SIGINT to the kernel. Python runs the handler in
+    the main thread, between bytecodes, wherever that thread happens to be, so the handler
+    raises KeyboardInterrupt only where that is safe:
+
+    - while no cell runs (not armed) the signal is ignored: an interrupt at the prompt,
+      or one that arrives just after its cell ended, does nothing;
+    - while a cell runs, it is raised into the cell, except when the main thread is in a
+      shielded section (a frame write, a frame read, a stream flush) or in the code
+      registered with protect() (the kernel's lines that start and end a cell). A signal
+      arriving in a shielded section is raised when the section ends; one arriving in
+      the protected code is dropped, because the cell has not started or has finished.
+    """
+
+    def __init__(self):
+        self._armed = False
+        self._depth = 0  # nesting of shielded sections in the main thread
+        self._pending = False  # a SIGINT arrived inside a shielded section
+        self._protected_code = None
+
+    def install(self):
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    def protect(self, code):
+        """Never raise while the innermost frame runs this code object."""
+        self._protected_code = code
+
+    def arm(self):
+        self._pending = False
+        self._armed = True
+
+    def disarm(self):
+        self._armed = False
+
+    def shielded(self):
+        """Context manager: defer SIGINT until the block ends (main thread only)."""
+        return _Shield(self)
+
+    def _on_sigint(self, signum, frame):
+        if not self._armed:
+            return
+        if self._depth:
+            self._pending = True
+            return
+        if frame is not None and frame.f_code is self._protected_code:
+            return
+        raise KeyboardInterrupt
+
+
+class _Shield:
+    """One shielded section of an InterruptGate (see InterruptGate.shielded)."""
+
+    def __init__(self, gate):
+        self._gate = gate
+        # Only the main thread runs signal handlers, so only it needs shielding. A
+        # forked child's main thread is the one that forked, hence the late lookup.
+        self._is_main = threading.get_ident() == threading.main_thread().ident
+
+    def __enter__(self):
+        if self._is_main:
+            self._gate._depth += 1
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self._is_main:
+            return False
+        gate = self._gate
+        gate._depth -= 1
+        if gate._depth == 0 and gate._pending and exc_type is None:
+            gate._pending = False
+            if gate._armed:
+                raise KeyboardInterrupt
+        return False
+
+
+def _json_default(obj):
+    # The types Jupyter's own session serializer accepts beyond plain JSON: binary data
+    # (an image a formatter returned as bytes) travels base64-encoded, dates as ISO 8601,
+    # and numbers from numpy and friends as plain numbers.
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return binascii.b2a_base64(obj, newline=False).decode("ascii")
+    if hasattr(obj, "isoformat"):
+        return obj.isoformat()
+    if hasattr(obj, "__index__"):
+        return obj.__index__()
+    if hasattr(obj, "__float__"):
+        return float(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def encode_part(obj):
+    """Encode one part: bytes as they are, anything else as strict UTF-8 JSON.
+
+    NaN and infinities are refused (they are not JSON), and lone surrogates, which
+    Python strings may hold but UTF-8 cannot, become '?'.
+    """
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return bytes(obj)
+    try:
+        text = json.dumps(obj, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":"), default=_json_default)
+    except (TypeError, ValueError) as e:
+        raise FrameError(str(e)) from None
+    return text.encode("utf-8", "replace")
+
+
+def encode_frame(parts):
+    """Return the bytes of one frame holding the given encoded parts."""
+    if not 1 <= len(parts) <= MAX_PARTS:
+        raise FrameError(f"{len(parts)} parts")
+    body_len = 4 + sum(4 + len(p) for p in parts)
+    if body_len > MAX_FRAME_BYTES:
+        raise FrameError(f"frame of {body_len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+    chunks = [_U32.pack(body_len), _U32.pack(len(parts))]
+    for p in parts:
+        chunks.append(_U32.pack(len(p)))
+        chunks.append(p)
+    return b"".join(chunks)
+
+
+def decode_body(body):
+    """Split a frame body into its parts; raise ValueError if it breaks the framing."""
+    if len(body) < 4:
+        raise ValueError("body shorter than its part count")
+    (nparts,) = _U32.unpack_from(body, 0)
+    if not 1 <= nparts <= MAX_PARTS:
+        raise ValueError(f"part count {nparts} out of range")
+    parts, pos = [], 4
+    for _ in range(nparts):
+        if pos + 4 > len(body):
+            raise ValueError("truncated part length")
+        (plen,) = _U32.unpack_from(body, pos)
+        pos += 4
+        if plen > len(body) - pos:
+            raise ValueError("part overruns the body")
+        parts.append(body[pos:pos + plen])
+        pos += plen
+    if pos != len(body):
+        raise ValueError("parts do not fill the body")
+    return parts
+
+
+def decode_object(data):
+    """Parse one part as a JSON object; raise ValueError otherwise."""
+    obj = json.loads(data)  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    return obj
+
+
+class Pipe:
+    """The kernel's end of the socketpair. send() may be called from any thread;
+    recv() only from the main thread."""
+
+    def __init__(self, fd, gate, diag_fd):
+        self._fd = fd
+        self._gate = gate
+        self._diag_fd = diag_fd  # the kernel's private stderr: kenneld's log, not the client
+        self._wlock = threading.Lock()  # frames from different threads must not interleave
+        self._rbuf = bytearray()
+        os.set_blocking(fd, True)
+        # User code's subprocesses must not hold (or write to) kenneld's pipe.
+        os.set_inheritable(fd, False)
+        os.register_at_fork(after_in_child=self._after_fork)
+        threading.Thread(target=self._watch_hangup, name="kennel-hangup", daemon=True).start()
+
+    def send(self, op, *parts):
+        """Send op (a dict) and parts (dicts, or bytes for buffers) as one frame.
+
+        Raises FrameError if they cannot form a valid frame; nothing is sent then.
+        """
+        if self._fd < 0:
+            raise OSError("the kernel pipe belongs to the kernel process, not a forked child")
+        frame = encode_frame([encode_part(op)] + [encode_part(p) for p in parts])
+        with self._gate.shielded(), self._wlock:
+            view = memoryview(frame)
+            while view:
+                try:
+                    n = os.write(self._fd, view)
+                except (BrokenPipeError, ConnectionResetError):
+                    os._exit(0)  # kenneld closed its end: the session is over
+                view = view[n:]
+
+    def recv(self):
+        """Return (op, parts) for the next frame other than {"op":"exit"}.
+
+        op is the parsed op header; parts are the remaining parts as bytes. Blocks until a
+        frame is complete; a SIGINT while blocked may raise KeyboardInterrupt (see
+        InterruptGate) without losing any data.
+        """
+        while True:
+            frame = self._next_frame()
+            if frame is None:
+                self._fill()
+                continue
+            try:
+                parts = decode_body(frame)
+                op = decode_object(parts[0])
+                if not isinstance(op.get("op"), str):
+                    raise ValueError('op header has no string "op"')
+            except ValueError as e:
+                self.fatal(f"malformed frame from kenneld: {e}")
+            if op["op"] == "exit":
+                os._exit(0)
+            return op, parts[1:]
+
+    def _next_frame(self):
+        buf = self._rbuf
+        if len(buf) < 4:
+            return None
+        (size,) = _U32.unpack_from(buf, 0)
+        if size > MAX_FRAME_BYTES:
+            self.fatal(f"malformed frame from kenneld: length {size} over the limit")
+        if len(buf) < 4 + size:
+            return None
+        body = bytes(buf[4:4 + size])
+        del buf[:4 + size]
+        return body
+
+    def _fill(self):
+        # Wait outside the shield, so that a blocked input() can be interrupted, but read
+        # inside it: a KeyboardInterrupt between os.read() returning and the bytes
+        # reaching the buffer would lose part of a frame.
+        select.select([self._fd], [], [])
+        with self._gate.shielded():
+            data = os.read(self._fd, 1 << 16)
+            if not data:
+                os._exit(0)  # EOF: kenneld is done with this kernel
+            self._rbuf += data
+
+    def _watch_hangup(self):
+        # recv() sees EOF only between cells; a cell that never ends would outlive
+        # kenneld. POLLRDHUP reports the peer's close without consuming any data.
+        hangup = select.poll()
+        hangup.register(self._fd, select.POLLRDHUP)
+        hangup.poll()
+        os._exit(0)
+
+    def diag(self, message):
+        """Write one line of kernel diagnostics to the saved stderr."""
+        try:
+            os.write(self._diag_fd, f"kennel kernel[{os.getpid()}]: {message}\n".encode())
+        except OSError:
+            pass
+
+    def fatal(self, message):
+        self.diag(message)
+        os._exit(1)
+
+    def _after_fork(self):
+        # A forked child (multiprocessing, os.fork in a cell) must never write frames:
+        # they would interleave with the kernel's. Its output reaches the client through
+        # the inherited fd 1 and 2 instead (see kennel_io).
+        os.close(self._fd)
+        self._fd = -1

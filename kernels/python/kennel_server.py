@@ -1,0 +1,204 @@
+"""kennel_server: serves kenneld's shell requests, one at a time, with a KennelShell.
+
+Handles execute, complete, inspect, is_complete, history and comm_info requests and
+answers every other *_request with an error reply, so kenneld's queue never stalls.
+Comm messages are ignored (no comm support yet). kenneld answers kernel_info, interrupt
+and shutdown itself and publishes status, so none of that is here.
+"""
+
+import os
+import sys
+
+from IPython.utils.tokenutil import line_at_cursor, token_at_cursor
+
+from kennel_io import FdCapture, Stdin, StreamBuffer, StreamWriter
+from kennel_pipe import FrameError, decode_object
+from kennel_shell import KennelShell, safe_str
+
+_NO_REPLY = {"comm_open", "comm_msg", "comm_close"}
+
+
+class Kernel:
+    def __init__(self, pipe, gate):
+        self._pipe = pipe
+        self._gate = gate
+        self._pid = os.getpid()
+        # _execute arms the gate around the cell; a SIGINT landing in its own lines, just
+        # before or after the cell, is dropped rather than raised into the request loop.
+        gate.protect(Kernel._execute.__code__)
+        # The shell is created before fds 1 and 2 are captured, so that what IPython
+        # prints while starting (an unwritable home, say) goes to kenneld's log.
+        self._shell = KennelShell.create(self.publish)
+        self._streams = StreamBuffer(self._publish_stream, gate)
+        FdCapture(self._streams)
+        sys.stdout = StreamWriter("stdout", 1, self._streams)
+        sys.stderr = StreamWriter("stderr", 2, self._streams)
+        self._stdin = Stdin(pipe, self._streams)
+        self._handlers = {
+            "execute_request": self._execute,
+            "complete_request": self._complete,
+            "inspect_request": self._inspect,
+            "is_complete_request": self._is_complete,
+            "history_request": self._history,
+            "comm_info_request": self._comm_info,
+        }
+
+    def serve(self):
+        while True:
+            op, parts = self._pipe.recv()
+            channel = op.get("channel") if op["op"] == "request" else None
+            if channel == "shell":
+                self._serve_shell(parts)
+            elif channel != "stdin":  # stdin: an input_reply that came after an interrupt
+                self._pipe.diag(f"ignoring {op['op']!r} frame for channel {channel!r}")
+
+    def publish(self, msg_type, content):
+        """Send one iopub message after all stream output written before it."""
+        with self._streams.flushed():
+            try:
+                self._pipe.send({"op": "iopub", "msg_type": msg_type}, {}, content)
+            except FrameError as e:
+                self._publish_stream("stderr", f"[kennel: {msg_type} not sent: {e}]\n")
+
+    def _publish_stream(self, name, text):
+        self._pipe.send({"op": "iopub", "msg_type": "stream"}, {}, {"name": name, "text": text})
+
+    def _serve_shell(self, parts):
+        if len(parts) < 4:
+            self._pipe.fatal(f"shell request with {len(parts)} parts after the op header")
+        try:
+            header = decode_object(parts[0])
+            msg_type, msg_id = header["msg_type"], header["msg_id"]
+            if not isinstance(msg_type, str) or not isinstance(msg_id, str):
+                raise ValueError("msg_type and msg_id must be strings")
+        except (ValueError, KeyError) as e:
+            # Without a msg_id there is no way to reply, and kenneld would wait forever.
+            self._pipe.fatal(f"shell request with a bad header: {e!r}")
+        if not msg_type.endswith("_request"):
+            if msg_type not in _NO_REPLY:
+                self._pipe.diag(f"ignoring shell message {msg_type!r}")
+            return
+        handler = self._handlers.get(msg_type)
+        try:
+            content = decode_object(parts[3])
+            if handler is None:
+                reply = _error("UnknownMessageType", f"{msg_type} is not supported")
+            else:
+                reply = handler(content)
+        except Exception as e:  # a bad request or a kernel bug: still exactly one reply
+            reply = _error(type(e).__name__, str(e))
+        self._reply(msg_type[:-len("_request")] + "_reply", msg_id, reply)
+
+    def _reply(self, msg_type, msg_id, content):
+        op = {"op": "reply", "msg_type": msg_type, "parent_msg_id": msg_id}
+        with self._streams.flushed():
+            try:
+                self._pipe.send(op, {}, content)
+            except FrameError as e:
+                self._pipe.send(op, {}, _error("FrameError", str(e)))
+
+    def _execute(self, content):
+        code = content["code"]
+        if not isinstance(code, str):
+            raise TypeError("code must be a string")
+        silent = bool(content.get("silent", False))
+        store_history = bool(content.get("store_history", True)) and not silent
+        expressions = content.get("user_expressions") or {}
+        shell = self._shell
+        if not silent:
+            self.publish("execute_input", {"code": code,
+                                           "execution_count": shell.execution_count})
+        shell.last_traceback = None
+        shell.payload_manager.clear_payload()
+        interrupt = None
+        with self._stdin.serving(bool(content.get("allow_stdin", False))):
+            self._gate.arm()
+            try:
+                result = shell.run_cell(code, store_history=store_history, silent=silent)
+                values = shell.user_expressions(expressions) if result.success else {}
+            except KeyboardInterrupt as e:
+                # Interrupted inside IPython's own bookkeeping rather than in user code.
+                interrupt = e
+            finally:
+                self._gate.disarm()
+        if os.getpid() != self._pid:
+            os._exit(0)  # a child forked in the cell must not serve the session
+        reply = {
+            "status": "ok",
+            "execution_count": shell.execution_count - 1,
+            "user_expressions": {},
+            "payload": shell.payload_manager.read_payload(),
+        }
+        shell.payload_manager.clear_payload()
+        if interrupt is not None:
+            shell.showtraceback((type(interrupt), interrupt, interrupt.__traceback__))
+            error = interrupt
+        else:
+            error = result.error_before_exec or result.error_in_exec
+            reply["user_expressions"] = values
+        if error is not None:
+            reply.update(_error(type(error).__name__, safe_str(error)))
+            reply["traceback"] = shell.last_traceback or []
+        return reply
+
+    def _complete(self, content):
+        code = content["code"]
+        cursor_pos = content.get("cursor_pos")
+        if cursor_pos is None:
+            cursor_pos = len(code)
+        # IPython's non-jedi completer works on one line.
+        line, line_start = line_at_cursor(code, cursor_pos)
+        text, matches = self._shell.complete("", line, cursor_pos - line_start)
+        return {
+            "status": "ok",
+            "matches": matches,
+            "cursor_start": cursor_pos - len(text),
+            "cursor_end": cursor_pos,
+            "metadata": {},
+        }
+
+    def _inspect(self, content):
+        code = content["code"]
+        cursor_pos = content.get("cursor_pos", len(code))
+        name = token_at_cursor(code, cursor_pos)
+        try:
+            data = self._shell.object_inspect_mime(
+                name, detail_level=content.get("detail_level", 0))
+        except KeyError:
+            return {"status": "ok", "found": False, "data": {}, "metadata": {}}
+        # IPython's text/html here is the plain text in a <pre>; clients render the
+        # ANSI-coloured text/plain better.
+        data.pop("text/html", None)
+        return {"status": "ok", "found": True, "data": data, "metadata": {}}
+
+    def _is_complete(self, content):
+        status, indent = self._shell.input_transformer_manager.check_complete(content["code"])
+        reply = {"status": status}
+        if status == "incomplete":
+            reply["indent"] = " " * (indent or 0)
+        return reply
+
+    def _history(self, content):
+        history = self._shell.history_manager
+        kind = content.get("hist_access_type")
+        raw = content.get("raw", True)
+        output = content.get("output", False)
+        if kind == "tail":
+            entries = history.get_tail(content.get("n", 10), raw=raw, output=output,
+                                       include_latest=True)
+        elif kind == "range":
+            entries = history.get_range(content.get("session", 0), content.get("start", 1),
+                                        content.get("stop"), raw=raw, output=output)
+        elif kind == "search":
+            entries = history.search(content.get("pattern", "*"), raw=raw, output=output,
+                                     n=content.get("n"), unique=content.get("unique", False))
+        else:
+            raise ValueError(f"unknown hist_access_type {kind!r}")
+        return {"status": "ok", "history": list(entries)}
+
+    def _comm_info(self, content):
+        return {"status": "ok", "comms": {}}
+
+
+def _error(ename, evalue):
+    return {"status": "error", "ename": ename, "evalue": evalue, "traceback": []}

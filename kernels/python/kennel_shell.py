@@ -1,0 +1,141 @@
+"""kennel_shell: IPython's InteractiveShell, sending what it shows as Jupyter messages.
+
+KennelShell turns results, rich displays, tracebacks and pager text into execute_result,
+display_data, update_display_data, clear_output, error and payloads, through a publish
+function the kernel provides. It keeps history in memory only and completes without jedi.
+It adds no magics and no GUI event loops (%gui and %matplotlib <gui> fail; inline works).
+"""
+
+import os
+
+from IPython.core import page, payloadpage
+from IPython.core.displayhook import DisplayHook
+from IPython.core.displaypub import DisplayPublisher
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets import Any, Type
+from traitlets.config import Config
+
+
+class KennelDisplayPublisher(DisplayPublisher):
+    """display() and clear_output() as iopub messages."""
+
+    def publish(self, data, metadata=None, source=None, *, transient=None, update=False,
+                **kwargs):
+        self._validate_data(data, metadata)
+        self.shell.publish("update_display_data" if update else "display_data", {
+            "data": data,
+            "metadata": metadata or {},
+            "transient": transient or {},
+        })
+
+    def clear_output(self, wait=False):
+        self.shell.publish("clear_output", {"wait": bool(wait)})
+
+
+class KennelDisplayHook(DisplayHook):
+    """The value of a cell's last expression as execute_result.
+
+    The base class writes an "Out[n]:" prompt and the text to sys.stdout; the client
+    draws its own prompt, so only the message is sent.
+    """
+
+    def write_output_prompt(self):
+        pass
+
+    def write_format_data(self, format_dict, md_dict=None):
+        self.shell.publish("execute_result", {
+            "execution_count": self.prompt_count,
+            "data": format_dict,
+            "metadata": md_dict or {},
+        })
+
+    def finish_displayhook(self):
+        pass
+
+
+class KennelShell(InteractiveShell):
+    displayhook_class = Type(KennelDisplayHook)
+    display_pub_class = Type(KennelDisplayPublisher)
+
+    # publish(msg_type, content): send one iopub message, after pending stream output.
+    publish = Any()
+
+    # The traceback of the last error shown, for the execute_reply (None if none).
+    last_traceback = Any()
+
+    @classmethod
+    def create(cls, publish):
+        """Create the process-wide shell (get_ipython() returns it)."""
+        config = Config()
+        # A kernel's history lives as long as its process; a sqlite file in the profile
+        # would be shared by every session of the same user.
+        config.HistoryManager.hist_file = ":memory:"
+        config.HistoryManager.db_log_output = True  # so history_request can return outputs
+        # jedi costs hundreds of milliseconds on the first completion.
+        config.IPCompleter.use_jedi = False
+        return cls.instance(config=config, publish=publish)
+
+    def init_hooks(self):
+        super().init_hooks()
+        # obj? and %page go to the client's pager as a payload, not to a terminal pager.
+        self.set_hook("show_in_pager", page.as_hook(payloadpage.page), 99)
+
+    def _get_exc_info(self, exc_tuple=None):
+        etype, value, tb = super()._get_exc_info(exc_tuple)
+        return etype, value, _without_kennel_frames(tb)
+
+    def _showtraceback(self, etype, evalue, stb):
+        self.last_traceback = stb
+        self.publish("error", {
+            "ename": etype.__name__,
+            "evalue": safe_str(evalue),
+            "traceback": stb,
+        })
+
+    def enable_gui(self, gui=None):
+        # %matplotlib inline calls this with "inline", which needs no event loop. There
+        # is no display for a GUI toolkit to draw on, so any other choice is refused.
+        if gui not in (None, "inline"):
+            raise UsageError(f"kennel has no GUI event loop; {gui!r} is not supported")
+
+    def set_next_input(self, text, replace=False):
+        self.payload_manager.write_payload(
+            {"source": "set_next_input", "text": text, "replace": replace})
+
+    def ask_exit(self):
+        # exit() tells the client to leave (and, as with ipykernel, to shut the session
+        # down). The process does not exit by itself: kenneld owns the session's life.
+        self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
+
+
+def _without_kennel_frames(tb):
+    """Cut a traceback at the first kennel frame that user code reached.
+
+    A KeyboardInterrupt is raised by kennel's SIGINT handler or where a shielded write
+    ends, and sys.stdout.write(b"") fails inside kennel_io: the user wants to see the
+    line of the cell, as when C code raises, not kennel's internals.
+    """
+    entry, in_user_code = tb, False
+    while entry is not None:
+        in_user_code = in_user_code or not _is_kennel(entry.tb_frame)
+        following = entry.tb_next
+        if in_user_code and following is not None and _is_kennel(following.tb_frame):
+            entry.tb_next = None
+            break
+        entry = following
+    return tb
+
+
+def _is_kennel(frame):
+    return os.path.dirname(frame.f_code.co_filename) == _KENNEL_DIR
+
+
+_KENNEL_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def safe_str(value):
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__} object>"

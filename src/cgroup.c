@@ -1,0 +1,269 @@
+/*  cgroup: probing is by looking, not by assuming: /proc/self/cgroup says where kenneld is in
+ *  each hierarchy, and a controller counts as available only if its files are there.
+ *  v1 OOM kills are read from memory.oom_control (oom_kill), v2 from memory.events. */
+#include "cgroup.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+enum { C_MEMORY, C_PIDS, C_CPU, C_N };
+static const char *const s_names[C_N] = {"memory", "pids", "cpu"};
+
+/*  Where each controller's kenneld group is (a directory), and whether it is v2. */
+static char s_base[C_N][PATH_MAX];
+static int s_is_v2[C_N];
+static int s_probed;
+
+struct cgroup {
+    char dir[C_N][PATH_MAX];     /* "" where the controller is unavailable */
+    char *procs[C_N + 1];        /* cgroup.procs paths, NULL-terminated, no duplicates */
+};
+
+static int s_exists(const char *dir, const char *file)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    return access(path, F_OK) == 0;
+}
+
+static int s_write(const char *dir, const char *file, const char *value)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "we");
+    if (!f)
+        return -1;
+    int rc = fputs(value, f) < 0 ? -1 : 0;
+    if (fclose(f) != 0)
+        rc = -1;
+    return rc;
+}
+
+static long long s_read_ll(const char *dir, const char *file, const char *key)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    char *text = util_read_file(path, 8192, NULL);
+    if (!text)
+        return -1;
+    long long v = -1;
+    if (!key) {
+        v = strtoll(text, NULL, 10);
+    } else {
+        size_t klen = strlen(key);
+        for (char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+            if (strncmp(line, key, klen) == 0 && line[klen] == ' ') {
+                v = strtoll(line + klen + 1, NULL, 10);
+                break;
+            }
+    }
+    free(text);
+    return v;
+}
+
+int cgroup_probe(char *desc, size_t desc_len)
+{
+    char *self = util_read_file("/proc/self/cgroup", 65536, NULL);
+    int found = 0;
+    memset(s_base, 0, sizeof s_base);
+    for (char *line = self ? strtok(self, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        /* "hierarchy-id:controller-list:path"; v2 is "0::path". */
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        *c2 = '\0';
+        const char *ctrls = c1 + 1, *path = c2 + 1;
+        for (int i = 0; i < C_N; i++) {
+            char dir[PATH_MAX];
+            if (*ctrls == '\0') {
+                /* v2: the unified hierarchy, if it offers this controller. */
+                const char *mounts[] = {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"};
+                for (int m = 0; m < 2 && !s_base[i][0]; m++) {
+                    snprintf(dir, sizeof dir, "%s%s", mounts[m], strcmp(path, "/") ? path : "");
+                    char ctl[PATH_MAX + 32];
+                    snprintf(ctl, sizeof ctl, "%s/cgroup.controllers", dir);
+                    char *list = util_read_file(ctl, 4096, NULL);
+                    if (list && strstr(list, s_names[i])) {
+                        snprintf(s_base[i], PATH_MAX, "%s", dir);
+                        s_is_v2[i] = 1;
+                    }
+                    free(list);
+                }
+            } else {
+                char copy[256];
+                snprintf(copy, sizeof copy, "%s", ctrls);
+                for (char *save, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                    if (strcmp(t, s_names[i]) != 0 || s_base[i][0])
+                        continue;
+                    /* cpu may be mounted as cpu,cpuacct; find the directory that has it. */
+                    const char *cands[] = {s_names[i], "cpu,cpuacct", "cpuacct,cpu"};
+                    for (int k = 0; k < 3 && !s_base[i][0]; k++) {
+                        snprintf(dir, sizeof dir, "/sys/fs/cgroup/%s%s", cands[k], strcmp(path, "/") ? path : "");
+                        if (s_exists(dir, "cgroup.procs")) {
+                            snprintf(s_base[i], PATH_MAX, "%s", dir);
+                            s_is_v2[i] = 0;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    free(self);
+    int n = snprintf(desc, desc_len, "cgroups:");
+    for (int i = 0; i < C_N; i++) {
+        if (s_base[i][0]) {
+            found++;
+            n += snprintf(desc + n, desc_len > (size_t)n ? desc_len - (size_t)n : 0, " %s (v%d)",
+                          s_names[i], s_is_v2[i] ? 2 : 1);
+        }
+    }
+    if (!found)
+        snprintf(desc + n, desc_len > (size_t)n ? desc_len - (size_t)n : 0, " none");
+    s_probed = 1;
+    return found;
+}
+
+static int s_set_limits(cgroup_t *self, const cgroup_limits_t *lim)
+{
+    char v[64];
+    const char *mem = self->dir[C_MEMORY], *pids = self->dir[C_PIDS], *cpu = self->dir[C_CPU];
+    if (mem[0] && lim->memory_bytes) {
+        snprintf(v, sizeof v, "%llu", lim->memory_bytes);
+        if (s_is_v2[C_MEMORY]) {
+            if (s_write(mem, "memory.max", v) < 0 || s_write(mem, "memory.swap.max", "0") < 0)
+                if (errno != ENOENT)
+                    return -1;
+        } else {
+            if (s_write(mem, "memory.limit_in_bytes", v) < 0)
+                return -1;
+            /* Swap counts too where swap accounting exists; otherwise there is no swap to use. */
+            if (s_exists(mem, "memory.memsw.limit_in_bytes") && s_write(mem, "memory.memsw.limit_in_bytes", v) < 0)
+                return -1;
+        }
+    }
+    if (pids[0] && lim->pids) {
+        snprintf(v, sizeof v, "%lu", lim->pids);
+        if (s_write(pids, "pids.max", v) < 0)
+            return -1;
+    }
+    if (cpu[0] && lim->cpus > 0) {
+        long long quota = (long long)(lim->cpus * 100000);
+        if (s_is_v2[C_CPU])
+            snprintf(v, sizeof v, "%lld 100000", quota);
+        else
+            snprintf(v, sizeof v, "%lld", quota);
+        if (s_is_v2[C_CPU] ? s_write(cpu, "cpu.max", v) < 0
+                           : (s_write(cpu, "cpu.cfs_period_us", "100000") < 0 ||
+                              s_write(cpu, "cpu.cfs_quota_us", v) < 0))
+            return -1;
+    }
+    return 0;
+}
+
+cgroup_t *cgroup_create(const char *name, const cgroup_limits_t *limits)
+{
+    if (!s_probed) {
+        char desc[128];
+        cgroup_probe(desc, sizeof desc);
+    }
+    cgroup_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    size_t np = 0;
+    for (int i = 0; i < C_N; i++) {
+        if (!s_base[i][0])
+            continue;
+        snprintf(self->dir[i], PATH_MAX, "%.3000s/kennel-%.64s", s_base[i], name);
+        int shared = 0;
+        for (int j = 0; j < i; j++)
+            shared |= strcmp(self->dir[j], self->dir[i]) == 0;
+        if (shared)
+            continue;
+        if (mkdir(self->dir[i], 0755) < 0 && errno != EEXIST)
+            goto fail;
+        if (s_is_v2[i]) {
+            /* Enable the controller for our children; harmless if it already is. */
+            char plus[16];
+            snprintf(plus, sizeof plus, "+%s", s_names[i]);
+            (void)s_write(s_base[i], "cgroup.subtree_control", plus);
+        }
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/cgroup.procs", self->dir[i]);
+        if (!(self->procs[np++] = strdup(path)))
+            goto fail;
+    }
+    if (s_set_limits(self, limits) < 0)
+        goto fail;
+    return self;
+fail:;
+    int saved = errno;
+    cgroup_destroy(&self);
+    errno = saved;
+    return NULL;
+}
+
+char *const *cgroup_procs_paths(const cgroup_t *self)
+{
+    return self->procs;
+}
+
+/*  Kill every process listed in dir's cgroup.procs (v1 has no cgroup.kill). */
+static void s_kill_all(const char *dir)
+{
+    if (s_exists(dir, "cgroup.kill") && s_write(dir, "cgroup.kill", "1") == 0)
+        return;
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    char *text = util_read_file(path, 1 << 20, NULL);
+    for (char *t = text ? strtok(text, "\n") : NULL; t; t = strtok(NULL, "\n"))
+        kill((pid_t)atoi(t), SIGKILL);
+    free(text);
+}
+
+void cgroup_destroy(cgroup_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    cgroup_t *self = *self_p;
+    for (int i = 0; i < C_N; i++) {
+        if (!self->dir[i][0] || access(self->dir[i], F_OK) < 0)
+            continue;
+        s_kill_all(self->dir[i]);
+        /* A killed process leaves the group when it is reaped; rmdir may need a moment. */
+        for (int tries = 0; rmdir(self->dir[i]) < 0 && errno == EBUSY && tries < 50; tries++)
+            usleep(2000);
+        if (access(self->dir[i], F_OK) == 0)
+            PLOG_W("rmdir(%s)", self->dir[i]);
+    }
+    for (int i = 0; i < C_N; i++)
+        free(self->procs[i]);
+    free(self);
+    *self_p = NULL;
+}
+
+void cgroup_stats(const cgroup_t *self, long long *memory_bytes, long long *peak_bytes,
+                  long long *oom_kills)
+{
+    const char *mem = self->dir[C_MEMORY];
+    *memory_bytes = *peak_bytes = *oom_kills = -1;
+    if (!mem[0])
+        return;
+    if (s_is_v2[C_MEMORY]) {
+        *memory_bytes = s_read_ll(mem, "memory.current", NULL);
+        *peak_bytes = s_read_ll(mem, "memory.peak", NULL);
+        *oom_kills = s_read_ll(mem, "memory.events", "oom_kill");
+    } else {
+        *memory_bytes = s_read_ll(mem, "memory.usage_in_bytes", NULL);
+        *peak_bytes = s_read_ll(mem, "memory.max_usage_in_bytes", NULL);
+        *oom_kills = s_read_ll(mem, "memory.oom_control", "oom_kill");
+    }
+}

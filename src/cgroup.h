@@ -1,0 +1,34 @@
+/*  cgroup: one control group per session for memory, pids and cpu: cgroup v2 where its
+ *  controllers are available, v1 controllers where they are (some machines have both, each
+ *  controller bound to one). Groups are made under kenneld's own group. The kernel is placed
+ *  in the group by the spawner writing its pid to the paths cgroup_procs_paths gives. */
+#ifndef KENNEL_CGROUP_H
+#define KENNEL_CGROUP_H
+
+#include <stddef.h>
+
+typedef struct {
+    unsigned long long memory_bytes;  /* 0: no limit */
+    unsigned long pids;               /* 0: no limit */
+    double cpus;                      /* CPU time per wall second; 0: no limit */
+} cgroup_limits_t;
+
+/*  Find where memory, pids and cpu are: writes a description like "v1 memory,pids,cpu" into
+ *  desc. Returns the number of the three controllers found (3 means all). Call once at start. */
+int cgroup_probe(char *desc, size_t desc_len);
+
+typedef struct cgroup cgroup_t;
+
+/*  Create the group `name` under kenneld's group in each controller and set limits. NULL with
+ *  errno on failure (nothing is left behind). */
+cgroup_t *cgroup_create(const char *name, const cgroup_limits_t *limits);
+/*  Kill what is left in the group, remove it, free *self_p. No-op on NULL. */
+void cgroup_destroy(cgroup_t **self_p);
+/*  The NULL-terminated list of cgroup.procs files a new process writes "0" to, to join.
+ *  Borrowed; valid until destroy. */
+char *const *cgroup_procs_paths(const cgroup_t *self);
+/*  Current and peak memory in bytes and the OOM kills counted so far (-1 when unknown). */
+void cgroup_stats(const cgroup_t *self, long long *memory_bytes, long long *peak_bytes,
+                  long long *oom_kills);
+
+#endif

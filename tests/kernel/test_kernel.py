@@ -1,0 +1,366 @@
+"""Tests of the Python kernel (kernels/python) through its pipe, with no kenneld.
+
+Run with: /usr/bin/python3 -m pytest -q tests/kernel
+"""
+
+import json
+import re
+import signal
+import time
+
+from conftest import jdump, make_header, streams
+
+
+def types(iopub):
+    return [t for t, _ in iopub]
+
+
+def only(iopub, msg_type):
+    found = [c for t, c in iopub if t == msg_type]
+    assert len(found) == 1, iopub
+    return found[0]
+
+
+# -- start and exit ------------------------------------------------------------
+
+
+def test_hello(kernel):
+    assert kernel.hello_op["pid"] == kernel.proc.pid
+    info = kernel.hello
+    assert "status" not in info
+    assert info["protocol_version"] == "5.3"
+    assert info["implementation"] == "kennel"
+    assert info["implementation_version"] == "0.1"
+    assert info["language_info"]["name"] == "python"
+    assert info["language_info"]["pygments_lexer"] == "ipython3"
+    assert info["language_info"]["codemirror_mode"] == {"name": "ipython", "version": 3}
+    assert info["debugger"] is False and info["help_links"] == []
+
+
+def test_eof_exits_0(kernel):
+    kernel.execute("x = 1")
+    kernel.sock.close()
+    assert kernel.wait() == 0
+
+
+def test_eof_during_a_cell_exits_0(kernel):
+    kernel.send_request("execute_request", {"code": "while True: pass", "silent": False,
+                                            "store_history": True, "user_expressions": {},
+                                            "allow_stdin": False})
+    kernel.recv_frame()  # execute_input: the cell has started
+    kernel.sock.close()
+    assert kernel.wait(timeout=5) == 0
+
+
+def test_exit_op_exits_0(kernel):
+    kernel.send_frame([jdump({"op": "exit"})])
+    assert kernel.wait() == 0
+
+
+def test_malformed_frame_exits_1(kernel):
+    kernel.sock.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00")  # a body with zero parts
+    assert kernel.wait() == 1
+
+
+# -- execute ---------------------------------------------------------------------
+
+
+def test_state_across_executes(kernel):
+    reply, iopub = kernel.execute("a = 6")
+    assert reply == {"status": "ok", "execution_count": 1, "user_expressions": {},
+                     "payload": []}
+    assert iopub == [("execute_input", {"code": "a = 6", "execution_count": 1})]
+    reply, iopub = kernel.execute("a * 7")
+    assert reply["execution_count"] == 2
+    assert types(iopub) == ["execute_input", "execute_result"]
+    assert iopub[1][1] == {"execution_count": 2, "data": {"text/plain": "42"},
+                           "metadata": {}}
+
+
+def test_user_namespace_is_clean(kernel):
+    _, iopub = kernel.execute("sorted(k for k in globals() if not k.startswith('_'))")
+    names = eval(only(iopub, "execute_result")["data"]["text/plain"])
+    assert set(names) <= {"In", "Out", "exit", "quit", "get_ipython"}
+
+
+def test_stream_order_with_displays(kernel):
+    code = (
+        "import sys\n"
+        "print('one')\n"
+        "display({'text/plain': 'D1'}, raw=True)\n"
+        "print('two', file=sys.stderr)\n"
+        "print('three')\n"
+        "display({'text/html': '<b>D2</b>', 'text/plain': 'D2'}, raw=True)\n"
+        "print('four')\n"
+    )
+    reply, iopub = kernel.execute(code)
+    assert reply["status"] == "ok"
+    got = [(t, c.get("name"), c.get("text") or c["data"]["text/plain"]) for t, c in iopub[1:]]
+    assert got == [
+        ("stream", "stdout", "one\n"),
+        ("display_data", None, "D1"),
+        ("stream", "stderr", "two\n"),
+        ("stream", "stdout", "three\n"),
+        ("display_data", None, "D2"),
+        ("stream", "stdout", "four\n"),
+    ]
+
+
+def test_fd_level_output(kernel):
+    code = (
+        "import os, subprocess\n"
+        "print('py1')\n"
+        "os.write(1, b'fd1\\n')\n"
+        "subprocess.run(['echo', 'child'])\n"
+        "print('py2')\n"
+        "os.write(2, b'fd-err\\n')\n"
+        "subprocess.run('echo child-err >&2', shell=True)\n"
+    )
+    reply, iopub = kernel.execute(code)
+    assert reply["status"] == "ok"
+    assert streams(iopub, "stdout") == "py1\nfd1\nchild\npy2\n"
+    assert streams(iopub, "stderr") == "fd-err\nchild-err\n"
+
+
+def test_forked_child_output(kernel):
+    code = (
+        "import multiprocessing as mp\n"
+        "p = mp.get_context('fork').Process(target=print, args=('from child',))\n"
+        "p.start(); p.join()\n"
+        "print('exit', p.exitcode)\n"
+    )
+    reply, iopub = kernel.execute(code)
+    assert reply["status"] == "ok"
+    assert streams(iopub, "stdout") == "from child\nexit 0\n"
+
+
+def test_periodic_flush_and_split(kernel):
+    code = (
+        "import time\n"
+        "for i in range(3):\n"
+        "    print(i)\n"
+        "    time.sleep(0.2)\n"
+        "print('x' * 200000)\n"
+    )
+    reply, iopub = kernel.execute(code)
+    assert reply["status"] == "ok"
+    texts = [c["text"] for t, c in iopub if t == "stream"]
+    assert texts[:3] == ["0\n", "1\n", "2\n"]  # sent while the cell was still running
+    assert "".join(texts[3:]) == "x" * 200000 + "\n"
+    assert all(len(t) <= 64 * 1024 for t in texts)
+
+
+def test_error(kernel):
+    kernel.execute("def f():\n    return 1 / 0")
+    reply, iopub = kernel.execute("f()")
+    assert reply["status"] == "error"
+    assert reply["ename"] == "ZeroDivisionError"
+    assert reply["evalue"] == "division by zero"
+    assert reply["execution_count"] == 2
+    err = only(iopub, "error")
+    assert err["ename"] == "ZeroDivisionError" and err["traceback"] == reply["traceback"]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(err["traceback"]))
+    assert "In [1], line 2" in plain and "return 1 / 0" in plain
+    reply, iopub = kernel.execute("1 +")
+    assert reply["status"] == "error" and reply["ename"] == "SyntaxError"
+    assert only(iopub, "error")["ename"] == "SyntaxError"
+
+
+def test_silent(kernel):
+    kernel.execute("a = 1")
+    reply, iopub = kernel.execute("print('hi'); a + 1", silent=True)
+    assert reply["status"] == "ok"
+    assert iopub == [("stream", {"name": "stdout", "text": "hi\n"})]
+    reply, iopub = kernel.execute("a")
+    assert reply["execution_count"] == 2
+    assert only(iopub, "execute_input")["execution_count"] == 2
+
+
+def test_user_expressions(kernel):
+    reply, _ = kernel.execute("a = 5", user_expressions={"double": "a * 2", "bad": "nope"})
+    assert reply["user_expressions"]["double"] == {
+        "status": "ok", "data": {"text/plain": "10"}, "metadata": {}}
+    assert reply["user_expressions"]["bad"]["status"] == "error"
+    assert reply["user_expressions"]["bad"]["ename"] == "NameError"
+
+
+def test_display_id_update(kernel):
+    code = "h = display('one', display_id='d1')\nh.update('two')\n"
+    reply, iopub = kernel.execute(code)
+    assert reply["status"] == "ok"
+    shown = only(iopub, "display_data")
+    assert shown["transient"] == {"display_id": "d1"}
+    assert shown["data"]["text/plain"] == "'one'"
+    updated = only(iopub, "update_display_data")
+    assert updated["transient"] == {"display_id": "d1"}
+    assert updated["data"]["text/plain"] == "'two'"
+    _, iopub = kernel.execute("from IPython.display import clear_output\nclear_output(wait=True)")
+    assert only(iopub, "clear_output") == {"wait": True}
+
+
+def test_matplotlib_inline(kernel):
+    reply, iopub = kernel.execute("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2]);")
+    assert reply["status"] == "ok"
+    png = only(iopub, "display_data")["data"]["image/png"]
+    assert png.startswith("iVBORw0KGgo")  # base64 of the PNG signature
+
+
+# -- stdin -----------------------------------------------------------------------
+
+
+def test_input_round_trip(kernel):
+    requests = []
+
+    def answer(content):
+        requests.append(content)
+        kernel.reply_input("secret" if content["password"] else "bob")
+
+    code = "import getpass\nprint('before')\nname = input('name? ')\npw = getpass.getpass()"
+    reply, iopub = kernel.execute(code, on_stdin=answer)
+    assert reply["status"] == "ok", reply
+    assert requests == [{"prompt": "name? ", "password": False},
+                        {"prompt": "Password: ", "password": True}]
+    assert streams(iopub) == "before\n"
+    reply, _ = kernel.execute("", user_expressions={"v": "(name, pw)"})
+    assert reply["user_expressions"]["v"]["data"]["text/plain"] == "('bob', 'secret')"
+
+
+def test_input_not_allowed(kernel):
+    reply, iopub = kernel.execute("input('x')", allow_stdin=False)
+    assert reply["status"] == "error"
+    assert reply["ename"] == "StdinNotImplementedError"
+    assert only(iopub, "error")["ename"] == "StdinNotImplementedError"
+
+
+# -- interrupt -------------------------------------------------------------------
+
+
+def wait_for_stream(kernel, text):
+    while True:
+        op, parts = kernel.recv_frame()
+        assert op["op"] == "iopub", op
+        content = json.loads(parts[1])
+        if op["msg_type"] == "stream" and text in content["text"]:
+            return
+
+
+def test_sigint_interrupts_cell(kernel):
+    kernel.execute("kept = 41")
+    msg_id = kernel.send_request("execute_request", {
+        "code": "import time\nprint('sleeping', flush=True)\ntime.sleep(10)",
+        "silent": False, "store_history": True, "user_expressions": {},
+        "allow_stdin": False})
+    wait_for_stream(kernel, "sleeping")
+    started = time.monotonic()
+    kernel.proc.send_signal(signal.SIGINT)
+    _, reply, iopub = kernel.collect(msg_id)
+    assert time.monotonic() - started < 5
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+    traceback = only(iopub, "error")["traceback"]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(traceback))
+    assert "time.sleep(10)" in plain and "kennel" not in plain  # no handler frame
+    _, iopub = kernel.execute("kept + 1")
+    assert only(iopub, "execute_result")["data"]["text/plain"] == "42"
+
+
+def test_sigint_interrupts_input(kernel):
+    msg_id = kernel.send_request("execute_request", {
+        "code": "input('?')", "silent": False, "store_history": True,
+        "user_expressions": {}, "allow_stdin": True})
+    assert kernel.recv_frame()[0] == {"op": "iopub", "msg_type": "execute_input"}
+    assert kernel.recv_frame()[0] == {"op": "stdin", "msg_type": "input_request"}
+    kernel.proc.send_signal(signal.SIGINT)
+    _, reply, _ = kernel.collect(msg_id)
+    assert reply["ename"] == "KeyboardInterrupt"
+    kernel.reply_input("too late")  # a stale reply must be ignored
+    reply, _ = kernel.execute("1")
+    assert reply["status"] == "ok"
+
+
+def test_sigint_while_idle_is_harmless(kernel):
+    kernel.proc.send_signal(signal.SIGINT)  # very likely still starting up
+    kernel.execute("x = 1")
+    for _ in range(3):
+        kernel.proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+    assert kernel.proc.poll() is None
+    _, iopub = kernel.execute("x")
+    assert only(iopub, "execute_result")["data"]["text/plain"] == "1"
+
+
+# -- other shell requests --------------------------------------------------------
+
+
+def test_complete(kernel):
+    kernel.execute("import os\nsome_long_name = 1")
+    code = "x = 1\nos.pa"
+    reply = kernel.request("complete_request", {"code": code, "cursor_pos": len(code)})
+    assert reply["status"] == "ok" and reply["metadata"] == {}
+    assert "os.path" in reply["matches"]
+    assert reply["cursor_start"] == len(code) - len("os.pa")
+    assert reply["cursor_end"] == len(code)
+    reply = kernel.request("complete_request", {"code": "some_lo", "cursor_pos": 7})
+    assert reply["matches"] == ["some_long_name"] and reply["cursor_start"] == 0
+
+
+def test_inspect(kernel):
+    kernel.execute("def documented():\n    'Does a documented thing.'")
+    reply = kernel.request("inspect_request",
+                           {"code": "documented()", "cursor_pos": 3, "detail_level": 0})
+    assert reply["status"] == "ok" and reply["found"] is True
+    assert "Does a documented thing." in reply["data"]["text/plain"]
+    reply = kernel.request("inspect_request", {"code": "nothing_here", "cursor_pos": 2,
+                                               "detail_level": 0})
+    assert reply == {"status": "ok", "found": False, "data": {}, "metadata": {}}
+
+
+def test_is_complete(kernel):
+    def check(code):
+        return kernel.request("is_complete_request", {"code": code})
+
+    assert check("x = 1") == {"status": "complete"}
+    assert check("for i in range(3):") == {"status": "incomplete", "indent": "    "}
+    assert check("x = )")["status"] == "invalid"
+
+
+def test_history(kernel):
+    kernel.execute("a = 1")
+    kernel.execute("a + 1")
+    kernel.execute("a + 2", store_history=False)
+    reply = kernel.request("history_request", {"hist_access_type": "tail", "n": 2,
+                                               "raw": True, "output": False})
+    assert reply["status"] == "ok"
+    assert [entry[1:] for entry in reply["history"]] == [[1, "a = 1"], [2, "a + 1"]]
+    reply = kernel.request("history_request", {"hist_access_type": "range", "session": 0,
+                                               "start": 1, "stop": 3, "raw": True,
+                                               "output": True})
+    assert reply["history"] == [[0, 1, ["a = 1", None]], [0, 2, ["a + 1", "2"]]]
+    reply = kernel.request("history_request", {"hist_access_type": "search",
+                                               "pattern": "a +*", "raw": True,
+                                               "output": False, "n": 10})
+    assert [entry[2] for entry in reply["history"]] == ["a + 1"]
+
+
+def test_comm_info_and_comm_messages(kernel):
+    assert kernel.request("comm_info_request", {}) == {"status": "ok", "comms": {}}
+    # comm_open gets no reply: the next reply read must be the execute's.
+    kernel.send_request("comm_open", {"comm_id": "c1", "target_name": "t", "data": {}})
+    reply, _ = kernel.execute("1")
+    assert reply["status"] == "ok"
+
+
+def test_unknown_request(kernel):
+    reply = kernel.request("frobnicate_request", {})
+    assert reply["status"] == "error" and reply["ename"] == "UnknownMessageType"
+    # A shell message that is not a request is dropped without a reply.
+    kernel.send_request("frobnicate", {})
+    reply, _ = kernel.execute("2")
+    assert reply["status"] == "ok"
+
+
+def test_bad_content_still_replies(kernel):
+    header = make_header("execute_request")
+    kernel.send_frame([jdump({"op": "request", "channel": "shell"}), jdump(header),
+                       jdump({}), jdump({}), b"[not an object"])
+    op, reply, _ = kernel.collect(header["msg_id"])
+    assert op["msg_type"] == "execute_reply" and reply["status"] == "error"
