@@ -10,7 +10,7 @@ import pytest
 import zmq
 from jupyter_client.session import Session
 
-from conftest import Client, assert_healthy
+from kennel_hostile import Client, assert_healthy
 
 
 def _set_marker(client):

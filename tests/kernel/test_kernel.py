@@ -8,7 +8,7 @@ import re
 import signal
 import time
 
-from conftest import jdump, make_header, streams
+from kernel_pipe_client import jdump, make_header, streams
 
 
 def types(iopub):

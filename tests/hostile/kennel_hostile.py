@@ -1,0 +1,120 @@
+"""Helpers of the hostile tests: a real kenneld with a manager client, raw ZeroMQ clients of a
+session, and a health check that a session still answers afterwards."""
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+
+import zmq
+from jupyter_client.session import Session
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KENNELD = os.path.join(ROOT, "bin", "kenneld")
+
+
+class Kenneld:
+    def __init__(self, state_dir, *args):
+        self.state_dir = state_dir
+        self.log = open(os.path.join(os.path.dirname(state_dir), "kenneld.log"), "wb")
+        self.proc = subprocess.Popen([KENNELD, "--state-dir", state_dir, *args],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        info_path = os.path.join(state_dir, "kenneld.json")
+        deadline = time.monotonic() + 10
+        while not os.path.exists(info_path):
+            assert self.proc.poll() is None, "kenneld exited at start"
+            assert time.monotonic() < deadline, "kenneld did not write kenneld.json"
+            time.sleep(0.02)
+        with open(info_path) as f:
+            info = json.load(f)["manager"]
+        self.ctx = zmq.Context()
+        self.mgr = self.ctx.socket(zmq.DEALER)
+        self.mgr.linger = 0
+        self.mgr.connect(info["endpoint"])
+        self.mgr_session = Session(key=info["key"].encode(), signature_scheme="hmac-sha256")
+        self.kernel_pids = set()
+
+    def call(self, msg_type, content=None, timeout=10):
+        self.mgr_session.send(self.mgr, msg_type, content or {})
+        if not self.mgr.poll(timeout * 1000):
+            raise TimeoutError(msg_type)
+        _, msg = self.mgr_session.feed_identities(self.mgr.recv_multipart())
+        reply = self.mgr_session.deserialize(msg)["content"]
+        for s in [reply.get("session")] + reply.get("sessions", []):
+            if s and s.get("kernel_pid"):
+                self.kernel_pids.add(s["kernel_pid"])
+        return reply
+
+    def stop(self):
+        self.mgr.close()
+        self.ctx.term()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+class Client:
+    """Raw sockets to one session, plus a Session for signing with its key."""
+
+    def __init__(self, ctx, conn):
+        self.conn = conn
+        self.session = Session(key=conn["key"].encode(), signature_scheme="hmac-sha256")
+        self.sockets = {}
+        for name, kind in (("shell", zmq.DEALER), ("control", zmq.DEALER),
+                           ("stdin", zmq.DEALER), ("hb", zmq.REQ), ("iopub", zmq.SUB)):
+            s = ctx.socket(kind)
+            s.linger = 0
+            if kind == zmq.SUB:
+                s.setsockopt(zmq.SUBSCRIBE, b"")
+            else:
+                s.setsockopt(zmq.IDENTITY, self.session.bsession)
+            s.connect(f"tcp://{conn['ip']}:{conn[name + '_port']}")
+            self.sockets[name] = s
+
+    def request(self, channel, msg_type, content=None, timeout=10):
+        """Send and wait for the reply with this parent; returns it, or None on timeout."""
+        msg = self.session.send(self.sockets[channel], msg_type, content or {})
+        return self.reply_to(channel, msg["header"]["msg_id"], timeout)
+
+    def reply_to(self, channel, msg_id, timeout=10):
+        deadline = time.monotonic() + timeout
+        sock = self.sockets[channel]
+        while time.monotonic() < deadline:
+            if not sock.poll(max(1, int((deadline - time.monotonic()) * 1000))):
+                return None
+            _, frames = self.session.feed_identities(sock.recv_multipart())
+            reply = self.session.deserialize(frames)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return reply
+        return None
+
+    def execute(self, code, timeout=20):
+        return self.request("shell", "execute_request", {
+            "code": code, "silent": False, "store_history": True, "user_expressions": {},
+            "allow_stdin": False, "stop_on_error": True}, timeout)
+
+    def close(self):
+        for s in self.sockets.values():
+            s.close()
+
+
+def assert_healthy(client, kenneld, value_code="kennel_marker"):
+    """The session answers kernel_info fast and still has its state."""
+    t = time.monotonic()
+    reply = client.request("control", "kernel_info_request", timeout=5)
+    assert reply is not None and reply["content"]["status"] == "ok"
+    assert time.monotonic() - t < 1.0
+    assert kenneld.proc.poll() is None, "kenneld died"
+    r = client.execute(value_code)
+    assert r is not None and r["content"]["status"] == "ok", r and r["content"]
+
+
+def fresh_id():
+    return uuid.uuid4().hex
