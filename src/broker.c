@@ -57,6 +57,7 @@ struct sess {
     cgroup_t *cg;            /* the running kernel's cgroup, or NULL */
     spawner_proc_t proc;
     int has_proc;            /* proc is a live (unreaped) kernel */
+    int timer_id;            /* the session's armed zloop timer, or -1 */
     int pipe_open;           /* proc.pipe_fd is registered for reading */
     kpipe_t *decoder;
     uint8_t *out;            /* bytes waiting to be written to the kernel */
@@ -335,6 +336,31 @@ static void s_op_kernel_signal(void *ctx, int sig)
         PLOG_W("session=%s: signal %d", s->id, sig);
 }
 
+static int s_on_timer(zloop_t *loop, int timer_id, void *arg)
+{
+    (void)loop;
+    (void)timer_id;
+    sess_t *s = arg;
+    s->timer_id = -1;
+    session_on_timer(s->core);
+    return 0;
+}
+
+static void s_op_timer_cancel(void *ctx)
+{
+    sess_t *s = ctx;
+    if (s->timer_id >= 0)
+        zloop_timer_end(s->broker->loop, s->timer_id);
+    s->timer_id = -1;
+}
+
+static void s_op_timer_arm(void *ctx, long long delay_ms)
+{
+    sess_t *s = ctx;
+    s_op_timer_cancel(s);
+    s->timer_id = zloop_timer(s->broker->loop, (size_t)(delay_ms > 0 ? delay_ms : 1), 1, s_on_timer, s);
+}
+
 static void s_close_sess(sess_t *s);
 
 static void s_op_ended(void *ctx)
@@ -359,11 +385,13 @@ static int s_on_pidfd(zloop_t *loop, zmq_pollitem_t *item, void *arg)
     zloop_poller_end(loop, &pid_item);
     spawner_release(&s->proc);
     s->has_proc = 0;
+    session_exit_t kind = SESSION_EXIT_CRASH;
     if (s->cg) {
         /* An OOM kill shows as SIGKILL; the cgroup knows it was the memory limit. */
         long long mem, peak, ooms;
         cgroup_stats(s->cg, &mem, &peak, &ooms);
         if (ooms > 0) {
+            kind = SESSION_EXIT_MEMORY;
             size_t len = strlen(how);
             snprintf(how + len, sizeof how - len, " by the memory limit (%llu MiB)",
                      s->limits.cg.memory_bytes >> 20);
@@ -371,7 +399,7 @@ static int s_on_pidfd(zloop_t *loop, zmq_pollitem_t *item, void *arg)
         cgroup_destroy(&s->cg);
     }
     LOG_I("session=%s: kernel %s", s->id, how);
-    session_on_kernel_exit(s->core, how);
+    session_on_kernel_exit(s->core, how, kind);
     return 0;
 }
 
@@ -449,6 +477,7 @@ static void s_close_sess(sess_t *s)
         return;
     zlistx_detach(b->sessions, handle);
     session_end(s->core);
+    s_op_timer_cancel(s);
     for (int i = 0; i < CHANNELS_N; i++)
         if (i != CHANNELS_IOPUB)
             zloop_reader_end(b->loop, channels_socket(s->ch, (channels_index_t)i));
@@ -508,9 +537,10 @@ static json_t *s_info(sess_t *s)
     else if (s->has_proc)
         mem = spawner_rss_bytes(s->proc.pid);
     json_object_set_new(info, "memory_bytes", json_integer(mem > 0 ? mem : 0));
-    json_t *lim = json_pack("{s:I, s:I, s:f, s:I}", "memory", (json_int_t)s->limits.cg.memory_bytes,
-                            "pids", (json_int_t)s->limits.cg.pids, "cpu", s->limits.cg.cpus, "tmp",
-                            (json_int_t)s->limits.tmp_bytes);
+    json_t *lim = json_pack("{s:I, s:I, s:f, s:I, s:f}", "memory",
+                            (json_int_t)s->limits.cg.memory_bytes, "pids",
+                            (json_int_t)s->limits.cg.pids, "cpu", s->limits.cg.cpus, "tmp",
+                            (json_int_t)s->limits.tmp_bytes, "timeout", s->limits.timeout_ms / 1000.0);
     json_object_set_new(info, "limits", lim);
     json_object_set_new(info, "sandboxed", json_boolean(s->broker->cfg.sandbox));
     return info;
@@ -580,6 +610,7 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
     }
     s->broker = self;
     s->proc.pidfd = s->proc.pipe_fd = -1;
+    s->timer_id = -1;
     s->limits = limits ? *limits : self->cfg.limits;
     while (self->slots[s->slot])
         s->slot++; /* a free slot exists: fewer than max_sessions are live */
@@ -627,6 +658,7 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
     }
     session_limits_t lim = self->cfg.session_limits;
     lim.end_on_shutdown = launched;
+    lim.timeout_ms = s->limits.timeout_ms;
     s->core = session_new(s->id, name ? name : s->id, &lim, &self->ops, s);
     if (!s->core) {
         LOG_E("out of memory");
@@ -695,13 +727,13 @@ broker_limits_t broker_default_limits(const broker_t *self)
 json_t *broker_stats(const broker_t *self)
 {
     const broker_limits_t *l = &self->cfg.limits;
-    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s}, s:{s:I, s:I, s:f, s:I, s:I}}", "status", "ok",
+    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s}, s:{s:I, s:I, s:f, s:I, s:I, s:f}}", "status", "ok",
                      "sessions", (json_int_t)zlistx_size(self->sessions), "max_sessions",
                      (json_int_t)self->cfg.max_sessions, "sandbox", "enabled", self->cfg.sandbox,
                      "layers", self->cfg.sandbox_desc ? self->cfg.sandbox_desc : "none", "limits",
                      "memory", (json_int_t)l->cg.memory_bytes, "pids", (json_int_t)l->cg.pids,
                      "cpu", l->cg.cpus, "tmp", (json_int_t)l->tmp_bytes, "nofile",
-                     (json_int_t)l->nofile);
+                     (json_int_t)l->nofile, "timeout", l->timeout_ms / 1000.0);
 }
 
 size_t broker_size(const broker_t *self)
@@ -724,8 +756,8 @@ broker_t *broker_new(zloop_t *loop, const broker_cfg_t *cfg)
         broker_destroy(&self);
         return NULL;
     }
-    self->ops = (session_ops_t){s_op_send, s_op_to_kernel, s_op_kernel_start, s_op_kernel_signal,
-                                s_op_ended};
+    self->ops = (session_ops_t){s_op_send,  s_op_to_kernel,  s_op_kernel_start, s_op_kernel_signal,
+                                s_op_ended, s_op_timer_arm, s_op_timer_cancel};
     return self;
 }
 

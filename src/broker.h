@@ -18,6 +18,7 @@ typedef struct {
     cgroup_limits_t cg;              /* memory (also RLIMIT_AS), pids, cpu */
     unsigned long long tmp_bytes;    /* /tmp and /dev/shm tmpfs size */
     unsigned long nofile;            /* RLIMIT_NOFILE */
+    long long timeout_ms;            /* a cell's default deadline; 0: none */
 } broker_limits_t;
 
 typedef struct {

@@ -34,6 +34,10 @@ static const char s_usage[] =
     "  --cpu N             CPUs' worth of time, e.g. 0.5 (default 1)\n"
     "  --tmp SIZE          size of /tmp and /dev/shm (default 256M)\n"
     "  --nofile N          open files (default 1024)\n"
+    "  --timeout SECONDS   a cell's deadline (default 0: none)\n"
+    "  --grace SECONDS     how long a cell may run past its deadline before the kernel is\n"
+    "                      killed and restarted (default 2)\n"
+    "  --max-output SIZE   output a cell may publish before it is cut off (default 10M)\n"
     "  --uid-base N        kernels run as host uids N, N+1, … (default 1900000000)\n"
     "  --insecure-no-sandbox  run kernels as kenneld's own user, unconfined (debugging only)\n";
 
@@ -88,6 +92,8 @@ int config_load(config_t *cfg, int argc, char **argv)
     cfg->tmp_bytes = 256ull << 20;
     cfg->nofile = 1024;
     cfg->uid_base = 1900000000;
+    cfg->grace_s = 2;
+    cfg->max_output = 10u << 20;
     if (statedir_default(cfg->state_dir, sizeof cfg->state_dir) < 0) {
         fprintf(stderr, "kenneld: no state directory: set --state-dir or HOME\n");
         return -1;
@@ -109,6 +115,8 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"cpu", required_argument, NULL, 'c'},       {"tmp", required_argument, NULL, 'T'},
         {"nofile", required_argument, NULL, 'F'},    {"uid-base", required_argument, NULL, 'U'},
         {"insecure-no-sandbox", no_argument, NULL, 'I'},
+        {"timeout", required_argument, NULL, 'o'},   {"grace", required_argument, NULL, 'g'},
+        {"max-output", required_argument, NULL, 'O'},
         {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
@@ -160,6 +168,19 @@ int config_load(config_t *cfg, int argc, char **argv)
         case 'F': rc = s_size(optarg, 64, 1u << 20, &cfg->nofile, "--nofile"); break;
         case 'U': rc = s_size(optarg, 1000, 4000000000u, &cfg->uid_base, "--uid-base"); break;
         case 'I': cfg->insecure_no_sandbox = 1; break;
+        case 'o':
+        case 'g': {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (*end || end == optarg || v < (c == 'g' ? 0.1 : 0) || v > 7 * 86400) {
+                fprintf(stderr, "kenneld: --%s must be seconds between %s and a week\n",
+                        c == 'g' ? "grace" : "timeout", c == 'g' ? "0.1" : "0");
+                return -1;
+            }
+            *(c == 'g' ? &cfg->grace_s : &cfg->timeout_s) = v;
+            break;
+        }
+        case 'O': rc = s_size(optarg, 1024, 1u << 30, &cfg->max_output, "--max-output"); break;
         case 'h': fputs(s_usage, stdout); return 1;
         default: fputs(s_usage, stderr); return -1;
         }

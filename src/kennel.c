@@ -22,7 +22,8 @@
 
 static const char s_usage[] =
     "usage: kennel [--state-dir DIR] COMMAND [ARGS]\n"
-    "  new [--name N] [--memory SIZE] [--pids N] [--cpu N] [--tmp SIZE] [--network none]\n"
+    "  new [--name N] [--memory SIZE] [--pids N] [--cpu N] [--tmp SIZE] [--timeout S]\n"
+    "      [--network none]\n"
     "                          create a session (or find the one named N); print its connection file\n"
     "  ls                      list sessions\n"
     "  info N                  one session's details as JSON\n"
@@ -82,16 +83,24 @@ static int s_cmd_new(int argc, char **argv)
         {"name", required_argument, NULL, 'n'}, {"memory", required_argument, NULL, 'm'},
         {"pids", required_argument, NULL, 'p'}, {"cpu", required_argument, NULL, 'c'},
         {"tmp", required_argument, NULL, 't'},  {"network", required_argument, NULL, 'N'},
+        {"timeout", required_argument, NULL, 'T'},
         {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "+n:", opts, NULL)) != -1) {
-        double v = optarg && c != 'n' && c != 'N' ? (c == 'p' || c == 'c' ? strtod(optarg, NULL) : s_bytes(optarg)) : 0;
+        double v = optarg && c != 'n' && c != 'N'
+                       ? (c == 'p' || c == 'c' || c == 'T' ? strtod(optarg, NULL) : s_bytes(optarg))
+                       : 0;
         if (c == 'n')
             json_object_set_new(content, "name", json_string(optarg));
         else if (c == 'N' && strcmp(optarg, "none") == 0)
             ; /* the only network a kernel has: none */
         else if (c != 'N' && c != '?' && v > 0)
-            json_object_set_new(limits, c == 'm' ? "memory" : c == 'p' ? "pids" : c == 'c' ? "cpu" : "tmp",
+            json_object_set_new(limits,
+                                c == 'm'   ? "memory"
+                                : c == 'p' ? "pids"
+                                : c == 'c' ? "cpu"
+                                : c == 'T' ? "timeout"
+                                           : "tmp",
                                 json_real(v));
         else {
             fprintf(stderr, "kennel: bad value for --%s\n", c == 'N' ? "network (only none)" : "option");

@@ -212,9 +212,12 @@ int main(int argc, char **argv)
         .sandbox = !cfg.insecure_no_sandbox,
         .init_path = init_path,
         .uid_base = cfg.uid_base,
-        .limits = {{cfg.memory_bytes, cfg.pids, cfg.cpus}, cfg.tmp_bytes, cfg.nofile},
+        .limits = {{cfg.memory_bytes, cfg.pids, cfg.cpus}, cfg.tmp_bytes, cfg.nofile,
+                   (long long)(cfg.timeout_s * 1000)},
         .sandbox_desc = sandbox_desc,
-        .session_limits = {.max_queued = cfg.max_queued},
+        .session_limits = {.max_queued = cfg.max_queued,
+                           .grace_ms = (long long)(cfg.grace_s * 1000),
+                           .max_output = cfg.max_output},
     };
     wire_limits_default(&bcfg.wire_limits);
     bcfg.wire_limits.max_msg_bytes = cfg.max_message_bytes;

@@ -61,7 +61,7 @@ static const char *s_session_arg(const jmsg_t *req)
 }
 
 /*  Per-session limits over the defaults: {"memory": bytes, "pids": n, "cpu": cpus,
- *  "tmp": bytes}. NULL on success, else the reason. */
+ *  "tmp": bytes, "timeout": seconds}. NULL on success, else the reason. */
 static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
 {
     if (!obj || json_is_null(obj))
@@ -86,12 +86,16 @@ static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
             if (x < 0.01 || x > 1024)
                 return "cpu must be between 0.01 and 1024";
             lim->cg.cpus = x;
+        } else if (strcmp(key, "timeout") == 0) {
+            if (x > 7 * 86400)
+                return "timeout must be at most a week (seconds)";
+            lim->timeout_ms = (long long)(x * 1000);
         } else if (strcmp(key, "tmp") == 0) {
             if (x < (1 << 20) || x > 1e12)
                 return "tmp must be between 1 MiB and 1 TB";
             lim->tmp_bytes = (unsigned long long)x;
         } else {
-            return "limits takes memory, pids, cpu and tmp";
+            return "limits takes memory, pids, cpu, tmp and timeout";
         }
     }
     return NULL;

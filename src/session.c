@@ -35,6 +35,14 @@ struct session {
     int had_hello;             /* this kernel said hello (a crash after that restarts it) */
     json_t *kernel_info;       /* hello content, cached across restarts */
     char start_error[256];     /* why the last kernel could not start (its fatal frame) */
+    /* The cell with the kernel (current), when it is an execute_request: */
+    long long cell_started_ms; /* monotonic time it was sent */
+    long long cell_timeout_ms; /* its deadline, 0 for none */
+    int deadline_phase;        /* 0 none, 1 deadline armed, 2 signalled (grace armed), 3 killed */
+    int cell_interrupted;      /* an interrupt_request came while it ran */
+    size_t cell_output;        /* output bytes it has published */
+    int cell_truncated;        /* it hit the output cap */
+    char last_outcome[24];     /* outcome of the last execute_request, for info */
     char created[UTIL_ISO_LEN];
     long long active_ms;       /* monotonic time of the last client message */
     long long cells;           /* execute_requests finished */
@@ -112,12 +120,12 @@ const char *session_name(const session_t *self)
 
 json_t *session_info(const session_t *self)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "id", self->id, "name",
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:s}", "id", self->id, "name",
                      self->name, "state", session_state_name(self->state), "created",
                      self->created, "idle_ms", (json_int_t)(util_now_ms() - self->active_ms),
                      "cells", (json_int_t)self->cells, "queued",
                      (json_int_t)zlistx_size(self->queue), "restarts",
-                     (json_int_t)self->restarts);
+                     (json_int_t)self->restarts, "last_outcome", self->last_outcome);
 }
 
 /* ---- sending ---------------------------------------------------------------------------- */
@@ -153,11 +161,27 @@ static void s_reply(session_t *self, unsigned channel, const jmsg_t *request,
     self->ops->send(self->ctx, channel, &m);
 }
 
+/*  The metadata of an execute_reply: the kernel's (may be NULL), plus the outcome and the
+ *  wall time, which only kenneld can measure. New reference. */
+static json_t *s_outcome_metadata(session_t *self, const json_t *kernel_md, const char *outcome)
+{
+    json_t *md = kernel_md ? json_deep_copy(kernel_md) : json_object();
+    json_t *metrics = json_object_get(md, "metrics");
+    if (!json_is_object(metrics)) {
+        metrics = json_object();
+        json_object_set_new(md, "metrics", metrics);
+    }
+    json_object_set_new(metrics, "wall_ms", json_integer(util_now_ms() - self->cell_started_ms));
+    json_object_set_new(md, "outcome", json_string(outcome));
+    snprintf(self->last_outcome, sizeof self->last_outcome, "%s", outcome);
+    return md;
+}
+
 /*  An error reply for a request the kernel could not serve: an `error` on iopub for execute
- *  requests (so notebooks show it), then the reply with status error, between busy and idle
- *  when `wrap_status` (the request never reached the kernel). */
+ *  requests (so notebooks show it), then the reply with status error and, for executes, the
+ *  outcome; between busy and idle when `wrap_status` (the request never reached the kernel). */
 static void s_fail(session_t *self, unsigned channel, const jmsg_t *request, const char *ename,
-                   const char *evalue, int wrap_status)
+                   const char *evalue, const char *outcome, int wrap_status)
 {
     const route_t *r = route_lookup(jmsg_type(request));
     if (!r || !r->reply_type)
@@ -172,9 +196,19 @@ static void s_fail(session_t *self, unsigned channel, const jmsg_t *request, con
                   json_pack("{s:s, s:s, s:[s]}", "ename", ename, "evalue", evalue, "traceback", line));
     json_t *content = json_pack("{s:s, s:s, s:s, s:[s]}", "status", "error", "ename", ename,
                                 "evalue", evalue, "traceback", line);
-    if (is_execute)
-        json_object_set_new(content, "execution_count", json_null());
-    s_reply(self, channel, request, r->reply_type, content);
+    jmsg_t *m = jmsg_new_reply(request, r->reply_type, self->kernel_session);
+    if (m) {
+        if (is_execute) {
+            json_object_set_new(content, "execution_count", json_null());
+            if (wrap_status)
+                self->cell_started_ms = util_now_ms();
+            jmsg_set_json(m, JMSG_METADATA, s_outcome_metadata(self, NULL, outcome));
+        }
+        jmsg_set_json(m, JMSG_CONTENT, content);
+        self->ops->send(self->ctx, channel, &m);
+    } else {
+        json_decref(content);
+    }
     if (wrap_status)
         s_publish_status(self, request, "idle");
 }
@@ -221,6 +255,57 @@ int session_start(session_t *self)
     return s_start_kernel(self);
 }
 
+/*  The request in `current` has just gone to the kernel: start its clock and deadline. The
+ *  deadline is the request's metadata {"kennel": {"timeout": seconds}}, else the session's. */
+static void s_cell_begin(session_t *self)
+{
+    self->cell_started_ms = util_now_ms();
+    self->cell_interrupted = 0;
+    self->cell_output = 0;
+    self->cell_truncated = 0;
+    self->deadline_phase = 0;
+    self->cell_timeout_ms = 0;
+    if (strcmp(jmsg_type(self->current), "execute_request") != 0)
+        return;
+    json_t *t = json_object_get(json_object_get(jmsg_metadata(self->current), "kennel"), "timeout");
+    double seconds = json_number_value(t);
+    self->cell_timeout_ms = json_is_number(t) && seconds > 0 ? (long long)(seconds * 1000)
+                                                              : self->limits.timeout_ms;
+    if (self->cell_timeout_ms > 0) {
+        self->deadline_phase = 1;
+        self->ops->timer_arm(self->ctx, self->cell_timeout_ms);
+    }
+}
+
+/*  The cell is over (replied, or its kernel is gone): no timer may fire for it. */
+static void s_cell_end(session_t *self)
+{
+    if (self->deadline_phase == 1 || self->deadline_phase == 2)
+        self->ops->timer_cancel(self->ctx);
+    self->deadline_phase = 0;
+}
+
+void session_on_timer(session_t *self)
+{
+    if (self->state != SESSION_BUSY || !self->current)
+        return;
+    if (self->deadline_phase == 1) {
+        /* The deadline: a catchable CellTimeout in the cell (SIGINT stays for interrupts). */
+        LOG_I("session=%s: cell %s passed its %lld ms deadline", self->id, jmsg_id(self->current),
+              self->cell_timeout_ms);
+        self->deadline_phase = 2;
+        self->ops->kernel_signal(self->ctx, SIGUSR2);
+        self->ops->timer_arm(self->ctx, self->limits.grace_ms);
+    } else if (self->deadline_phase == 2) {
+        /* It did not stop (a C loop, a handler that swallowed the exception, a sleeping
+         * child): the kernel goes, and its exit answers the cell. */
+        LOG_W("session=%s: cell ignored its deadline for %lld ms; killing the kernel", self->id,
+              self->limits.grace_ms);
+        self->deadline_phase = 3;
+        self->ops->kernel_signal(self->ctx, SIGKILL);
+    }
+}
+
 /*  Send queued requests to the kernel while it is idle. Requests without a reply (comms) do
  *  not hold the kernel, so several may go in one call. */
 static void s_pump(session_t *self)
@@ -245,6 +330,7 @@ static void s_pump(session_t *self)
         if (r->reply_type && rc == 0) {
             self->current = req;
             self->state = SESSION_BUSY;
+            s_cell_begin(self);
             return;
         }
         if (r->reply_type) {
@@ -294,8 +380,10 @@ static void s_on_broker(session_t *self, unsigned channel, jmsg_t *req)
         }
         jmsg_destroy(&req);
     } else if (strcmp(type, "interrupt_request") == 0) {
-        if (self->state == SESSION_BUSY)
+        if (self->state == SESSION_BUSY) {
+            self->cell_interrupted = 1;
             self->ops->kernel_signal(self->ctx, SIGINT);
+        }
         s_answer(self, channel, req, "interrupt_reply", json_pack("{s:s}", "status", "ok"));
         jmsg_destroy(&req);
     } else if (strcmp(type, "shutdown_request") == 0) {
@@ -371,7 +459,7 @@ void session_on_request(session_t *self, unsigned channel, jmsg_t **msg_p)
             LOG_W("session=%s: queue full (%zu), refusing %s", self->id, self->limits.max_queued,
                   r->msg_type);
         s_fail(self, channel, req, "QueueFull",
-               "too many requests are waiting for this session; try again later", 1);
+               "too many requests are waiting for this session; try again later", "error", 1);
         jmsg_destroy(&req);
         return;
     }
@@ -418,6 +506,32 @@ static jmsg_t *s_from_kernel(session_t *self, const kpipe_frame_t *f, const char
         zmsg_addmem(jmsg_buffers(m), b.data, b.len);
     }
     return m;
+}
+
+/*  The per-cell output cap: outputs past max_output bytes are dropped and the client gets one
+ *  notice instead of a flood. The error of a cell and clear_output always pass. */
+static int s_output_allowed(session_t *self, const kpipe_frame_t *f, const char *type)
+{
+    if (!self->current || strcmp(type, "error") == 0 || strcmp(type, "clear_output") == 0)
+        return 1;
+    size_t bytes = 0;
+    for (size_t i = 1; i < kpipe_frame_count(f); i++)
+        bytes += kpipe_frame_part(f, i).len;
+    if (!self->cell_truncated && self->cell_output + bytes <= self->limits.max_output) {
+        self->cell_output += bytes;
+        return 1;
+    }
+    if (!self->cell_truncated) {
+        self->cell_truncated = 1;
+        char text[160];
+        snprintf(text, sizeof text,
+                 "\n[kennel: this cell's output passed its limit of %zu bytes; the rest is not "
+                 "shown]\n",
+                 self->limits.max_output);
+        s_publish(self, self->current, "stream", json_pack("{s:s, s:s}", "name", "stderr", "text", text));
+        LOG_I("session=%s: output of cell %s truncated", self->id, jmsg_id(self->current));
+    }
+    return 0;
 }
 
 static int s_on_hello(session_t *self, const kpipe_frame_t *f, const char **why)
@@ -474,9 +588,17 @@ static int s_on_reply(session_t *self, const kpipe_frame_t *f, const json_t *op,
         self->cells++;
         const char *status = json_string_value(json_object_get(jmsg_content(reply), "status"));
         const json_t *rc = jmsg_content(req);
-        failed = status && strcmp(status, "error") == 0 && s_json_true(rc, "stop_on_error", 1) &&
-                 !s_json_true(rc, "silent", 0);
+        int is_error = status && strcmp(status, "error") == 0;
+        failed = is_error && s_json_true(rc, "stop_on_error", 1) && !s_json_true(rc, "silent", 0);
+        const char *outcome = self->deadline_phase >= 2 ? "timeout"
+                              : is_error && self->cell_interrupted ? "interrupted"
+                              : is_error                           ? "error"
+                              : self->cell_truncated               ? "output_truncated"
+                              : status && strcmp(status, "ok") == 0 ? "ok"
+                                                                    : "aborted";
+        jmsg_set_json(reply, JMSG_METADATA, s_outcome_metadata(self, jmsg_metadata(reply), outcome));
     }
+    s_cell_end(self);
     self->ops->send(self->ctx, ROUTE_SHELL, &reply);
     s_publish_status(self, req, "idle");
     jmsg_destroy(&self->last);
@@ -521,7 +643,9 @@ int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **
         else if (!(m = s_from_kernel(self, frame, type, self->current ? self->current : self->last, 0)))
             *why = "iopub metadata or content is not a JSON object";
         else {
-            self->ops->send(self->ctx, ROUTE_IOPUB, &m);
+            if (s_output_allowed(self, frame, type))
+                self->ops->send(self->ctx, ROUTE_IOPUB, &m);
+            jmsg_destroy(&m);
             rc = 0;
         }
     } else if (strcmp(name, "stdin") == 0) {
@@ -552,36 +676,56 @@ static void s_fail_waiting(session_t *self, const char *evalue)
 {
     jmsg_t *req;
     while ((req = zlistx_detach(self->queue, NULL))) {
-        s_fail(self, ROUTE_SHELL, req, "KernelStartFailed", evalue, 1);
+        s_fail(self, ROUTE_SHELL, req, "KernelStartFailed", evalue, "crashed", 1);
         jmsg_destroy(&req);
     }
     size_t i = 0;
     while ((req = zlistx_detach(self->info_waiting, NULL))) {
-        s_fail(self, self->info_channels[i++], req, "KernelStartFailed", evalue, 1);
+        s_fail(self, self->info_channels[i++], req, "KernelStartFailed", evalue, "crashed", 1);
         jmsg_destroy(&req);
     }
 }
 
-void session_on_kernel_exit(session_t *self, const char *how)
+void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kind)
 {
     if (self->state == SESSION_ENDED)
         return;
     int expected = self->restart_pending;
     self->restart_pending = 0;
     self->awaiting_input = 0;
-    char evalue[256];
+    char evalue[320];
     if (self->current) {
-        snprintf(evalue, sizeof evalue,
-                 expected ? "the kernel was restarted while running this request"
-                          : "the kernel %s while running this request; it was restarted and "
-                            "its state is lost",
-                 how);
-        s_fail(self, ROUTE_SHELL, self->current, expected ? "KernelRestarted" : "KernelDied",
-               evalue, 0);
-        s_publish_status(self, self->current, "idle");
-        jmsg_destroy(&self->last);
-        self->last = self->current;
+        const char *ename = "KernelDied", *outcome = "crashed";
+        if (self->deadline_phase == 3) {
+            ename = "CellTimeout";
+            outcome = "timeout";
+            snprintf(evalue, sizeof evalue,
+                     "the cell ran past its %.1f s deadline and did not stop within %.1f s, so "
+                     "the kernel was killed and restarted: its state is lost",
+                     self->cell_timeout_ms / 1000.0, self->limits.grace_ms / 1000.0);
+        } else if (expected) {
+            ename = "KernelRestarted";
+            outcome = "killed";
+            snprintf(evalue, sizeof evalue, "the kernel was restarted while running this request");
+        } else {
+            outcome = kind == SESSION_EXIT_MEMORY ? "memory" : "crashed";
+            snprintf(evalue, sizeof evalue,
+                     "the kernel %.200s while running this request; it was restarted and its "
+                     "state is lost",
+                     how);
+        }
+        jmsg_t *req = self->current;
         self->current = NULL;
+        s_fail(self, ROUTE_SHELL, req, ename, evalue, outcome, 0);
+        s_publish_status(self, req, "idle");
+        const json_t *rc = jmsg_content(req);
+        int abort = strcmp(jmsg_type(req), "execute_request") == 0 &&
+                    s_json_true(rc, "stop_on_error", 1) && !s_json_true(rc, "silent", 0);
+        jmsg_destroy(&self->last);
+        self->last = req;
+        s_cell_end(self);
+        if (abort)
+            s_abort_queued_executes(self);
     }
     if (!expected)
         LOG_W("session=%s: kernel %s", self->id, how);
@@ -594,7 +738,7 @@ void session_on_kernel_exit(session_t *self, const char *how)
         if (self->start_error[0])
             snprintf(evalue, sizeof evalue, "the kernel could not start: %.200s", self->start_error);
         else
-            snprintf(evalue, sizeof evalue, "the kernel %s before it was ready", how);
+            snprintf(evalue, sizeof evalue, "the kernel %.200s before it was ready", how);
         self->state = SESSION_DEAD;
     }
     self->start_error[0] = '\0';
@@ -607,6 +751,7 @@ void session_end(session_t *self)
         return;
     if (self->state != SESSION_DEAD)
         self->ops->kernel_signal(self->ctx, SIGKILL);
+    s_cell_end(self);
     self->state = SESSION_ENDED;
     zlistx_purge(self->queue);
     zlistx_purge(self->info_waiting);

@@ -33,11 +33,24 @@ typedef struct {
     /* The session has ended (shutdown_request without restart). Called once; the owner must
      * destroy the session later, not from inside this call. */
     void (*ended)(void *ctx);
+    /* Arm the session's one timer to call session_on_timer after delay_ms, replacing any
+     * armed one; cancel it. */
+    void (*timer_arm)(void *ctx, long long delay_ms);
+    void (*timer_cancel)(void *ctx);
 } session_ops_t;
+
+/*  How a kernel ended, as far as kenneld can tell. */
+typedef enum {
+    SESSION_EXIT_CRASH,   /* exited or died of a signal on its own */
+    SESSION_EXIT_MEMORY,  /* killed by the memory limit */
+} session_exit_t;
 
 typedef struct {
     size_t max_queued;     /* shell requests waiting behind the running one */
     int end_on_shutdown;   /* every shutdown_request ends the session (kernelspec launchers) */
+    long long timeout_ms;  /* a cell's deadline unless its request says otherwise; 0: none */
+    long long grace_ms;    /* after the deadline signal, how long before the kernel is killed */
+    size_t max_output;     /* output bytes a cell may publish before it is cut off */
 } session_limits_t;
 
 typedef struct session session_t;
@@ -57,7 +70,9 @@ void session_on_request(session_t *self, unsigned channel, jmsg_t **msg_p);
 int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **why);
 /*  The kernel process is gone; `how` describes it ("exited with status 1", "killed by signal
  *  9 (SIGKILL)"). In-flight work gets error replies; a kernel that had started is restarted. */
-void session_on_kernel_exit(session_t *self, const char *how);
+void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kind);
+/*  The timer armed through ops->timer_arm fired (a deadline or its grace period). */
+void session_on_timer(session_t *self);
 /*  End the session now (manager end, kenneld shutdown): kills the kernel, no more replies. */
 void session_end(session_t *self);
 
@@ -65,7 +80,8 @@ session_state_t session_state(const session_t *self);
 const char *session_state_name(session_state_t state);
 const char *session_id(const session_t *self);
 const char *session_name(const session_t *self);
-/*  A new JSON object: id, name, state, created, idle_ms, cells, queued, restarts. */
+/*  A new JSON object: id, name, state, created, idle_ms, cells, queued, restarts,
+ *  last_outcome. */
 json_t *session_info(const session_t *self);
 
 #endif

@@ -25,6 +25,9 @@ typedef struct {
     char kframes[64][160]; /* op header + ' ' + header msg_type of each frame to the kernel */
     int nk;
     int starts, start_fails, ended;
+    long long timer_ms;     /* the armed timer's delay, or -1 */
+    int timer_arms, timer_cancels;
+    json_t *metadata[256];  /* metadata of each sent message (parallel to sent) */
     int signals[16];
     int nsig;
 } rec_t;
@@ -38,6 +41,7 @@ static void op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
     const char *pid = json_string_value(json_object_get(jmsg_json(*msg_p, JMSG_PARENT), "msg_id"));
     snprintf(s->parent_id, sizeof s->parent_id, "%s", pid ? pid : "");
     s->content = json_incref(jmsg_content(*msg_p));
+    r->metadata[r->nsent - 1] = json_incref(jmsg_metadata(*msg_p));
     jmsg_destroy(msg_p);
 }
 
@@ -72,17 +76,36 @@ static void op_ended(void *ctx)
     ((rec_t *)ctx)->ended++;
 }
 
-static const session_ops_t s_ops = {op_send, op_to_kernel, op_kernel_start, op_kernel_signal, op_ended};
+static void op_timer_arm(void *ctx, long long ms)
+{
+    rec_t *r = ctx;
+    r->timer_ms = ms;
+    r->timer_arms++;
+}
+
+static void op_timer_cancel(void *ctx)
+{
+    rec_t *r = ctx;
+    r->timer_ms = -1;
+    r->timer_cancels++;
+}
+
+static const session_ops_t s_ops = {op_send,  op_to_kernel,  op_kernel_start, op_kernel_signal,
+                                    op_ended, op_timer_arm, op_timer_cancel};
 
 static rec_t *s_rec_new(void)
 {
-    return calloc(1, sizeof(rec_t));
+    rec_t *r = calloc(1, sizeof(rec_t));
+    r->timer_ms = -1;
+    return r;
 }
 
 static void s_rec_free(rec_t *r)
 {
-    for (int i = 0; i < r->nsent; i++)
+    for (int i = 0; i < r->nsent; i++) {
         json_decref(r->sent[i].content);
+        json_decref(r->metadata[i]);
+    }
     free(r);
 }
 
@@ -146,9 +169,17 @@ static int s_reply(session_t *s, const char *type, const char *parent_id, const 
     return s_kernel(s, 3, parts);
 }
 
+static session_t *s_session_with(rec_t *r, size_t max_queued, long long timeout_ms, size_t max_output)
+{
+    session_limits_t lim = {max_queued, 0, timeout_ms, 2000, max_output};
+    session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
+    CHECK_EQ_INT(session_start(s), 0);
+    return s;
+}
+
 static session_t *s_session(rec_t *r, size_t max_queued)
 {
-    session_limits_t lim = {max_queued, 0};
+    session_limits_t lim = {max_queued, 0, 0, 2000, 1 << 20};
     session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
     CHECK_EQ_INT(session_start(s), 0);
     return s;
@@ -364,7 +395,7 @@ TEST(restart_keeps_session)
     s_request(s, ROUTE_CONTROL, "shutdown_request", json_pack("{s:b}", "restart", 1), NULL);
     CHECK_EQ_INT(r->signals[0], SIGKILL);
     CHECK_EQ_INT(r->ended, 0);
-    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)");
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
     CHECK_EQ_INT(r->starts, 2);
     CHECK_EQ_INT(session_state(s), SESSION_STARTING);
     session_destroy(&s);
@@ -377,9 +408,11 @@ TEST(kernel_death_fails_request_and_restarts)
     session_t *s = s_session(r, 8);
     s_hello(s);
     char id[40];
+    char id2[40];
     s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "os._exit(3)"), id);
-    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "2"), NULL);
-    session_on_kernel_exit(s, "exited with status 3");
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "2"), id2);
+    s_request(s, ROUTE_SHELL, "complete_request", json_pack("{s:s, s:i}", "code", "pri", "cursor_pos", 3), NULL);
+    session_on_kernel_exit(s, "exited with status 3", SESSION_EXIT_CRASH);
     int err = s_find(r, 0, "error");
     int rep = s_find(r, 0, "execute_reply");
     CHECK(err >= 0 && rep > err);
@@ -387,11 +420,17 @@ TEST(kernel_death_fails_request_and_restarts)
     CHECK_STR(json_string_value(json_object_get(r->sent[rep].content, "ename")), "KernelDied");
     CHECK(strstr(json_string_value(json_object_get(r->sent[rep].content, "evalue")), "status 3") != NULL);
     CHECK_STR(s_status(r, rep + 1), "idle");
+    CHECK_STR(json_string_value(json_object_get(r->metadata[rep], "outcome")), "crashed");
     CHECK_EQ_INT(r->starts, 2);
-    /* The queued request goes to the new kernel once it says hello. */
+    /* stop_on_error: the queued cell is aborted; the completion goes to the new kernel. */
+    int ab = s_find(r, rep + 1, "execute_reply");
+    CHECK(ab > rep);
+    CHECK_STR(r->sent[ab].parent_id, id2);
+    CHECK_STR(json_string_value(json_object_get(r->sent[ab].content, "status")), "aborted");
     int nk = r->nk;
     s_hello(s);
     CHECK_EQ_INT(r->nk, nk + 1);
+    CHECK(strstr(r->kframes[nk], "complete_request") != NULL);
     session_destroy(&s);
     s_rec_free(r);
 }
@@ -403,7 +442,7 @@ TEST(failed_start_fails_waiting_requests)
     char id[40];
     s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), id);
     s_request(s, ROUTE_SHELL, "kernel_info_request", NULL, NULL);
-    session_on_kernel_exit(s, "exited with status 1");
+    session_on_kernel_exit(s, "exited with status 1", SESSION_EXIT_CRASH);
     CHECK_EQ_INT(session_state(s), SESSION_DEAD);
     CHECK_EQ_INT(r->starts, 1); /* no restart loop */
     int rep = s_find(r, 0, "execute_reply");
@@ -451,6 +490,153 @@ TEST(unknown_and_misrouted_ignored)
     s_rec_free(r);
 }
 
+static const char *s_outcome(rec_t *r, int i)
+{
+    return json_string_value(json_object_get(r->metadata[i], "outcome"));
+}
+
+TEST(deadline_signal_then_grace_kill)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session_with(r, 8, 5000, 1 << 20);
+    s_hello(s);
+    char id[40], id2[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "while True: pass"), id);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "2"), id2);
+    CHECK_EQ_INT(r->timer_ms, 5000);
+    session_on_timer(s); /* the deadline */
+    CHECK_EQ_INT(r->nsig, 1);
+    CHECK_EQ_INT(r->signals[0], SIGUSR2);
+    CHECK_EQ_INT(r->timer_ms, 2000); /* the grace period */
+    session_on_timer(s); /* the grace period ends */
+    CHECK_EQ_INT(r->signals[1], SIGKILL);
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
+    int rep = s_find(r, 0, "execute_reply");
+    CHECK(rep >= 0);
+    CHECK_STR(r->sent[rep].parent_id, id);
+    CHECK_STR(json_string_value(json_object_get(r->sent[rep].content, "ename")), "CellTimeout");
+    CHECK(strstr(json_string_value(json_object_get(r->sent[rep].content, "evalue")), "restarted") != NULL);
+    CHECK_STR(s_outcome(r, rep), "timeout");
+    CHECK(json_integer_value(json_object_get(json_object_get(r->metadata[rep], "metrics"), "wall_ms")) >= 0);
+    /* stop_on_error: the queued cell is aborted, and the kernel restarts. */
+    int ab = s_find(r, rep + 1, "execute_reply");
+    CHECK(ab > rep);
+    CHECK_STR(r->sent[ab].parent_id, id2);
+    CHECK_STR(json_string_value(json_object_get(r->sent[ab].content, "status")), "aborted");
+    CHECK_EQ_INT(r->starts, 2);
+    json_t *info = session_info(s);
+    CHECK_STR(json_string_value(json_object_get(info, "last_outcome")), "timeout");
+    json_decref(info);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(deadline_caught_in_time_keeps_kernel)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session_with(r, 8, 0, 1 << 20);
+    s_hello(s);
+    /* No session deadline, but the request asks for 1.5 s in its metadata. */
+    wire_t *w = wire_new("k", 1, NULL);
+    jmsg_t *m = jmsg_new("execute_request", "client");
+    char id[40];
+    strcpy(id, jmsg_id(m));
+    jmsg_set_json(m, JMSG_CONTENT, json_pack("{s:s}", "code", "sleep"));
+    jmsg_set_json(m, JMSG_METADATA, json_pack("{s:{s:f}}", "kennel", "timeout", 1.5));
+    zmsg_t *z = wire_encode(w, m);
+    jmsg_destroy(&m);
+    wire_decode(w, &z, &m);
+    wire_destroy(&w);
+    session_on_request(s, ROUTE_SHELL, &m);
+    CHECK_EQ_INT(r->timer_ms, 1500);
+    session_on_timer(s);
+    CHECK_EQ_INT(r->signals[0], SIGUSR2);
+    s_reply(s, "execute_reply", id, "{\"status\":\"error\",\"ename\":\"CellTimeout\"}");
+    CHECK_EQ_INT(r->timer_ms, -1); /* the grace timer is cancelled */
+    int rep = s_find(r, 0, "execute_reply");
+    CHECK_STR(s_outcome(r, rep), "timeout");
+    CHECK_EQ_INT(r->starts, 1);
+    CHECK_EQ_INT(session_state(s), SESSION_IDLE);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(outcomes_and_metrics)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), id);
+    CHECK_EQ_INT(r->timer_arms, 0); /* no deadline configured */
+    char op[160];
+    snprintf(op, sizeof op, "{\"op\":\"reply\",\"msg_type\":\"execute_reply\",\"parent_msg_id\":\"%s\"}", id);
+    const char *parts[] = {op, "{\"metrics\":{\"cpu_ms\":1.5}}", "{\"status\":\"ok\"}"};
+    CHECK_EQ_INT(s_kernel(s, 3, parts), 0);
+    int rep = s_find(r, 0, "execute_reply");
+    CHECK_STR(s_outcome(r, rep), "ok");
+    json_t *metrics = json_object_get(r->metadata[rep], "metrics");
+    CHECK(json_real_value(json_object_get(metrics, "cpu_ms")) == 1.5); /* the kernel's, kept */
+    CHECK(json_is_integer(json_object_get(metrics, "wall_ms")));
+    /* interrupted */
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "sleep"), id);
+    s_request(s, ROUTE_CONTROL, "interrupt_request", NULL, NULL);
+    s_reply(s, "execute_reply", id, "{\"status\":\"error\",\"ename\":\"KeyboardInterrupt\"}");
+    rep = s_find(r, rep + 1, "execute_reply");
+    CHECK_STR(s_outcome(r, rep), "interrupted");
+    /* error */
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1/0"), id);
+    s_reply(s, "execute_reply", id, "{\"status\":\"error\"}");
+    rep = s_find(r, rep + 1, "execute_reply");
+    CHECK_STR(s_outcome(r, rep), "error");
+    /* killed by the memory limit */
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "hog"), id);
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL) by the memory limit (256 MiB)", SESSION_EXIT_MEMORY);
+    rep = s_find(r, rep + 1, "execute_reply");
+    CHECK_STR(s_outcome(r, rep), "memory");
+    CHECK(strstr(json_string_value(json_object_get(r->sent[rep].content, "evalue")), "memory limit") != NULL);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(output_cap)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session_with(r, 8, 0, 100);
+    s_hello(s);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "flood"), id);
+    const char *out[] = {"{\"op\":\"iopub\",\"msg_type\":\"stream\"}", "{}",
+                         "{\"name\":\"stdout\",\"text\":\"0123456789012345678901234567890123456789\"}"};
+    int before = r->nsent;
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ_INT(s_kernel(s, 3, out), 0);
+    int streams = 0, notices = 0;
+    for (int i = before; i < r->nsent; i++) {
+        if (strcmp(r->sent[i].type, "stream") != 0)
+            continue;
+        const char *text = json_string_value(json_object_get(r->sent[i].content, "text"));
+        if (strstr(text, "limit"))
+            notices++;
+        else
+            streams++;
+    }
+    CHECK_EQ_INT(streams, 1); /* 63 bytes fit in 100, a second message would not */
+    CHECK_EQ_INT(notices, 1);
+    const char *err[] = {"{\"op\":\"iopub\",\"msg_type\":\"error\"}", "{}", "{\"ename\":\"E\",\"evalue\":\"\",\"traceback\":[]}"};
+    CHECK_EQ_INT(s_kernel(s, 3, err), 0);
+    CHECK(s_find(r, before, "error") >= 0); /* the error still reaches the client */
+    s_reply(s, "execute_reply", id, "{\"status\":\"ok\"}");
+    CHECK_STR(s_outcome(r, s_find(r, 0, "execute_reply")), "output_truncated");
+    /* The next cell starts with a fresh budget. */
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "print"), id);
+    before = r->nsent;
+    CHECK_EQ_INT(s_kernel(s, 3, out), 0);
+    CHECK(s_find(r, before, "stream") >= 0);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 int main(void)
 {
     zsys_handler_set(NULL);
@@ -467,5 +653,9 @@ int main(void)
     RUN(failed_start_fails_waiting_requests);
     RUN(queue_limit);
     RUN(unknown_and_misrouted_ignored);
+    RUN(deadline_signal_then_grace_kill);
+    RUN(deadline_caught_in_time_keeps_kernel);
+    RUN(outcomes_and_metrics);
+    RUN(output_cap);
     return harness_done();
 }
