@@ -57,7 +57,7 @@ struct sess {
     cgroup_t *cg;            /* the running kernel's cgroup, or NULL */
     spawner_proc_t proc;
     int has_proc;            /* proc is a live (unreaped) kernel */
-    int timer_id;            /* the session's armed zloop timer, or -1 */
+    int timer_id[2];         /* the session's armed zloop timers (session_timer_t), or -1 */
     int pipe_open;           /* proc.pipe_fd is registered for reading */
     kpipe_t *decoder;
     uint8_t *out;            /* bytes waiting to be written to the kernel */
@@ -339,26 +339,58 @@ static void s_op_kernel_signal(void *ctx, int sig)
 static int s_on_timer(zloop_t *loop, int timer_id, void *arg)
 {
     (void)loop;
-    (void)timer_id;
     sess_t *s = arg;
-    s->timer_id = -1;
-    session_on_timer(s->core);
+    session_timer_t which = timer_id == s->timer_id[SESSION_TIMER_IDLE] ? SESSION_TIMER_IDLE
+                                                                         : SESSION_TIMER_CELL;
+    s->timer_id[which] = -1;
+    session_on_timer(s->core, which);
     return 0;
 }
 
-static void s_op_timer_cancel(void *ctx)
+static void s_op_timer_cancel(void *ctx, session_timer_t which)
 {
     sess_t *s = ctx;
-    if (s->timer_id >= 0)
-        zloop_timer_end(s->broker->loop, s->timer_id);
-    s->timer_id = -1;
+    if (s->timer_id[which] >= 0)
+        zloop_timer_end(s->broker->loop, s->timer_id[which]);
+    s->timer_id[which] = -1;
 }
 
-static void s_op_timer_arm(void *ctx, long long delay_ms)
+static void s_op_timer_arm(void *ctx, session_timer_t which, long long delay_ms)
 {
     sess_t *s = ctx;
-    s_op_timer_cancel(s);
-    s->timer_id = zloop_timer(s->broker->loop, (size_t)(delay_ms > 0 ? delay_ms : 1), 1, s_on_timer, s);
+    s_op_timer_cancel(s, which);
+    s->timer_id[which] =
+        zloop_timer(s->broker->loop, (size_t)(delay_ms > 0 ? delay_ms : 1), 1, s_on_timer, s);
+}
+
+/*  The snapshot of an evicted session lives in its directory, out of the kernel's reach. */
+static void s_snapshot_path(const sess_t *s, char *out, size_t len)
+{
+    snprintf(out, len, "%s/snapshot", s->dir);
+}
+
+static int s_op_snapshot_store(void *ctx, const void *data, size_t len)
+{
+    char path[PATH_MAX + 16];
+    s_snapshot_path(ctx, path, sizeof path);
+    return statedir_write_file(path, data, len);
+}
+
+static int s_op_snapshot_load(void *ctx, void **data, size_t *len)
+{
+    sess_t *s = ctx;
+    char path[PATH_MAX + 16];
+    s_snapshot_path(s, path, sizeof path);
+    *data = util_read_file(path, s->broker->cfg.max_pipe_frame, len);
+    return *data ? 0 : -1;
+}
+
+static void s_op_snapshot_drop(void *ctx)
+{
+    char path[PATH_MAX + 16];
+    s_snapshot_path(ctx, path, sizeof path);
+    if (unlink(path) < 0 && errno != ENOENT)
+        PLOG_W("unlink(%s)", path);
 }
 
 static void s_close_sess(sess_t *s);
@@ -477,7 +509,8 @@ static void s_close_sess(sess_t *s)
         return;
     zlistx_detach(b->sessions, handle);
     session_end(s->core);
-    s_op_timer_cancel(s);
+    s_op_timer_cancel(s, SESSION_TIMER_CELL);
+    s_op_timer_cancel(s, SESSION_TIMER_IDLE);
     for (int i = 0; i < CHANNELS_N; i++)
         if (i != CHANNELS_IOPUB)
             zloop_reader_end(b->loop, channels_socket(s->ch, (channels_index_t)i));
@@ -610,7 +643,7 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
     }
     s->broker = self;
     s->proc.pidfd = s->proc.pipe_fd = -1;
-    s->timer_id = -1;
+    s->timer_id[0] = s->timer_id[1] = -1;
     s->limits = limits ? *limits : self->cfg.limits;
     while (self->slots[s->slot])
         s->slot++; /* a free slot exists: fewer than max_sessions are live */
@@ -659,6 +692,7 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
     session_limits_t lim = self->cfg.session_limits;
     lim.end_on_shutdown = launched;
     lim.timeout_ms = s->limits.timeout_ms;
+    lim.idle_timeout_ms = s->limits.idle_ms;
     s->core = session_new(s->id, name ? name : s->id, &lim, &self->ops, s);
     if (!s->core) {
         LOG_E("out of memory");
@@ -756,8 +790,10 @@ broker_t *broker_new(zloop_t *loop, const broker_cfg_t *cfg)
         broker_destroy(&self);
         return NULL;
     }
-    self->ops = (session_ops_t){s_op_send,  s_op_to_kernel,  s_op_kernel_start, s_op_kernel_signal,
-                                s_op_ended, s_op_timer_arm, s_op_timer_cancel};
+    self->ops = (session_ops_t){s_op_send,           s_op_to_kernel,      s_op_kernel_start,
+                                s_op_kernel_signal,  s_op_ended,          s_op_timer_arm,
+                                s_op_timer_cancel,   s_op_snapshot_store, s_op_snapshot_load,
+                                s_op_snapshot_drop};
     return self;
 }
 

@@ -19,6 +19,7 @@ typedef struct {
     unsigned long long tmp_bytes;    /* /tmp and /dev/shm tmpfs size */
     unsigned long nofile;            /* RLIMIT_NOFILE */
     long long timeout_ms;            /* a cell's default deadline; 0: none */
+    long long idle_ms;               /* evict after this long without a client message; 0: never */
 } broker_limits_t;
 
 typedef struct {

@@ -23,7 +23,7 @@
 static const char s_usage[] =
     "usage: kennel [--state-dir DIR] COMMAND [ARGS]\n"
     "  new [--name N] [--memory SIZE] [--pids N] [--cpu N] [--tmp SIZE] [--timeout S]\n"
-    "      [--network none]\n"
+    "      [--idle S] [--network none]\n"
     "                          create a session (or find the one named N); print its connection file\n"
     "  ls                      list sessions\n"
     "  info N                  one session's details as JSON\n"
@@ -83,12 +83,13 @@ static int s_cmd_new(int argc, char **argv)
         {"name", required_argument, NULL, 'n'}, {"memory", required_argument, NULL, 'm'},
         {"pids", required_argument, NULL, 'p'}, {"cpu", required_argument, NULL, 'c'},
         {"tmp", required_argument, NULL, 't'},  {"network", required_argument, NULL, 'N'},
-        {"timeout", required_argument, NULL, 'T'},
+        {"timeout", required_argument, NULL, 'T'}, {"idle", required_argument, NULL, 'i'},
         {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "+n:", opts, NULL)) != -1) {
         double v = optarg && c != 'n' && c != 'N'
-                       ? (c == 'p' || c == 'c' || c == 'T' ? strtod(optarg, NULL) : s_bytes(optarg))
+                       ? (c == 'p' || c == 'c' || c == 'T' || c == 'i' ? strtod(optarg, NULL)
+                                                                       : s_bytes(optarg))
                        : 0;
         if (c == 'n')
             json_object_set_new(content, "name", json_string(optarg));
@@ -100,6 +101,7 @@ static int s_cmd_new(int argc, char **argv)
                                 : c == 'p' ? "pids"
                                 : c == 'c' ? "cpu"
                                 : c == 'T' ? "timeout"
+                                : c == 'i' ? "idle"
                                            : "tmp",
                                 json_real(v));
         else {

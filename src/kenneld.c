@@ -213,7 +213,7 @@ int main(int argc, char **argv)
         .init_path = init_path,
         .uid_base = cfg.uid_base,
         .limits = {{cfg.memory_bytes, cfg.pids, cfg.cpus}, cfg.tmp_bytes, cfg.nofile,
-                   (long long)(cfg.timeout_s * 1000)},
+                   (long long)(cfg.timeout_s * 1000), (long long)(cfg.idle_s * 1000)},
         .sandbox_desc = sandbox_desc,
         .session_limits = {.max_queued = cfg.max_queued,
                            .grace_ms = (long long)(cfg.grace_s * 1000),

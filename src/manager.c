@@ -61,7 +61,7 @@ static const char *s_session_arg(const jmsg_t *req)
 }
 
 /*  Per-session limits over the defaults: {"memory": bytes, "pids": n, "cpu": cpus,
- *  "tmp": bytes, "timeout": seconds}. NULL on success, else the reason. */
+ *  "tmp": bytes, "timeout": seconds, "idle": seconds}. NULL on success, else the reason. */
 static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
 {
     if (!obj || json_is_null(obj))
@@ -86,6 +86,10 @@ static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
             if (x < 0.01 || x > 1024)
                 return "cpu must be between 0.01 and 1024";
             lim->cg.cpus = x;
+        } else if (strcmp(key, "idle") == 0) {
+            if (x > 365 * 86400)
+                return "idle must be at most a year (seconds)";
+            lim->idle_ms = (long long)(x * 1000);
         } else if (strcmp(key, "timeout") == 0) {
             if (x > 7 * 86400)
                 return "timeout must be at most a week (seconds)";
@@ -95,7 +99,7 @@ static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
                 return "tmp must be between 1 MiB and 1 TB";
             lim->tmp_bytes = (unsigned long long)x;
         } else {
-            return "limits takes memory, pids, cpu, tmp and timeout";
+            return "limits takes memory, pids, cpu, tmp, timeout and idle";
         }
     }
     return NULL;

@@ -43,6 +43,10 @@ struct session {
     size_t cell_output;        /* output bytes it has published */
     int cell_truncated;        /* it hit the output cap */
     char last_outcome[24];     /* outcome of the last execute_request, for info */
+    int evicting;              /* the kernel is being killed after saving its state */
+    int restore_pending;       /* the next hello gets the snapshot */
+    json_t *unsaved;           /* names the last save could not keep (array) */
+    char *notice;              /* told to the next cell: what a revival lost */
     char created[UTIL_ISO_LEN];
     long long active_ms;       /* monotonic time of the last client message */
     long long cells;           /* execute_requests finished */
@@ -91,6 +95,8 @@ void session_destroy(session_t **self_p)
     jmsg_destroy(&self->current);
     jmsg_destroy(&self->last);
     json_decref(self->kernel_info);
+    json_decref(self->unsaved);
+    free(self->notice);
     free(self->id);
     free(self->name);
     free(self);
@@ -104,7 +110,8 @@ session_state_t session_state(const session_t *self)
 
 const char *session_state_name(session_state_t state)
 {
-    static const char *names[] = {"starting", "idle", "busy", "dead", "ended"};
+    static const char *names[] = {"starting", "idle", "busy",   "dead",
+                                  "ended",    "saving", "evicted", "restoring"};
     return names[state];
 }
 
@@ -255,6 +262,28 @@ int session_start(session_t *self)
     return s_start_kernel(self);
 }
 
+void session_start_evicted(session_t *self)
+{
+    self->state = SESSION_EVICTED;
+}
+
+/*  A request reached an evicted session: start a kernel that will get the snapshot. */
+static void s_revive(session_t *self)
+{
+    LOG_I("session=%s: reviving", self->id);
+    self->restore_pending = 1;
+    s_start_kernel(self);
+}
+
+/*  Start a kernel if there is none: fresh for a dead session, restored for an evicted one. */
+static void s_ensure_kernel(session_t *self)
+{
+    if (self->state == SESSION_DEAD)
+        s_start_kernel(self);
+    else if (self->state == SESSION_EVICTED)
+        s_revive(self);
+}
+
 /*  The request in `current` has just gone to the kernel: start its clock and deadline. The
  *  deadline is the request's metadata {"kennel": {"timeout": seconds}}, else the session's. */
 static void s_cell_begin(session_t *self)
@@ -273,7 +302,13 @@ static void s_cell_begin(session_t *self)
                                                               : self->limits.timeout_ms;
     if (self->cell_timeout_ms > 0) {
         self->deadline_phase = 1;
-        self->ops->timer_arm(self->ctx, self->cell_timeout_ms);
+        self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->cell_timeout_ms);
+    }
+    if (self->notice && strcmp(jmsg_type(self->current), "execute_request") == 0) {
+        s_publish(self, self->current, "stream",
+                  json_pack("{s:s, s:s}", "name", "stderr", "text", self->notice));
+        free(self->notice);
+        self->notice = NULL;
     }
 }
 
@@ -281,12 +316,37 @@ static void s_cell_begin(session_t *self)
 static void s_cell_end(session_t *self)
 {
     if (self->deadline_phase == 1 || self->deadline_phase == 2)
-        self->ops->timer_cancel(self->ctx);
+        self->ops->timer_cancel(self->ctx, SESSION_TIMER_CELL);
     self->deadline_phase = 0;
 }
 
-void session_on_timer(session_t *self)
+/*  Restart the idle clock (any client message, the end of any request). */
+static void s_idle_rearm(session_t *self)
 {
+    if (self->limits.idle_timeout_ms > 0)
+        self->ops->timer_arm(self->ctx, SESSION_TIMER_IDLE, self->limits.idle_timeout_ms);
+}
+
+/*  Idle eviction, step 1: ask the kernel for its state. Busy or starting kernels are left
+ *  alone; the end of their work restarts the idle clock. */
+static void s_evict(session_t *self)
+{
+    if (self->state != SESSION_IDLE || zlistx_size(self->queue) > 0)
+        return;
+    static const char op[] = "{\"op\":\"save\"}";
+    kpipe_iov_t part = {op, sizeof op - 1};
+    if (self->ops->to_kernel(self->ctx, &part, 1) == 0) {
+        LOG_I("session=%s: idle for %lld ms: saving its state", self->id, self->limits.idle_timeout_ms);
+        self->state = SESSION_SAVING;
+    }
+}
+
+void session_on_timer(session_t *self, session_timer_t which)
+{
+    if (which == SESSION_TIMER_IDLE) {
+        s_evict(self);
+        return;
+    }
     if (self->state != SESSION_BUSY || !self->current)
         return;
     if (self->deadline_phase == 1) {
@@ -295,7 +355,7 @@ void session_on_timer(session_t *self)
               self->cell_timeout_ms);
         self->deadline_phase = 2;
         self->ops->kernel_signal(self->ctx, SIGUSR2);
-        self->ops->timer_arm(self->ctx, self->limits.grace_ms);
+        self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->limits.grace_ms);
     } else if (self->deadline_phase == 2) {
         /* It did not stop (a C loop, a handler that swallowed the exception, a sleeping
          * child): the kernel goes, and its exit answers the cell. */
@@ -374,8 +434,7 @@ static void s_on_broker(session_t *self, unsigned channel, jmsg_t *req)
             /* Before the first hello there is nothing to answer with yet. */
             self->info_channels[zlistx_size(self->info_waiting)] = channel;
             zlistx_add_end(self->info_waiting, req);
-            if (self->state == SESSION_DEAD)
-                s_start_kernel(self);
+            s_ensure_kernel(self);
             return;
         }
         jmsg_destroy(&req);
@@ -399,7 +458,10 @@ static void s_on_broker(session_t *self, unsigned channel, jmsg_t *req)
         jmsg_destroy(&req);
         if (restart) {
             LOG_I("session=%s: restart requested", self->id);
-            if (self->state == SESSION_DEAD) {
+            /* A restart is a fresh namespace: a saved one is forgotten. */
+            self->restore_pending = 0;
+            self->ops->snapshot_drop(self->ctx);
+            if (self->state == SESSION_DEAD || self->state == SESSION_EVICTED) {
                 s_start_kernel(self);
             } else {
                 self->restart_pending = 1;
@@ -423,6 +485,7 @@ void session_on_request(session_t *self, unsigned channel, jmsg_t **msg_p)
         jmsg_destroy(&req);
         return;
     }
+    s_idle_rearm(self);
     const route_t *r = route_on(jmsg_type(req), channel);
     if (!r || r->handler == ROUTE_BY_NONE) {
         char type[64];
@@ -464,8 +527,7 @@ void session_on_request(session_t *self, unsigned channel, jmsg_t **msg_p)
         return;
     }
     zlistx_add_end(self->queue, req);
-    if (self->state == SESSION_DEAD)
-        s_start_kernel(self);
+    s_ensure_kernel(self);
     s_pump(self);
 }
 
@@ -506,6 +568,13 @@ static jmsg_t *s_from_kernel(session_t *self, const kpipe_frame_t *f, const char
         zmsg_addmem(jmsg_buffers(m), b.data, b.len);
     }
     return m;
+}
+
+/*  Replace the line the next cell will be told (NULL: none). */
+static void s_set_notice(session_t *self, const char *text)
+{
+    free(self->notice);
+    self->notice = text ? strdup(text) : NULL;
 }
 
 /*  The per-cell output cap: outputs past max_output bytes are dropped and the client gets one
@@ -549,7 +618,24 @@ static int s_on_hello(session_t *self, const kpipe_frame_t *f, const char **why)
     self->kernel_info = info;
     self->had_hello = 1;
     self->state = SESSION_IDLE;
-    LOG_I("session=%s: kernel ready", self->id);
+    if (self->restore_pending) {
+        /* The snapshot goes first; the queue waits for `restored`. */
+        void *snap = NULL;
+        size_t len = 0;
+        static const char op[] = "{\"op\":\"restore\"}";
+        if (self->ops->snapshot_load(self->ctx, &snap, &len) == 0) {
+            kpipe_iov_t parts[2] = {{op, sizeof op - 1}, {snap, len}};
+            if (self->ops->to_kernel(self->ctx, parts, 2) == 0)
+                self->state = SESSION_RESTORING;
+            free(snap);
+        } else {
+            s_set_notice(self, "[kennel: the saved state of this session could not be read; it "
+                               "starts fresh]\n");
+        }
+        self->restore_pending = 0;
+    }
+    LOG_I("session=%s: kernel ready%s", self->id,
+          self->state == SESSION_RESTORING ? ", restoring its state" : "");
     jmsg_t *req;
     size_t i = 0;
     while ((req = zlistx_detach(self->info_waiting, NULL))) {
@@ -557,6 +643,71 @@ static int s_on_hello(session_t *self, const kpipe_frame_t *f, const char **why)
                  s_kernel_info_content(self));
         jmsg_destroy(&req);
     }
+    s_pump(self);
+    return 0;
+}
+
+/*  Idle eviction, step 2: the kernel sent its snapshot; keep it and end the kernel. */
+static int s_on_saved(session_t *self, const kpipe_frame_t *f, const json_t *op, const char **why)
+{
+    const json_t *unsaved = json_object_get(op, "unsaved");
+    if (self->state != SESSION_SAVING || kpipe_frame_count(f) != 2 || !json_is_array(unsaved)) {
+        *why = "unexpected saved";
+        return -1;
+    }
+    kpipe_iov_t snap = kpipe_frame_part(f, 1);
+    if (self->ops->snapshot_store(self->ctx, snap.data, snap.len) < 0) {
+        PLOG_W("session=%s: cannot store its snapshot; not evicting", self->id);
+        self->state = SESSION_IDLE;
+        s_pump(self);
+        return 0;
+    }
+    json_decref(self->unsaved);
+    self->unsaved = json_deep_copy(unsaved);
+    self->evicting = 1;
+    self->ops->kernel_signal(self->ctx, SIGKILL);
+    return 0;
+}
+
+/*  Tell the next cell which names a revival lost: those the save could not pickle and those
+ *  that failed to load. */
+static void s_note_lost(session_t *self, const json_t *failed)
+{
+    char text[1024];
+    size_t n = 0, i;
+    const json_t *name;
+    const json_t *lists[2] = {self->unsaved, failed};
+    for (int l = 0; l < 2; l++)
+        json_array_foreach((json_t *)lists[l], i, name)
+            if (json_is_string(name) && n < sizeof text - 200)
+                n += (size_t)snprintf(text + n, sizeof text - n, "%s%s", n ? ", " : "",
+                                      json_string_value(name));
+    if (!n) {
+        s_set_notice(self, NULL);
+        return;
+    }
+    char line[1200];
+    snprintf(line, sizeof line,
+             "[kennel: this session was evicted while idle and revived; these names could not be "
+             "saved and are gone: %s]\n",
+             text);
+    s_set_notice(self, line);
+}
+
+static int s_on_restored(session_t *self, const json_t *op, const char **why)
+{
+    const json_t *failed = json_object_get(op, "failed");
+    if (self->state != SESSION_RESTORING) {
+        *why = "unexpected restored";
+        return -1;
+    }
+    s_note_lost(self, json_is_array(failed) ? failed : NULL);
+    json_decref(self->unsaved);
+    self->unsaved = NULL;
+    self->ops->snapshot_drop(self->ctx);
+    self->state = SESSION_IDLE;
+    LOG_I("session=%s: state restored", self->id);
+    s_idle_rearm(self);
     s_pump(self);
     return 0;
 }
@@ -606,6 +757,7 @@ static int s_on_reply(session_t *self, const kpipe_frame_t *f, const json_t *op,
     self->state = SESSION_IDLE;
     if (failed)
         s_abort_queued_executes(self);
+    s_idle_rearm(self);
     s_pump(self);
     return 0;
 }
@@ -632,6 +784,10 @@ int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **
         rc = 0;
     } else if (self->state == SESSION_STARTING) {
         *why = "output before hello";
+    } else if (strcmp(name, "saved") == 0) {
+        rc = s_on_saved(self, frame, op, why);
+    } else if (strcmp(name, "restored") == 0) {
+        rc = s_on_restored(self, op, why);
     } else if (strcmp(name, "reply") == 0) {
         rc = s_on_reply(self, frame, op, why);
     } else if (strcmp(name, "iopub") == 0) {
@@ -690,10 +846,28 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
 {
     if (self->state == SESSION_ENDED)
         return;
+    char evalue[320];
+    if (self->evicting) {
+        /* Idle eviction, step 3: the kernel is gone, its state kept. */
+        self->evicting = 0;
+        self->state = SESSION_EVICTED;
+        LOG_I("session=%s: evicted", self->id);
+        if (zlistx_size(self->queue) || zlistx_size(self->info_waiting))
+            s_revive(self);
+        return;
+    }
+    if (self->state == SESSION_SAVING || self->state == SESSION_RESTORING) {
+        snprintf(evalue, sizeof evalue,
+                 "[kennel: the kernel %.200s while %s this session's saved state; it starts "
+                 "fresh]\n",
+                 how, self->state == SESSION_SAVING ? "saving" : "restoring");
+        s_set_notice(self, evalue);
+        self->ops->snapshot_drop(self->ctx);
+        self->restore_pending = 0;
+    }
     int expected = self->restart_pending;
     self->restart_pending = 0;
     self->awaiting_input = 0;
-    char evalue[320];
     if (self->current) {
         const char *ename = "KernelDied", *outcome = "crashed";
         if (self->deadline_phase == 3) {

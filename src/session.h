@@ -17,7 +17,13 @@ typedef enum {
     SESSION_BUSY,     /* a shell request is with the kernel */
     SESSION_DEAD,     /* no kernel (its start failed); the next request starts one */
     SESSION_ENDED,    /* shut down; the owner destroys it */
+    SESSION_SAVING,   /* idle eviction: the kernel is pickling its namespace */
+    SESSION_EVICTED,  /* no kernel, state in the snapshot; the next request revives it */
+    SESSION_RESTORING,/* a revived kernel is loading the snapshot */
 } session_state_t;
+
+/*  The session's two timers. */
+typedef enum { SESSION_TIMER_CELL = 0, SESSION_TIMER_IDLE = 1 } session_timer_t;
 
 typedef struct {
     /* Send msg to the clients on one ROUTE_* channel (iopub publishes; shell, control and
@@ -33,10 +39,14 @@ typedef struct {
     /* The session has ended (shutdown_request without restart). Called once; the owner must
      * destroy the session later, not from inside this call. */
     void (*ended)(void *ctx);
-    /* Arm the session's one timer to call session_on_timer after delay_ms, replacing any
-     * armed one; cancel it. */
-    void (*timer_arm)(void *ctx, long long delay_ms);
-    void (*timer_cancel)(void *ctx);
+    /* Arm one of the session's timers to call session_on_timer after delay_ms, replacing it
+     * if armed; cancel it. */
+    void (*timer_arm)(void *ctx, session_timer_t which, long long delay_ms);
+    void (*timer_cancel)(void *ctx, session_timer_t which);
+    /* Keep, fetch (caller frees *data) and delete the session's snapshot. 0 or -1. */
+    int (*snapshot_store)(void *ctx, const void *data, size_t len);
+    int (*snapshot_load)(void *ctx, void **data, size_t *len);
+    void (*snapshot_drop)(void *ctx);
 } session_ops_t;
 
 /*  How a kernel ended, as far as kenneld can tell. */
@@ -51,6 +61,7 @@ typedef struct {
     long long timeout_ms;  /* a cell's deadline unless its request says otherwise; 0: none */
     long long grace_ms;    /* after the deadline signal, how long before the kernel is killed */
     size_t max_output;     /* output bytes a cell may publish before it is cut off */
+    long long idle_timeout_ms; /* evict after this long without a client message; 0: never */
 } session_limits_t;
 
 typedef struct session session_t;
@@ -71,8 +82,11 @@ int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **
 /*  The kernel process is gone; `how` describes it ("exited with status 1", "killed by signal
  *  9 (SIGKILL)"). In-flight work gets error replies; a kernel that had started is restarted. */
 void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kind);
-/*  The timer armed through ops->timer_arm fired (a deadline or its grace period). */
-void session_on_timer(session_t *self);
+/*  A timer armed through ops->timer_arm fired: the cell's deadline or grace period, or the
+ *  idle timeout. */
+void session_on_timer(session_t *self, session_timer_t which);
+/*  Start as an evicted session whose snapshot is already stored (kenneld restarted). */
+void session_start_evicted(session_t *self);
 /*  End the session now (manager end, kenneld shutdown): kills the kernel, no more replies. */
 void session_end(session_t *self);
 

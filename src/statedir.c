@@ -80,37 +80,42 @@ int statedir_session_create(const char *dir, const char *id, char *out, size_t o
     return 0;
 }
 
-int statedir_write_json(const char *path, const json_t *obj)
+int statedir_write_file(const char *path, const void *data, size_t len)
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
         errno = ENAMETOOLONG;
         return -1;
     }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return -1;
+    int rc = util_write_all(fd, data, len) == 0 && fsync(fd) == 0 ? 0 : -1;
+    int saved = errno;
+    close(fd);
+    if (rc == 0 && rename(tmp, path) < 0) {
+        saved = errno;
+        rc = -1;
+    }
+    if (rc < 0)
+        unlink(tmp);
+    errno = saved;
+    return rc;
+}
+
+int statedir_write_json(const char *path, const json_t *obj)
+{
     char *text = json_dumps(obj, JSON_INDENT(1) | JSON_SORT_KEYS);
     if (!text) {
         errno = ENOMEM;
         return -1;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    int rc = -1;
-    if (fd >= 0) {
-        size_t len = strlen(text);
-        text[len] = '\n'; /* json_dumps leaves room for the NUL we overwrite */
-        if (util_write_all(fd, text, len + 1) == 0 && fsync(fd) == 0)
-            rc = 0;
-        int saved = errno;
-        close(fd);
-        errno = saved;
-    }
+    size_t len = strlen(text);
+    text[len] = '\n'; /* json_dumps leaves room for the NUL this overwrites */
+    int rc = statedir_write_file(path, text, len + 1);
+    int saved = errno;
     free(text);
-    if (rc == 0 && rename(tmp, path) < 0)
-        rc = -1;
-    if (rc < 0) {
-        int saved = errno;
-        unlink(tmp);
-        errno = saved;
-    }
+    errno = saved;
     return rc;
 }
 

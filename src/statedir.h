@@ -17,6 +17,8 @@ int statedir_prepare(const char *dir);
 int statedir_session_create(const char *dir, const char *id, char *out, size_t out_len);
 /*  Write obj as JSON to path through a temporary file and rename(2), mode 0600. 0 or -1. */
 int statedir_write_json(const char *path, const json_t *obj);
+/*  Write len bytes to path the same way (temporary file, fsync, rename, 0600). 0 or -1. */
+int statedir_write_file(const char *path, const void *data, size_t len);
 /*  Remove a session directory recursively (no symlinks followed). 0 or -1. */
 int statedir_remove_tree(const char *path);
 

@@ -25,7 +25,11 @@ typedef struct {
     char kframes[64][160]; /* op header + ' ' + header msg_type of each frame to the kernel */
     int nk;
     int starts, start_fails, ended;
-    long long timer_ms;     /* the armed timer's delay, or -1 */
+    long long timer_ms;     /* the armed cell timer's delay, or -1 */
+    long long idle_ms;      /* the armed idle timer's delay, or -1 */
+    char *snapshot;         /* what snapshot_store kept */
+    size_t snapshot_len;
+    int snapshot_drops;
     int timer_arms, timer_cancels;
     json_t *metadata[256];  /* metadata of each sent message (parallel to sent) */
     int signals[16];
@@ -76,27 +80,66 @@ static void op_ended(void *ctx)
     ((rec_t *)ctx)->ended++;
 }
 
-static void op_timer_arm(void *ctx, long long ms)
+static void op_timer_arm(void *ctx, session_timer_t which, long long ms)
 {
     rec_t *r = ctx;
+    if (which == SESSION_TIMER_IDLE) {
+        r->idle_ms = ms;
+        return;
+    }
     r->timer_ms = ms;
     r->timer_arms++;
 }
 
-static void op_timer_cancel(void *ctx)
+static void op_timer_cancel(void *ctx, session_timer_t which)
 {
     rec_t *r = ctx;
+    if (which == SESSION_TIMER_IDLE) {
+        r->idle_ms = -1;
+        return;
+    }
     r->timer_ms = -1;
     r->timer_cancels++;
 }
 
-static const session_ops_t s_ops = {op_send,  op_to_kernel,  op_kernel_start, op_kernel_signal,
-                                    op_ended, op_timer_arm, op_timer_cancel};
+static int op_snapshot_store(void *ctx, const void *data, size_t len)
+{
+    rec_t *r = ctx;
+    free(r->snapshot);
+    r->snapshot = malloc(len + 1);
+    memcpy(r->snapshot, data, len);
+    r->snapshot_len = len;
+    return 0;
+}
+
+static int op_snapshot_load(void *ctx, void **data, size_t *len)
+{
+    rec_t *r = ctx;
+    if (!r->snapshot)
+        return -1;
+    *data = malloc(r->snapshot_len + 1);
+    memcpy(*data, r->snapshot, r->snapshot_len);
+    *len = r->snapshot_len;
+    return 0;
+}
+
+static void op_snapshot_drop(void *ctx)
+{
+    rec_t *r = ctx;
+    free(r->snapshot);
+    r->snapshot = NULL;
+    r->snapshot_drops++;
+}
+
+static const session_ops_t s_ops = {op_send,          op_to_kernel,      op_kernel_start,
+                                    op_kernel_signal, op_ended,          op_timer_arm,
+                                    op_timer_cancel,  op_snapshot_store, op_snapshot_load,
+                                    op_snapshot_drop};
 
 static rec_t *s_rec_new(void)
 {
     rec_t *r = calloc(1, sizeof(rec_t));
-    r->timer_ms = -1;
+    r->timer_ms = r->idle_ms = -1;
     return r;
 }
 
@@ -106,6 +149,7 @@ static void s_rec_free(rec_t *r)
         json_decref(r->sent[i].content);
         json_decref(r->metadata[i]);
     }
+    free(r->snapshot);
     free(r);
 }
 
@@ -171,7 +215,7 @@ static int s_reply(session_t *s, const char *type, const char *parent_id, const 
 
 static session_t *s_session_with(rec_t *r, size_t max_queued, long long timeout_ms, size_t max_output)
 {
-    session_limits_t lim = {max_queued, 0, timeout_ms, 2000, max_output};
+    session_limits_t lim = {max_queued, 0, timeout_ms, 2000, max_output, 60000};
     session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
     CHECK_EQ_INT(session_start(s), 0);
     return s;
@@ -179,7 +223,7 @@ static session_t *s_session_with(rec_t *r, size_t max_queued, long long timeout_
 
 static session_t *s_session(rec_t *r, size_t max_queued)
 {
-    session_limits_t lim = {max_queued, 0, 0, 2000, 1 << 20};
+    session_limits_t lim = {max_queued, 0, 0, 2000, 1 << 20, 0};
     session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
     CHECK_EQ_INT(session_start(s), 0);
     return s;
@@ -504,11 +548,11 @@ TEST(deadline_signal_then_grace_kill)
     s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "while True: pass"), id);
     s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "2"), id2);
     CHECK_EQ_INT(r->timer_ms, 5000);
-    session_on_timer(s); /* the deadline */
+    session_on_timer(s, SESSION_TIMER_CELL); /* the deadline */
     CHECK_EQ_INT(r->nsig, 1);
     CHECK_EQ_INT(r->signals[0], SIGUSR2);
     CHECK_EQ_INT(r->timer_ms, 2000); /* the grace period */
-    session_on_timer(s); /* the grace period ends */
+    session_on_timer(s, SESSION_TIMER_CELL); /* the grace period ends */
     CHECK_EQ_INT(r->signals[1], SIGKILL);
     session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
     int rep = s_find(r, 0, "execute_reply");
@@ -549,7 +593,7 @@ TEST(deadline_caught_in_time_keeps_kernel)
     wire_destroy(&w);
     session_on_request(s, ROUTE_SHELL, &m);
     CHECK_EQ_INT(r->timer_ms, 1500);
-    session_on_timer(s);
+    session_on_timer(s, SESSION_TIMER_CELL);
     CHECK_EQ_INT(r->signals[0], SIGUSR2);
     s_reply(s, "execute_reply", id, "{\"status\":\"error\",\"ename\":\"CellTimeout\"}");
     CHECK_EQ_INT(r->timer_ms, -1); /* the grace timer is cancelled */
@@ -637,6 +681,87 @@ TEST(output_cap)
     s_rec_free(r);
 }
 
+TEST(idle_eviction_and_revival)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session_with(r, 8, 0, 1 << 20); /* idle timeout 60 s */
+    s_hello(s);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x = 1"), id);
+    CHECK_EQ_INT(r->idle_ms, 60000);
+    /* Busy kernels are not evicted. */
+    session_on_timer(s, SESSION_TIMER_IDLE);
+    CHECK_EQ_INT(session_state(s), SESSION_BUSY);
+    s_reply(s, "execute_reply", id, "{\"status\":\"ok\"}");
+    CHECK_EQ_INT(r->idle_ms, 60000); /* re-armed at the end of the cell */
+    int nk = r->nk;
+    session_on_timer(s, SESSION_TIMER_IDLE);
+    CHECK_EQ_INT(session_state(s), SESSION_SAVING);
+    CHECK_EQ_INT(r->nk, nk + 1);
+    CHECK(strncmp(r->kframes[nk], "{\"op\":\"save\"}", 13) == 0);
+    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[\"gen\",\"sock\"]}", "SNAPSHOT-BYTES"};
+    CHECK_EQ_INT(s_kernel(s, 2, saved), 0);
+    CHECK(r->snapshot && memcmp(r->snapshot, "SNAPSHOT-BYTES", 14) == 0);
+    CHECK_EQ_INT(r->signals[r->nsig - 1], SIGKILL);
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
+    CHECK_EQ_INT(session_state(s), SESSION_EVICTED);
+    CHECK_EQ_INT(r->starts, 1); /* evicted, not restarted */
+    json_t *info = session_info(s);
+    CHECK_STR(json_string_value(json_object_get(info, "state")), "evicted");
+    json_decref(info);
+    /* kernel_info is answered without reviving. */
+    s_request(s, ROUTE_SHELL, "kernel_info_request", NULL, NULL);
+    CHECK_EQ_INT(r->starts, 1);
+    /* A cell revives it: hello, then the snapshot, then the cell. */
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), id);
+    CHECK_EQ_INT(r->starts, 2);
+    nk = r->nk;
+    s_hello(s);
+    CHECK_EQ_INT(session_state(s), SESSION_RESTORING);
+    CHECK_EQ_INT(r->nk, nk + 1);
+    CHECK(strncmp(r->kframes[nk], "{\"op\":\"restore\"}", 16) == 0);
+    int before = r->nsent;
+    const char *restored[] = {"{\"op\":\"restored\",\"failed\":[\"broken\"]}"};
+    CHECK_EQ_INT(s_kernel(s, 1, restored), 0);
+    CHECK_EQ_INT(r->snapshot_drops, 1);
+    CHECK_EQ_INT(session_state(s), SESSION_BUSY);
+    CHECK(strstr(r->kframes[nk + 1], "execute_request") != NULL);
+    /* The cell is told what was lost, with itself as parent. */
+    int st = s_find(r, before, "stream");
+    CHECK(st >= 0);
+    const char *text = json_string_value(json_object_get(r->sent[st].content, "text"));
+    CHECK(strstr(text, "gen") && strstr(text, "sock") && strstr(text, "broken"));
+    CHECK_STR(r->sent[st].parent_id, id);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(kernel_dies_while_restoring)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session_with(r, 8, 0, 1 << 20);
+    s_hello(s);
+    session_on_timer(s, SESSION_TIMER_IDLE);
+    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "BAD"};
+    s_kernel(s, 2, saved);
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), id);
+    s_hello(s);
+    CHECK_EQ_INT(session_state(s), SESSION_RESTORING);
+    session_on_kernel_exit(s, "was killed by signal 11 (SIGSEGV)", SESSION_EXIT_CRASH);
+    /* Fresh start, snapshot gone, the cell runs on the new kernel and is told why. */
+    CHECK_EQ_INT(r->snapshot_drops, 1);
+    CHECK_EQ_INT(session_state(s), SESSION_STARTING);
+    int before = r->nsent;
+    s_hello(s);
+    CHECK_EQ_INT(session_state(s), SESSION_BUSY);
+    int st = s_find(r, before, "stream");
+    CHECK(st >= 0 && strstr(json_string_value(json_object_get(r->sent[st].content, "text")), "restoring"));
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 int main(void)
 {
     zsys_handler_set(NULL);
@@ -657,5 +782,7 @@ int main(void)
     RUN(deadline_caught_in_time_keeps_kernel);
     RUN(outcomes_and_metrics);
     RUN(output_cap);
+    RUN(idle_eviction_and_revival);
+    RUN(kernel_dies_while_restoring);
     return harness_done();
 }
