@@ -9,6 +9,7 @@
 #include "broker.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -393,11 +394,11 @@ static void s_op_snapshot_drop(void *ctx)
         PLOG_W("unlink(%s)", path);
 }
 
-static void s_close_sess(sess_t *s);
+static void s_close_sess(sess_t *s, int forget);
 
 static void s_op_ended(void *ctx)
 {
-    s_close_sess(ctx);
+    s_close_sess(ctx, 1);
 }
 
 /*  The kernel exited: read what it wrote before dying, then tell the session. */
@@ -500,8 +501,9 @@ static int s_on_orphan(zloop_t *loop, zmq_pollitem_t *item, void *arg)
 }
 
 /*  Unhook a session from the loop and the table now; free it on the next tick. The kernel is
- *  killed and becomes an orphan until reaped. */
-static void s_close_sess(sess_t *s)
+ *  killed and becomes an orphan until reaped. `forget` removes its directory for good; without
+ *  it the next kenneld restores the session. */
+static void s_close_sess(sess_t *s, int forget)
 {
     broker_t *b = s->broker;
     void *handle = zlistx_find(b->sessions, s);
@@ -528,9 +530,9 @@ static void s_close_sess(sess_t *s)
         }
         s->has_proc = 0;
     }
-    if (statedir_remove_tree(s->dir) < 0)
+    if (forget && statedir_remove_tree(s->dir) < 0)
         PLOG_W("session=%s: remove %s", s->id, s->dir);
-    LOG_I("session=%s: ended", s->id);
+    LOG_I("session=%s: %s", s->id, forget ? "ended" : "closed");
     zlistx_add_end(b->closing, s);
     if (!b->tick_armed) {
         b->tick_armed = 1;
@@ -620,22 +622,31 @@ static int s_parse_connection(const json_t *conn, channels_cfg_t *cfg, broker_er
     return 0;
 }
 
-json_t *broker_create(broker_t *self, const char *name, const json_t *connection,
-                      const broker_limits_t *limits, int launched, int *created,
-                      broker_error_t *err)
+/*  What a session needs to come back after kenneld restarts: written at creation. */
+static int s_write_meta(const sess_t *s, int launched)
 {
-    *created = 0;
-    if (name) {
-        sess_t *existing = s_find(self, name);
-        if (existing)
-            return s_info(existing);
-    }
-    if (zlistx_size(self->sessions) >= self->cfg.max_sessions) {
-        err->ename = "TooManySessions";
-        snprintf(err->evalue, sizeof err->evalue, "kenneld serves at most %zu sessions",
-                 self->cfg.max_sessions);
-        return NULL;
-    }
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/meta.json", s->dir);
+    const broker_limits_t *l = &s->limits;
+    json_t *meta = json_pack("{s:s, s:s, s:b, s:I, s:{s:I, s:I, s:f, s:I, s:I, s:I, s:I}}", "id",
+                             s->id, "name", session_name(s->core), "launched", launched, "slot",
+                             (json_int_t)s->slot, "limits", "memory",
+                             (json_int_t)l->cg.memory_bytes, "pids", (json_int_t)l->cg.pids, "cpu",
+                             l->cg.cpus, "tmp", (json_int_t)l->tmp_bytes, "nofile",
+                             (json_int_t)l->nofile, "timeout_ms", (json_int_t)l->timeout_ms,
+                             "idle_ms", (json_int_t)l->idle_ms);
+    int rc = meta ? statedir_write_json(path, meta) : -1;
+    json_decref(meta);
+    return rc;
+}
+
+/*  Build a session record, bind its sockets and write its connection file; no kernel yet.
+ *  id NULL makes a new session; otherwise it is one kenneld restores, keeping its id, slot,
+ *  directory and connection. NULL with *err on failure (nothing is left behind for a new
+ *  session). */
+static sess_t *s_make(broker_t *self, const char *id, const char *name, const json_t *connection,
+                      const broker_limits_t *limits, int launched, long slot, broker_error_t *err)
+{
     sess_t *s = calloc(1, sizeof *s);
     if (!s) {
         LOG_E("out of memory");
@@ -645,10 +656,16 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
     s->proc.pidfd = s->proc.pipe_fd = -1;
     s->timer_id[0] = s->timer_id[1] = -1;
     s->limits = limits ? *limits : self->cfg.limits;
-    while (self->slots[s->slot])
-        s->slot++; /* a free slot exists: fewer than max_sessions are live */
+    if (slot >= 0 && (size_t)slot < self->cfg.max_sessions && !self->slots[slot])
+        s->slot = (size_t)slot;
+    else
+        while (self->slots[s->slot])
+            s->slot++; /* a free slot exists: fewer than max_sessions are live */
     self->slots[s->slot] = 1;
-    util_uuid(s->id);
+    if (id)
+        snprintf(s->id, sizeof s->id, "%s", id);
+    else
+        util_uuid(s->id);
     char key[40], ipc_prefix[PATH_MAX];
     channels_cfg_t cc = {self->cfg.transport, self->cfg.ip, {0}, util_uuid(key)};
     if (connection && s_parse_connection(connection, &cc, err) < 0)
@@ -693,6 +710,7 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
     lim.end_on_shutdown = launched;
     lim.timeout_ms = s->limits.timeout_ms;
     lim.idle_timeout_ms = s->limits.idle_ms;
+    lim.ttl_ms = self->cfg.ttl_ms;
     s->core = session_new(s->id, name ? name : s->id, &lim, &self->ops, s);
     if (!s->core) {
         LOG_E("out of memory");
@@ -701,33 +719,140 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
     json_t *conn = channels_connection(s->ch);
     int wrote = statedir_write_json(s->conn_path, conn);
     json_decref(conn);
-    if (wrote < 0) {
+    if (wrote < 0 || s_write_meta(s, launched) < 0) {
         err->ename = "SpawnFailed";
-        snprintf(err->evalue, sizeof err->evalue, "cannot write %.160s: %s", s->conn_path,
+        snprintf(err->evalue, sizeof err->evalue, "cannot write the session's files: %s",
                  strerror(errno));
         goto fail;
     }
-    if (session_start(s->core) < 0) {
-        err->ename = "SpawnFailed";
-        snprintf(err->evalue, sizeof err->evalue, "cannot start the kernel: %s", strerror(errno));
-        goto fail;
-    }
+    return s;
+fail:
+    if (!id && s->dir[0])
+        statedir_remove_tree(s->dir);
+    s_free_sess(&s);
+    return NULL;
+}
+
+/*  Start serving a made session's sockets. */
+static void s_serve(broker_t *self, sess_t *s)
+{
     for (int i = 0; i < CHANNELS_N; i++)
         if (i != CHANNELS_IOPUB)
             zloop_reader(self->loop, channels_socket(s->ch, (channels_index_t)i), s_on_socket, s);
     zlistx_add_end(self->sessions, s);
+}
+
+json_t *broker_create(broker_t *self, const char *name, const json_t *connection,
+                      const broker_limits_t *limits, int launched, int *created,
+                      broker_error_t *err)
+{
+    *created = 0;
+    if (name) {
+        sess_t *existing = s_find(self, name);
+        if (existing)
+            return s_info(existing);
+    }
+    if (zlistx_size(self->sessions) >= self->cfg.max_sessions) {
+        err->ename = "TooManySessions";
+        snprintf(err->evalue, sizeof err->evalue, "kenneld serves at most %zu sessions",
+                 self->cfg.max_sessions);
+        return NULL;
+    }
+    sess_t *s = s_make(self, NULL, name, connection, limits, launched, -1, err);
+    if (!s)
+        return NULL;
+    if (session_start(s->core) < 0) {
+        err->ename = "SpawnFailed";
+        snprintf(err->evalue, sizeof err->evalue, "cannot start the kernel: %s", strerror(errno));
+        statedir_remove_tree(s->dir);
+        s_free_sess(&s);
+        return NULL;
+    }
+    s_serve(self, s);
     LOG_I("session=%s: created (name %s)", s->id, session_name(s->core));
     *created = 1;
     return s_info(s);
-fail:
-    if (s->has_proc) {
-        /* session_start may have spawned before failing: never leave it running. */
-        spawner_signal(&s->proc, SIGKILL);
+}
+
+/*  Bring back one session of an earlier kenneld from its directory: same id, name, limits,
+ *  uid slot and connection file. It comes back evicted when it has a snapshot (state
+ *  restored on first use), else with no kernel (a fresh one starts on first use). */
+static void s_restore_one(broker_t *self, const char *dir)
+{
+    char path[PATH_MAX + 512];
+    json_error_t jerr;
+    snprintf(path, sizeof path, "%s/meta.json", dir);
+    json_t *meta = json_load_file(path, 0, &jerr);
+    snprintf(path, sizeof path, "%s/connection.json", dir);
+    json_t *conn = json_load_file(path, 0, &jerr);
+    const json_t *l = json_object_get(meta, "limits");
+    const char *id = json_string_value(json_object_get(meta, "id"));
+    const char *name = json_string_value(json_object_get(meta, "name"));
+    broker_error_t err = {0};
+    sess_t *s = NULL;
+    if (id && name && conn && json_is_object(l) && zlistx_size(self->sessions) < self->cfg.max_sessions) {
+        broker_limits_t lim = {
+            {(unsigned long long)json_integer_value(json_object_get(l, "memory")),
+             (unsigned long)json_integer_value(json_object_get(l, "pids")),
+             json_number_value(json_object_get(l, "cpu"))},
+            (unsigned long long)json_integer_value(json_object_get(l, "tmp")),
+            (unsigned long)json_integer_value(json_object_get(l, "nofile")),
+            json_integer_value(json_object_get(l, "timeout_ms")),
+            json_integer_value(json_object_get(l, "idle_ms"))};
+        s = s_make(self, id, name, conn, &lim, json_is_true(json_object_get(meta, "launched")),
+                   (long)json_integer_value(json_object_get(meta, "slot")), &err);
     }
-    if (s->dir[0])
-        statedir_remove_tree(s->dir);
-    s_free_sess(&s);
-    return NULL;
+    if (s) {
+        snprintf(path, sizeof path, "%s/snapshot", dir);
+        int has_state = access(path, F_OK) == 0;
+        if (has_state)
+            session_start_evicted(s->core);
+        s_serve(self, s);
+        LOG_I("session=%s: restored (name %s)%s", s->id, name,
+              has_state ? ", state on first use" : ", without saved state");
+    } else {
+        LOG_W("cannot restore the session in %s (%s); removing it", dir,
+              err.ename ? err.evalue : "its files are incomplete");
+        statedir_remove_tree(dir);
+    }
+    json_decref(meta);
+    json_decref(conn);
+}
+
+void broker_restore(broker_t *self)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/sessions", self->cfg.state_dir);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char dir[PATH_MAX + 300];
+        if (e->d_name[0] == '.' || snprintf(dir, sizeof dir, "%s/%s", path, e->d_name) >= PATH_MAX)
+            continue;
+        s_restore_one(self, dir);
+    }
+    if (d)
+        closedir(d);
+}
+
+int broker_save_all(broker_t *self)
+{
+    int pending = 0;
+    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions)) {
+        int rc = session_save(s->core);
+        if (rc < 0)
+            LOG_W("session=%s: busy while kenneld stops: its state is not saved", s->id);
+        pending += rc > 0;
+    }
+    return pending;
+}
+
+int broker_saving(const broker_t *self)
+{
+    int n = 0;
+    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
+        n += session_state(s->core) == SESSION_SAVING;
+    return n;
 }
 
 json_t *broker_info(broker_t *self, const char *id_or_name)
@@ -749,7 +874,7 @@ int broker_end(broker_t *self, const char *id_or_name)
     sess_t *s = s_find(self, id_or_name);
     if (!s)
         return -1;
-    s_close_sess(s);
+    s_close_sess(s, 1);
     return 0;
 }
 
@@ -814,7 +939,7 @@ void broker_destroy(broker_t **self_p)
     broker_t *self = *self_p;
     sess_t *s;
     while (self->sessions && (s = zlistx_first(self->sessions)))
-        s_close_sess(s);
+        s_close_sess(s, 0);
     while (self->closing && (s = zlistx_detach(self->closing, NULL)))
         s_free_sess(&s);
     spawner_proc_t *p;

@@ -33,6 +33,7 @@ typedef struct {
     unsigned long uid_base;       /* session n's kernel runs as host uid uid_base + n */
     broker_limits_t limits;       /* defaults for sessions that ask for none */
     const char *sandbox_desc;     /* what the start-up probe found, for stats */
+    long long ttl_ms;             /* an evicted session unused this long ends for good */
     size_t max_sessions;
     size_t max_pipe_frame;        /* largest kernel-pipe frame accepted */
     session_limits_t session_limits;
@@ -43,7 +44,8 @@ typedef struct broker broker_t;
 
 /*  A broker serving in loop. cfg strings must outlive the broker. NULL on failure. */
 broker_t *broker_new(zloop_t *loop, const broker_cfg_t *cfg);
-/*  End every session (kernels killed and reaped, session directories removed) and free. */
+/*  Stop every kernel (killed and reaped) and free. Session directories are kept, so the next
+ *  kenneld restores them; broker_end is what removes a session for good. */
 void broker_destroy(broker_t **self_p);
 
 /*  Errors of broker_create, reported as manager error names. */
@@ -60,6 +62,13 @@ typedef struct {
 json_t *broker_create(broker_t *self, const char *name, const json_t *connection,
                       const broker_limits_t *limits, int launched, int *created,
                       broker_error_t *err);
+/*  Bring back the sessions an earlier kenneld left in the state directory. Call once, before
+ *  serving. */
+void broker_restore(broker_t *self);
+/*  Ask every idle session's kernel to save its state (kenneld is stopping). Returns how many
+ *  saves are under way; broker_saving says how many are still running. */
+int broker_save_all(broker_t *self);
+int broker_saving(const broker_t *self);
 /*  Info of the session with this id or name: a new reference, or NULL when there is none. */
 json_t *broker_info(broker_t *self, const char *id_or_name);
 /*  A new JSON array of every session's info, oldest first. */

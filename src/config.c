@@ -37,6 +37,8 @@ static const char s_usage[] =
     "  --timeout SECONDS   a cell's deadline (default 0: none)\n"
     "  --idle SECONDS      evict a session idle this long, saving its state (default 900;\n"
     "                      0: never)\n"
+    "  --ttl SECONDS       end an evicted session unused this long, files and all (default\n"
+    "                      86400; 0: never)\n"
     "  --grace SECONDS     how long a cell may run past its deadline before the kernel is\n"
     "                      killed and restarted (default 2)\n"
     "  --max-output SIZE   output a cell may publish before it is cut off (default 10M)\n"
@@ -96,6 +98,7 @@ int config_load(config_t *cfg, int argc, char **argv)
     cfg->uid_base = 1900000000;
     cfg->grace_s = 2;
     cfg->idle_s = 900;
+    cfg->ttl_s = 86400;
     cfg->max_output = 10u << 20;
     if (statedir_default(cfg->state_dir, sizeof cfg->state_dir) < 0) {
         fprintf(stderr, "kenneld: no state directory: set --state-dir or HOME\n");
@@ -120,6 +123,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"insecure-no-sandbox", no_argument, NULL, 'I'},
         {"timeout", required_argument, NULL, 'o'},   {"grace", required_argument, NULL, 'g'},
         {"max-output", required_argument, NULL, 'O'}, {"idle", required_argument, NULL, 'd'},
+        {"ttl", required_argument, NULL, 'L'},
         {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
@@ -173,16 +177,20 @@ int config_load(config_t *cfg, int argc, char **argv)
         case 'I': cfg->insecure_no_sandbox = 1; break;
         case 'o':
         case 'g':
-        case 'd': {
+        case 'd':
+        case 'L': {
             char *end;
             double v = strtod(optarg, &end);
-            const char *opt = c == 'g' ? "grace" : c == 'o' ? "timeout" : "idle";
+            const char *opt = c == 'g' ? "grace" : c == 'o' ? "timeout" : c == 'd' ? "idle" : "ttl";
             if (*end || end == optarg || v < (c == 'g' ? 0.1 : 0) || v > 365 * 86400) {
                 fprintf(stderr, "kenneld: --%s must be seconds between %s and a year\n", opt,
                         c == 'g' ? "0.1" : "0");
                 return -1;
             }
-            *(c == 'g' ? &cfg->grace_s : c == 'o' ? &cfg->timeout_s : &cfg->idle_s) = v;
+            *(c == 'g'   ? &cfg->grace_s
+              : c == 'o' ? &cfg->timeout_s
+              : c == 'd' ? &cfg->idle_s
+                         : &cfg->ttl_s) = v;
             break;
         }
         case 'O': rc = s_size(optarg, 1024, 1u << 30, &cfg->max_output, "--max-output"); break;

@@ -24,6 +24,7 @@ typedef struct {
     size_t nofile;
     double timeout_s;           /* a cell's default deadline; 0: none */
     double idle_s;              /* evict a session idle this long; 0: never */
+    double ttl_s;               /* end an evicted session unused this long; 0: never */
     double grace_s;             /* after the deadline, how long before the kernel is killed */
     size_t max_output;          /* output bytes per cell */
     size_t uid_base;            /* kernels run as host uids uid_base .. uid_base+max_sessions */

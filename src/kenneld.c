@@ -2,7 +2,6 @@
  *  state directory, binds the manager socket, writes kenneld.json once it is ready to serve,
  *  and runs one loop until SIGTERM, SIGINT or SIGHUP. On the way out every kernel is killed
  *  and reaped and kenneld.json is removed. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -29,15 +28,44 @@
 
 #define KENNEL_VERSION "0.1"
 
-static int s_on_signal(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+#define STOP_SAVE_MS 10000 /* how long kenneld waits for kernels to save when it stops */
+
+static long long s_stop_deadline_ms; /* set once a stop signal came */
+
+/*  While stopping: end the loop once every save is done, or at the deadline. */
+static int s_on_stop_tick(zloop_t *loop, int timer_id, void *arg)
 {
     (void)loop;
-    (void)arg;
+    (void)timer_id;
+    broker_t *broker = arg;
+    if (broker_saving(broker) == 0)
+        return -1;
+    if (util_now_ms() >= s_stop_deadline_ms) {
+        LOG_W("%d sessions did not finish saving their state in time", broker_saving(broker));
+        return -1;
+    }
+    return 0;
+}
+
+/*  SIGTERM, SIGINT, SIGHUP: save every idle session's state, then stop. A second signal stops
+ *  at once. */
+static int s_on_signal(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    broker_t *broker = arg;
     struct signalfd_siginfo si;
-    if (read(item->fd, &si, sizeof si) == (ssize_t)sizeof si)
-        LOG_I("signal %u (SIG%s): shutting down", si.ssi_signo,
-              sigabbrev_np((int)si.ssi_signo) ? sigabbrev_np((int)si.ssi_signo) : "?");
-    return -1; /* ends zloop_start */
+    if (read(item->fd, &si, sizeof si) != (ssize_t)sizeof si)
+        return 0;
+    LOG_I("signal %u (SIG%s): shutting down", si.ssi_signo,
+          sigabbrev_np((int)si.ssi_signo) ? sigabbrev_np((int)si.ssi_signo) : "?");
+    if (s_stop_deadline_ms)
+        return -1;
+    s_stop_deadline_ms = util_now_ms() + STOP_SAVE_MS;
+    int pending = broker_save_all(broker);
+    if (pending == 0)
+        return -1; /* ends zloop_start */
+    LOG_I("saving the state of %d sessions", pending);
+    zloop_timer(loop, 20, 0, s_on_stop_tick, broker);
+    return 0;
 }
 
 /*  Refuse to share a state directory with a running kenneld. */
@@ -62,29 +90,6 @@ static int s_check_not_running(const char *info_path)
         }
     }
     return 0;
-}
-
-/*  Sessions of an earlier kenneld cannot be served again yet (their kernels died with it):
- *  remove their directories so no stale connection file is left to attach to. */
-static void s_clear_stale_sessions(const char *state_dir)
-{
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/sessions", state_dir) >= (int)sizeof path)
-        return;
-    DIR *d = opendir(path);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char sub[PATH_MAX];
-        if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= (int)sizeof sub)
-            continue;
-        LOG_I("removing stale session directory %s", e->d_name);
-        statedir_remove_tree(sub);
-    }
-    closedir(d);
 }
 
 /*  Start one sandboxed Python that does nothing, before any thread exists, to learn whether
@@ -162,7 +167,6 @@ int main(int argc, char **argv)
     snprintf(info_path, sizeof info_path, "%s/kenneld.json", state_dir);
     if (s_check_not_running(info_path) < 0)
         return 1;
-    s_clear_stale_sessions(state_dir);
 
     char init_path[PATH_MAX], sandbox_desc[512] = "none: --insecure-no-sandbox";
     ssize_t n = readlink("/proc/self/exe", init_path, sizeof init_path - 16);
@@ -215,6 +219,7 @@ int main(int argc, char **argv)
         .limits = {{cfg.memory_bytes, cfg.pids, cfg.cpus}, cfg.tmp_bytes, cfg.nofile,
                    (long long)(cfg.timeout_s * 1000), (long long)(cfg.idle_s * 1000)},
         .sandbox_desc = sandbox_desc,
+        .ttl_ms = (long long)(cfg.ttl_s * 1000),
         .session_limits = {.max_queued = cfg.max_queued,
                            .grace_ms = (long long)(cfg.grace_s * 1000),
                            .max_output = cfg.max_output},
@@ -232,7 +237,8 @@ int main(int argc, char **argv)
         return 1;
     }
     zmq_pollitem_t sig_item = {NULL, sfd, ZMQ_POLLIN, 0};
-    zloop_poller(loop, &sig_item, s_on_signal, NULL);
+    zloop_poller(loop, &sig_item, s_on_signal, broker);
+    broker_restore(broker);
 
     json_t *info = json_pack("{s:{s:s, s:s, s:s}, s:I, s:s, s:s}", "manager", "endpoint",
                              manager_endpoint(manager), "key", key, "signature_scheme",

@@ -262,9 +262,12 @@ int session_start(session_t *self)
     return s_start_kernel(self);
 }
 
+static void s_arm_ttl(session_t *self);
+
 void session_start_evicted(session_t *self)
 {
     self->state = SESSION_EVICTED;
+    s_arm_ttl(self);
 }
 
 /*  A request reached an evicted session: start a kernel that will get the snapshot. */
@@ -327,6 +330,16 @@ static void s_idle_rearm(session_t *self)
         self->ops->timer_arm(self->ctx, SESSION_TIMER_IDLE, self->limits.idle_timeout_ms);
 }
 
+/*  After eviction the idle timer counts down the rest of the session's time to live. */
+static void s_arm_ttl(session_t *self)
+{
+    if (self->limits.ttl_ms > 0)
+        self->ops->timer_arm(self->ctx, SESSION_TIMER_IDLE,
+                             self->limits.ttl_ms > self->limits.idle_timeout_ms
+                                 ? self->limits.ttl_ms - self->limits.idle_timeout_ms
+                                 : 1);
+}
+
 /*  Idle eviction, step 1: ask the kernel for its state. Busy or starting kernels are left
  *  alone; the end of their work restarts the idle clock. */
 static void s_evict(session_t *self)
@@ -341,8 +354,23 @@ static void s_evict(session_t *self)
     }
 }
 
+int session_save(session_t *self)
+{
+    if (self->state == SESSION_BUSY || self->state == SESSION_STARTING ||
+        self->state == SESSION_RESTORING || zlistx_size(self->queue) > 0)
+        return -1;
+    s_evict(self);
+    return self->state == SESSION_SAVING;
+}
+
 void session_on_timer(session_t *self, session_timer_t which)
 {
+    if (which == SESSION_TIMER_IDLE && self->state == SESSION_EVICTED) {
+        LOG_I("session=%s: unused for %lld ms: ending it", self->id, self->limits.ttl_ms);
+        session_end(self);
+        self->ops->ended(self->ctx);
+        return;
+    }
     if (which == SESSION_TIMER_IDLE) {
         s_evict(self);
         return;
@@ -854,6 +882,8 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
         LOG_I("session=%s: evicted", self->id);
         if (zlistx_size(self->queue) || zlistx_size(self->info_waiting))
             s_revive(self);
+        else
+            s_arm_ttl(self);
         return;
     }
     if (self->state == SESSION_SAVING || self->state == SESSION_RESTORING) {

@@ -62,6 +62,7 @@ typedef struct {
     long long grace_ms;    /* after the deadline signal, how long before the kernel is killed */
     size_t max_output;     /* output bytes a cell may publish before it is cut off */
     long long idle_timeout_ms; /* evict after this long without a client message; 0: never */
+    long long ttl_ms;      /* an evicted session unused this long (in all) ends; 0: never */
 } session_limits_t;
 
 typedef struct session session_t;
@@ -87,6 +88,9 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
 void session_on_timer(session_t *self, session_timer_t which);
 /*  Start as an evicted session whose snapshot is already stored (kenneld restarted). */
 void session_start_evicted(session_t *self);
+/*  Save the kernel's state now and evict it (kenneld is stopping): 1 when a save started,
+ *  0 when there is nothing to save (no kernel), -1 when the kernel is busy. */
+int session_save(session_t *self);
 /*  End the session now (manager end, kenneld shutdown): kills the kernel, no more replies. */
 void session_end(session_t *self);
 
