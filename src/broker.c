@@ -38,7 +38,7 @@ struct broker {
     broker_cfg_t cfg;
     zlistx_t *sessions;      /* sess_t*, oldest first; owns them */
     zlistx_t *closing;       /* sess_t* unhooked, freed by the next tick */
-    zlistx_t *orphans;       /* spawner_proc_t* killed kernels waiting to be reaped */
+    zlistx_t *orphans;       /* orphan_t* killed kernels waiting to be reaped */
     int tick_armed;
     unsigned char *slots;    /* slots[n] = 1 while a session runs as uid_base + n */
     session_ops_t ops;
@@ -482,18 +482,35 @@ static void s_free_sess(sess_t **s_p)
     *s_p = NULL;
 }
 
+/*  A killed kernel of a closed session, with what must wait for it to be gone: its cgroup and,
+ *  when the session ended for good, its directory. Removing the directory while the kernel
+ *  still runs would let it move things under the remover's feet. */
+typedef struct {
+    spawner_proc_t proc;
+    cgroup_t *cg;
+    char dir[PATH_MAX];      /* "" to keep the directory */
+} orphan_t;
+
+static void s_orphan_finish(orphan_t *o)
+{
+    spawner_release(&o->proc);
+    cgroup_destroy(&o->cg);
+    if (o->dir[0] && statedir_remove_tree(o->dir) < 0)
+        PLOG_W("remove %s", o->dir);
+    free(o);
+}
+
 static int s_on_orphan(zloop_t *loop, zmq_pollitem_t *item, void *arg)
 {
     broker_t *b = arg;
-    for (spawner_proc_t *p = zlistx_first(b->orphans); p; p = zlistx_next(b->orphans)) {
-        if (p->pidfd != item->fd)
+    for (orphan_t *o = zlistx_first(b->orphans); o; o = zlistx_next(b->orphans)) {
+        if (o->proc.pidfd != item->fd)
             continue;
         char how[128];
-        if (spawner_reap(p, how, sizeof how) != 0) {
+        if (spawner_reap(&o->proc, how, sizeof how) != 0) {
             zloop_poller_end(loop, item);
-            spawner_release(p);
-            zlistx_delete(b->orphans, zlistx_cursor(b->orphans));
-            free(p);
+            zlistx_detach_cur(b->orphans);
+            s_orphan_finish(o);
         }
         break;
     }
@@ -517,21 +534,30 @@ static void s_close_sess(sess_t *s, int forget)
         if (i != CHANNELS_IOPUB)
             zloop_reader_end(b->loop, channels_socket(s->ch, (channels_index_t)i));
     s_pipe_close(s);
+    orphan_t *o = calloc(1, sizeof *o);
+    if (!o) {
+        LOG_E("out of memory");
+        exit(1);
+    }
+    o->proc = s->proc;
+    o->proc.pidfd = o->proc.pipe_fd = -1;
+    o->cg = s->cg;
+    s->cg = NULL;
+    if (forget)
+        snprintf(o->dir, sizeof o->dir, "%s", s->dir);
     if (s->has_proc) {
         zmq_pollitem_t item = {NULL, s->proc.pidfd, ZMQ_POLLIN, 0};
         zloop_poller_end(b->loop, &item);
         spawner_signal(&s->proc, SIGKILL);
-        spawner_proc_t *orphan = malloc(sizeof *orphan);
-        if (orphan) {
-            *orphan = s->proc;
-            zlistx_add_end(b->orphans, orphan);
-            if (zloop_poller(b->loop, &item, s_on_orphan, b) == 0)
-                zloop_poller_set_tolerant(b->loop, &item);
-        }
+        o->proc = s->proc; /* the orphan takes the pidfd */
+        s->proc.pidfd = -1;
         s->has_proc = 0;
+        zlistx_add_end(b->orphans, o);
+        if (zloop_poller(b->loop, &item, s_on_orphan, b) == 0)
+            zloop_poller_set_tolerant(b->loop, &item);
+    } else {
+        s_orphan_finish(o);
     }
-    if (forget && statedir_remove_tree(s->dir) < 0)
-        PLOG_W("session=%s: remove %s", s->id, s->dir);
     LOG_I("session=%s: %s", s->id, forget ? "ended" : "closed");
     zlistx_add_end(b->closing, s);
     if (!b->tick_armed) {
@@ -929,7 +955,6 @@ static void s_reap_blocking(spawner_proc_t *p)
     char how[128];
     for (int i = 0; i < 500 && spawner_reap(p, how, sizeof how) == 0; i++)
         usleep(2000);
-    spawner_release(p);
 }
 
 void broker_destroy(broker_t **self_p)
@@ -942,12 +967,12 @@ void broker_destroy(broker_t **self_p)
         s_close_sess(s, 0);
     while (self->closing && (s = zlistx_detach(self->closing, NULL)))
         s_free_sess(&s);
-    spawner_proc_t *p;
-    while (self->orphans && (p = zlistx_detach(self->orphans, NULL))) {
-        zmq_pollitem_t item = {NULL, p->pidfd, 0, 0};
+    orphan_t *o;
+    while (self->orphans && (o = zlistx_detach(self->orphans, NULL))) {
+        zmq_pollitem_t item = {NULL, o->proc.pidfd, 0, 0};
         zloop_poller_end(self->loop, &item);
-        s_reap_blocking(p);
-        free(p);
+        s_reap_blocking(&o->proc);
+        s_orphan_finish(o);
     }
     zlistx_destroy(&self->sessions);
     zlistx_destroy(&self->closing);

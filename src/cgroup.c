@@ -169,6 +169,19 @@ static int s_set_limits(cgroup_t *self, const cgroup_limits_t *lim)
     return 0;
 }
 
+/*  Kill every process listed in dir's cgroup.procs (v1 has no cgroup.kill). */
+static void s_kill_all(const char *dir)
+{
+    if (s_exists(dir, "cgroup.kill") && s_write(dir, "cgroup.kill", "1") == 0)
+        return;
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    char *text = util_read_file(path, 1 << 20, NULL);
+    for (char *t = text ? strtok(text, "\n") : NULL; t; t = strtok(NULL, "\n"))
+        kill((pid_t)atoi(t), SIGKILL);
+    free(text);
+}
+
 cgroup_t *cgroup_create(const char *name, const cgroup_limits_t *limits)
 {
     if (!s_probed) {
@@ -188,8 +201,12 @@ cgroup_t *cgroup_create(const char *name, const cgroup_limits_t *limits)
             shared |= strcmp(self->dir[j], self->dir[i]) == 0;
         if (shared)
             continue;
-        if (mkdir(self->dir[i], 0755) < 0 && errno != EEXIST)
-            goto fail;
+        if (mkdir(self->dir[i], 0755) < 0) {
+            if (errno != EEXIST)
+                goto fail;
+            /* Left by a kenneld that died: whatever still runs in it goes first. */
+            s_kill_all(self->dir[i]);
+        }
         if (s_is_v2[i]) {
             /* Enable the controller for our children; harmless if it already is. */
             char plus[16];
@@ -214,19 +231,6 @@ fail:;
 char *const *cgroup_procs_paths(const cgroup_t *self)
 {
     return self->procs;
-}
-
-/*  Kill every process listed in dir's cgroup.procs (v1 has no cgroup.kill). */
-static void s_kill_all(const char *dir)
-{
-    if (s_exists(dir, "cgroup.kill") && s_write(dir, "cgroup.kill", "1") == 0)
-        return;
-    char path[PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
-    char *text = util_read_file(path, 1 << 20, NULL);
-    for (char *t = text ? strtok(text, "\n") : NULL; t; t = strtok(NULL, "\n"))
-        kill((pid_t)atoi(t), SIGKILL);
-    free(text);
 }
 
 void cgroup_destroy(cgroup_t **self_p)

@@ -21,9 +21,11 @@ json_t *client_manager_call(const char *state_dir, const char *msg_type, json_t 
     wire_t *wire = NULL;
     jmsg_t *req = NULL;
     snprintf(path, sizeof path, "%s/kenneld.json", state_dir);
-    char *text = util_read_file(path, 65536, NULL);
+    char *text = statedir_kenneld_pid(state_dir) ? util_read_file(path, 65536, NULL) : NULL;
     if (!text) {
-        snprintf(err, err_len, "kenneld is not running for %s (no kenneld.json); start it with `make run` or `kenneld`", state_dir);
+        snprintf(err, err_len,
+                 "kenneld is not running for %s; start it with `make run` or `kenneld`",
+                 state_dir);
         goto done;
     }
     info = json_loads(text, 0, NULL);

@@ -111,7 +111,8 @@ int main(int argc, char **argv)
     char **program = argv + i + 1;
 
     const char *step = NULL;
-    pid_t child = sandbox_clone(&cfg, &step);
+    int lifeline = -1;
+    pid_t child = sandbox_clone(&cfg, &lifeline, &step);
     if (child < 0)
         s_fatal(step, errno);
     if (child > 0) {
@@ -129,7 +130,7 @@ int main(int argc, char **argv)
         return code;
     }
     /* The session's init, pid 1 of the new pid namespace. */
-    if (sandbox_enter(&cfg, &step) < 0 || sandbox_seal(&step) < 0)
+    if (sandbox_enter(&cfg, lifeline, &step) < 0 || sandbox_seal(&step) < 0)
         s_fatal(step, errno);
     s_signals(SIG_IGN);
     pid_t kernel = fork();

@@ -226,6 +226,93 @@ static void s_print_output(const jmsg_t *m)
     }
 }
 
+static volatile sig_atomic_t s_sigint, s_stop;
+static void s_on_sigint(int sig)
+{
+    (void)sig;
+    s_sigint++;
+}
+static void s_on_stop(int sig)
+{
+    (void)sig;
+    s_stop = 1;
+}
+
+static void s_handle(int sig, void (*fn)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = fn;
+    sigaction(sig, &sa, NULL);
+}
+
+/*  1 while the session (by id) still exists; 0 when it ended or kenneld is gone, with the
+ *  reason printed. */
+static int s_session_alive(const char *id)
+{
+    char err[512];
+    json_t *r = client_manager_call(s_state_dir, "info_request", json_pack("{s:s}", "session", id),
+                                    3000, err, sizeof err);
+    const char *status = json_string_value(json_object_get(r, "status"));
+    int alive = status && strcmp(status, "ok") == 0;
+    if (!alive)
+        fprintf(stderr, "kennel: %s\n", r ? "the session ended while the cell ran" : err);
+    json_decref(r);
+    return alive;
+}
+
+/*  Send code to the session and print what comes back until the reply and idle status are in.
+ *  Ctrl-C interrupts the cell (a second one gives up); SIGTERM gives up at once; a session or
+ *  kenneld that goes away ends the wait. Returns the exit status. */
+static int s_run_cell(client_t *cl, const char *session_id, const char *code)
+{
+    char msg_id[40];
+    json_t *content = json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", code, "silent", 0,
+                                "store_history", 1, "user_expressions", "allow_stdin", 0,
+                                "stop_on_error", 1);
+    if (client_send(cl, CLIENT_SHELL, "execute_request", content, msg_id) < 0)
+        return 1;
+    int got_reply = 0, got_idle = 0, ok = 0, interrupts_sent = 0;
+    long long quiet_since = util_now_ms();
+    while (!(got_reply && got_idle)) {
+        client_channel_t ch;
+        jmsg_t *m = NULL;
+        int rc = client_recv(cl, 500, &ch, &m);
+        zsys_interrupted = 0;
+        if (s_stop)
+            return 130;
+        if (s_sigint > interrupts_sent) {
+            if (interrupts_sent++)
+                return 130;
+            client_send(cl, CLIENT_CONTROL, "interrupt_request", json_object(), NULL);
+        }
+        if (rc <= 0) {
+            if (util_now_ms() - quiet_since > 2000) {
+                if (!s_session_alive(session_id))
+                    return 1;
+                quiet_since = util_now_ms();
+            }
+            continue;
+        }
+        quiet_since = util_now_ms();
+        const char *parent = json_string_value(json_object_get(jmsg_json(m, JMSG_PARENT), "msg_id"));
+        if (parent && strcmp(parent, msg_id) == 0) {
+            const char *type = jmsg_type(m);
+            json_t *c = jmsg_content(m);
+            if (ch == CLIENT_IOPUB && strcmp(type, "status") == 0)
+                got_idle |= strcmp(json_string_value(json_object_get(c, "execution_state")) ?: "", "idle") == 0;
+            else if (ch == CLIENT_IOPUB)
+                s_print_output(m);
+            else if (ch == CLIENT_SHELL && strcmp(type, "execute_reply") == 0) {
+                got_reply = 1;
+                ok = strcmp(json_string_value(json_object_get(c, "status")) ?: "", "ok") == 0;
+            }
+        }
+        jmsg_destroy(&m);
+    }
+    return ok ? 0 : 1;
+}
+
 static int s_cmd_exec(const char *name, const char *code_arg)
 {
     char *code = strcmp(code_arg, "-") == 0 ? s_read_stdin() : strdup(code_arg);
@@ -234,61 +321,21 @@ static int s_cmd_exec(const char *name, const char *code_arg)
         return 2;
     }
     json_t *r = s_create(name);
-    json_t *conn = r ? s_load_connection(json_string_value(
-                           json_object_get(json_object_get(r, "session"), "connection_file")))
+    json_t *session = json_object_get(r, "session");
+    json_t *conn = r ? s_load_connection(json_string_value(json_object_get(session, "connection_file")))
                      : NULL;
     client_t *cl = conn ? client_connect(conn) : NULL;
     int status = 1;
     if (conn && !cl)
         fprintf(stderr, "kennel: cannot connect to session %s\n", name);
+    s_handle(SIGINT, s_on_sigint);
+    s_handle(SIGTERM, s_on_stop);
+    if (cl && client_wait_ready(cl, CALL_TIMEOUT_MS) < 0)
+        fprintf(stderr, "kennel: session %s did not answer\n", name);
+    else if (cl)
+        status = s_run_cell(cl, json_string_value(json_object_get(session, "id")), code);
     json_decref(conn);
     json_decref(r);
-    if (!cl)
-        goto done;
-    if (client_wait_ready(cl, CALL_TIMEOUT_MS) < 0) {
-        fprintf(stderr, "kennel: session %s did not answer\n", name);
-        goto done;
-    }
-    char msg_id[40];
-    json_t *content = json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", code, "silent", 0,
-                                "store_history", 1, "user_expressions", "allow_stdin", 0,
-                                "stop_on_error", 1);
-    if (client_send(cl, CLIENT_SHELL, "execute_request", content, msg_id) < 0)
-        goto done;
-    int got_reply = 0, got_idle = 0, interrupted = 0;
-    const char *reply_status = NULL;
-    char reply_status_buf[32] = "";
-    while (!(got_reply && got_idle)) {
-        client_channel_t ch;
-        jmsg_t *m = NULL;
-        int rc = client_recv(cl, 1000, &ch, &m);
-        if (rc < 0) {
-            /* Ctrl-C: interrupt the cell once, give up on the second. */
-            if (interrupted++)
-                goto done;
-            zsys_interrupted = 0;
-            client_send(cl, CLIENT_CONTROL, "interrupt_request", json_object(), NULL);
-            continue;
-        }
-        if (rc == 0)
-            continue;
-        const char *parent = json_string_value(json_object_get(jmsg_json(m, JMSG_PARENT), "msg_id"));
-        if (parent && strcmp(parent, msg_id) == 0) {
-            if (ch == CLIENT_IOPUB && strcmp(jmsg_type(m), "status") == 0)
-                got_idle |= strcmp(json_string_value(json_object_get(jmsg_content(m), "execution_state")) ?: "", "idle") == 0;
-            else if (ch == CLIENT_IOPUB)
-                s_print_output(m);
-            else if (ch == CLIENT_SHELL && strcmp(jmsg_type(m), "execute_reply") == 0) {
-                got_reply = 1;
-                snprintf(reply_status_buf, sizeof reply_status_buf, "%s",
-                         json_string_value(json_object_get(jmsg_content(m), "status")) ?: "");
-                reply_status = reply_status_buf;
-            }
-        }
-        jmsg_destroy(&m);
-    }
-    status = reply_status && strcmp(reply_status, "ok") == 0 ? 0 : 1;
-done:
     client_destroy(&cl);
     free(code);
     return status;
@@ -297,13 +344,6 @@ done:
 /*  The kernelspec launcher: Jupyter starts it with a connection file it wrote; kenneld serves
  *  a session on exactly those ports and key. It lives as long as the session: it ends the
  *  session on SIGTERM/SIGINT, and exits when the session ends (shutdown_request). */
-static volatile sig_atomic_t s_stop;
-static void s_on_stop(int sig)
-{
-    (void)sig;
-    s_stop = 1;
-}
-
 static int s_cmd_kernel(const char *file)
 {
     json_t *conn = s_load_connection(file);
@@ -315,11 +355,8 @@ static int s_cmd_kernel(const char *file)
     char id[64];
     snprintf(id, sizeof id, "%s", json_string_value(json_object_get(json_object_get(r, "session"), "id")) ?: "");
     json_decref(r);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = s_on_stop;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    s_handle(SIGTERM, s_on_stop);
+    s_handle(SIGINT, s_on_stop);
     while (!s_stop) {
         usleep(200 * 1000);
         char err[256];
@@ -392,6 +429,8 @@ int main(int argc, char **argv)
 {
     if (sodium_init() < 0)
         return 1;
+    /* Signals keep their defaults unless a command handles them (exec, kernel). */
+    zsys_handler_set(NULL);
     if (statedir_default(s_state_dir, sizeof s_state_dir) < 0)
         s_state_dir[0] = '\0';
     int i = 1;

@@ -28,7 +28,7 @@
 
 #define KENNEL_VERSION "0.1"
 
-#define STOP_SAVE_MS 10000 /* how long kenneld waits for kernels to save when it stops */
+#define STOP_SAVE_MS 5000 /* how long kenneld waits for kernels to save when it stops */
 
 static long long s_stop_deadline_ms; /* set once a stop signal came */
 
@@ -65,30 +65,6 @@ static int s_on_signal(zloop_t *loop, zmq_pollitem_t *item, void *arg)
         return -1; /* ends zloop_start */
     LOG_I("saving the state of %d sessions", pending);
     zloop_timer(loop, 20, 0, s_on_stop_tick, broker);
-    return 0;
-}
-
-/*  Refuse to share a state directory with a running kenneld. */
-static int s_check_not_running(const char *info_path)
-{
-    char *text = util_read_file(info_path, 65536, NULL);
-    if (!text)
-        return 0;
-    json_t *info = json_loads(text, 0, NULL);
-    free(text);
-    json_int_t pid = json_integer_value(json_object_get(info, "pid"));
-    json_decref(info);
-    if (pid > 0 && pid != getpid()) {
-        char path[64];
-        snprintf(path, sizeof path, "/proc/%lld/comm", (long long)pid);
-        char *comm = util_read_file(path, 64, NULL);
-        int alive = comm && strncmp(comm, "kenneld", 7) == 0;
-        free(comm);
-        if (alive) {
-            LOG_E("another kenneld (pid %lld) serves this state directory", (long long)pid);
-            return -1;
-        }
-    }
     return 0;
 }
 
@@ -165,8 +141,11 @@ int main(int argc, char **argv)
     }
     char info_path[PATH_MAX + 16];
     snprintf(info_path, sizeof info_path, "%s/kenneld.json", state_dir);
-    if (s_check_not_running(info_path) < 0)
+    long other = statedir_kenneld_pid(state_dir);
+    if (other && other != (long)getpid()) {
+        LOG_E("another kenneld (pid %ld) serves %s", other, state_dir);
         return 1;
+    }
 
     char init_path[PATH_MAX], sandbox_desc[512] = "none: --insecure-no-sandbox";
     ssize_t n = readlink("/proc/self/exe", init_path, sizeof init_path - 16);
@@ -183,8 +162,9 @@ int main(int argc, char **argv)
         char cg[256];
         int ncg = cgroup_probe(cg, sizeof cg);
         if (s_probe_sandbox(init_path, state_dir, &cfg) < 0) {
-            LOG_E("this machine does not let kenneld build the sandbox (see the line above); "
-                  "fix that, or run with --insecure-no-sandbox for debugging only");
+            LOG_E("the start-up probe could not run %s in the sandbox (kennel-init's line above "
+                  "says why); fix that, or run with --insecure-no-sandbox for debugging only",
+                  cfg.python);
             return 1;
         }
         snprintf(sandbox_desc, sizeof sandbox_desc,

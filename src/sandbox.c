@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <limits.h>
 #include <linux/capability.h>
 #include <sched.h>
@@ -66,11 +67,13 @@ static int s_create_file(const char *path, const char *text, mode_t mode)
     return rc;
 }
 
-pid_t sandbox_clone(const sandbox_cfg_t *cfg, const char **step)
+pid_t sandbox_clone(const sandbox_cfg_t *cfg, int *lifeline, const char **step)
 {
-    int sync[2];
+    int sync[2], life[2];
     STEP("setgroups", setgroups(0, NULL));
     STEP("pipe", pipe2(sync, O_CLOEXEC));
+    /* The launcher holds the write end until it dies; the child sees the hang-up. */
+    STEP("pipe", pipe2(life, O_CLOEXEC));
     int flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC |
                 CLONE_NEWUTS | CLONE_NEWCGROUP;
     /* A fork-like clone: the child continues on a copy of our stack. */
@@ -79,11 +82,15 @@ pid_t sandbox_clone(const sandbox_cfg_t *cfg, const char **step)
         *step = "clone(namespaces)";
         close(sync[0]);
         close(sync[1]);
+        close(life[0]);
+        close(life[1]);
         return -1;
     }
     if (pid == 0) {
         /* Wait until the parent has written our maps (it closes its end when done). */
         close(sync[1]);
+        close(life[1]);
+        *lifeline = life[0];
         char c;
         ssize_t n;
         do
@@ -98,6 +105,7 @@ pid_t sandbox_clone(const sandbox_cfg_t *cfg, const char **step)
         return 0;
     }
     close(sync[0]);
+    close(life[0]);
     char path[64], map[64];
     int rc = 0;
     snprintf(path, sizeof path, "/proc/%d/setgroups", (int)pid);
@@ -278,10 +286,8 @@ static int s_build_root(const sandbox_cfg_t *cfg, int workspace_fd, int kernel_f
     return 0;
 }
 
-int sandbox_enter(const sandbox_cfg_t *cfg, const char **step)
+int sandbox_enter(const sandbox_cfg_t *cfg, int lifeline, const char **step)
 {
-    /* Die with the launcher; it waits for us, so it is alive now. */
-    STEP("PR_SET_PDEATHSIG", prctl(PR_SET_PDEATHSIG, SIGKILL));
     /* Open the workspace and the kernel runtime while our fsuid is still the host's root: the
      * state directory may be 0700 root's, which uid SANDBOX_UID could not traverse. Opened here,
      * in our own mount namespace, they can be bind sources (a mount of another namespace
@@ -295,6 +301,16 @@ int sandbox_enter(const sandbox_cfg_t *cfg, const char **step)
     STEP("setresuid", setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID));
     /* The uid change cleared the effective set; take it back (inside this namespace only). */
     STEP("capset", s_capset(1));
+    /* Die with the launcher (and so with kenneld). Set only now: every credential change
+     * above clears it. The launcher may have died before it was set, so look once more. */
+    STEP("PR_SET_PDEATHSIG", prctl(PR_SET_PDEATHSIG, SIGKILL));
+    struct pollfd pfd = {lifeline, POLLIN, 0};
+    if (poll(&pfd, 1, 0) != 0) {
+        *step = "launcher alive";
+        errno = ESRCH;
+        return -1;
+    }
+    close(lifeline);
     STEP("sethostname", sethostname("kennel", 6));
     int rc = s_build_root(cfg, workspace_fd, kernel_fd, step);
     int saved = errno;

@@ -33,10 +33,11 @@ typedef struct {
 #define SANDBOX_NEWROOT "/tmp"
 
 /*  Fork a child into new namespaces and map its ids. Returns the child's pid in the caller and
- *  0 in the child (once its maps are written), or -1 with errno and *step set. */
-pid_t sandbox_clone(const sandbox_cfg_t *cfg, const char **step);
+ *  0 in the child (once its maps are written), or -1 with errno and *step set. In the child,
+ *  *lifeline is a pipe end that reports the launcher's death (for sandbox_enter). */
+pid_t sandbox_clone(const sandbox_cfg_t *cfg, int *lifeline, const char **step);
 /*  In the child of sandbox_clone: build and enter the new root. 0, or -1 with errno and *step. */
-int sandbox_enter(const sandbox_cfg_t *cfg, const char **step);
+int sandbox_enter(const sandbox_cfg_t *cfg, int lifeline, const char **step);
 /*  Close fds above 3, drop every capability, set no_new_privs, load the seccomp filter.
  *  0, or -1 with errno and *step. */
 int sandbox_seal(const char **step);

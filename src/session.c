@@ -398,6 +398,10 @@ void session_on_timer(session_t *self, session_timer_t which)
  *  not hold the kernel, so several may go in one call. */
 static void s_pump(session_t *self)
 {
+    /* A kernel being killed for a restart or an eviction gets nothing more; its successor
+     * serves the queue. */
+    if (self->restart_pending || self->evicting)
+        return;
     while (self->state == SESSION_IDLE && zlistx_size(self->queue) > 0) {
         jmsg_t *req = zlistx_detach(self->queue, NULL);
         const route_t *r = route_lookup(jmsg_type(req));
@@ -793,7 +797,9 @@ static int s_on_reply(session_t *self, const kpipe_frame_t *f, const json_t *op,
 int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **why)
 {
     *why = NULL;
-    if (self->state == SESSION_ENDED || self->state == SESSION_DEAD)
+    /* Frames still in the pipe of a kernel that is being killed are of no use to anyone. */
+    if (self->state == SESSION_ENDED || self->state == SESSION_DEAD || self->restart_pending ||
+        self->evicting)
         return 0;
     json_t *op = s_part_json(frame, 0);
     const char *name = op ? json_string_value(json_object_get(op, "op")) : NULL;

@@ -148,12 +148,14 @@ int spawner_signal(spawner_proc_t *proc, int sig)
         errno = ESRCH;
         return -1;
     }
-    /* The group first (children of the kernel too); the pidfd catches a kernel that left its
-     * group. The group cannot be recycled while its leader is unreaped. */
-    int rc = kill(-proc->pid, sig);
-    if (proc->pidfd >= 0 && syscall(SYS_pidfd_send_signal, proc->pidfd, sig, NULL, 0) == 0)
-        rc = 0;
-    return rc;
+    /* The group (children of the kernel too); it cannot be recycled while its leader is
+     * unreaped. Only if the group is gone (the kernel left it) the pidfd reaches the kernel:
+     * sending both would deliver a signal twice. */
+    if (kill(-proc->pid, sig) == 0)
+        return 0;
+    if (errno == ESRCH && proc->pidfd >= 0)
+        return (int)syscall(SYS_pidfd_send_signal, proc->pidfd, sig, NULL, 0);
+    return -1;
 }
 
 int spawner_reap(spawner_proc_t *proc, char *how, size_t how_len)

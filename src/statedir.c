@@ -4,7 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +31,26 @@ int statedir_default(char *out, size_t out_len)
         return -1;
     }
     return 0;
+}
+
+long statedir_kenneld_pid(const char *dir)
+{
+    char path[4096 + 16];
+    snprintf(path, sizeof path, "%s/kenneld.json", dir);
+    char *text = util_read_file(path, 65536, NULL);
+    if (!text)
+        return 0;
+    json_t *info = json_loads(text, 0, NULL);
+    free(text);
+    json_int_t pid = json_integer_value(json_object_get(info, "pid"));
+    json_decref(info);
+    if (pid <= 0)
+        return 0;
+    snprintf(path, sizeof path, "/proc/%lld/comm", (long long)pid);
+    char *comm = util_read_file(path, 64, NULL);
+    int alive = comm && strncmp(comm, "kenneld", 7) == 0;
+    free(comm);
+    return alive ? (long)pid : 0;
 }
 
 static int s_mkdirs(const char *path, mode_t mode)
@@ -119,15 +139,45 @@ int statedir_write_json(const char *path, const json_t *obj)
     return rc;
 }
 
-static int s_remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+/*  Remove everything in the directory open as dfd, never following a symlink and never
+ *  leaving the tree: every step is relative to a directory fd opened with O_NOFOLLOW, so a
+ *  kernel that renames or swaps entries while this runs cannot point it at host files. */
+static int s_remove_at(int dfd, int depth)
 {
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path) < 0 && errno != ENOENT ? -1 : 0;
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0 || errno == ENOENT)
+            continue;
+        if (errno != EISDIR && errno != EPERM) {
+            rc = -1;
+            continue;
+        }
+        int sub = depth < 256 ? openat(dirfd(d), e->d_name,
+                                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                              : -1;
+        if (sub < 0 || s_remove_at(sub, depth + 1) < 0 ||
+            (unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT))
+            rc = -1;
+    }
+    closedir(d);
+    return rc;
 }
 
 int statedir_remove_tree(const char *path)
 {
-    return nftw(path, s_remove_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0 : -1;
+    int rc = s_remove_at(dfd, 0);
+    if (rmdir(path) < 0 && errno != ENOENT)
+        rc = -1;
+    return rc;
 }

@@ -11,6 +11,9 @@
 /*  The default state directory: $KENNEL_STATE_DIR, else $HOME/.local/state/kennel. Writes
  *  into out; 0, or -1 with errno (ENAMETOOLONG, ENOENT without HOME). */
 int statedir_default(char *out, size_t out_len);
+/*  The pid of the kenneld that wrote the kenneld.json in dir, if that process still runs and
+ *  is a kenneld; else 0 (no file, or a stale one). */
+long statedir_kenneld_pid(const char *dir);
 /*  Create dir and dir/sessions (0700; parents as needed). 0, or -1 with errno. */
 int statedir_prepare(const char *dir);
 /*  Create sessions/<id> and its workspace. Writes the session dir into out. 0 or -1. */
@@ -19,7 +22,9 @@ int statedir_session_create(const char *dir, const char *id, char *out, size_t o
 int statedir_write_json(const char *path, const json_t *obj);
 /*  Write len bytes to path the same way (temporary file, fsync, rename, 0600). 0 or -1. */
 int statedir_write_file(const char *path, const void *data, size_t len);
-/*  Remove a session directory recursively (no symlinks followed). 0 or -1. */
+/*  Remove a session directory recursively. Safe against a tree that changes while it runs
+ *  (symlinks are removed, never followed; every step is relative to a directory fd).
+ *  0 or -1. */
 int statedir_remove_tree(const char *path);
 
 #endif
