@@ -56,8 +56,9 @@ class StreamBuffer:
     def write_ordered(self, name, text):
         """Add text written by Python code after taking in fd-level output written
         before it: print(); os.write(1, ...); print() keeps its order."""
-        # Shielded: a KeyboardInterrupt inside the locking code of threading (Event.set
-        # is pure Python) could leave a lock held and hang every later write.
+        # Shielded: a KeyboardInterrupt or CellTimeout inside the locking code of
+        # threading (Event.set is pure Python) could leave a lock held and hang every
+        # later write.
         with self._gate.shielded():
             if self._drain is not None and not self._in_child:
                 self._drain()

@@ -57,7 +57,7 @@ def main(argv):
             os.open(os.devnull, os.O_RDWR)  # takes the lowest free fd: this one
     diag_fd = os.dup(2)  # fd 2 is captured for user code later; diagnostics use this
     gate = InterruptGate()
-    gate.install()  # from here on a SIGINT between cells is harmless
+    gate.install()  # from here on a SIGINT or SIGUSR2 between cells is harmless
     pipe = Pipe(pipe_fd, gate, diag_fd)
     pipe.send({"op": "hello", "pid": os.getpid()}, kernel_info())
 

@@ -1,8 +1,9 @@
 """kennel_pipe: the kernel's end of the kenneld socketpair (protocol/kernel-pipe.md).
 
 Pipe reads and writes length-prefixed frames whose parts are JSON objects (or raw
-buffers); InterruptGate decides what SIGINT does, so that an interrupt can never tear a
-frame in half or drop one. Knows nothing about Jupyter message types.
+buffers); InterruptGate decides what SIGINT and SIGUSR2 do, so that an interrupt or a
+deadline can never tear a frame in half or drop one. Knows nothing about Jupyter message
+types.
 
 The pipe ends the process itself: exit 0 when kenneld is gone (even in the middle of a
 cell) or says exit, exit 1 on a malformed frame. Nothing else is worth doing then, and
@@ -17,6 +18,8 @@ import signal
 import struct
 import threading
 
+from kennel_deadline import CellTimeout
+
 MAX_FRAME_BYTES = 64 << 20  # kenneld's default --max-pipe-frame
 MAX_PARTS = 64
 _U32 = struct.Struct(">I")
@@ -27,54 +30,69 @@ class FrameError(ValueError):
 
 
 class InterruptGate:
-    """What SIGINT does in this process.
+    """What SIGINT and SIGUSR2 do in this process.
 
-    kenneld interrupts a cell by sending SIGINT to the kernel. Python runs the handler in
+    kenneld interrupts a cell by sending SIGINT to the kernel, and ends a cell that ran
+    past its deadline by sending SIGUSR2. The gate turns each into an exception raised in
+    the cell: KeyboardInterrupt and CellTimeout (see SIGNALS). Python runs the handler in
     the main thread, between bytecodes, wherever that thread happens to be, so the handler
-    raises KeyboardInterrupt only where that is safe:
+    raises only where that is safe:
 
     - while no cell runs (not armed) the signal is ignored: an interrupt at the prompt,
       or one that arrives just after its cell ended, does nothing;
     - while a cell runs, it is raised into the cell, except when the main thread is in a
-      shielded section (a frame write, a frame read, a stream flush) or in the code
-      registered with protect() (the kernel's lines that start and end a cell). A signal
-      arriving in a shielded section is raised when the section ends; one arriving in
-      the protected code is dropped, because the cell has not started or has finished.
+      shielded section (a frame write, a frame read, a stream flush) or in protected code
+      (the gate's own arm() and disarm(), and the kernel's lines that start and end a
+      cell, registered with protect()). A signal arriving in a shielded section is raised
+      when the section ends; one arriving in protected code is dropped, because the cell
+      has not started or has finished.
+
+    When both signals arrive within one shielded section, CellTimeout is raised: a
+    deadline outranks an interrupt.
     """
+
+    SIGNALS = {signal.SIGINT: KeyboardInterrupt, signal.SIGUSR2: CellTimeout}
 
     def __init__(self):
         self._armed = False
         self._depth = 0  # nesting of shielded sections in the main thread
-        self._pending = False  # a SIGINT arrived inside a shielded section
-        self._protected_code = None
+        self._pending = None  # the exception of a signal that came in a shielded section
+        self._protected = {InterruptGate.arm.__code__, InterruptGate.disarm.__code__}
 
     def install(self):
-        signal.signal(signal.SIGINT, self._on_sigint)
+        for signum in self.SIGNALS:
+            signal.signal(signum, self._on_signal)
 
     def protect(self, code):
         """Never raise while the innermost frame runs this code object."""
-        self._protected_code = code
+        self._protected.add(code)
 
     def arm(self):
-        self._pending = False
+        self._pending = None
         self._armed = True
 
     def disarm(self):
         self._armed = False
 
     def shielded(self):
-        """Context manager: defer SIGINT until the block ends (main thread only)."""
+        """Context manager: defer signals until the block ends (main thread only)."""
         return _Shield(self)
 
-    def _on_sigint(self, signum, frame):
+    def _on_signal(self, signum, frame):
         if not self._armed:
             return
+        exc = self.SIGNALS[signum]
         if self._depth:
-            self._pending = True
+            if self._pending is not CellTimeout:
+                self._pending = exc
             return
-        if frame is not None and frame.f_code is self._protected_code:
+        # A second signal can run its handler as this one starts, with this handler's
+        # frame as the interrupted one: judge the frame that both interrupted.
+        while frame is not None and frame.f_code is InterruptGate._on_signal.__code__:
+            frame = frame.f_back
+        if frame is not None and frame.f_code in self._protected:
             return
-        raise KeyboardInterrupt
+        raise exc
 
 
 class _Shield:
@@ -95,10 +113,10 @@ class _Shield:
             return False
         gate = self._gate
         gate._depth -= 1
-        if gate._depth == 0 and gate._pending and exc_type is None:
-            gate._pending = False
+        if gate._depth == 0 and gate._pending is not None and exc_type is None:
+            pending, gate._pending = gate._pending, None
             if gate._armed:
-                raise KeyboardInterrupt
+                raise pending
         return False
 
 
@@ -214,8 +232,8 @@ class Pipe:
         """Return (op, parts) for the next frame other than {"op":"exit"}.
 
         op is the parsed op header; parts are the remaining parts as bytes. Blocks until a
-        frame is complete; a SIGINT while blocked may raise KeyboardInterrupt (see
-        InterruptGate) without losing any data.
+        frame is complete; a SIGINT or SIGUSR2 while blocked may raise KeyboardInterrupt
+        or CellTimeout (see InterruptGate) without losing any data.
         """
         while True:
             frame = self._next_frame()
@@ -248,7 +266,7 @@ class Pipe:
 
     def _fill(self):
         # Wait outside the shield, so that a blocked input() can be interrupted, but read
-        # inside it: a KeyboardInterrupt between os.read() returning and the bytes
+        # inside it: an exception from a signal between os.read() returning and the bytes
         # reaching the buffer would lose part of a frame.
         select.select([self._fd], [], [])
         with self._gate.shielded():

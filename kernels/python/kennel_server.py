@@ -3,14 +3,18 @@
 Handles execute, complete, inspect, is_complete, history and comm_info requests and
 answers every other *_request with an error reply, so kenneld's queue never stalls.
 Comm messages are ignored (no comm support yet). kenneld answers kernel_info, interrupt
-and shutdown itself and publishes status, so none of that is here.
+and shutdown itself and publishes status, so none of that is here. The execute_reply's
+metadata carries the cell's metrics: CPU time and peak memory.
 """
 
 import os
+import resource
 import sys
 
 from IPython.utils.tokenutil import line_at_cursor, token_at_cursor
 
+from kennel_deadline import CellTimeout
+import kennel_snapshot
 from kennel_io import FdCapture, Stdin, StreamBuffer, StreamWriter
 from kennel_pipe import FrameError, decode_object
 from kennel_shell import KennelShell, safe_str
@@ -23,8 +27,10 @@ class Kernel:
         self._pipe = pipe
         self._gate = gate
         self._pid = os.getpid()
-        # _execute arms the gate around the cell; a SIGINT landing in its own lines, just
-        # before or after the cell, is dropped rather than raised into the request loop.
+        self._reply_metadata = {}  # of the request being served; handlers may add to it
+        # _execute arms the gate around the cell; a SIGINT or SIGUSR2 landing in its own
+        # lines, just before or after the cell, is dropped rather than raised into the
+        # request loop.
         gate.protect(Kernel._execute.__code__)
         # The shell is created before fds 1 and 2 are captured, so that what IPython
         # prints while starting (an unwritable home, say) goes to kenneld's log.
@@ -46,11 +52,36 @@ class Kernel:
     def serve(self):
         while True:
             op, parts = self._pipe.recv()
+            if op["op"] == "save":
+                self._save()
+                continue
+            if op["op"] == "restore" and parts:
+                self._restore(parts[0])
+                continue
             channel = op.get("channel") if op["op"] == "request" else None
             if channel == "shell":
                 self._serve_shell(parts)
             elif channel != "stdin":  # stdin: an input_reply that came after an interrupt
                 self._pipe.diag(f"ignoring {op['op']!r} frame for channel {channel!r}")
+
+    def _save(self):
+        """Idle eviction: the namespace as a snapshot for kenneld to keep."""
+        shell = self._shell
+        try:
+            data, unsaved = kennel_snapshot.save(shell.user_ns, shell.user_ns_hidden,
+                                                 shell.execution_count)
+            self._pipe.send({"op": "saved", "unsaved": unsaved}, data)
+        except Exception as e:  # too large for a frame, or the pickler broke: keep the kernel
+            self._pipe.send({"op": "saved", "error": f"{type(e).__name__}: {e}"[:500]})
+
+    def _restore(self, data):
+        """A revived session: load the snapshot before any request."""
+        shell = self._shell
+        try:
+            shell.execution_count, failed = kennel_snapshot.restore(data, shell.user_ns)
+        except Exception as e:
+            failed = [f"(the whole snapshot: {type(e).__name__})"]
+        self._pipe.send({"op": "restored", "failed": failed})
 
     def publish(self, msg_type, content):
         """Send one iopub message after all stream output written before it."""
@@ -79,6 +110,7 @@ class Kernel:
                 self._pipe.diag(f"ignoring shell message {msg_type!r}")
             return
         handler = self._handlers.get(msg_type)
+        self._reply_metadata = {}
         try:
             content = decode_object(parts[3])
             if handler is None:
@@ -87,15 +119,15 @@ class Kernel:
                 reply = handler(content)
         except Exception as e:  # a bad request or a kernel bug: still exactly one reply
             reply = _error(type(e).__name__, str(e))
-        self._reply(msg_type[:-len("_request")] + "_reply", msg_id, reply)
+        self._reply(msg_type[:-len("_request")] + "_reply", msg_id, reply, self._reply_metadata)
 
-    def _reply(self, msg_type, msg_id, content):
+    def _reply(self, msg_type, msg_id, content, metadata):
         op = {"op": "reply", "msg_type": msg_type, "parent_msg_id": msg_id}
         with self._streams.flushed():
             try:
-                self._pipe.send(op, {}, content)
+                self._pipe.send(op, metadata, content)
             except FrameError as e:
-                self._pipe.send(op, {}, _error("FrameError", str(e)))
+                self._pipe.send(op, metadata, _error("FrameError", str(e)))
 
     def _execute(self, content):
         code = content["code"]
@@ -111,18 +143,24 @@ class Kernel:
         shell.last_traceback = None
         shell.payload_manager.clear_payload()
         interrupt = None
+        start = _Usage()
         with self._stdin.serving(bool(content.get("allow_stdin", False))):
             self._gate.arm()
             try:
                 result = shell.run_cell(code, store_history=store_history, silent=silent)
                 values = shell.user_expressions(expressions) if result.success else {}
-            except KeyboardInterrupt as e:
-                # Interrupted inside IPython's own bookkeeping rather than in user code.
+            except (KeyboardInterrupt, CellTimeout) as e:
+                # Stopped inside IPython's own bookkeeping rather than in user code.
                 interrupt = e
             finally:
                 self._gate.disarm()
         if os.getpid() != self._pid:
             os._exit(0)  # a child forked in the cell must not serve the session
+        end = _Usage()
+        self._reply_metadata["metrics"] = {
+            "cpu_ms": (end.cpu_s - start.cpu_s) * 1000,
+            "peak_memory_bytes": end.maxrss_bytes,
+        }
         reply = {
             "status": "ok",
             "execution_count": shell.execution_count - 1,
@@ -198,6 +236,17 @@ class Kernel:
 
     def _comm_info(self, content):
         return {"status": "ok", "comms": {}}
+
+
+class _Usage:
+    """Resource use of the kernel so far: CPU seconds of the process and of its
+    waited-for children (user + system), and the process's peak RSS."""
+
+    def __init__(self):
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cpu_s = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+        self.maxrss_bytes = own.ru_maxrss * 1024  # Linux reports KiB
 
 
 def _error(ename, evalue):

@@ -4,6 +4,7 @@ KennelShell turns results, rich displays, tracebacks and pager text into execute
 display_data, update_display_data, clear_output, error and payloads, through a publish
 function the kernel provides. It keeps history in memory only and completes without jedi.
 It adds no magics and no GUI event loops (%gui and %matplotlib <gui> fail; inline works).
+The user namespace starts with CellTimeout, the exception of a cell past its deadline.
 """
 
 import os
@@ -15,6 +16,8 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets import Any, Type
 from traitlets.config import Config
+
+from kennel_deadline import CellTimeout
 
 
 class KennelDisplayPublisher(DisplayPublisher):
@@ -76,6 +79,11 @@ class KennelShell(InteractiveShell):
         config.IPCompleter.use_jedi = False
         return cls.instance(config=config, publish=publish)
 
+    def init_user_ns(self):
+        # Also run by %reset. Hidden like In and Out: %who does not list it.
+        super().init_user_ns()
+        self.push({"CellTimeout": CellTimeout}, interactive=False)
+
     def init_hooks(self):
         super().init_hooks()
         # obj? and %page go to the client's pager as a payload, not to a terminal pager.
@@ -112,9 +120,9 @@ class KennelShell(InteractiveShell):
 def _without_kennel_frames(tb):
     """Cut a traceback at the first kennel frame that user code reached.
 
-    A KeyboardInterrupt is raised by kennel's SIGINT handler or where a shielded write
-    ends, and sys.stdout.write(b"") fails inside kennel_io: the user wants to see the
-    line of the cell, as when C code raises, not kennel's internals.
+    A KeyboardInterrupt or CellTimeout is raised by kennel's signal handler or where a
+    shielded write ends, and sys.stdout.write(b"") fails inside kennel_io: the user wants
+    to see the line of the cell, as when C code raises, not kennel's internals.
     """
     entry, in_user_code = tb, False
     while entry is not None:

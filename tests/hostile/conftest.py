@@ -6,16 +6,7 @@ import signal
 
 import pytest
 
-from kennel_hostile import Client, Kenneld
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is not running
-        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+from kennel_hostile import Client, Kenneld, alive
 
 
 @pytest.fixture
@@ -26,7 +17,7 @@ def kenneld(tmp_path, request):
         yield k
     finally:
         rc = k.stop()
-        leftovers = [pid for pid in k.kernel_pids if _alive(pid)]
+        leftovers = [pid for pid in k.kernel_pids if alive(pid)]
         for pid in leftovers:
             os.kill(pid, signal.SIGKILL)
         assert rc == 0, f"kenneld exited with {rc}"

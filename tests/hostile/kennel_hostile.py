@@ -41,7 +41,8 @@ class Kenneld:
             raise TimeoutError(msg_type)
         _, msg = self.mgr_session.feed_identities(self.mgr.recv_multipart())
         reply = self.mgr_session.deserialize(msg)["content"]
-        for s in [reply.get("session")] + reply.get("sessions", []):
+        sessions = reply.get("sessions")
+        for s in [reply.get("session")] + (sessions if isinstance(sessions, list) else []):
             if s and s.get("kernel_pid"):
                 self.kernel_pids.add(s["kernel_pid"])
         return reply
@@ -103,6 +104,16 @@ class Client:
     def close(self):
         for s in self.sockets.values():
             s.close()
+
+
+def alive(pid):
+    """pid runs (and is not a zombie)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is not running
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def assert_healthy(client, kenneld, value_code="kennel_marker"):

@@ -59,6 +59,7 @@ class KernelProcess:
         )
         child.close()
         self._buf = b""
+        self.reply_metadata = None
         op, parts = self.recv_frame()
         assert op["op"] == "hello", op
         self.hello_op, self.hello = op, json.loads(parts[0])
@@ -102,7 +103,8 @@ class KernelProcess:
         """Read until the reply to msg_id; return (reply op, reply content, iopub).
 
         iopub is the list of (msg_type, content) published meanwhile, in order.
-        on_stdin(content) is called for each input_request.
+        on_stdin(content) is called for each input_request. The reply's metadata is
+        kept in self.reply_metadata.
         """
         iopub = []
         while True:
@@ -116,7 +118,9 @@ class KernelProcess:
                 on_stdin(json.loads(parts[1]))
             elif op["op"] == "reply":
                 assert op["parent_msg_id"] == msg_id, (op, msg_id)
-                assert json.loads(parts[0]) == {}
+                self.reply_metadata = json.loads(parts[0])
+                if op["msg_type"] != "execute_reply":  # only that one carries metrics
+                    assert self.reply_metadata == {}
                 return op, json.loads(parts[1]), iopub
             else:
                 raise AssertionError(f"unexpected op {op}")

@@ -8,7 +8,9 @@ import re
 import signal
 import time
 
-from kernel_pipe_client import jdump, make_header, streams
+import pytest
+
+from kernel_pipe_client import KERNEL, KernelProcess, jdump, make_header, streams
 
 
 def types(iopub):
@@ -80,7 +82,7 @@ def test_state_across_executes(kernel):
 def test_user_namespace_is_clean(kernel):
     _, iopub = kernel.execute("sorted(k for k in globals() if not k.startswith('_'))")
     names = eval(only(iopub, "execute_result")["data"]["text/plain"])
-    assert set(names) <= {"In", "Out", "exit", "quit", "get_ipython"}
+    assert set(names) <= {"In", "Out", "exit", "quit", "get_ipython", "CellTimeout"}
 
 
 def test_stream_order_with_displays(kernel):
@@ -263,29 +265,180 @@ def test_sigint_interrupts_cell(kernel):
     assert only(iopub, "execute_result")["data"]["text/plain"] == "42"
 
 
-def test_sigint_interrupts_input(kernel):
+# kenneld stops a cell with SIGINT (interrupt_request) or SIGUSR2 (past its deadline).
+STOPS = [(signal.SIGINT, "KeyboardInterrupt"), (signal.SIGUSR2, "CellTimeout")]
+
+
+@pytest.mark.parametrize("signum, ename", STOPS)
+def test_signal_stops_input(kernel, signum, ename):
     msg_id = kernel.send_request("execute_request", {
         "code": "input('?')", "silent": False, "store_history": True,
         "user_expressions": {}, "allow_stdin": True})
     assert kernel.recv_frame()[0] == {"op": "iopub", "msg_type": "execute_input"}
     assert kernel.recv_frame()[0] == {"op": "stdin", "msg_type": "input_request"}
-    kernel.proc.send_signal(signal.SIGINT)
+    kernel.proc.send_signal(signum)
     _, reply, _ = kernel.collect(msg_id)
-    assert reply["ename"] == "KeyboardInterrupt"
+    assert reply["ename"] == ename
     kernel.reply_input("too late")  # a stale reply must be ignored
     reply, _ = kernel.execute("1")
     assert reply["status"] == "ok"
 
 
-def test_sigint_while_idle_is_harmless(kernel):
-    kernel.proc.send_signal(signal.SIGINT)  # very likely still starting up
+@pytest.mark.parametrize("signum", [s for s, _ in STOPS])
+def test_signal_while_idle_is_harmless(kernel, signum):
+    kernel.proc.send_signal(signum)  # very likely still starting up
     kernel.execute("x = 1")
     for _ in range(3):
-        kernel.proc.send_signal(signal.SIGINT)
+        kernel.proc.send_signal(signum)
         time.sleep(0.05)
     assert kernel.proc.poll() is None
     _, iopub = kernel.execute("x")
     assert only(iopub, "execute_result")["data"]["text/plain"] == "1"
+
+
+# -- deadline --------------------------------------------------------------------
+
+
+def start_sleeping_cell(kernel, code):
+    """Send code, which prints 'sleeping' before it sleeps; return once it printed."""
+    msg_id = kernel.send_request("execute_request", {
+        "code": "import time\nprint('sleeping', flush=True)\n" + code,
+        "silent": False, "store_history": True, "user_expressions": {},
+        "allow_stdin": False})
+    wait_for_stream(kernel, "sleeping")
+    return msg_id
+
+
+def test_sigusr2_ends_cell_past_deadline(kernel):
+    kernel.execute("kept = 41")
+    msg_id = start_sleeping_cell(kernel, "time.sleep(10)")
+    started = time.monotonic()
+    kernel.proc.send_signal(signal.SIGUSR2)
+    _, reply, iopub = kernel.collect(msg_id)
+    assert time.monotonic() - started < 2
+    assert reply["status"] == "error" and reply["ename"] == "CellTimeout"
+    assert reply["evalue"] == "the cell ran past its deadline"
+    error = only(iopub, "error")
+    assert error["ename"] == "CellTimeout" and error["traceback"] == reply["traceback"]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"]))
+    assert "time.sleep(10)" in plain and "kennel" not in plain  # no handler frame
+    assert kernel.reply_metadata["metrics"]["cpu_ms"] >= 0
+    _, iopub = kernel.execute("kept + 1")
+    assert only(iopub, "execute_result")["data"]["text/plain"] == "42"
+
+
+def test_cell_timeout_is_a_timeout_error(kernel):
+    msg_id = start_sleeping_cell(kernel, (
+        "try:\n"
+        "    time.sleep(10)\n"
+        "except TimeoutError as e:\n"
+        "    caught = type(e).__name__\n"))
+    kernel.proc.send_signal(signal.SIGUSR2)
+    _, reply, _ = kernel.collect(msg_id)
+    assert reply["status"] == "ok"
+    _, iopub = kernel.execute("caught")
+    assert only(iopub, "execute_result")["data"]["text/plain"] == "'CellTimeout'"
+
+
+def test_except_cell_timeout_in_a_cell(kernel):
+    msg_id = start_sleeping_cell(kernel, (
+        "try:\n"
+        "    time.sleep(10)\n"
+        "except CellTimeout as e:\n"
+        "    print('caught:', e)\n"))
+    kernel.proc.send_signal(signal.SIGUSR2)
+    _, reply, iopub = kernel.collect(msg_id)
+    assert reply["status"] == "ok"
+    assert streams(iopub, "stdout") == "caught: the cell ran past its deadline\n"
+    # The name is hidden from %who, and %reset puts it back.
+    _, iopub = kernel.execute("%who")
+    assert "CellTimeout" not in streams(iopub)
+    kernel.execute("%reset -f")
+    reply, _ = kernel.execute("assert issubclass(CellTimeout, TimeoutError)")
+    assert reply["status"] == "ok"
+
+
+def test_sigusr2_stops_a_child_process_cell(kernel):
+    # The group signal reaches the cell's child too; the kernel must survive it.
+    msg_id = start_sleeping_cell(kernel, "import subprocess\nsubprocess.run(['sleep', '10'])")
+    kernel.proc.send_signal(signal.SIGUSR2)
+    _, reply, _ = kernel.collect(msg_id)
+    assert reply["ename"] == "CellTimeout"
+    reply, _ = kernel.execute("1")
+    assert reply["status"] == "ok"
+
+
+# -- the gate, in this process -----------------------------------------------------
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    monkeypatch.syspath_prepend(str(KERNEL.parent))
+    from kennel_pipe import InterruptGate
+
+    saved = {signum: signal.getsignal(signum) for signum, _ in STOPS}
+    gate = InterruptGate()
+    gate.install()
+    try:
+        yield gate
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
+def test_gate_raises_only_while_armed(gate):
+    from kennel_deadline import CellTimeout
+
+    signal.raise_signal(signal.SIGUSR2)  # ignored: no cell runs
+    gate.arm()
+    with pytest.raises(CellTimeout, match="the cell ran past its deadline"):
+        signal.raise_signal(signal.SIGUSR2)
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+    gate.disarm()
+    signal.raise_signal(signal.SIGINT)
+
+
+def test_gate_defers_signals_in_a_shielded_section(gate):
+    from kennel_deadline import CellTimeout
+
+    gate.arm()
+    with pytest.raises(KeyboardInterrupt):
+        with gate.shielded():
+            signal.raise_signal(signal.SIGINT)
+            finished = True
+    assert finished
+    with pytest.raises(CellTimeout):  # a deadline outranks an interrupt
+        with gate.shielded():
+            signal.raise_signal(signal.SIGUSR2)
+            signal.raise_signal(signal.SIGINT)
+    with gate.shielded():
+        signal.raise_signal(signal.SIGUSR2)
+        gate.disarm()  # the cell ended before the section did: dropped
+
+
+# -- metrics ---------------------------------------------------------------------
+
+
+def test_execute_reply_metrics(kernel):
+    reply, _ = kernel.execute("sum(range(10**7))")
+    assert reply["status"] == "ok"
+    metrics = kernel.reply_metadata["metrics"]
+    assert isinstance(metrics["cpu_ms"], float) and metrics["cpu_ms"] > 20
+    assert isinstance(metrics["peak_memory_bytes"], int)
+    assert metrics["peak_memory_bytes"] > 10 << 20
+    # CPU time, not wall time: sleeping costs next to nothing.
+    kernel.execute("import time\ntime.sleep(0.5)")
+    assert kernel.reply_metadata["metrics"]["cpu_ms"] < 250
+    # A child's CPU time counts once the cell waited for it.
+    kernel.execute("import subprocess, sys\n"
+                   "subprocess.run([sys.executable, '-c', 'sum(range(10**7))'])")
+    assert kernel.reply_metadata["metrics"]["cpu_ms"] > 20
+    # Failed cells have metrics too; other replies carry no metadata.
+    reply, _ = kernel.execute("1 / 0")
+    assert reply["status"] == "error" and "metrics" in kernel.reply_metadata
+    kernel.request("is_complete_request", {"code": "x"})
+    assert kernel.reply_metadata == {}
 
 
 # -- other shell requests --------------------------------------------------------
@@ -364,3 +517,51 @@ def test_bad_content_still_replies(kernel):
                        jdump({}), jdump({}), b"[not an object"])
     op, reply, _ = kernel.collect(header["msg_id"])
     assert op["msg_type"] == "execute_reply" and reply["status"] == "error"
+
+
+# -- idle eviction: save and restore ---------------------------------------------------
+
+def _save(kernel):
+    kernel.send_frame([jdump({"op": "save"})])
+    op, parts = kernel.recv_frame()
+    assert op["op"] == "saved", op
+    return op, parts
+
+
+def test_save_and_restore_into_a_new_kernel(kernel, tmp_path):
+    reply, _ = kernel.execute(
+        "import math\nimport numpy as np\ndef twice(x): return 2 * x\n"
+        "class Point:\n    def __init__(self, x): self.x = x\n"
+        "p = Point(3); arr = np.arange(4); shared = [1]; alias = shared\n"
+        "gen = (i for i in range(3)); total = 41")
+    assert reply["status"] == "ok"
+    op, parts = _save(kernel)
+    assert op["unsaved"] == ["gen"]
+    assert len(parts) == 1 and parts[0]
+    # A fresh kernel, as kenneld starts on revival, gets the snapshot before any request.
+    fresh = KernelProcess(tmp_path)
+    try:
+        fresh.send_frame([jdump({"op": "restore"}), parts[0]])
+        op, _ = fresh.recv_frame()
+        assert op == {"op": "restored", "failed": []}
+        reply, iopub = fresh.execute(
+            "(total + 1, twice(p.x), int(arr.sum()), shared is alias, math.pi > 3, 'gen' in dir())")
+        assert reply["status"] == "ok"
+        assert only(iopub, "execute_result")["data"]["text/plain"] == "(42, 6, 6, True, True, False)"
+        # Numbering goes on from where the evicted kernel was.
+        assert reply["execution_count"] == 2  # one cell ran before the eviction
+    finally:
+        fresh.kill()
+
+
+def test_save_of_an_empty_namespace(kernel):
+    op, parts = _save(kernel)
+    assert op["unsaved"] == [] and parts[0]
+
+
+def test_restore_of_garbage_reports_it(kernel):
+    kernel.send_frame([jdump({"op": "restore"}), b"not a snapshot"])
+    op, _ = kernel.recv_frame()
+    assert op["op"] == "restored" and op["failed"] and "snapshot" in op["failed"][0]
+    reply, _ = kernel.execute("1 + 1")
+    assert reply["status"] == "ok"

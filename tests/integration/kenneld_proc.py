@@ -1,0 +1,208 @@
+"""A real kenneld for the integration tests: start it, talk to its manager socket, run
+bin/kennel against it, stop it, and find processes it may have left behind."""
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import zmq
+from jupyter_client.session import Session
+
+ROOT = Path(__file__).resolve().parents[2]
+KENNELD = ROOT / "bin" / "kenneld"
+KENNEL = ROOT / "bin" / "kennel"
+PYTHON = "/usr/bin/python3"
+CALL_TIMEOUT_S = 10
+START_TIMEOUT_S = 10
+STOP_TIMEOUT_S = 10
+
+
+def _stat(pid):
+    """(state, ppid, starttime) from /proc/PID/stat, or None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def pid_alive(pid, starttime=None):
+    st = _stat(pid)
+    return st is not None and st[0] != "Z" and (starttime is None or st[2] == starttime)
+
+
+def descendants(root_pid):
+    """{pid: starttime} of every live process below root_pid."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _stat(entry)
+            if st and st[0] != "Z":
+                children.setdefault(st[1], []).append((int(entry), st[2]))
+    found, todo = {}, [root_pid]
+    while todo:
+        for pid, start in children.get(todo.pop(), []):
+            found[pid] = start
+            todo.append(pid)
+    return found
+
+
+def processes_in(directory):
+    """Live processes whose working directory or command line is inside `directory`: an
+    unsandboxed kernel runs in STATE/sessions/ID/workspace, kennel-init gets it as
+    --workspace, a kennel launcher as --state-dir."""
+    found = []
+    prefix = str(directory).rstrip("/") + "/"
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid() or not pid_alive(entry):
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd") + "/"
+        except OSError:
+            cwd = ""
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            args = []
+        if cwd.startswith(prefix) or any((a + "/").startswith(prefix) for a in args):
+            found.append(int(entry))
+    return found
+
+
+class ManagerError(AssertionError):
+    pass
+
+
+class Kenneld:
+    def __init__(self, state_dir, transport, log_path, args=()):
+        self.state_dir = Path(state_dir)
+        self.transport = transport
+        self.args = list(args)
+        self.log_path = log_path
+        self.proc = None
+        self.kernel_pids = set()  # every kernel_pid a manager reply named
+        self.tree = {}  # kenneld's descendants just before it was stopped: {pid: starttime}
+        self._ctx = zmq.Context()
+        self._sock = None
+        self._session = None
+
+    @property
+    def info_path(self):
+        return self.state_dir / "kenneld.json"
+
+    def start(self):
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [str(KENNELD), "--state-dir", str(self.state_dir), "--transport", self.transport,
+             "--log-level", "debug", *self.args],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.info_path.exists():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"kenneld exited with {self.proc.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"kenneld.json did not appear:\n{self.log()}")
+            time.sleep(0.02)
+        self.info = json.loads(self.info_path.read_text())
+        mgr = self.info["manager"]
+        self._session = Session(key=mgr["key"].encode(), signature_scheme=mgr["signature_scheme"],
+                                username="itest")
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.linger = 0
+        self._sock.connect(mgr["endpoint"])
+
+    def log(self):
+        try:
+            return Path(self.log_path).read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    # -- manager API -----------------------------------------------------------------
+
+    def request(self, msg_type, content=None, timeout=CALL_TIMEOUT_S):
+        """Send one manager request; return the whole reply message (verified)."""
+        sent = self._session.send(self._sock, msg_type, content if content is not None else {})
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._sock.poll(int(left * 1000)):
+                raise AssertionError(f"no {msg_type} reply from kenneld in {timeout} s")
+            frames = self._sock.recv_multipart()
+            _, frames = self._session.feed_identities(frames)
+            reply = self._session.deserialize(frames)  # checks the signature
+            if reply["parent_header"].get("msg_id") == sent["header"]["msg_id"]:
+                break
+        for s in [reply["content"].get("session")] + reply["content"].get("sessions", []):
+            if isinstance(s, dict) and s.get("kernel_pid"):
+                self.kernel_pids.add(s["kernel_pid"])
+        return reply
+
+    def call(self, msg_type, content=None):
+        """The reply's content."""
+        return self.request(msg_type, content)["content"]
+
+    def ok(self, msg_type, content=None):
+        """The reply's content, which must have status ok."""
+        reply = self.call(msg_type, content)
+        if reply.get("status") != "ok":
+            raise ManagerError(f"{msg_type}: {reply}")
+        return reply
+
+    def create(self, name=None, **extra):
+        content = dict(extra)
+        if name is not None:
+            content["name"] = name
+        return self.ok("create_request", content)["session"]
+
+    def sessions(self):
+        return self.ok("list_request")["sessions"]
+
+    # -- CLI -----------------------------------------------------------------------------
+
+    def cli(self, *args, input=None, timeout=20):
+        return run_kennel("--state-dir", str(self.state_dir), *args, input=input, timeout=timeout)
+
+    # -- shutdown ------------------------------------------------------------------------
+
+    def stop(self):
+        if self._sock is not None:
+            self._sock.close(linger=0)
+        self._ctx.term()
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        # Everything kenneld started, to check after it is gone (see survivors()).
+        self.tree = descendants(self.proc.pid)
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            raise AssertionError(f"kenneld ignored SIGTERM for {STOP_TIMEOUT_S} s")
+
+    def survivors(self):
+        """Processes kenneld started that are still alive (after stop())."""
+        left = {pid for pid in self.kernel_pids if pid_alive(pid)}
+        left |= {pid for pid, start in self.tree.items() if pid_alive(pid, start)}
+        left |= set(processes_in(self.state_dir))
+        return sorted(left)
+
+
+def run_kennel(*args, input=None, timeout=20, env=None):
+    return subprocess.run([str(KENNEL), *args], input=input, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def new_kenneld(transport="tcp", args=()):
+    """(root, Kenneld) on a fresh state directory ROOT/state; call start() on it."""
+    # A short path: ipc socket paths (STATE/sessions/<uuid>/k-N) must fit in 107 bytes.
+    root = tempfile.mkdtemp(prefix="kn-", dir="/tmp")
+    k = Kenneld(os.path.join(root, "state"), transport, os.path.join(root, "kenneld.log"), args)
+    return root, k

@@ -1,0 +1,626 @@
+"""kenneld sessions driven by jupyter_client's BlockingKernelClient."""
+
+import base64
+import hashlib
+import json
+import queue
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from .kenneld_proc import descendants, pid_alive
+from .itest_helpers import (collect_iopub, control, control_reply, finish, run, send_control,
+                           shell_reply, shell_request, wait_for, wait_iopub)
+
+# ---- kernel_info -------------------------------------------------------------------------
+
+
+def _check_kernel_info(reply, msg_id):
+    assert reply["msg_type"] == "kernel_info_reply"
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert reply["header"]["version"] == "5.3"
+    c = reply["content"]
+    assert c["status"] == "ok"
+    assert c["protocol_version"] == "5.3"
+    assert c["implementation"] == "kennel"
+    assert c["language_info"]["name"] == "python"
+    assert c["language_info"]["file_extension"] == ".py"
+
+
+def test_kernel_info_on_shell(session):
+    msg_id = session.kernel_info()
+    _check_kernel_info(shell_reply(session, msg_id), msg_id)
+    # Answered between busy and idle, like ipykernel.
+    states = [m["content"]["execution_state"] for m in collect_iopub(session, msg_id)]
+    assert states == ["busy", "idle"]
+
+
+def test_kernel_info_on_control(session):
+    msg_id = send_control(session, "kernel_info_request")
+    _check_kernel_info(control_reply(session, msg_id), msg_id)
+
+
+# ---- execution ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kenneld", ["tcp", "ipc"], indirect=True)
+def test_state_across_cells(kenneld, session):
+    conn = json.loads(Path(session.session_info["connection_file"]).read_text())
+    assert conn["transport"] == kenneld.transport
+    assert run(session, "x = 40").content["status"] == "ok"
+    assert run(session, "def f(y):\n    return x + y").content["status"] == "ok"
+    cell = run(session, "f(2)")
+    assert cell.content["status"] == "ok"
+    assert cell.result == "42"
+
+
+def test_streams_and_result_in_order(session):
+    code = ("import os, sys\n"
+            "print('out1')\n"
+            "print('err1', file=sys.stderr)\n"
+            "os.write(1, b'fd-out\\n')\n"
+            "print('out2')\n"
+            "6 * 7")
+    cell = run(session, code)
+    assert cell.content["status"] == "ok"
+    assert cell.streams() == [("stdout", "out1\n"), ("stderr", "err1\n"),
+                              ("stdout", "fd-out\nout2\n")]
+    # The result comes after every stream message.
+    assert cell.outputs[-1]["msg_type"] == "execute_result"
+    assert cell.result == "42"
+    assert cell.outputs[-1]["content"]["execution_count"] == cell.content["execution_count"]
+
+
+def test_iopub_order_and_parent(session):
+    cell = run(session, "print('hi')\n1 + 1")
+    assert cell.types == ["status", "execute_input", "stream", "execute_result", "status"]
+    assert [m["content"]["execution_state"] for m in cell.of_type("status")] == ["busy", "idle"]
+    assert all(m["parent_header"]["msg_id"] == cell.msg_id for m in cell.iopub)
+    assert cell.of_type("execute_input")[0]["content"]["code"] == "print('hi')\n1 + 1"
+    assert cell.reply["msg_type"] == "execute_reply"
+    assert cell.reply["parent_header"]["msg_id"] == cell.msg_id
+
+
+def test_execution_count_increments(session):
+    first = run(session, "1")
+    second = run(session, "2")
+    n = first.content["execution_count"]
+    assert n >= 1
+    assert second.content["execution_count"] == n + 1
+    assert second.of_type("execute_input")[0]["content"]["execution_count"] == n + 1
+    assert second.of_type("execute_result")[0]["content"]["execution_count"] == n + 1
+
+
+def test_silent(session):
+    n = run(session, "v = 5").content["execution_count"]
+    cell = run(session, "v = v * 2\nprint('quiet')\nv", silent=True)
+    assert cell.content["status"] == "ok"
+    assert "execute_input" not in cell.types
+    assert "execute_result" not in cell.types
+    assert run(session, "v").result == "10"  # the silent cell ran
+    assert run(session, "0").content["execution_count"] == n + 2  # it did not count
+
+
+def test_store_history_false(session):
+    n = run(session, "a_hist = 1").content["execution_count"]
+    hidden = run(session, "b_hidden = 2", store_history=False)
+    assert hidden.content["status"] == "ok"
+    assert run(session, "c_hist = 3").content["execution_count"] == n + 1
+    reply = shell_request(session, "history", hist_access_type="tail", n=10)
+    inputs = [entry[2] for entry in reply["history"]]
+    assert "a_hist = 1" in inputs and "c_hist = 3" in inputs
+    assert "b_hidden = 2" not in inputs
+    assert run(session, "b_hidden").result == "2"
+
+
+def test_user_expressions(session):
+    cell = run(session, "x = 3", user_expressions={"sq": "x * x", "bad": "1 / 0"})
+    ue = cell.content["user_expressions"]
+    assert ue["sq"]["status"] == "ok"
+    assert ue["sq"]["data"]["text/plain"] == "9"
+    assert ue["bad"]["status"] == "error"
+    assert ue["bad"]["ename"] == "ZeroDivisionError"
+
+
+def test_error_reply_and_iopub_error(session):
+    cell = run(session, "1 / 0")
+    c = cell.content
+    assert c["status"] == "error"
+    assert c["ename"] == "ZeroDivisionError"
+    assert c["evalue"] == "division by zero"
+    assert isinstance(c["traceback"], list) and c["traceback"]
+    errors = cell.of_type("error")
+    assert len(errors) == 1
+    assert errors[0]["content"]["ename"] == "ZeroDivisionError"
+    assert errors[0]["content"]["evalue"] == "division by zero"
+    assert cell.types[-1] == "status"
+
+
+def test_stop_on_error_aborts_queued_executes(session):
+    first = session.execute("import time\ntime.sleep(0.5)\nraise ValueError('boom')")
+    second = session.execute("after_1 = 1")
+    third = session.execute("after_2 = 2")
+    assert shell_reply(session, first)["content"]["ename"] == "ValueError"
+    assert shell_reply(session, second)["content"]["status"] == "aborted"
+    assert shell_reply(session, third)["content"]["status"] == "aborted"
+    assert run(session, "'after_1' in dir() or 'after_2' in dir()").result == "False"
+
+
+def test_stop_on_error_false_keeps_running(session):
+    first = session.execute("import time\ntime.sleep(0.5)\nraise ValueError('boom')",
+                            stop_on_error=False)
+    second = session.execute("after = 1")
+    assert shell_reply(session, first)["content"]["status"] == "error"
+    assert shell_reply(session, second)["content"]["status"] == "ok"
+    assert run(session, "after").result == "1"
+
+
+def test_display_html(session):
+    code = ("class H:\n"
+            "    def _repr_html_(self):\n"
+            "        return '<b>bold</b>'\n"
+            "    def __repr__(self):\n"
+            "        return 'H()'\n"
+            "display(H())")
+    cell = run(session, code)
+    assert cell.content["status"] == "ok"
+    displays = cell.of_type("display_data")
+    assert len(displays) == 1
+    assert displays[0]["content"]["data"] == {"text/html": "<b>bold</b>", "text/plain": "H()"}
+
+
+def test_matplotlib_png_byte_exact(session):
+    code = ("import hashlib, io\n"
+            "import matplotlib.pyplot as plt\n"
+            "from IPython.display import Image, display\n"
+            "fig, ax = plt.subplots()\n"
+            "ax.plot([1, 3, 2])\n"
+            "buf = io.BytesIO()\n"
+            "fig.savefig(buf, format='png')\n"
+            "plt.close(fig)\n"
+            "display(Image(data=buf.getvalue()))\n"
+            "hashlib.sha256(buf.getvalue()).hexdigest()")
+    cell = run(session, code, timeout=20)
+    assert cell.content["status"] == "ok", cell.content
+    png = base64.b64decode(cell.of_type("display_data")[0]["content"]["data"]["image/png"])
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    assert repr(hashlib.sha256(png).hexdigest()) == cell.result
+
+
+def test_matplotlib_inline_figure(session):
+    cell = run(session, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3]);", timeout=20)
+    assert cell.content["status"] == "ok", cell.content
+    displays = cell.of_type("display_data")
+    assert len(displays) == 1
+    png = base64.b64decode(displays[0]["content"]["data"]["image/png"])
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_unicode_and_large_output(session):
+    cell = run(session, "print('h\\u00e9llo \\u2603')\nprint('x' * 200000)")
+    assert cell.content["status"] == "ok"
+    assert cell.streams() == [("stdout", "h\u00e9llo \u2603\n" + "x" * 200000 + "\n")]
+
+
+def test_comm_open_gets_no_reply_and_session_goes_on(session):
+    msg = session.session.msg("comm_open", {"comm_id": "c1", "target_name": "nobody", "data": {}})
+    session.shell_channel.send(msg)
+    states = collect_iopub(session, msg["header"]["msg_id"])
+    assert [m["content"]["execution_state"] for m in states] == ["busy", "idle"]
+    assert run(session, "'alive'").result == "'alive'"
+    assert shell_request(session, "comm_info") == {"status": "ok", "comms": {}}
+
+
+def test_two_clients_share_a_session(session, connect):
+    other = connect(session.session_info["connection_file"])
+    cell = run(session, "print('shared')")
+    # The other client sees the same iopub traffic, but not the shell reply.
+    seen = collect_iopub(other, cell.msg_id)
+    assert [m["msg_type"] for m in seen] == cell.types
+    replies = []
+    while True:
+        try:
+            replies.append(other.get_shell_msg(timeout=0.5))
+        except queue.Empty:
+            break
+    assert not [m for m in replies if m["parent_header"].get("msg_id") == cell.msg_id]
+    assert run(other, "'from other'").content["execution_count"] == \
+        cell.content["execution_count"] + 1
+
+
+# ---- other shell requests ----------------------------------------------------------------
+
+
+def test_complete(session):
+    run(session, "my_long_variable = 1")
+    reply = shell_request(session, "complete", "x = my_long_v")
+    assert reply["status"] == "ok"
+    assert "my_long_variable" in reply["matches"]
+    assert (reply["cursor_start"], reply["cursor_end"]) == (4, 13)
+
+
+def test_inspect(session):
+    reply = shell_request(session, "inspect", "len", 3)
+    assert reply["status"] == "ok"
+    assert reply["found"] is True
+    assert "Return the number of items" in reply["data"]["text/plain"]
+    missing = shell_request(session, "inspect", "no_such_name_here", 5)
+    assert missing["status"] == "ok"
+    assert missing["found"] is False
+
+
+@pytest.mark.parametrize("code, status", [
+    ("x = 1", "complete"),
+    ("for i in range(3):", "incomplete"),
+    ("x = )", "invalid"),
+])
+def test_is_complete(session, code, status):
+    reply = shell_request(session, "is_complete", code)
+    assert reply["status"] == status
+    if status == "incomplete":
+        assert reply["indent"] == "    "
+
+
+def test_history_tail(session):
+    for code in ("h1 = 1", "h2 = 2", "h3 = 3"):
+        run(session, code)
+    reply = shell_request(session, "history", hist_access_type="tail", n=2)
+    assert reply["status"] == "ok"
+    assert [entry[2] for entry in reply["history"]] == ["h2 = 2", "h3 = 3"]
+
+
+def test_comm_info(session):
+    reply = shell_request(session, "comm_info")
+    assert reply == {"status": "ok", "comms": {}}
+
+
+# ---- stdin -------------------------------------------------------------------------------
+
+
+def test_input_over_stdin(session):
+    msg_id = session.execute("name = input('Your name: ')\nprint('hello', name)",
+                             allow_stdin=True)
+    req = session.get_stdin_msg(timeout=10)
+    assert req["msg_type"] == "input_request"
+    assert req["parent_header"]["msg_id"] == msg_id
+    assert req["content"] == {"prompt": "Your name: ", "password": False}
+    session.input("kennel")
+    cell = finish(session, msg_id)
+    assert cell.content["status"] == "ok"
+    assert cell.stream("stdout") == "hello kennel\n"
+    assert run(session, "name").result == "'kennel'"
+
+
+def test_input_without_allow_stdin_fails(session):
+    cell = run(session, "input('? ')", allow_stdin=False)
+    assert cell.content["status"] == "error"
+    assert cell.content["ename"] == "StdinNotImplementedError"
+
+
+# ---- interrupt, restart, shutdown --------------------------------------------------------
+
+
+@pytest.mark.parametrize("kenneld", ["tcp", "ipc"], indirect=True)
+def test_interrupt(kenneld, session):
+    run(session, "kept = 'still here'")
+    msg_id = session.execute("import time\ntime.sleep(30)")
+    wait_iopub(session, msg_id, "execute_input")  # the cell runs in the kernel now
+    time.sleep(0.2)
+    started = time.monotonic()
+    reply = control(session, "interrupt_request")
+    assert reply["msg_type"] == "interrupt_reply"
+    assert reply["content"]["status"] == "ok"
+    done = shell_reply(session, msg_id, timeout=5)
+    assert time.monotonic() - started < 5
+    assert done["content"]["status"] == "error"
+    assert done["content"]["ename"] == "KeyboardInterrupt"
+    assert run(session, "kept").result == "'still here'"
+
+
+def test_interrupt_while_idle_is_harmless(session):
+    run(session, "kept = 1")
+    assert control(session, "interrupt_request")["content"]["status"] == "ok"
+    cell = run(session, "kept + 1")
+    assert cell.content["status"] == "ok"
+    assert cell.result == "2"
+
+
+# Counts the SIGINTs that reach the kernel process: the wakeup fd gets one byte per
+# delivery, even when Python runs the handler once for several. Waits for the first
+# (at most 5 s), then 50 ms more for a second one.
+_COUNT_SIGINTS = """\
+import os, select, signal, time
+r, w = os.pipe()
+os.set_blocking(w, False)
+old = signal.signal(signal.SIGINT, lambda s, f: None)
+old_fd = signal.set_wakeup_fd(w)
+print('waiting', flush=True)
+select.select([r], [], [], 5)
+time.sleep(0.05)
+signal.set_wakeup_fd(old_fd)
+signal.signal(signal.SIGINT, old)
+os.set_blocking(r, False)
+try:
+    n = len(os.read(r, 64))
+except BlockingIOError:
+    n = 0
+os.close(r)
+os.close(w)
+n"""
+
+
+@pytest.mark.parametrize("kenneld", [[], ["--insecure-no-sandbox"]], indirect=True,
+                         ids=["sandbox", "no-sandbox"])
+def test_interrupt_sends_one_sigint(kenneld, session):
+    """One interrupt_request must deliver SIGINT once, or `except KeyboardInterrupt:`
+    cleanup code gets interrupted by the same request. The double delivery is a race, so
+    try up to 20 times (each takes ~0.1 s)."""
+    counts = []
+    for _ in range(20):
+        msg_id = session.execute(_COUNT_SIGINTS)
+        wait_iopub(session, msg_id, "stream")
+        control(session, "interrupt_request")
+        counts.append(finish(session, msg_id).result)
+        if counts[-1] != "1":
+            break
+    assert set(counts) == {"1"}, f"SIGINTs delivered per interrupt_request: {counts}"
+
+
+def test_restart_while_busy(session):
+    run(session, "old = 1")
+    running = session.execute("import time\ntime.sleep(20)")
+    wait_iopub(session, running, "execute_input")
+    queued = session.execute("'old' in dir()")
+    reply = control(session, "shutdown_request", {"restart": True})
+    assert reply["content"] == {"status": "ok", "restart": True}
+    first = finish(session, running)
+    assert first.content["status"] == "error"
+    assert first.content["ename"] == "KernelRestarted"
+    second = finish(session, queued)
+    assert second.content["status"] == "ok"
+    assert second.result == "False"
+
+
+@pytest.mark.parametrize("kenneld", [[], ["--insecure-no-sandbox"]], indirect=True,
+                         ids=["sandbox", "no-sandbox"])
+def test_restart_gives_fresh_namespace(kenneld, session):
+    """After the shutdown_reply (restart: true), the next request must reach the new kernel.
+    The old one holds 300 MB, as a working session might, so it takes a few ms to die;
+    three rounds, since how long it takes varies."""
+    sid = session.session_info["id"]
+    for round_ in range(3):
+        run(session, "old = b'x' * (300 << 20)")
+        before = kenneld.ok("info_request", {"session": sid})["session"]
+        reply = control(session, "shutdown_request", {"restart": True})
+        assert reply["content"] == {"status": "ok", "restart": True}
+        cell = run(session, "old is None")  # NameError, unless the old namespace survived
+        assert cell.content["status"] == "error"
+        assert (round_, cell.content["ename"]) == (round_, "NameError")
+        after = kenneld.ok("info_request", {"session": sid})["session"]
+        assert after["restarts"] == before["restarts"] + 1
+        assert after["kernel_pid"] not in (0, before["kernel_pid"])
+        wait_for(lambda: not pid_alive(before["kernel_pid"]), what="the old kernel to exit")
+
+
+def test_shutdown_ends_session(kenneld, session):
+    sid = session.session_info["id"]
+    session_dir = Path(session.session_info["connection_file"]).parent
+    pid = kenneld.ok("info_request", {"session": sid})["session"]["kernel_pid"]
+    reply = control(session, "shutdown_request", {"restart": False})
+    assert reply["content"] == {"status": "ok", "restart": False}
+    assert sid not in [s["id"] for s in kenneld.sessions()]
+    assert not session_dir.exists()
+    assert kenneld.call("info_request", {"session": sid})["ename"] == "NoSuchSession"
+    wait_for(lambda: not pid_alive(pid), what="the kernel to exit")
+
+
+# ---- kernel crash ------------------------------------------------------------------------
+
+
+def test_kernel_crash_fails_cell_and_restarts(kenneld, session):
+    sid = session.session_info["id"]
+    run(session, "lost = 1")
+    started = time.monotonic()
+    cell = run(session, "import os\nos._exit(3)", timeout=10)
+    assert time.monotonic() - started < 10
+    assert cell.content["status"] == "error"
+    assert cell.content["ename"] == "KernelDied"
+    assert cell.of_type("error")[0]["content"]["ename"] == "KernelDied"
+    after = run(session, "'lost' in dir(), 6 * 7")
+    assert after.content["status"] == "ok"
+    assert after.result == "(False, 42)"
+    info = kenneld.ok("info_request", {"session": sid})["session"]
+    assert info["restarts"] == 1
+    assert info["state"] == "idle"
+
+
+def test_kernel_crash_with_queued_request(session):
+    crashing = session.execute("import os, time\ntime.sleep(0.3)\nos._exit(1)")
+    queued = session.execute("print('after crash')")
+    assert finish(session, crashing).content["ename"] == "KernelDied"
+    after = finish(session, queued)
+    assert after.content["status"] == "ok"
+    assert after.stream("stdout") == "after crash\n"
+
+
+def test_wait_for_ready_and_heartbeat(session, connect):
+    kc = connect(session.session_info["connection_file"], ready=False)
+    kc.wait_for_ready(timeout=10)  # jupyter_client's own check: heartbeat, then kernel_info
+    assert kc.is_alive()
+    assert run(kc, "'ready'").result == "'ready'"
+
+
+def _host_pids(kernel_pid, argv):
+    """Host pids of the processes below kernel_pid whose command line is argv."""
+    found = []
+    for pid in descendants(kernel_pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:-1] == [a.encode() for a in argv]:
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def test_end_kills_kernel_children(kenneld, session):
+    run(session, "import subprocess\np = subprocess.Popen(['sleep', '60'])")
+    kernel_pid = kenneld.ok("info_request", {"session": session.session_info["id"]})[
+        "session"]["kernel_pid"]
+    (child,) = wait_for(lambda: _host_pids(kernel_pid, ["sleep", "60"]), what="sleep to start")
+    assert kenneld.call("end_request", {"session": session.session_info["id"]})["status"] == "ok"
+    wait_for(lambda: not pid_alive(child), what="the kernel's child to be killed")
+
+
+def test_kenneld_stops_with_busy_kernel(kenneld, session):
+    """The fixture's teardown checks that the busy kernel and its child are gone."""
+    msg_id = session.execute("import subprocess, time\n"
+                             "subprocess.Popen(['sleep', '60'])\ntime.sleep(30)")
+    wait_iopub(session, msg_id, "execute_input")
+    kenneld.sessions()  # records kernel_pid for the teardown check
+
+
+# ---- several sessions --------------------------------------------------------------------
+
+
+def test_two_sessions_are_isolated(kenneld, connect):
+    a = connect(kenneld.create("a")["connection_file"])
+    b = connect(kenneld.create("b")["connection_file"])
+    assert run(a, "only_in_a = 1").content["status"] == "ok"
+    cell = run(b, "only_in_a")
+    assert cell.content["status"] == "error"
+    assert cell.content["ename"] == "NameError"
+    # Everything B's iopub carries while A prints: nothing of A's.
+    a_cell = run(a, "print('A-MARKER')\ndisplay('A-MARKER')\n'A-MARKER'")
+    assert "A-MARKER" in a_cell.stream("stdout")
+    b_cell = run(b, "print('B-done')")
+    seen = list(b_cell.iopub)
+    while True:
+        try:
+            seen.append(b.get_iopub_msg(timeout=0.3))
+        except queue.Empty:
+            break
+    assert b_cell.stream("stdout") == "B-done\n"
+    assert not [m for m in seen if "A-MARKER" in json.dumps(m, default=str)]
+    a_sessions = {m["header"]["session"] for m in a_cell.iopub}
+    assert a_sessions.isdisjoint(m["header"]["session"] for m in seen)
+
+
+def test_reattach_by_name(kenneld, connect):
+    first = kenneld.ok("create_request", {"name": "x"})
+    assert first["created"] is True
+    kc1 = connect(first["session"]["connection_file"])
+    run(kc1, "remembered = 'yes'")
+    kc1.stop_channels()
+    second = kenneld.ok("create_request", {"name": "x"})
+    assert second["created"] is False
+    assert second["session"]["id"] == first["session"]["id"]
+    assert second["session"]["connection_file"] == first["session"]["connection_file"]
+    kc2 = connect(second["session"]["connection_file"])
+    assert run(kc2, "remembered").result == "'yes'"
+
+
+# ---- manager API -------------------------------------------------------------------------
+
+
+def test_manager_reply_envelope(kenneld):
+    assert kenneld.info_path.stat().st_mode & 0o777 == 0o600
+    assert kenneld.info["pid"] == kenneld.proc.pid
+    reply = kenneld.request("list_request", {})
+    assert reply["msg_type"] == "list_reply"
+    assert reply["content"] == {"status": "ok", "sessions": []}
+
+
+def test_manager_create_info_list_end(kenneld):
+    created = kenneld.ok("create_request", {"name": "work", "colour": "blue"})  # unknown: ignored
+    assert created["created"] is True
+    s = created["session"]
+    assert s["name"] == "work"
+    assert s["state"] in ("starting", "idle")
+    assert Path(s["connection_file"]).is_file()
+    assert s["kernel_pid"] > 0
+    unnamed = kenneld.create()
+    assert unnamed["name"] == unnamed["id"]
+    assert [x["id"] for x in kenneld.sessions()] == [s["id"], unnamed["id"]]  # oldest first
+    by_name = kenneld.ok("info_request", {"session": "work"})["session"]
+    by_id = kenneld.ok("info_request", {"session": s["id"]})["session"]
+    assert by_name["id"] == by_id["id"] == s["id"]
+    assert kenneld.call("end_request", {"session": "work"}) == {"status": "ok"}
+    assert not Path(s["connection_file"]).parent.exists()
+    assert [x["id"] for x in kenneld.sessions()] == [unnamed["id"]]
+    wait_for(lambda: not pid_alive(s["kernel_pid"]), what="the ended kernel to exit")
+
+
+def test_manager_counts_cells(kenneld, connect):
+    s = kenneld.create("counted")
+    kc = connect(s["connection_file"])
+    run(kc, "1")
+    run(kc, "2")
+    info = kenneld.ok("info_request", {"session": "counted"})["session"]
+    assert info["cells"] == 2
+    assert info["queued"] == 0
+    assert info["memory_bytes"] > 0
+
+
+@pytest.mark.parametrize("msg_type", ["info_request", "end_request"])
+def test_manager_no_such_session(kenneld, msg_type):
+    reply = kenneld.call(msg_type, {"session": "nobody"})
+    assert reply["status"] == "error"
+    assert reply["ename"] == "NoSuchSession"
+    assert reply["evalue"]
+
+
+@pytest.mark.parametrize("content", [
+    {"name": "../x"}, {"name": ""}, {"name": "a/b"}, {"name": "x" * 129}, {"name": 7},
+    {"name": "ok", "connection": "tcp"},
+])
+def test_manager_bad_create(kenneld, content):
+    reply = kenneld.call("create_request", content)
+    assert reply["status"] == "error"
+    assert reply["ename"] == "BadRequest"
+    assert kenneld.sessions() == []
+
+
+@pytest.mark.parametrize("msg_type, content", [
+    ("info_request", {}), ("end_request", {"session": ""}), ("frobnicate_request", {}),
+])
+def test_manager_bad_request(kenneld, msg_type, content):
+    reply = kenneld.request(msg_type, content)
+    assert reply["msg_type"] == msg_type.replace("_request", "_reply")
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "BadRequest"
+
+
+@pytest.mark.parametrize("kenneld", [["--max-sessions", "1"]], indirect=True)
+def test_manager_too_many_sessions(kenneld):
+    kenneld.create("one")
+    reply = kenneld.call("create_request", {"name": "two"})
+    assert reply["status"] == "error"
+    assert reply["ename"] == "TooManySessions"
+    assert kenneld.ok("create_request", {"name": "one"})["created"] is False
+
+
+@pytest.fixture
+def exiting_kernel_dir():
+    """A --kernel-dir whose kennel_kernel.py exits before its hello. World-readable: a
+    sandboxed kernel runs as another uid."""
+    d = Path(tempfile.mkdtemp(prefix="kn-kdir-", dir="/tmp"))
+    (d / "kennel_kernel.py").write_text("import sys\nsys.exit(3)\n")
+    d.chmod(0o755)
+    (d / "kennel_kernel.py").chmod(0o644)
+    yield d
+    shutil.rmtree(d)
+
+
+def test_kernel_that_cannot_start(start_kenneld, exiting_kernel_dir, connect):
+    """A kernel that exits before its hello: requests fail instead of hanging."""
+    kenneld = start_kenneld(args=["--kernel-dir", str(exiting_kernel_dir)])
+    kc = connect(kenneld.create("broken")["connection_file"], ready=False)
+    reply = shell_reply(kc, kc.execute("1 + 1"))["content"]  # iopub may not be joined yet
+    assert reply["status"] == "error"
+    assert reply["ename"] == "KernelStartFailed"
+    info = shell_request(kc, "kernel_info")
+    assert info["status"] == "error"
