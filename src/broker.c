@@ -483,8 +483,9 @@ static void s_free_sess(sess_t **s_p)
 }
 
 /*  A killed kernel of a closed session, with what must wait for it to be gone: its cgroup and,
- *  when the session ended for good, its directory. Removing the directory while the kernel
- *  still runs would let it move things under the remover's feet. */
+ *  when the session ended for good, a last pass over its directory (the first pass runs at
+ *  once, safe against a kernel still moving things: statedir_remove_tree never follows a
+ *  link; this one removes whatever the kernel wrote in between). */
 typedef struct {
     spawner_proc_t proc;
     cgroup_t *cg;
@@ -543,8 +544,11 @@ static void s_close_sess(sess_t *s, int forget)
     o->proc.pidfd = o->proc.pipe_fd = -1;
     o->cg = s->cg;
     s->cg = NULL;
-    if (forget)
+    if (forget) {
         snprintf(o->dir, sizeof o->dir, "%s", s->dir);
+        if (statedir_remove_tree(s->dir) < 0 && s->has_proc == 0)
+            PLOG_W("session=%s: remove %s", s->id, s->dir);
+    }
     if (s->has_proc) {
         zmq_pollitem_t item = {NULL, s->proc.pidfd, ZMQ_POLLIN, 0};
         zloop_poller_end(b->loop, &item);

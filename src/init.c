@@ -51,7 +51,10 @@ static void s_signals(void (*handler)(int))
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = handler;
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE};
+    /* SIGINT (interrupt) and SIGUSR2 (deadline) go to the whole group for the kernel; the
+     * launcher and init must outlive them. */
+    static const int sigs[] = {SIGINT,  SIGUSR1, SIGUSR2, SIGTERM, SIGHUP,
+                               SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
         sigaction(sigs[i], &sa, NULL);
 }

@@ -138,18 +138,20 @@ static int s_cmd_ls(void)
     json_t *r = s_call("list_request", json_object());
     if (!r)
         return 1;
-    printf("%-20s %-10s %-9s %8s %6s %8s %7s\n", "NAME", "ID", "STATE", "IDLE", "CELLS", "PID", "MEM");
+    printf("%-20s %-10s %-9s %8s %6s %8s %7s  %s\n", "NAME", "ID", "STATE", "IDLE", "CELLS", "PID",
+           "MEM", "LAST");
     size_t i;
     json_t *s;
     json_array_foreach(json_object_get(r, "sessions"), i, s) {
         char mem[32];
         s_human_bytes(mem, sizeof mem, json_integer_value(json_object_get(s, "memory_bytes")));
-        printf("%-20s %-10.8s %-9s %7.1fs %6lld %8lld %7s\n",
+        printf("%-20s %-10.8s %-9s %7.1fs %6lld %8lld %7s  %s\n",
                json_string_value(json_object_get(s, "name")), json_string_value(json_object_get(s, "id")),
                json_string_value(json_object_get(s, "state")),
                json_integer_value(json_object_get(s, "idle_ms")) / 1000.0,
                (long long)json_integer_value(json_object_get(s, "cells")),
-               (long long)json_integer_value(json_object_get(s, "kernel_pid")), mem);
+               (long long)json_integer_value(json_object_get(s, "kernel_pid")), mem,
+               json_string_value(json_object_get(s, "last_outcome")) ?: "");
     }
     json_decref(r);
     return 0;

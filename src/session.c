@@ -610,10 +610,12 @@ static void s_set_notice(session_t *self, const char *text)
 }
 
 /*  The per-cell output cap: outputs past max_output bytes are dropped and the client gets one
- *  notice instead of a flood. The error of a cell and clear_output always pass. */
+ *  notice instead of a flood. A cell's result, its error and clear_output always pass: there
+ *  is one of each, and a frame is bounded anyway. */
 static int s_output_allowed(session_t *self, const kpipe_frame_t *f, const char *type)
 {
-    if (!self->current || strcmp(type, "error") == 0 || strcmp(type, "clear_output") == 0)
+    if (!self->current || strcmp(type, "error") == 0 || strcmp(type, "clear_output") == 0 ||
+        strcmp(type, "execute_result") == 0)
         return 1;
     size_t bytes = 0;
     for (size_t i = 1; i < kpipe_frame_count(f); i++)
@@ -683,14 +685,20 @@ static int s_on_hello(session_t *self, const kpipe_frame_t *f, const char **why)
 static int s_on_saved(session_t *self, const kpipe_frame_t *f, const json_t *op, const char **why)
 {
     const json_t *unsaved = json_object_get(op, "unsaved");
-    if (self->state != SESSION_SAVING || kpipe_frame_count(f) != 2 || !json_is_array(unsaved)) {
+    const char *error = json_string_value(json_object_get(op, "error"));
+    if (self->state != SESSION_SAVING) {
         *why = "unexpected saved";
         return -1;
     }
-    kpipe_iov_t snap = kpipe_frame_part(f, 1);
-    if (self->ops->snapshot_store(self->ctx, snap.data, snap.len) < 0) {
-        PLOG_W("session=%s: cannot store its snapshot; not evicting", self->id);
+    if (error || kpipe_frame_count(f) != 2 || !json_is_array(unsaved) ||
+        self->ops->snapshot_store(self->ctx, kpipe_frame_part(f, 1).data,
+                                  kpipe_frame_part(f, 1).len) < 0) {
+        /* Keeping the kernel beats losing its state: try again after the next idle period. */
+        char clean[160];
+        LOG_W("session=%s: state not saved (%s); not evicting", self->id,
+              error ? log_sanitize(clean, sizeof clean, error, strlen(error)) : "no snapshot");
         self->state = SESSION_IDLE;
+        s_idle_rearm(self);
         s_pump(self);
         return 0;
     }
@@ -929,7 +937,8 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
         s_fail(self, ROUTE_SHELL, req, ename, evalue, outcome, 0);
         s_publish_status(self, req, "idle");
         const json_t *rc = jmsg_content(req);
-        int abort = strcmp(jmsg_type(req), "execute_request") == 0 &&
+        /* stop_on_error, as for any failed cell; a restart the client asked for is not one. */
+        int abort = !expected && strcmp(jmsg_type(req), "execute_request") == 0 &&
                     s_json_true(rc, "stop_on_error", 1) && !s_json_true(rc, "silent", 0);
         jmsg_destroy(&self->last);
         self->last = req;

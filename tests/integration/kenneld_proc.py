@@ -139,7 +139,8 @@ class Kenneld:
             reply = self._session.deserialize(frames)  # checks the signature
             if reply["parent_header"].get("msg_id") == sent["header"]["msg_id"]:
                 break
-        for s in [reply["content"].get("session")] + reply["content"].get("sessions", []):
+        sessions = reply["content"].get("sessions")
+        for s in [reply["content"].get("session")] + (sessions if isinstance(sessions, list) else []):
             if isinstance(s, dict) and s.get("kernel_pid"):
                 self.kernel_pids.add(s["kernel_pid"])
         return reply

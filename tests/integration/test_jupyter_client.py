@@ -438,7 +438,13 @@ def test_kernel_crash_fails_cell_and_restarts(kenneld, session):
 
 
 def test_kernel_crash_with_queued_request(session):
+    """A crash fails its cell like any error: stop_on_error aborts what was queued behind it,
+    and without stop_on_error the queued cell runs on the new kernel."""
     crashing = session.execute("import os, time\ntime.sleep(0.3)\nos._exit(1)")
+    queued = session.execute("print('after crash')")
+    assert finish(session, crashing).content["ename"] == "KernelDied"
+    assert finish(session, queued).content["status"] == "aborted"
+    crashing = session.execute("import os, time\ntime.sleep(0.3)\nos._exit(1)", stop_on_error=False)
     queued = session.execute("print('after crash')")
     assert finish(session, crashing).content["ename"] == "KernelDied"
     after = finish(session, queued)

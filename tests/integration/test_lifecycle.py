@@ -1,0 +1,181 @@
+"""A cell's life and a session's: per-cell deadlines (a catchable CellTimeout, then a kill and
+restart after the grace period), structured outcomes and metrics on every execute_reply,
+kernel deaths, output caps, idle eviction with the namespace saved and revived, and sessions
+that survive a kenneld restart. Real kenneld, real jupyter_client."""
+
+import os
+import statistics
+import time
+
+import pytest
+
+from .itest_helpers import control, finish, run, shell_reply, wait_for
+from .kenneld_proc import Kenneld
+
+GRACE = ["--grace", "1"]
+
+
+def _meta(cell):
+    return cell.reply["metadata"]
+
+
+def _send_with_metadata(kc, code, metadata):
+    msg = kc.session.msg("execute_request", {"code": code, "silent": False, "store_history": True,
+                                             "user_expressions": {}, "allow_stdin": False,
+                                             "stop_on_error": True}, metadata=metadata)
+    kc.shell_channel.send(msg)
+    return msg["header"]["msg_id"]
+
+
+def test_outcome_and_metrics_of_a_plain_cell(session):
+    cell = run(session, "sum(range(2_000_000))")
+    md = _meta(cell)
+    assert md["outcome"] == "ok"
+    assert md["metrics"]["wall_ms"] >= 0
+    assert md["metrics"]["cpu_ms"] > 0
+    assert md["metrics"]["peak_memory_bytes"] > 10 << 20
+    assert _meta(run(session, "1/0"))["outcome"] == "error"
+
+
+@pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
+def test_deadline_raises_catchable_timeout_and_keeps_state(kenneld, connect):
+    info = kenneld.create("limited", limits={"timeout": 2})
+    kc = connect(info["connection_file"])
+    run(kc, "kept = 42")
+    t = time.monotonic()
+    cell = run(kc, "while True: pass", timeout=10)
+    took = time.monotonic() - t
+    assert cell.content["status"] == "error" and cell.content["ename"] == "CellTimeout"
+    assert _meta(cell)["outcome"] == "timeout"
+    assert 2 <= took <= 3.5, took
+    assert run(kc, "kept").result == "42"
+    # (A `for` loop: CPython 3.11.2 lets an exception a signal handler raises at the jump of
+    # a `while True` loop escape the loop's own try statement, in any Python program.)
+    assert run(kc, "try:\n    for i in range(10**12): pass\nexcept TimeoutError:\n"
+               "    caught = 'yes'\ncaught", timeout=10).result == "'yes'"
+    info = kenneld.ok("info_request", {"session": "limited"})["session"]
+    assert info["restarts"] == 0 and info["last_outcome"] == "timeout"
+
+
+@pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
+def test_a_cell_that_ignores_its_deadline_is_killed_and_the_kernel_restarted(kenneld, connect):
+    info = kenneld.create("stubborn", limits={"timeout": 1})
+    kc = connect(info["connection_file"])
+    run(kc, "kept = 42")
+    t = time.monotonic()
+    stubborn = kc.execute("for _ in range(10**9):\n    try:\n        for i in range(10**12): pass\n"
+                          "    except BaseException:\n        pass")
+    queued = kc.execute("1 + 1")
+    cell = finish(kc, stubborn, timeout=10)
+    assert time.monotonic() - t < 4
+    assert cell.content["ename"] == "CellTimeout"
+    assert "restarted" in cell.content["evalue"] and "state is lost" in cell.content["evalue"]
+    assert _meta(cell)["outcome"] == "timeout"
+    assert finish(kc, queued).content["status"] == "aborted"  # stop_on_error
+    assert run(kc, "kept", timeout=15).content["ename"] == "NameError"
+    assert kenneld.ok("info_request", {"session": "stubborn"})["session"]["restarts"] == 1
+
+
+@pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
+def test_a_sleeping_child_does_not_outlast_the_deadline(kenneld, connect):
+    info = kenneld.create("child", limits={"timeout": 1})
+    kc = connect(info["connection_file"])
+    t = time.monotonic()
+    cell = run(kc, "import subprocess\nsubprocess.run(['sleep', '30'])", timeout=10)
+    assert time.monotonic() - t < 4
+    assert cell.content["status"] == "error"
+    assert _meta(cell)["outcome"] == "timeout"
+    assert run(kc, "'alive'", timeout=15).result == "'alive'"
+
+
+def test_deadline_per_request_in_metadata(session):
+    t = time.monotonic()
+    msg_id = _send_with_metadata(session, "import time\ntime.sleep(20)", {"kennel": {"timeout": 1}})
+    reply = shell_reply(session, msg_id, timeout=10)
+    assert reply["content"]["ename"] == "CellTimeout"
+    assert reply["metadata"]["outcome"] == "timeout"
+    assert time.monotonic() - t < 3
+
+
+@pytest.mark.parametrize("code, outcome", [
+    ("import os\nos._exit(3)", "crashed"),
+    ("import ctypes\nctypes.string_at(0)", "crashed"),
+])
+def test_kernel_death_is_a_reply_with_its_outcome(session, code, outcome):
+    run(session, "kept = 1")
+    cell = run(session, code, timeout=15)
+    assert cell.content["ename"] == "KernelDied"
+    assert _meta(cell)["outcome"] == outcome
+    assert run(session, "'kept' in dir()", timeout=15).result == "False"
+
+
+@pytest.mark.parametrize("kenneld", [["--max-output", "100K"]], indirect=True)
+def test_output_cap(kenneld, connect):
+    kc = connect(kenneld.create("chatty")["connection_file"])
+    cell = run(kc, "for i in range(2000): print('x' * 1000)\n'done'", timeout=20)
+    out = cell.stream("stdout")
+    assert 50_000 < len(out) <= 100_000
+    assert "limit" in cell.stream("stderr")
+    assert cell.result == "'done'"
+    assert _meta(cell)["outcome"] == "output_truncated"
+    assert _meta(run(kc, "print('fresh budget')"))["outcome"] == "ok"
+
+
+def test_output_flood_does_not_slow_other_sessions(kenneld, connect):
+    flooder = connect(kenneld.create("flood")["connection_file"])
+    other = connect(kenneld.create("calm")["connection_file"])
+    msg_id = flooder.execute("chunk = 'y' * (1 << 20)\nfor i in range(100): print(chunk)")
+    times = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(times) < 30:
+        t = time.monotonic()
+        assert control(other, "kernel_info_request", timeout=5)["content"]["status"] == "ok"
+        times.append(time.monotonic() - t)
+    cell = finish(flooder, msg_id, timeout=60)
+    assert "limit" in cell.stream("stderr")
+    assert statistics.median(times) < 0.1, times
+
+
+@pytest.mark.parametrize("kenneld", [["--idle", "1"]], indirect=True)
+def test_idle_eviction_saves_and_revives_the_namespace(kenneld, connect):
+    info = kenneld.create("sleepy")
+    kc = connect(info["connection_file"])
+    run(kc, "import numpy as np, pandas as pd, socket\n"
+            "x = 7\narr = np.arange(5)\ndf = pd.DataFrame({'a': [1, 2]})\n"
+            "def double(v): return 2 * v\n"
+            "gen = (i for i in range(3))\nsock = socket.socket(socket.AF_UNIX)", timeout=20)
+    pid = kenneld.ok("info_request", {"session": "sleepy"})["session"]["kernel_pid"]
+    evicted = wait_for(lambda: kenneld.ok("info_request", {"session": "sleepy"})["session"]
+                       ["state"] == "evicted", timeout=10, what="eviction")
+    assert evicted
+    info = kenneld.ok("info_request", {"session": "sleepy"})["session"]
+    assert info["kernel_pid"] == 0
+    assert not os.path.exists(f"/proc/{pid}")
+    snapshot = os.path.join(os.path.dirname(info["connection_file"]), "snapshot")
+    assert os.path.exists(snapshot)
+    cell = run(kc, "(x, int(arr.sum()), int(df.a.sum()), double(4))", timeout=20)
+    assert cell.result == "(7, 10, 3, 8)"
+    notice = cell.stream("stderr")
+    assert "gen" in notice and "sock" in notice and "x" not in notice.split(":")[-1]
+    assert run(kc, "'gen' in dir()").result == "False"
+    assert not os.path.exists(snapshot)
+
+
+def test_kenneld_restart_brings_sessions_back(kenneld, connect):
+    info = kenneld.create("durable")
+    kc = connect(info["connection_file"])
+    run(kc, "kept = 'across restarts'")
+    kc.stop_channels()
+    kenneld.stop()  # SIGTERM: every idle session saves its state
+    assert kenneld.proc.returncode == 0
+    assert os.path.exists(info["connection_file"])
+    second = Kenneld(kenneld.state_dir, "tcp", str(kenneld.state_dir) + "-2.log")
+    second.start()
+    try:
+        back = second.ok("info_request", {"session": "durable"})["session"]
+        assert back["id"] == info["id"] and back["state"] == "evicted"
+        kc2 = connect(info["connection_file"])  # the same connection file still works
+        assert run(kc2, "kept", timeout=20).result == "'across restarts'"
+    finally:
+        second.stop()
+    assert second.proc.returncode == 0
