@@ -299,10 +299,13 @@ def test_signal_while_idle_is_harmless(kernel, signum):
 # -- deadline --------------------------------------------------------------------
 
 
-def start_sleeping_cell(kernel, code):
-    """Send code, which prints 'sleeping' before it sleeps; return once it printed."""
+def start_sleeping_cell(kernel, code, announce=True):
+    """Send code, which prints 'sleeping' before it sleeps; return once it printed. With
+    announce=False the code prints it itself (inside its try, so that a signal sent the
+    moment 'sleeping' arrives cannot land before the try starts)."""
+    prefix = "import time\nprint('sleeping', flush=True)\n" if announce else "import time\n"
     msg_id = kernel.send_request("execute_request", {
-        "code": "import time\nprint('sleeping', flush=True)\n" + code,
+        "code": prefix + code,
         "silent": False, "store_history": True, "user_expressions": {},
         "allow_stdin": False})
     wait_for_stream(kernel, "sleeping")
@@ -330,9 +333,10 @@ def test_sigusr2_ends_cell_past_deadline(kernel):
 def test_cell_timeout_is_a_timeout_error(kernel):
     msg_id = start_sleeping_cell(kernel, (
         "try:\n"
+        "    print('sleeping', flush=True)\n"
         "    time.sleep(10)\n"
         "except TimeoutError as e:\n"
-        "    caught = type(e).__name__\n"))
+        "    caught = type(e).__name__\n"), announce=False)
     kernel.proc.send_signal(signal.SIGUSR2)
     _, reply, _ = kernel.collect(msg_id)
     assert reply["status"] == "ok"
@@ -343,9 +347,10 @@ def test_cell_timeout_is_a_timeout_error(kernel):
 def test_except_cell_timeout_in_a_cell(kernel):
     msg_id = start_sleeping_cell(kernel, (
         "try:\n"
+        "    print('sleeping', flush=True)\n"
         "    time.sleep(10)\n"
         "except CellTimeout as e:\n"
-        "    print('caught:', e)\n"))
+        "    print('caught:', e)\n"), announce=False)
     kernel.proc.send_signal(signal.SIGUSR2)
     _, reply, iopub = kernel.collect(msg_id)
     assert reply["status"] == "ok"
