@@ -43,21 +43,10 @@
         }                                                                                  \
     } while (0)
 
-static int s_write_file(const char *path, const char *text)
+/*  Write text to path opened with flags (and mode, when creating). 0, or -1 with errno. */
+static int s_write_text(const char *path, const char *text, int flags, mode_t mode)
 {
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = util_write_all(fd, text, strlen(text));
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return rc;
-}
-
-static int s_create_file(const char *path, const char *text, mode_t mode)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+    int fd = open(path, flags | O_WRONLY | O_CLOEXEC, mode);
     if (fd < 0)
         return -1;
     int rc = util_write_all(fd, text, strlen(text));
@@ -109,19 +98,19 @@ pid_t sandbox_clone(const sandbox_cfg_t *cfg, int *lifeline, const char **step)
     char path[64], map[64];
     int rc = 0;
     snprintf(path, sizeof path, "/proc/%d/setgroups", (int)pid);
-    if (s_write_file(path, "deny") < 0) {
+    if (s_write_text(path, "deny", 0, 0) < 0) {
         *step = "write setgroups";
         rc = -1;
     }
     snprintf(map, sizeof map, "%d %u 1\n", SANDBOX_UID, (unsigned)cfg->host_uid);
     snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
-    if (rc == 0 && s_write_file(path, map) < 0) {
+    if (rc == 0 && s_write_text(path, map, 0, 0) < 0) {
         *step = "write uid_map";
         rc = -1;
     }
     snprintf(map, sizeof map, "%d %u 1\n", SANDBOX_UID, (unsigned)cfg->host_gid);
     snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
-    if (rc == 0 && s_write_file(path, map) < 0) {
+    if (rc == 0 && s_write_text(path, map, 0, 0) < 0) {
         *step = "write gid_map";
         rc = -1;
     }
@@ -240,9 +229,11 @@ static int s_build_root(const sandbox_cfg_t *cfg, int workspace_fd, int kernel_f
     snprintf(passwd, sizeof passwd, "kernel:x:%d:%d:kennel kernel:%s:/bin/sh\n", SANDBOX_UID,
              SANDBOX_UID, SANDBOX_WORKSPACE);
     snprintf(group, sizeof group, "kernel:x:%d:\n", SANDBOX_UID);
-    STEP("write /etc/passwd", s_create_file(s_in(path, cfg, "/etc/passwd"), passwd, 0644));
-    STEP("write /etc/group", s_create_file(s_in(path, cfg, "/etc/group"), group, 0644));
-    STEP("write /etc/hostname", s_create_file(s_in(path, cfg, "/etc/hostname"), "kennel\n", 0644));
+    const int create = O_CREAT | O_EXCL | O_NOFOLLOW;
+    STEP("write /etc/passwd", s_write_text(s_in(path, cfg, "/etc/passwd"), passwd, create, 0644));
+    STEP("write /etc/group", s_write_text(s_in(path, cfg, "/etc/group"), group, create, 0644));
+    STEP("write /etc/hostname",
+         s_write_text(s_in(path, cfg, "/etc/hostname"), "kennel\n", create, 0644));
 
     /* /proc of the new pid namespace, before the old root goes: hidepid and subset=pid hide
      * /proc/sys, /proc/kcore and friends. */

@@ -215,7 +215,8 @@ static int s_reply(session_t *s, const char *type, const char *parent_id, const 
 
 static session_t *s_session_with(rec_t *r, size_t max_queued, long long timeout_ms, size_t max_output)
 {
-    session_limits_t lim = {max_queued, 0, timeout_ms, 2000, max_output, 60000};
+    session_limits_t lim = {.max_queued = max_queued, .timeout_ms = timeout_ms, .grace_ms = 2000,
+                            .max_output = max_output, .idle_timeout_ms = 60000};
     session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
     CHECK_EQ_INT(session_start(s), 0);
     return s;
@@ -223,7 +224,7 @@ static session_t *s_session_with(rec_t *r, size_t max_queued, long long timeout_
 
 static session_t *s_session(rec_t *r, size_t max_queued)
 {
-    session_limits_t lim = {max_queued, 0, 0, 2000, 1 << 20, 0};
+    session_limits_t lim = {.max_queued = max_queued, .grace_ms = 2000, .max_output = 1 << 20};
     session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
     CHECK_EQ_INT(session_start(s), 0);
     return s;
