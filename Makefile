@@ -17,6 +17,8 @@ LIB_OBJS  := $(LIB_SRCS:src/%.c=$(BUILD)/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
+.SECONDARY:
+
 .PHONY: all deps run check unit integration kernel-tests memcheck asan fuzz bench format lint clean
 
 all: bin/kenneld bin/kennel bin/kennel-init

@@ -226,3 +226,22 @@ def test_session_limit(kenneld):
     assert kenneld.call("create_request", {"name": "a"})["created"] is False
     assert kenneld.call("end_request", {"session": "b"})["status"] == "ok"
     assert kenneld.call("create_request", {"name": "c"})["status"] == "ok"
+
+
+def test_sandbox_failure_reaches_the_client_with_its_step(kenneld, client):
+    """The sandbox fails closed: when a kernel cannot be sealed, no user code runs and the
+    client's reply names the step and errno; kenneld serves on."""
+    info = kenneld.call("info_request", {"session": "victim"})["session"]
+    workspace = os.path.join(os.path.dirname(info["connection_file"]), "workspace")
+    os.rename(workspace, workspace + ".gone")  # the next kernel cannot bind it
+    try:
+        r = client.request("control", "shutdown_request", {"restart": True})
+        assert r["content"]["restart"] is True
+        reply = client.execute("print('ran')", timeout=20)
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "KernelStartFailed"
+        assert "sandbox: open workspace: No such file or directory" in reply["content"]["evalue"]
+    finally:
+        os.rename(workspace + ".gone", workspace)
+    # Put right, the next request starts a kernel again.
+    assert_healthy(client, kenneld, value_code="1 + 1")

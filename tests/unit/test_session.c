@@ -763,6 +763,29 @@ TEST(kernel_dies_while_restoring)
     s_rec_free(r);
 }
 
+TEST(evicted_session_expires_after_ttl)
+{
+    rec_t *r = s_rec_new();
+    session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
+                            .idle_timeout_ms = 60000, .ttl_ms = 3600000};
+    session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
+    session_start(s);
+    s_hello(s);
+    session_on_timer(s, SESSION_TIMER_IDLE);
+    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "S"};
+    s_kernel(s, 2, saved);
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
+    CHECK_EQ_INT(session_state(s), SESSION_EVICTED);
+    /* The rest of the time to live, counted from the idle timeout that evicted it. */
+    CHECK_EQ_INT(r->idle_ms, 3600000 - 60000);
+    CHECK_EQ_INT(r->ended, 0);
+    session_on_timer(s, SESSION_TIMER_IDLE);
+    CHECK_EQ_INT(session_state(s), SESSION_ENDED);
+    CHECK_EQ_INT(r->ended, 1);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 int main(void)
 {
     zsys_handler_set(NULL);
@@ -785,5 +808,6 @@ int main(void)
     RUN(output_cap);
     RUN(idle_eviction_and_revival);
     RUN(kernel_dies_while_restoring);
+    RUN(evicted_session_expires_after_ttl);
     return harness_done();
 }
