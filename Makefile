@@ -4,8 +4,9 @@ STATE     ?=
 CC        ?= cc
 PKGS      := libzmq libczmq jansson libseccomp libsodium uuid
 WERROR    := $(if $(CI),-Werror,)
+# CFLAGS is yours to set (make CFLAGS=…, as `asan` does); KFLAGS are what kennel needs.
 CFLAGS    ?= -O2 -g
-CFLAGS    += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wformat=2 $(WERROR) -MMD -MP \
+KFLAGS    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wformat=2 $(WERROR) -MMD -MP \
              -DKENNEL_KERNEL_DIR='"$(CURDIR)/kernels/python"' -DKENNEL_PYTHON='"$(PY)"'
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -31,26 +32,26 @@ $(DEPS_STAMP): scripts/install-deps.sh
 
 $(BUILD)/%.o: src/%.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(KFLAGS) $(PKG_CFLAGS) -c $< -o $@
 
 $(BUILD)/libkennel.a: $(LIB_OBJS)
 	ar rcs $@ $^
 
 bin/kennel-init: $(BUILD)/init.o $(BUILD)/libkennel.a
 	@mkdir -p bin
-	$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS)
+	$(CC) $(CFLAGS) $(KFLAGS) -o $@ $^ $(PKG_LIBS)
 
 bin/%: $(BUILD)/%.o $(BUILD)/libkennel.a
 	@mkdir -p bin
-	$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS)
+	$(CC) $(CFLAGS) $(KFLAGS) -o $@ $^ $(PKG_LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c tests/harness.h $(BUILD)/libkennel.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) -Isrc -o $@ $< $(BUILD)/libkennel.a $(PKG_LIBS)
+	$(CC) $(CFLAGS) $(KFLAGS) $(PKG_CFLAGS) -Isrc -o $@ $< $(BUILD)/libkennel.a $(PKG_LIBS)
 
 $(BUILD)/tests/fuzz_codecs: tests/fuzz/fuzz_codecs.c tests/harness.h $(BUILD)/libkennel.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) -Isrc -o $@ $< $(BUILD)/libkennel.a $(PKG_LIBS)
+	$(CC) $(CFLAGS) $(KFLAGS) $(PKG_CFLAGS) -Isrc -o $@ $< $(BUILD)/libkennel.a $(PKG_LIBS)
 
 run: all
 	bin/kenneld $(if $(STATE),--state-dir $(STATE),)
@@ -89,7 +90,7 @@ format:
 
 lint:
 	cppcheck --quiet --enable=warning,performance,portability --std=c11 -D_GNU_SOURCE src
-	clang-tidy src/*.c -- $(CFLAGS) $(PKG_CFLAGS)
+	clang-tidy src/*.c -- $(KFLAGS) $(PKG_CFLAGS)
 
 clean:
 	rm -rf $(BUILD) bin
