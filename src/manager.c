@@ -197,8 +197,8 @@ manager_t *manager_new(zloop_t *loop, broker_t *broker, const char *endpoint, co
     int port = zsock_bind(self->sock, "%s", endpoint);
     if (port < 0)
         goto fail;
-    const char *last = zsock_last_endpoint(self->sock);
-    self->endpoint = strdup(last ? last : endpoint);
+    char *last = zsock_last_endpoint(self->sock); /* czmq: caller owns it */
+    self->endpoint = last ? last : strdup(endpoint);
     if (!self->endpoint || zloop_reader(loop, self->sock, s_on_request, self) < 0)
         goto fail;
     return self;
