@@ -69,7 +69,7 @@ kernel-tests: deps
 integration: all
 	$(PY) -m pytest -q -p no:cacheprovider tests/integration tests/hostile
 
-check: all unit
+check: all unit memcheck
 	$(PY) -m pytest -q -p no:cacheprovider tests/kernel tests/integration tests/hostile
 
 memcheck: $(UNIT_BINS)

@@ -441,14 +441,17 @@ static void s_pump(session_t *self)
  *  without running; other requests (completion, inspection) are still served. */
 static void s_abort_queued_executes(session_t *self)
 {
+    /* Take the handle and step past it before deleting: the cursor must never sit on a node
+     * being freed. */
     jmsg_t *req = zlistx_first(self->queue);
     while (req) {
+        void *handle = zlistx_cursor(self->queue);
         jmsg_t *next = zlistx_next(self->queue);
         if (strcmp(jmsg_type(req), "execute_request") == 0) {
             s_publish_status(self, req, "busy");
             s_reply(self, ROUTE_SHELL, req, "execute_reply", json_pack("{s:s}", "status", "aborted"));
             s_publish_status(self, req, "idle");
-            zlistx_delete(self->queue, zlistx_find(self->queue, req));
+            zlistx_delete(self->queue, handle);
         }
         req = next;
     }

@@ -786,6 +786,30 @@ TEST(evicted_session_expires_after_ttl)
     s_rec_free(r);
 }
 
+TEST(stop_on_error_aborts_consecutive_executes)
+{
+    /* Regression (found by ASan): deleting queued requests while walking the queue. */
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1/0"), id);
+    for (int i = 0; i < 4; i++)
+        s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), NULL);
+    s_reply(s, "execute_reply", id, "{\"status\":\"error\"}");
+    int aborted = 0;
+    for (int i = 0; i < r->nsent; i++)
+        if (strcmp(r->sent[i].type, "execute_reply") == 0 &&
+            strcmp(json_string_value(json_object_get(r->sent[i].content, "status")) ?: "", "aborted") == 0)
+            aborted++;
+    CHECK_EQ_INT(aborted, 4);
+    json_t *info = session_info(s);
+    CHECK_EQ_INT(json_integer_value(json_object_get(info, "queued")), 0);
+    json_decref(info);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 int main(void)
 {
     zsys_handler_set(NULL);
@@ -794,6 +818,7 @@ int main(void)
     RUN(one_request_at_a_time);
     RUN(stop_on_error_aborts_queued_executes);
     RUN(stop_on_error_false_keeps_queue);
+    RUN(stop_on_error_aborts_consecutive_executes);
     RUN(kernel_violations);
     RUN(stdin_round_trip);
     RUN(interrupt_and_shutdown);
