@@ -925,6 +925,18 @@ json_t *broker_stats(const broker_t *self)
                      (json_int_t)l->nofile, "timeout", l->timeout_ms / 1000.0);
 }
 
+int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t out_len,
+                     uid_t *uid, gid_t *gid)
+{
+    sess_t *s = s_find(self, id_or_name);
+    if (!s)
+        return -1;
+    snprintf(out, out_len, "%s", s->workspace);
+    *uid = self->cfg.sandbox ? (uid_t)(self->cfg.uid_base + s->slot) : getuid();
+    *gid = self->cfg.sandbox ? (gid_t)(self->cfg.uid_base + s->slot) : getgid();
+    return 0;
+}
+
 size_t broker_size(const broker_t *self)
 {
     return zlistx_size(self->sessions);

@@ -15,6 +15,16 @@
 json_t *client_manager_call(const char *state_dir, const char *msg_type, json_t *content,
                             int timeout_ms, char *err, size_t err_len)
 {
+    return client_manager_call_data(state_dir, msg_type, content, NULL, 0, NULL, NULL, timeout_ms,
+                                    err, err_len);
+}
+
+json_t *client_manager_call_data(const char *state_dir, const char *msg_type, json_t *content,
+                                 const void *in, size_t in_len, void **out, size_t *out_len,
+                                 int timeout_ms, char *err, size_t err_len)
+{
+    if (out)
+        *out = NULL;
     char path[PATH_MAX + 16];
     json_t *reply = NULL, *info = NULL;
     zsock_t *sock = NULL;
@@ -47,6 +57,8 @@ json_t *client_manager_call(const char *state_dir, const char *msg_type, json_t 
     req = jmsg_new(msg_type, util_uuid(session));
     jmsg_set_json(req, JMSG_CONTENT, content);
     content = NULL;
+    if (in)
+        zmsg_addmem(jmsg_buffers(req), in, in_len);
     zmsg_t *z = wire_encode(wire, req);
     if (!z || zmsg_send(&z, sock) < 0) {
         zmsg_destroy(&z);
@@ -62,12 +74,18 @@ json_t *client_manager_call(const char *state_dir, const char *msg_type, json_t 
                                                                : "kenneld did not answer (is it running?)");
             break;
         }
-        zmsg_t *in = zmsg_recv(sock);
+        zmsg_t *incoming = zmsg_recv(sock);
         jmsg_t *rep = NULL;
-        if (wire_decode(wire, &in, &rep) == 0) {
+        if (wire_decode(wire, &incoming, &rep) == 0) {
             json_t *parent_id = json_object_get(jmsg_json(rep, JMSG_PARENT), "msg_id");
-            if (json_is_string(parent_id) && strcmp(json_string_value(parent_id), jmsg_id(req)) == 0)
+            if (json_is_string(parent_id) && strcmp(json_string_value(parent_id), jmsg_id(req)) == 0) {
                 reply = json_incref(jmsg_content(rep));
+                zframe_t *buf = zmsg_first(jmsg_buffers(rep));
+                if (out && buf && (*out = malloc(zframe_size(buf) + 1))) {
+                    memcpy(*out, zframe_data(buf), zframe_size(buf));
+                    *out_len = zframe_size(buf);
+                }
+            }
         }
         jmsg_destroy(&rep);
     }

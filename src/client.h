@@ -14,6 +14,12 @@
  *  Returns the reply content (new reference), or NULL with a reason in err. */
 json_t *client_manager_call(const char *state_dir, const char *msg_type, json_t *content,
                             int timeout_ms, char *err, size_t err_len);
+/*  The same with one binary buffer each way: in (may be NULL) goes with the request; the
+ *  reply's first buffer, if any, is returned in a malloc'd *out (caller frees; NULL when
+ *  none). */
+json_t *client_manager_call_data(const char *state_dir, const char *msg_type, json_t *content,
+                                 const void *in, size_t in_len, void **out, size_t *out_len,
+                                 int timeout_ms, char *err, size_t err_len);
 
 typedef struct client client_t;
 typedef enum { CLIENT_SHELL, CLIENT_IOPUB, CLIENT_STDIN, CLIENT_CONTROL } client_channel_t;

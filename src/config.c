@@ -42,6 +42,7 @@ static const char s_usage[] =
     "  --grace SECONDS     how long a cell may run past its deadline before the kernel is\n"
     "                      killed and restarted (default 2)\n"
     "  --max-output SIZE   output a cell may publish before it is cut off (default 10M)\n"
+    "  --max-file SIZE     largest file kennel put/get moves (default 32M)\n"
     "  --uid-base N        kernels run as host uids N, N+1, … (default 1900000000)\n"
     "  --insecure-no-sandbox  run kernels as kenneld's own user, unconfined (debugging only)\n";
 
@@ -100,6 +101,7 @@ int config_load(config_t *cfg, int argc, char **argv)
     cfg->idle_s = 900;
     cfg->ttl_s = 86400;
     cfg->max_output = 10u << 20;
+    cfg->max_file = 32u << 20;
     if (statedir_default(cfg->state_dir, sizeof cfg->state_dir) < 0) {
         fprintf(stderr, "kenneld: no state directory: set --state-dir or HOME\n");
         return -1;
@@ -123,6 +125,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"insecure-no-sandbox", no_argument, NULL, 'I'},
         {"timeout", required_argument, NULL, 'o'},   {"grace", required_argument, NULL, 'g'},
         {"max-output", required_argument, NULL, 'O'}, {"idle", required_argument, NULL, 'd'},
+        {"max-file", required_argument, NULL, 'X'},
         {"ttl", required_argument, NULL, 'L'},
         {NULL, 0, NULL, 0}};
     int c;
@@ -194,6 +197,7 @@ int config_load(config_t *cfg, int argc, char **argv)
             break;
         }
         case 'O': rc = s_size(optarg, 1024, 1u << 30, &cfg->max_output, "--max-output"); break;
+        case 'X': rc = s_size(optarg, 1024, 1u << 30, &cfg->max_file, "--max-file"); break;
         case 'h': fputs(s_usage, stdout); return 1;
         default: fputs(s_usage, stderr); return -1;
         }

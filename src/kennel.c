@@ -29,6 +29,9 @@ static const char s_usage[] =
     "  info N                  one session's details as JSON\n"
     "  rm N                    end a session\n"
     "  stats                   kenneld's sandbox layers, default limits and session count\n"
+    "  put N LOCAL [REMOTE]    copy a file into session N's workspace (REMOTE: path in it)\n"
+    "  get N REMOTE [LOCAL]    copy a file out of session N's workspace\n"
+    "  files N                 list the files in session N's workspace\n"
     "  exec N CODE|-           run CODE (or stdin) in session N, creating it if needed;\n"
     "                          prints streams and results, exits 1 when the cell fails\n"
     "  kernel -f FILE          kernelspec launcher: serve a session on FILE's ports and key\n"
@@ -155,6 +158,62 @@ static int s_cmd_ls(void)
     }
     json_decref(r);
     return 0;
+}
+
+/*  kennel put / get / files: the workspace file API. */
+static int s_cmd_file(const char *cmd, const char *name, const char *a, const char *b)
+{
+    char err[512];
+    void *in = NULL, *out = NULL;
+    size_t in_len = 0, out_len = 0;
+    json_t *content = json_pack("{s:s}", "session", name);
+    const char *type = "file_list_request";
+    if (strcmp(cmd, "put") == 0) {
+        type = "file_put_request";
+        in = util_read_file(a, 1u << 30, &in_len);
+        if (!in) {
+            fprintf(stderr, "kennel: cannot read %s: %s\n", a, strerror(errno));
+            json_decref(content);
+            return 1;
+        }
+        const char *base = strrchr(a, '/');
+        json_object_set_new(content, "path", json_string(b ? b : base ? base + 1 : a));
+    } else if (strcmp(cmd, "get") == 0) {
+        type = "file_get_request";
+        json_object_set_new(content, "path", json_string(a));
+    }
+    json_t *r = client_manager_call_data(s_state_dir, type, content, in, in_len, &out, &out_len,
+                                         CALL_TIMEOUT_MS, err, sizeof err);
+    free(in);
+    const char *status = json_string_value(json_object_get(r, "status"));
+    int rc = 1;
+    if (!r) {
+        fprintf(stderr, "kennel: %s\n", err);
+    } else if (!status || strcmp(status, "ok") != 0) {
+        fprintf(stderr, "kennel: %s: %s\n", json_string_value(json_object_get(r, "ename")) ?: "Error",
+                json_string_value(json_object_get(r, "evalue")) ?: "request failed");
+    } else if (strcmp(cmd, "get") == 0) {
+        const char *base = strrchr(a, '/');
+        const char *local = b ? b : base ? base + 1 : a;
+        FILE *f = strcmp(local, "-") == 0 ? stdout : fopen(local, "wbe");
+        rc = f && (out_len == 0 || fwrite(out, 1, out_len, f) == out_len) ? 0 : 1;
+        if (f && f != stdout && fclose(f) != 0)
+            rc = 1;
+        if (rc)
+            fprintf(stderr, "kennel: cannot write %s: %s\n", local, strerror(errno));
+    } else if (strcmp(cmd, "files") == 0) {
+        size_t i;
+        json_t *f;
+        json_array_foreach(json_object_get(r, "files"), i, f)
+            printf("%10lld  %s\n", (long long)json_integer_value(json_object_get(f, "size")),
+                   json_string_value(json_object_get(f, "path")));
+        rc = 0;
+    } else {
+        rc = 0;
+    }
+    free(out);
+    json_decref(r);
+    return rc;
 }
 
 static int s_cmd_info(const char *name)
@@ -475,6 +534,10 @@ int main(int argc, char **argv)
         json_decref(r);
         return 0;
     }
+    if ((strcmp(cmd, "put") == 0 || strcmp(cmd, "get") == 0) && (nargs == 3 || nargs == 4))
+        return s_cmd_file(cmd, args[1], args[2], nargs == 4 ? args[3] : NULL);
+    if (strcmp(cmd, "files") == 0 && nargs == 2)
+        return s_cmd_file(cmd, args[1], NULL, NULL);
     if (strcmp(cmd, "rm") == 0 && nargs == 2)
         return s_cmd_rm(args[1]);
     if (strcmp(cmd, "exec") == 0 && nargs == 3)

@@ -209,7 +209,7 @@ int main(int argc, char **argv)
     broker_t *broker = broker_new(loop, &bcfg);
     char key[40];
     util_uuid(key);
-    manager_t *manager = loop && broker ? manager_new(loop, broker, manager_ep, key, NULL) : NULL;
+    manager_t *manager = loop && broker ? manager_new(loop, broker, manager_ep, key, cfg.max_file, NULL) : NULL;
     if (!manager) {
         PLOG_E("cannot serve the manager on %s", manager_ep);
         broker_destroy(&broker);

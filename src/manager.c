@@ -3,12 +3,14 @@
 #include "manager.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
 #include "route.h"
 #include "util.h"
+#include "wsfile.h"
 
 struct manager {
     zloop_t *loop;
@@ -17,30 +19,40 @@ struct manager {
     wire_t *wire;
     char *endpoint;
     char session[40];     /* the `session` field of our reply headers */
+    size_t max_file;      /* largest file the file API moves */
     log_limit_t warn_limit;
 };
 
-static void s_reply(manager_t *self, const jmsg_t *req, json_t *content)
+/*  Reply to req with content (stolen) and, when data is not NULL, one binary buffer. */
+static void s_reply_data(manager_t *self, const jmsg_t *req, json_t *content, const void *data,
+                         size_t data_len)
 {
     char reply_type[128];
     const char *type = jmsg_type(req);
-    size_t len = strlen(type);
-    if (len < 8 || len - 8 + 7 >= sizeof reply_type || strcmp(type + len - 8, "_request") != 0) {
+    size_t tlen = strlen(type);
+    if (tlen < 8 || tlen - 8 + 7 >= sizeof reply_type || strcmp(type + tlen - 8, "_request") != 0) {
         json_decref(content);
         return;
     }
-    memcpy(reply_type, type, len - 8);
-    strcpy(reply_type + len - 8, "_reply");
+    memcpy(reply_type, type, tlen - 8);
+    strcpy(reply_type + tlen - 8, "_reply");
     jmsg_t *rep = jmsg_new_reply(req, reply_type, self->session);
     if (!rep) {
         json_decref(content);
         return;
     }
     jmsg_set_json(rep, JMSG_CONTENT, content);
+    if (data)
+        zmsg_addmem(jmsg_buffers(rep), data, data_len);
     zmsg_t *z = wire_encode(self->wire, rep);
     jmsg_destroy(&rep);
     if (z && zmsg_send(&z, self->sock) < 0)
         zmsg_destroy(&z);
+}
+
+static void s_reply(manager_t *self, const jmsg_t *req, json_t *content)
+{
+    s_reply_data(self, req, content, NULL, 0);
 }
 
 static json_t *s_error(const char *ename, const char *evalue)
@@ -137,6 +149,47 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
     return reply;
 }
 
+/*  The workspace file API. Returns the reply content; a get also sets *data (caller frees). */
+static json_t *s_on_file(manager_t *self, const jmsg_t *req, const char *sess, void **data,
+                         size_t *len)
+{
+    const char *type = jmsg_type(req);
+    const char *path = json_string_value(json_object_get(jmsg_content(req), "path"));
+    char ws[PATH_MAX];
+    uid_t uid;
+    gid_t gid;
+    if (broker_workspace(self->broker, sess, ws, sizeof ws, &uid, &gid) < 0)
+        return s_error("NoSuchSession", "no session has that id or name");
+    if (strcmp(type, "file_list_request") == 0)
+        return json_pack("{s:s, s:o}", "status", "ok", "files", wsfile_list(ws, 10000));
+    if (!path)
+        return s_error("BadRequest", "path must be a string");
+    int rc = 0;
+    size_t size = 0;
+    if (strcmp(type, "file_put_request") == 0) {
+        zframe_t *buf = zmsg_first(jmsg_buffers(req));
+        if (!buf)
+            return s_error("BadRequest", "the file's bytes go in the message's first buffer");
+        size = zframe_size(buf);
+        rc = size > self->max_file ? WSFILE_ETOOBIG
+                                   : wsfile_put(ws, path, zframe_data(buf), size, uid, gid);
+    } else if (strcmp(type, "file_get_request") == 0) {
+        rc = wsfile_get(ws, path, self->max_file, data, &size);
+        *len = size;
+    } else {
+        rc = wsfile_delete(ws, path);
+    }
+    if (rc < 0) {
+        const char *ename = rc == WSFILE_ENOENT ? "NoSuchFile" : rc == WSFILE_ETOOBIG ? "TooLarge"
+                            : rc == WSFILE_EIO ? "FileError" : "BadPath";
+        char evalue[200];
+        snprintf(evalue, sizeof evalue, "%s%s%s", wsfile_strerror(rc), rc == WSFILE_EIO ? ": " : "",
+                 rc == WSFILE_EIO ? strerror(errno) : "");
+        return s_error(ename, evalue);
+    }
+    return json_pack("{s:s, s:s, s:I}", "status", "ok", "path", path, "size", (json_int_t)size);
+}
+
 static int s_on_request(zloop_t *loop, zsock_t *sock, void *arg)
 {
     (void)loop;
@@ -166,6 +219,16 @@ static int s_on_request(zloop_t *loop, zsock_t *sock, void *arg)
         content = json_pack("{s:s, s:o}", "status", "ok", "sessions", broker_list(self->broker));
     } else if (!sess) {
         content = s_error("BadRequest", "session must be a non-empty string");
+    } else if (strncmp(type, "file_", 5) == 0) {
+        void *data = NULL;
+        size_t len = 0;
+        content = s_on_file(self, req, sess, &data, &len);
+        if (data) {
+            s_reply_data(self, req, content, data, len);
+            free(data);
+            jmsg_destroy(&req);
+            return 0;
+        }
     } else if (strcmp(type, "info_request") == 0) {
         json_t *info = broker_info(self->broker, sess);
         content = info ? s_ok_session(info) : s_error("NoSuchSession", "no session has that id or name");
@@ -180,7 +243,7 @@ static int s_on_request(zloop_t *loop, zsock_t *sock, void *arg)
 }
 
 manager_t *manager_new(zloop_t *loop, broker_t *broker, const char *endpoint, const char *key,
-                       const wire_limits_t *limits)
+                       size_t max_file, const wire_limits_t *limits)
 {
     manager_t *self = calloc(1, sizeof *self);
     if (!self)
@@ -193,7 +256,9 @@ manager_t *manager_new(zloop_t *loop, broker_t *broker, const char *endpoint, co
     if (!self->wire || !self->sock)
         goto fail;
     zsock_set_linger(self->sock, 0);
-    zsock_set_maxmsgsize(self->sock, 1 << 20);
+    self->max_file = max_file;
+    /* Requests are small but for file_put's bytes. */
+    zsock_set_maxmsgsize(self->sock, (int)(max_file + (1 << 20)));
     int port = zsock_bind(self->sock, "%s", endpoint);
     if (port < 0)
         goto fail;

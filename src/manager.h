@@ -11,9 +11,10 @@
 
 typedef struct manager manager_t;
 
-/*  Bind a ROUTER on endpoint (tcp "…:*" picks a port) and serve it in loop. NULL with errno. */
+/*  Bind a ROUTER on endpoint (tcp "…:*" picks a port) and serve it in loop; files moved by
+ *  the file API are at most max_file bytes. NULL with errno. */
 manager_t *manager_new(zloop_t *loop, broker_t *broker, const char *endpoint, const char *key,
-                       const wire_limits_t *limits);
+                       size_t max_file, const wire_limits_t *limits);
 void manager_destroy(manager_t **self_p);
 /*  The endpoint clients connect to (with the real port). Borrowed. */
 const char *manager_endpoint(const manager_t *self);

@@ -1,0 +1,205 @@
+/*  wsfile: see the header. The walk never trusts a name twice: each component is opened
+ *  relative to the fd of its parent, with O_NOFOLLOW, so a concurrent rename cannot redirect
+ *  a later step. */
+#include "wsfile.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define MAX_PATH_LEN 1024
+#define MAX_DEPTH 64
+
+/*  Check path and split it into components (in place, in buf). Returns the count or -1. */
+static int s_split(const char *path, char *buf, char **parts)
+{
+    size_t len = strlen(path);
+    if (len == 0 || len > MAX_PATH_LEN || path[0] == '/')
+        return -1;
+    memcpy(buf, path, len + 1);
+    int n = 0;
+    for (char *save, *t = strtok_r(buf, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
+        if (strcmp(t, ".") == 0 || strcmp(t, "..") == 0 || n == MAX_DEPTH)
+            return -1;
+        parts[n++] = t;
+    }
+    return n > 0 ? n : -1;
+}
+
+static int s_code(void)
+{
+    return errno == ELOOP || errno == ENOTDIR ? WSFILE_ELINK
+         : errno == ENOENT                    ? WSFILE_ENOENT
+                                              : WSFILE_EIO;
+}
+
+/*  Open the directory holding the last component; create missing ones when uid is not -1.
+ *  Returns the fd (caller closes) or a negative code; *name is the last component. */
+static int s_parent(const char *workspace, const char *path, char *buf, const char **name,
+                    uid_t uid, gid_t gid)
+{
+    char *parts[MAX_DEPTH];
+    int n = s_split(path, buf, parts);
+    if (n < 0)
+        return WSFILE_EPATH;
+    int dfd = open(workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return WSFILE_EIO;
+    for (int i = 0; i < n - 1; i++) {
+        if (uid != (uid_t)-1 && mkdirat(dfd, parts[i], 0700) == 0 &&
+            fchownat(dfd, parts[i], uid, gid, AT_SYMLINK_NOFOLLOW) < 0) {
+            close(dfd);
+            return WSFILE_EIO;
+        }
+        int next = openat(dfd, parts[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int code = next < 0 ? s_code() : 0;
+        close(dfd);
+        if (next < 0)
+            return code;
+        dfd = next;
+    }
+    *name = parts[n - 1];
+    return dfd;
+}
+
+int wsfile_put(const char *workspace, const char *path, const void *data, size_t len, uid_t uid,
+               gid_t gid)
+{
+    char buf[MAX_PATH_LEN + 1];
+    const char *name;
+    int dfd = s_parent(workspace, path, buf, &name, uid, gid);
+    if (dfd < 0)
+        return dfd;
+    /* A temporary name, then rename: readers never see half a file, and O_EXCL|O_NOFOLLOW
+     * means we never write through something the kernel planted. */
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, ".kennel-put-%d", (int)getpid());
+    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int rc = fd < 0 ? s_code() : 0;
+    if (fd >= 0) {
+        if (util_write_all(fd, data, len) < 0 || fchown(fd, uid, gid) < 0 ||
+            renameat(dfd, tmp, dfd, name) < 0) {
+            rc = errno == EISDIR ? WSFILE_ENOTREG : WSFILE_EIO;
+            unlinkat(dfd, tmp, 0);
+        }
+        close(fd);
+    }
+    close(dfd);
+    return rc;
+}
+
+int wsfile_get(const char *workspace, const char *path, size_t max, void **data, size_t *len)
+{
+    char buf[MAX_PATH_LEN + 1];
+    const char *name;
+    *data = NULL;
+    int dfd = s_parent(workspace, path, buf, &name, (uid_t)-1, (gid_t)-1);
+    if (dfd < 0)
+        return dfd;
+    /* O_NONBLOCK: opening a FIFO the kernel made must not block kenneld. */
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int rc = fd < 0 ? s_code() : 0;
+    close(dfd);
+    if (fd < 0)
+        return rc;
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        rc = WSFILE_EIO;
+    else if (!S_ISREG(st.st_mode))
+        rc = WSFILE_ENOTREG;
+    else if ((size_t)st.st_size > max)
+        rc = WSFILE_ETOOBIG;
+    else {
+        char *out = malloc((size_t)st.st_size + 1);
+        size_t got = 0;
+        while (out && got < (size_t)st.st_size) {
+            ssize_t r = read(fd, out + got, (size_t)st.st_size - got);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            got += (size_t)r;
+        }
+        if (!out) {
+            rc = WSFILE_EIO;
+        } else {
+            *data = out;
+            *len = got; /* a file the kernel shrank meanwhile reads short; never over */
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+int wsfile_delete(const char *workspace, const char *path)
+{
+    char buf[MAX_PATH_LEN + 1];
+    const char *name;
+    int dfd = s_parent(workspace, path, buf, &name, (uid_t)-1, (gid_t)-1);
+    if (dfd < 0)
+        return dfd;
+    int rc = 0;
+    if (unlinkat(dfd, name, 0) < 0 && (errno != EISDIR || unlinkat(dfd, name, AT_REMOVEDIR) < 0))
+        rc = s_code();
+    close(dfd);
+    return rc;
+}
+
+static void s_list(int dfd, const char *prefix, json_t *out, size_t max, int depth)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) && json_array_size(out) < max) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char path[MAX_PATH_LEN + 256];
+        if (snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "/" : "", e->d_name) > MAX_PATH_LEN)
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        if (S_ISREG(st.st_mode)) {
+            json_array_append_new(out, json_pack("{s:s, s:I, s:I}", "path", path, "size",
+                                                 (json_int_t)st.st_size, "mtime",
+                                                 (json_int_t)st.st_mtime));
+        } else if (S_ISDIR(st.st_mode) && depth < MAX_DEPTH) {
+            int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub >= 0)
+                s_list(sub, path, out, max, depth + 1);
+        }
+    }
+    closedir(d);
+}
+
+json_t *wsfile_list(const char *workspace, size_t max_entries)
+{
+    json_t *out = json_array();
+    int dfd = open(workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd >= 0)
+        s_list(dfd, "", out, max_entries, 0);
+    return out;
+}
+
+const char *wsfile_strerror(int code)
+{
+    switch (code) {
+    case WSFILE_EPATH: return "the path must be relative to the workspace, without '..'";
+    case WSFILE_ELINK: return "the path goes through a symlink or a non-directory; refused";
+    case WSFILE_ENOENT: return "no such file in the workspace";
+    case WSFILE_ENOTREG: return "not a regular file";
+    case WSFILE_ETOOBIG: return "the file is over the size cap";
+    default: return "the file operation failed";
+    }
+}

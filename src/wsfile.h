@@ -1,0 +1,34 @@
+/*  wsfile: files in a session's workspace, for the manager's file API. Every path is relative
+ *  to the workspace and walked one component at a time from a directory fd with O_NOFOLLOW:
+ *  `..`, absolute paths and symlinks anywhere in the path are refused, so a kernel that
+ *  plants or swaps links cannot make kenneld (root) read or write outside its workspace.
+ *  Only regular files are read (a FIFO would block kenneld). Files and directories kenneld
+ *  creates belong to the kernel's uid. */
+#ifndef KENNEL_WSFILE_H
+#define KENNEL_WSFILE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+/*  Error codes (negative), with wsfile_strerror. */
+#define WSFILE_EPATH -1     /* not a relative path of plain names */
+#define WSFILE_ELINK -2     /* a symlink in the path */
+#define WSFILE_ENOENT -3    /* no such file */
+#define WSFILE_ENOTREG -4   /* not a regular file */
+#define WSFILE_ETOOBIG -5   /* over the size cap */
+#define WSFILE_EIO -6       /* a system call failed (errno says which) */
+
+/*  Write data to path (parents created), owned by uid:gid. 0 or a WSFILE_E* code. */
+int wsfile_put(const char *workspace, const char *path, const void *data, size_t len, uid_t uid,
+               gid_t gid);
+/*  Read path (at most max bytes) into a malloc'd *data (caller frees). 0 or a code. */
+int wsfile_get(const char *workspace, const char *path, size_t max, void **data, size_t *len);
+/*  Delete the file (or empty directory) at path. 0 or a code. */
+int wsfile_delete(const char *workspace, const char *path);
+/*  A new JSON array of {path, size, mtime} for every regular file, at most max_entries. */
+json_t *wsfile_list(const char *workspace, size_t max_entries);
+const char *wsfile_strerror(int code);
+
+#endif

@@ -1,0 +1,74 @@
+/*  Unit tests of wsfile in a temporary workspace: path rules, symlinks anywhere in a path,
+ *  non-regular files, the size cap, parents created, listing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../harness.h"
+#include "wsfile.h"
+
+static char s_ws[64];
+
+TEST(round_trip_with_parents)
+{
+    CHECK_EQ_INT(wsfile_put(s_ws, "a/b/c.bin", "\0\1\2", 3, getuid(), getgid()), 0);
+    void *data = NULL;
+    size_t len = 0;
+    CHECK_EQ_INT(wsfile_get(s_ws, "a/b/c.bin", 1024, &data, &len), 0);
+    CHECK(len == 3 && memcmp(data, "\0\1\2", 3) == 0);
+    free(data);
+    CHECK_EQ_INT(wsfile_get(s_ws, "a/b/c.bin", 2, &data, &len), WSFILE_ETOOBIG);
+    CHECK(data == NULL);
+    json_t *list = wsfile_list(s_ws, 100);
+    CHECK_EQ_INT(json_array_size(list), 1);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(list, 0), "path")), "a/b/c.bin");
+    json_decref(list);
+    CHECK_EQ_INT(wsfile_delete(s_ws, "a/b/c.bin"), 0);
+    CHECK_EQ_INT(wsfile_get(s_ws, "a/b/c.bin", 1024, &data, &len), WSFILE_ENOENT);
+}
+
+TEST(paths_that_leave_are_refused)
+{
+    static const char *bad[] = {"", "/etc/passwd", "..", "../x", "a/../../x", "./x", "a/./b"};
+    void *data;
+    size_t len;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(wsfile_get(s_ws, bad[i], 1024, &data, &len), WSFILE_EPATH);
+        CHECK_EQ_INT(wsfile_put(s_ws, bad[i], "x", 1, getuid(), getgid()), WSFILE_EPATH);
+    }
+}
+
+TEST(symlinks_and_fifos_are_refused)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/link", s_ws);
+    CHECK_EQ_INT(symlink("/etc", path), 0);
+    snprintf(path, sizeof path, "%s/fifo", s_ws);
+    CHECK_EQ_INT(mkfifo(path, 0600), 0);
+    void *data;
+    size_t len;
+    CHECK_EQ_INT(wsfile_get(s_ws, "link/passwd", 1 << 20, &data, &len), WSFILE_ELINK);
+    CHECK_EQ_INT(wsfile_get(s_ws, "link", 1 << 20, &data, &len), WSFILE_ELINK);
+    CHECK_EQ_INT(wsfile_put(s_ws, "link/x", "x", 1, getuid(), getgid()), WSFILE_ELINK);
+    CHECK_EQ_INT(wsfile_get(s_ws, "fifo", 1 << 20, &data, &len), WSFILE_ENOTREG);
+    /* The listing shows regular files only and does not walk into the link. */
+    json_t *list = wsfile_list(s_ws, 100);
+    CHECK_EQ_INT(json_array_size(list), 0);
+    json_decref(list);
+}
+
+int main(void)
+{
+    snprintf(s_ws, sizeof s_ws, "/tmp/kennel-wsfile-XXXXXX");
+    if (!mkdtemp(s_ws))
+        return 1;
+    RUN(round_trip_with_parents);
+    RUN(paths_that_leave_are_refused);
+    RUN(symlinks_and_fifos_are_refused);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_ws);
+    (void)!system(cmd);
+    return harness_done();
+}
