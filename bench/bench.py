@@ -128,25 +128,26 @@ def bench_kennel():
         k.stop()
 
 
-def bench_ipykernel():
-    starts = []
-    for _ in range(STARTS):
-        t = time.perf_counter()
-        km = KernelManager(kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f",
-                                       "{connection_file}"])
-        km.start_kernel()
-        kc = km.client()
-        kc.start_channels()
-        first_result(kc)
-        starts.append((time.perf_counter() - t) * 1000)
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+def start_ipykernel():
+    """An ipykernel of this interpreter and a client that got its first result."""
     km = KernelManager(kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f",
                                    "{connection_file}"])
     km.start_kernel()
     kc = km.client()
     kc.start_channels()
     first_result(kc)
+    return km, kc
+
+
+def bench_ipykernel():
+    starts = []
+    for _ in range(STARTS):
+        t = time.perf_counter()
+        km, kc = start_ipykernel()
+        starts.append((time.perf_counter() - t) * 1000)
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    km, kc = start_ipykernel()
     p50, p99 = warm_trips(kc)
     time.sleep(1)
     mem = pss_bytes(km.provisioner.process.pid)

@@ -1,12 +1,10 @@
 """Fixtures for the hostile tests: a real kenneld (parametrize with extra arguments) that
 must exit cleanly leaving no kernel behind, and a ready session named victim."""
 import json
-import os
-import signal
 
 import pytest
 
-from kennel_hostile import Client, Kenneld, alive
+from kennel_hostile import Client, Kenneld, stop_checked
 
 
 @pytest.fixture
@@ -16,12 +14,7 @@ def kenneld(tmp_path, request):
     try:
         yield k
     finally:
-        rc = k.stop()
-        leftovers = [pid for pid in k.kernel_pids if alive(pid)]
-        for pid in leftovers:
-            os.kill(pid, signal.SIGKILL)
-        assert rc == 0, f"kenneld exited with {rc}"
-        assert not leftovers, f"kernels left running: {leftovers}"
+        stop_checked(k)
 
 
 @pytest.fixture

@@ -116,6 +116,16 @@ def alive(pid):
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def stop_checked(k):
+    """Stop kenneld; kill any kernel it left; assert it exited 0 and left none."""
+    rc = k.stop()
+    leftovers = [pid for pid in k.kernel_pids if alive(pid)]
+    for pid in leftovers:
+        os.kill(pid, signal.SIGKILL)
+    assert rc == 0, f"kenneld exited with {rc}"
+    assert not leftovers, f"kernels left running: {leftovers}"
+
+
 def assert_healthy(client, kenneld, value_code="kennel_marker"):
     """The session answers kernel_info fast and still has its state."""
     t = time.monotonic()

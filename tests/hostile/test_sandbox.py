@@ -23,7 +23,7 @@ import uuid
 
 import pytest
 
-from kennel_hostile import Client, Kenneld, alive
+from kennel_hostile import Client, Kenneld, stop_checked
 
 MiB = 1 << 20
 
@@ -1043,11 +1043,7 @@ def secret_kenneld(tmp_path, monkeypatch):
     try:
         yield k
     finally:
-        rc = k.stop()
-        leftovers = [pid for pid in k.kernel_pids if alive(pid)]
-        for pid in leftovers:
-            os.kill(pid, signal.SIGKILL)
-        assert rc == 0 and not leftovers, (rc, leftovers)
+        stop_checked(k)
 
 
 def test_kenneld_environment_does_not_reach_the_kernel(secret_kenneld):
@@ -1212,8 +1208,8 @@ CANARY_FILES = 100
 RACER = '''
     # The workspace holds a real directory `real` (many files, f0…) and a symlink `other` to a
     # host directory, `real` first in readdir order. A racer watches `real`: as soon as
-    # kenneld starts removing its files, it swaps `real` and `other`. kenneld's nftw goes on
-    # removing by path, `<workspace>/real/fN`, which now resolves to the host's fN.
+    # kenneld starts removing its files, it swaps `real` and `other`, so that a remover going
+    # by path, `<workspace>/real/fN`, would reach the host's fN.
     import os, ctypes
     canary = {canary!r}
     os.mkdir("/workspace/a"); os.symlink(canary, "/workspace/b")
@@ -1252,10 +1248,10 @@ def _canary(tmp_path):
 
 
 def test_ending_a_session_never_deletes_host_files(kenneld, tmp_path):
-    """kenneld removes the session directory (nftw + remove() by path, as root) right after
-    sending SIGKILL, while the sandbox's processes are still alive: a racer that swaps a
-    directory of the workspace for a symlink makes kenneld delete host files. A race: a few
-    attempts, stopping at the first host file lost."""
+    """kenneld (root) removes an ended session's directory while the killed sandbox may still
+    run: a racer that swaps a directory of the workspace for a symlink must not make it delete
+    host files (it did, when removal went by path; it now walks directory fds with
+    O_NOFOLLOW). A race: a few attempts, stopping at the first host file lost."""
     canary = _canary(tmp_path)
     for attempt in range(5):
         c = open_session(kenneld, f"racer{attempt}")
@@ -1271,9 +1267,9 @@ def test_ending_a_session_never_deletes_host_files(kenneld, tmp_path):
 
 
 def test_stale_session_cleanup_never_deletes_host_files(tmp_path):
-    """kenneld's start removes the directories of an earlier kenneld's sessions ('their kernels
-    died with it', which test_sandbox_dies_with_kenneld shows is not so): a sandbox that
-    outlived a crashed kenneld races the cleanup with all the time it wants."""
+    """A sandbox that outlived a crashed kenneld would race whatever the next kenneld does with
+    the old session directories, with all the time it wants. Sandboxes now die with kenneld
+    (test_sandbox_dies_with_kenneld), so this skips unless that breaks again."""
     canary = _canary(tmp_path)
     k, dirs_of = _crashable_kenneld(tmp_path)
     sid, c, k2 = None, None, None

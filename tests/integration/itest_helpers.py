@@ -75,20 +75,20 @@ def collect_iopub(kc, msg_id, timeout=REPLY_TIMEOUT_S):
             return msgs
 
 
-def shell_reply(kc, msg_id, timeout=REPLY_TIMEOUT_S):
+def _reply(getter, channel, msg_id, timeout):
     deadline = time.monotonic() + timeout
     while True:
-        m = _get(kc.get_shell_msg, deadline, f"shell reply to {msg_id}")
+        m = _get(getter, deadline, f"{channel} reply to {msg_id}")
         if m["parent_header"].get("msg_id") == msg_id:
             return m
+
+
+def shell_reply(kc, msg_id, timeout=REPLY_TIMEOUT_S):
+    return _reply(kc.get_shell_msg, "shell", msg_id, timeout)
 
 
 def control_reply(kc, msg_id, timeout=REPLY_TIMEOUT_S):
-    deadline = time.monotonic() + timeout
-    while True:
-        m = _get(kc.get_control_msg, deadline, f"control reply to {msg_id}")
-        if m["parent_header"].get("msg_id") == msg_id:
-            return m
+    return _reply(kc.get_control_msg, "control", msg_id, timeout)
 
 
 def send_control(kc, msg_type, content=None):
