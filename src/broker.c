@@ -590,6 +590,14 @@ static sess_t *s_find(broker_t *self, const char *id_or_name)
     return NULL;
 }
 
+/*  Limits as the manager API shows them (create_request's units). New reference. */
+static json_t *s_limits_json(const broker_limits_t *l)
+{
+    return json_pack("{s:I, s:I, s:f, s:I, s:f}", "memory", (json_int_t)l->cg.memory_bytes,
+                     "pids", (json_int_t)l->cg.pids, "cpu", l->cg.cpus, "tmp",
+                     (json_int_t)l->tmp_bytes, "timeout", l->timeout_ms / 1000.0);
+}
+
 static json_t *s_info(sess_t *s)
 {
     json_t *info = session_info(s->core);
@@ -602,11 +610,7 @@ static json_t *s_info(sess_t *s)
     else if (s->has_proc)
         mem = spawner_rss_bytes(s->proc.pid);
     json_object_set_new(info, "memory_bytes", json_integer(mem > 0 ? mem : 0));
-    json_t *lim = json_pack("{s:I, s:I, s:f, s:I, s:f}", "memory",
-                            (json_int_t)s->limits.cg.memory_bytes, "pids",
-                            (json_int_t)s->limits.cg.pids, "cpu", s->limits.cg.cpus, "tmp",
-                            (json_int_t)s->limits.tmp_bytes, "timeout", s->limits.timeout_ms / 1000.0);
-    json_object_set_new(info, "limits", lim);
+    json_object_set_new(info, "limits", s_limits_json(&s->limits));
     json_object_set_new(info, "sandboxed", json_boolean(s->broker->cfg.sandbox));
     return info;
 }
@@ -915,14 +919,13 @@ broker_limits_t broker_default_limits(const broker_t *self)
 
 json_t *broker_stats(const broker_t *self)
 {
-    const broker_limits_t *l = &self->cfg.limits;
-    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s}, s:{s:I, s:I, s:f, s:I, s:I, s:f}}", "status", "ok",
-                     "sessions", (json_int_t)zlistx_size(self->sessions), "max_sessions",
+    json_t *limits = s_limits_json(&self->cfg.limits);
+    json_object_set_new(limits, "nofile", json_integer((json_int_t)self->cfg.limits.nofile));
+    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s}, s:o}", "status", "ok", "sessions",
+                     (json_int_t)zlistx_size(self->sessions), "max_sessions",
                      (json_int_t)self->cfg.max_sessions, "sandbox", "enabled", self->cfg.sandbox,
                      "layers", self->cfg.sandbox_desc ? self->cfg.sandbox_desc : "none", "limits",
-                     "memory", (json_int_t)l->cg.memory_bytes, "pids", (json_int_t)l->cg.pids,
-                     "cpu", l->cg.cpus, "tmp", (json_int_t)l->tmp_bytes, "nofile",
-                     (json_int_t)l->nofile, "timeout", l->timeout_ms / 1000.0);
+                     limits);
 }
 
 int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t out_len,

@@ -40,10 +40,15 @@ static const char s_usage[] =
 
 static char s_state_dir[PATH_MAX];
 
-static json_t *s_call(const char *type, json_t *content)
+/*  One manager request (content stolen), with an optional buffer each way (see
+ *  client_manager_call_data). The reply when its status is ok; otherwise the reason is
+ *  printed and NULL returned. */
+static json_t *s_call_data(const char *type, json_t *content, const void *in, size_t in_len,
+                           void **out, size_t *out_len)
 {
     char err[512];
-    json_t *reply = client_manager_call(s_state_dir, type, content, CALL_TIMEOUT_MS, err, sizeof err);
+    json_t *reply = client_manager_call_data(s_state_dir, type, content, in, in_len, out, out_len,
+                                             CALL_TIMEOUT_MS, err, sizeof err);
     if (!reply) {
         fprintf(stderr, "kennel: %s\n", err);
         return NULL;
@@ -54,9 +59,18 @@ static json_t *s_call(const char *type, json_t *content)
                 json_string_value(json_object_get(reply, "ename")) ?: "Error",
                 json_string_value(json_object_get(reply, "evalue")) ?: "request failed");
         json_decref(reply);
+        if (out) {
+            free(*out);
+            *out = NULL;
+        }
         return NULL;
     }
     return reply;
+}
+
+static json_t *s_call(const char *type, json_t *content)
+{
+    return s_call_data(type, content, NULL, 0, NULL, NULL);
 }
 
 static json_t *s_create(const char *name)
@@ -160,10 +174,16 @@ static int s_cmd_ls(void)
     return 0;
 }
 
+/*  The last component of path (the default name of a copied file). */
+static const char *s_basename(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
 /*  kennel put / get / files: the workspace file API. */
 static int s_cmd_file(const char *cmd, const char *name, const char *a, const char *b)
 {
-    char err[512];
     void *in = NULL, *out = NULL;
     size_t in_len = 0, out_len = 0;
     json_t *content = json_pack("{s:s}", "session", name);
@@ -176,40 +196,31 @@ static int s_cmd_file(const char *cmd, const char *name, const char *a, const ch
             json_decref(content);
             return 1;
         }
-        const char *base = strrchr(a, '/');
-        json_object_set_new(content, "path", json_string(b ? b : base ? base + 1 : a));
+        json_object_set_new(content, "path", json_string(b ? b : s_basename(a)));
     } else if (strcmp(cmd, "get") == 0) {
         type = "file_get_request";
         json_object_set_new(content, "path", json_string(a));
     }
-    json_t *r = client_manager_call_data(s_state_dir, type, content, in, in_len, &out, &out_len,
-                                         CALL_TIMEOUT_MS, err, sizeof err);
+    json_t *r = s_call_data(type, content, in, in_len, &out, &out_len);
     free(in);
-    const char *status = json_string_value(json_object_get(r, "status"));
     int rc = 1;
-    if (!r) {
-        fprintf(stderr, "kennel: %s\n", err);
-    } else if (!status || strcmp(status, "ok") != 0) {
-        fprintf(stderr, "kennel: %s: %s\n", json_string_value(json_object_get(r, "ename")) ?: "Error",
-                json_string_value(json_object_get(r, "evalue")) ?: "request failed");
-    } else if (strcmp(cmd, "get") == 0) {
-        const char *base = strrchr(a, '/');
-        const char *local = b ? b : base ? base + 1 : a;
+    if (r && strcmp(cmd, "get") == 0) {
+        const char *local = b ? b : s_basename(a);
         FILE *f = strcmp(local, "-") == 0 ? stdout : fopen(local, "wbe");
         rc = f && (out_len == 0 || fwrite(out, 1, out_len, f) == out_len) ? 0 : 1;
         if (f && f != stdout && fclose(f) != 0)
             rc = 1;
         if (rc)
             fprintf(stderr, "kennel: cannot write %s: %s\n", local, strerror(errno));
-    } else if (strcmp(cmd, "files") == 0) {
+    } else if (r && strcmp(cmd, "files") == 0) {
         size_t i;
         json_t *f;
         json_array_foreach(json_object_get(r, "files"), i, f)
             printf("%10lld  %s\n", (long long)json_integer_value(json_object_get(f, "size")),
                    json_string_value(json_object_get(f, "path")));
         rc = 0;
-    } else {
-        rc = 0;
+    } else if (r) {
+        rc = 0; /* put */
     }
     free(out);
     json_decref(r);

@@ -150,6 +150,12 @@ static void s_publish(session_t *self, const jmsg_t *parent, const char *msg_typ
     self->ops->send(self->ctx, ROUTE_IOPUB, &m);
 }
 
+/*  A line of kennel's own on the parent cell's stderr. */
+static void s_notify(session_t *self, const jmsg_t *parent, const char *text)
+{
+    s_publish(self, parent, "stream", json_pack("{s:s, s:s}", "name", "stderr", "text", text));
+}
+
 static void s_publish_status(session_t *self, const jmsg_t *parent, const char *state)
 {
     s_publish(self, parent, "status", json_pack("{s:s}", "execution_state", state));
@@ -244,6 +250,15 @@ static int s_json_true(const json_t *obj, const char *key, int dflt)
     return v ? json_is_true(v) : dflt;
 }
 
+/*  Whether a failed request aborts the execute requests queued behind it (stop_on_error,
+ *  default true; silent cells never do). */
+static int s_stops_on_error(const jmsg_t *req)
+{
+    const json_t *c = jmsg_content(req);
+    return strcmp(jmsg_type(req), "execute_request") == 0 && s_json_true(c, "stop_on_error", 1) &&
+           !s_json_true(c, "silent", 0);
+}
+
 static int s_start_kernel(session_t *self)
 {
     self->had_hello = 0;
@@ -307,9 +322,8 @@ static void s_cell_begin(session_t *self)
         self->deadline_phase = 1;
         self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->cell_timeout_ms);
     }
-    if (self->notice && strcmp(jmsg_type(self->current), "execute_request") == 0) {
-        s_publish(self, self->current, "stream",
-                  json_pack("{s:s, s:s}", "name", "stderr", "text", self->notice));
+    if (self->notice) {
+        s_notify(self, self->current, self->notice);
         free(self->notice);
         self->notice = NULL;
     }
@@ -634,7 +648,7 @@ static int s_output_allowed(session_t *self, const kpipe_frame_t *f, const char 
                  "\n[kennel: this cell's output passed its limit of %zu bytes; the rest is not "
                  "shown]\n",
                  self->limits.max_output);
-        s_publish(self, self->current, "stream", json_pack("{s:s, s:s}", "name", "stderr", "text", text));
+        s_notify(self, self->current, text);
         LOG_I("session=%s: output of cell %s truncated", self->id, jmsg_id(self->current));
     }
     return 0;
@@ -781,9 +795,8 @@ static int s_on_reply(session_t *self, const kpipe_frame_t *f, const json_t *op,
     if (strcmp(r->msg_type, "execute_request") == 0) {
         self->cells++;
         const char *status = json_string_value(json_object_get(jmsg_content(reply), "status"));
-        const json_t *rc = jmsg_content(req);
         int is_error = status && strcmp(status, "error") == 0;
-        failed = is_error && s_json_true(rc, "stop_on_error", 1) && !s_json_true(rc, "silent", 0);
+        failed = is_error && s_stops_on_error(req);
         const char *outcome = self->deadline_phase >= 2 ? "timeout"
                               : is_error && self->cell_interrupted ? "interrupted"
                               : is_error                           ? "error"
@@ -939,10 +952,8 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
         self->current = NULL;
         s_fail(self, ROUTE_SHELL, req, ename, evalue, outcome, 0);
         s_publish_status(self, req, "idle");
-        const json_t *rc = jmsg_content(req);
         /* stop_on_error, as for any failed cell; a restart the client asked for is not one. */
-        int abort = !expected && strcmp(jmsg_type(req), "execute_request") == 0 &&
-                    s_json_true(rc, "stop_on_error", 1) && !s_json_true(rc, "silent", 0);
+        int abort = !expected && s_stops_on_error(req);
         jmsg_destroy(&self->last);
         self->last = req;
         s_cell_end(self);
