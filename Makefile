@@ -6,15 +6,20 @@ PKGS      := libzmq libczmq jansson libseccomp libsodium uuid
 WERROR    := $(if $(CI),-Werror,)
 # CFLAGS is yours to set (make CFLAGS=…, as `asan` does); KFLAGS are what kennel needs.
 CFLAGS    ?= -O2 -g
-KFLAGS    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wformat=2 $(WERROR) -MMD -MP \
-             -DKENNEL_KERNEL_DIR='"$(CURDIR)/kernels/python"' -DKENNEL_PYTHON='"$(PY)"'
+BUILD     := build
+KFLAGS    := -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra -Wshadow -Wformat=2 $(WERROR) -MMD -MP \
+             -DKENNEL_KERNEL_DIR='"$(CURDIR)/kernels/python"' -DKENNEL_PYTHON='"$(PY)"' \
+             -DKENNEL_ZYGOTE_DIR='"$(CURDIR)/$(BUILD)/zygote"'
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
-BUILD     := build
 DEPS_STAMP := $(BUILD)/.deps-installed
 
 LIB_SRCS  := $(filter-out src/kenneld.c src/kennel.c src/init.c,$(wildcard src/*.c))
 LIB_OBJS  := $(LIB_SRCS:src/%.c=$(BUILD)/%.o)
+# The zygote's C part: a CPython extension linking the sandbox from src/.
+ZYGOTE_SO   := $(BUILD)/zygote/_kennel_zygote.so
+ZYGOTE_OBJS := $(addprefix $(BUILD)/,sandbox.o sysfilter.o reaper.o kpipe.o util.o)
+PY_INCLUDE   = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
@@ -22,7 +27,7 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps run check unit integration kernel-tests memcheck asan fuzz bench format lint clean
 
-all: bin/kenneld bin/kennel bin/kennel-init
+all: bin/kenneld bin/kennel bin/kennel-init $(ZYGOTE_SO)
 
 # Installs missing Debian packages once (scripts/install-deps.sh is the only installer).
 deps: $(DEPS_STAMP)
@@ -30,7 +35,7 @@ $(DEPS_STAMP): scripts/install-deps.sh
 	@scripts/install-deps.sh
 	@mkdir -p $(BUILD) && touch $@
 
-$(BUILD)/%.o: src/%.c | $(DEPS_STAMP)
+$(BUILD)/%.o: src/%.c Makefile | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(KFLAGS) $(PKG_CFLAGS) -c $< -o $@
 
@@ -40,6 +45,10 @@ $(BUILD)/libkennel.a: $(LIB_OBJS)
 bin/kennel-init: $(BUILD)/init.o $(BUILD)/libkennel.a
 	@mkdir -p bin
 	$(CC) $(CFLAGS) $(KFLAGS) -o $@ $^ $(PKG_LIBS)
+
+$(ZYGOTE_SO): kernels/zygote/zygote.c $(ZYGOTE_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(KFLAGS) -I$(PY_INCLUDE) -Isrc -shared -o $@ $< $(ZYGOTE_OBJS) -ljansson -lseccomp -luuid
 
 bin/%: $(BUILD)/%.o $(BUILD)/libkennel.a
 	@mkdir -p bin
@@ -95,4 +104,4 @@ lint:
 clean:
 	rm -rf $(BUILD) bin
 
--include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)
+-include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d $(BUILD)/zygote/*.d)

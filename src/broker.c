@@ -16,9 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include "channels.h"
@@ -41,6 +43,8 @@ struct broker {
     zlistx_t *orphans;       /* orphan_t* killed kernels waiting to be reaped */
     int tick_armed;
     unsigned char *slots;    /* slots[n] = 1 while a session runs as uid_base + n */
+    spawner_zygote_t *zygote; /* NULL with --spawner exec, or until (re)started on demand */
+    int lifeline[2];         /* the zygote's kernels hold [0]; it hangs up when kenneld dies */
     session_ops_t ops;
     log_limit_t warn_limit;
 };
@@ -240,18 +244,36 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
         LOG_W("session=%s: send on %s failed", s->id, route_channel_name(channel));
 }
 
-/*  The command and environment of a kernel. Sandboxed, kennel-init builds the walls and runs
- *  Python inside them; with --insecure-no-sandbox Python runs directly, as kenneld's user. */
+/*  A kernel's environment: nothing of kenneld's, only this allowlist. */
+#define KERNEL_ENV_N 5
+
+static void s_kernel_env(const sess_t *s, char env[KERNEL_ENV_N][PATH_MAX + 32])
+{
+    const broker_cfg_t *cfg = &s->broker->cfg;
+    const char *home = cfg->sandbox ? SANDBOX_WORKSPACE : s->workspace;
+    /* IPython's profile and matplotlib's cache go to scratch space, not the workspace. */
+    const char *scratch = cfg->sandbox ? "/tmp" : s->dir;
+    snprintf(env[0], sizeof env[0], "PATH=/usr/local/bin:/usr/bin:/bin");
+    snprintf(env[1], sizeof env[1], "LANG=C.UTF-8");
+    snprintf(env[2], sizeof env[2], "HOME=%s", home);
+    snprintf(env[3], sizeof env[3], "IPYTHONDIR=%s/.ipython", scratch);
+    snprintf(env[4], sizeof env[4], "MPLCONFIGDIR=%s/.matplotlib", scratch);
+}
+
+/*  The command and environment of a cold-started kernel. Sandboxed, kennel-init builds the
+ *  walls and runs Python inside them; with --insecure-no-sandbox Python runs directly, as
+ *  kenneld's user. */
 typedef struct {
     char *argv[32];
-    char *envp[8];
+    char *envp[KERNEL_ENV_N + 1];
+    char env[KERNEL_ENV_N][PATH_MAX + 32];
     char buf[12][PATH_MAX + 32];
 } launch_t;
 
 static void s_launch_args(const sess_t *s, launch_t *l)
 {
     const broker_cfg_t *cfg = &s->broker->cfg;
-    size_t a = 0, e = 0, b = 0;
+    size_t a = 0, b = 0;
 #define ARG(x) (assert(a < 31), l->argv[a++] = (char *)(x))
 #define FMT(...) (assert(b < 12), snprintf(l->buf[b], sizeof l->buf[b], __VA_ARGS__), l->buf[b++])
     unsigned long uid = cfg->uid_base + s->slot;
@@ -276,18 +298,136 @@ static void s_launch_args(const sess_t *s, launch_t *l)
     ARG(FMT("%s/kennel_kernel.py", kernel_dir));
     ARG("--pipe-fd"), ARG("3");
     l->argv[a] = NULL;
-    const char *home = cfg->sandbox ? SANDBOX_WORKSPACE : s->workspace;
-    /* IPython's profile and matplotlib's cache go to scratch space, not the workspace. */
-    const char *scratch = cfg->sandbox ? "/tmp" : s->dir;
-    l->envp[e++] = "PATH=/usr/local/bin:/usr/bin:/bin";
-    l->envp[e++] = "LANG=C.UTF-8";
-    l->envp[e++] = FMT("HOME=%s", home);
-    l->envp[e++] = FMT("IPYTHONDIR=%s/.ipython", scratch);
-    l->envp[e++] = FMT("MPLCONFIGDIR=%s/.matplotlib", scratch);
-    assert(e < 8);
-    l->envp[e] = NULL;
+    s_kernel_env(s, l->env);
+    for (size_t e = 0; e < KERNEL_ENV_N; e++)
+        l->envp[e] = l->env[e];
+    l->envp[KERNEL_ENV_N] = NULL;
 #undef ARG
 #undef FMT
+}
+
+/* ---- the zygote ---------------------------------------------------------------------------- */
+
+#define ZYGOTE_TIMEOUT_MS 30000 /* a spawn may wait for the zygote's imports */
+
+static int s_on_zygote(zloop_t *loop, zmq_pollitem_t *item, void *arg);
+
+static void s_zygote_stop(broker_t *b)
+{
+    if (!b->zygote)
+        return;
+    zmq_pollitem_t item = {NULL, spawner_zygote_fd(b->zygote), 0, 0};
+    zloop_poller_end(b->loop, &item);
+    spawner_zygote_destroy(&b->zygote);
+}
+
+/*  Start the zygote if none runs. 0, or -1 with errno. */
+static int s_zygote_start(broker_t *b)
+{
+    if (b->zygote)
+        return 0;
+    const broker_cfg_t *cfg = &b->cfg;
+    char mpl[PATH_MAX + 32];
+    /* matplotlib builds its font cache once, here, not in every kernel. */
+    snprintf(mpl, sizeof mpl, "MPLCONFIGDIR=%s/zygote", cfg->state_dir);
+    if (mkdir(mpl + strlen("MPLCONFIGDIR="), 0700) < 0 && errno != EEXIST)
+        return -1;
+    char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", mpl,
+                    "MPLBACKEND=module://matplotlib_inline.backend_inline",
+                    /* a BLAS that starts threads would keep the zygote out of user namespaces */
+                    "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", NULL};
+    const char *path[] = {cfg->kernel_dir, cfg->zygote_dir, NULL};
+    spawner_zygote_cfg_t zc = {cfg->python, path, cfg->kernel_dir, cfg->preload, envp,
+                               b->lifeline[0]};
+    b->zygote = spawner_zygote_new(&zc);
+    if (!b->zygote)
+        return -1;
+    zmq_pollitem_t item = {NULL, spawner_zygote_fd(b->zygote), ZMQ_POLLIN, 0};
+    if (zloop_poller(b->loop, &item, s_on_zygote, b) == 0)
+        zloop_poller_set_tolerant(b->loop, &item);
+    LOG_I("zygote started (pid %d), importing %s", (int)spawner_zygote_pid(b->zygote),
+          cfg->preload);
+    return 0;
+}
+
+static void s_pool_fill(broker_t *b)
+{
+    (void)b; /* the pool comes next */
+}
+
+/*  The zygote said something unasked: it is ready, or it is gone. */
+static int s_on_zygote(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    (void)loop;
+    (void)item;
+    broker_t *b = arg;
+    char why[256];
+    int rc = spawner_zygote_poll(b->zygote, why, sizeof why);
+    if (rc < 0) {
+        LOG_W("%s; a new one starts with the next kernel", why);
+        s_zygote_stop(b);
+    } else if (rc > 0) {
+        s_pool_fill(b);
+    }
+    return 0;
+}
+
+/*  Fork a sealed kernel for session s from the zygote. 0, or -1 with errno (why logged). */
+static int s_zygote_spawn(broker_t *b, sess_t *s, spawner_proc_t *out)
+{
+    const broker_cfg_t *cfg = &b->cfg;
+    if (s_zygote_start(b) < 0) {
+        PLOG_W("session=%s: cannot start the zygote", s->id);
+        return -1;
+    }
+    char env[KERNEL_ENV_N][PATH_MAX + 32];
+    s_kernel_env(s, env);
+    json_t *envo = json_object();
+    for (size_t i = 0; i < KERNEL_ENV_N; i++) {
+        char *eq = strchr(env[i], '=');
+        *eq = '\0';
+        json_object_set_new(envo, env[i], json_string(eq + 1));
+    }
+    json_int_t uid = (json_int_t)(cfg->uid_base + s->slot);
+    json_t *req = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "uid", uid, "gid", uid,
+                            "tmp", (json_int_t)s->limits.tmp_bytes, "as",
+                            (json_int_t)s->limits.cg.memory_bytes, "fsize", (json_int_t)0,
+                            "nproc", (json_int_t)s->limits.cg.pids, "nofile",
+                            (json_int_t)s->limits.nofile, "env", envo);
+    /* Only descriptors cross over: the workspace and the cgroup files, opened here. */
+    int fds[SPAWNER_MAX_FDS] = {-1};
+    size_t n = 0;
+    /* The workspace goes as a detached copy of its mount, which the kernel's mount namespace
+     * can attach (a plain fd of ours could not be bound there). */
+    fds[n] = open_tree(AT_FDCWD, s->workspace, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+    int rc = fds[n] < 0 ? -1 : 0;
+    n += fds[n] >= 0;
+    char *const *procs = s->cg ? cgroup_procs_paths(s->cg) : NULL;
+    for (size_t i = 0; rc == 0 && procs && procs[i] && n + 1 < SPAWNER_MAX_FDS; i++) {
+        fds[n] = open(procs[i], O_WRONLY | O_CLOEXEC);
+        rc = fds[n] < 0 ? -1 : 0;
+        n += fds[n] >= 0;
+    }
+    fds[n] = -1;
+    int saved = errno;
+    char why[300] = "";
+    if (rc < 0)
+        snprintf(why, sizeof why, "sandbox: %s: %s", n == 0 ? "open workspace" : "open cgroup",
+                 strerror(errno));
+    else if ((rc = spawner_zygote_spawn(b->zygote, req, fds, ZYGOTE_TIMEOUT_MS, out, why,
+                                        sizeof why)) < 0)
+        saved = EAGAIN;
+    for (size_t i = 0; i < n; i++)
+        close(fds[i]);
+    json_decref(req);
+    if (rc < 0) {
+        LOG_W("session=%s: the zygote cannot start a kernel: %s", s->id, why);
+        session_start_failed(s->core, why);
+        if (!spawner_zygote_ready(b->zygote))
+            s_zygote_stop(b);
+        errno = saved;
+    }
+    return rc;
 }
 
 static int s_op_kernel_start(void *ctx)
@@ -304,8 +444,11 @@ static int s_op_kernel_start(void *ctx)
             return -1;
         }
     }
-    if (spawner_spawn(launch.argv, launch.envp, b->cfg.sandbox ? "/" : s->workspace,
-                      s->cg ? cgroup_procs_paths(s->cg) : NULL, &s->proc) < 0) {
+    int rc = b->cfg.sandbox && b->cfg.zygote
+                 ? s_zygote_spawn(b, s, &s->proc)
+                 : spawner_spawn(launch.argv, launch.envp, b->cfg.sandbox ? "/" : s->workspace,
+                                 s->cg ? cgroup_procs_paths(s->cg) : NULL, &s->proc);
+    if (rc < 0) {
         int saved = errno;
         cgroup_destroy(&s->cg);
         errno = saved;
@@ -797,7 +940,8 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
         return NULL;
     if (session_start(s->core) < 0) {
         err->ename = "SpawnFailed";
-        snprintf(err->evalue, sizeof err->evalue, "cannot start the kernel: %s", strerror(errno));
+        snprintf(err->evalue, sizeof err->evalue, "cannot start the kernel: %s",
+                 session_start_error(s->core));
         statedir_remove_tree(s->dir);
         s_free_sess(&s);
         return NULL;
@@ -956,10 +1100,15 @@ broker_t *broker_new(zloop_t *loop, const broker_cfg_t *cfg)
     self->closing = zlistx_new();
     self->orphans = zlistx_new();
     self->slots = calloc(cfg->max_sessions, 1);
-    if (!self->sessions || !self->closing || !self->orphans || !self->slots) {
+    self->lifeline[0] = self->lifeline[1] = -1;
+    if (!self->sessions || !self->closing || !self->orphans || !self->slots ||
+        pipe2(self->lifeline, O_CLOEXEC) < 0) {
         broker_destroy(&self);
         return NULL;
     }
+    /* The zygote warms up while kenneld starts serving; the first kernel waits for it. */
+    if (cfg->sandbox && cfg->zygote && s_zygote_start(self) < 0)
+        PLOG_W("cannot start the zygote (tried again with the first kernel)");
     self->ops = (session_ops_t){s_op_send,           s_op_to_kernel,      s_op_kernel_start,
                                 s_op_kernel_signal,  s_op_ended,          s_op_timer_arm,
                                 s_op_timer_cancel,   s_op_snapshot_store, s_op_snapshot_load,
@@ -993,6 +1142,10 @@ void broker_destroy(broker_t **self_p)
         s_reap_blocking(&o->proc);
         s_orphan_finish(o);
     }
+    s_zygote_stop(self);
+    for (int i = 0; i < 2; i++)
+        if (self->lifeline[i] >= 0)
+            close(self->lifeline[i]);
     zlistx_destroy(&self->sessions);
     zlistx_destroy(&self->closing);
     zlistx_destroy(&self->orphans);

@@ -30,7 +30,11 @@ typedef struct {
     const char *python;           /* the interpreter that runs kernels */
     const char *kernel_dir;       /* where kennel_kernel.py lives */
     int sandbox;                  /* 0 only with --insecure-no-sandbox */
-    const char *init_path;        /* kennel-init, which builds the sandbox */
+    const char *init_path;        /* kennel-init, which builds the sandbox (--spawner exec) */
+    int zygote;                   /* sandboxed kernels are forks of a zygote */
+    const char *zygote_dir;       /* the zygote's C part */
+    const char *preload;          /* what the zygote imports, comma-separated */
+    size_t pool;                  /* sealed kernels kept waiting for new sessions */
     unsigned long uid_base;       /* session n's kernel runs as host uid uid_base + n */
     broker_limits_t limits;       /* defaults for sessions that ask for none */
     const char *sandbox_desc;     /* what the start-up probe found, for stats */

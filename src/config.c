@@ -17,6 +17,8 @@
 #define KENNEL_KERNEL_DIR "/usr/lib/kennel/kernels/python"
 #endif
 
+#define DEFAULT_PRELOAD "numpy,pandas,matplotlib.pyplot,matplotlib_inline.backend_inline"
+
 static const char s_usage[] =
     "usage: kenneld [options]\n"
     "  --state-dir DIR     state directory (env KENNEL_STATE_DIR; default ~/.local/state/kennel)\n"
@@ -28,6 +30,12 @@ static const char s_usage[] =
     "  --max-queued N      shell requests waiting per session (default 256)\n"
     "  --max-message SIZE  largest client message or kernel frame, e.g. 64M (default 64M)\n"
     "  --log-level L       error, warn, info or debug (env KENNEL_LOG_LEVEL; default info)\n"
+    "  --spawner S         zygote: kernels are forks of a warm Python that imported the\n"
+    "                      preload list once; exec: a cold python3 per kernel (env\n"
+    "                      KENNEL_SPAWNER; default zygote)\n"
+    "  --preload LIST      modules the zygote imports, comma-separated (default\n"
+    "                      " DEFAULT_PRELOAD ")\n"
+    "  --pool N            sealed kernels kept ready for new sessions (zygote only; default 2)\n"
     "per-session defaults (a session may ask for others when it is created):\n"
     "  --memory SIZE       memory limit, cgroup and RLIMIT_AS (default 1G)\n"
     "  --pids N            processes and threads (default 256)\n"
@@ -57,6 +65,16 @@ static int s_copy(char *dst, size_t cap, const char *src, const char *what)
 }
 
 /*  A size with an optional K, M or G suffix (powers of 1024). */
+static int s_spawner(config_t *cfg, const char *name)
+{
+    if (strcmp(name, "zygote") != 0 && strcmp(name, "exec") != 0) {
+        fprintf(stderr, "kenneld: the spawner is zygote or exec\n");
+        return -1;
+    }
+    strcpy(cfg->spawner, name);
+    return 0;
+}
+
 static int s_size(const char *text, size_t min, size_t max, size_t *out, const char *what)
 {
     char *end;
@@ -102,6 +120,10 @@ int config_load(config_t *cfg, int argc, char **argv)
     cfg->ttl_s = 86400;
     cfg->max_output = 10u << 20;
     cfg->max_file = 32u << 20;
+    strcpy(cfg->spawner, "zygote");
+    strcpy(cfg->zygote_dir, KENNEL_ZYGOTE_DIR);
+    strcpy(cfg->preload, DEFAULT_PRELOAD);
+    cfg->pool = 2;
     if (statedir_default(cfg->state_dir, sizeof cfg->state_dir) < 0) {
         fprintf(stderr, "kenneld: no state directory: set --state-dir or HOME\n");
         return -1;
@@ -113,6 +135,8 @@ int config_load(config_t *cfg, int argc, char **argv)
         fprintf(stderr, "kenneld: KENNEL_LOG_LEVEL must be error, warn, info or debug\n");
         return -1;
     }
+    if ((env = getenv("KENNEL_SPAWNER")) && *env && s_spawner(cfg, env) < 0)
+        return -1;
     static const struct option opts[] = {
         {"state-dir", required_argument, NULL, 's'}, {"transport", required_argument, NULL, 't'},
         {"manager", required_argument, NULL, 'm'},   {"python", required_argument, NULL, 'p'},
@@ -127,6 +151,8 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"max-output", required_argument, NULL, 'O'}, {"idle", required_argument, NULL, 'd'},
         {"max-file", required_argument, NULL, 'X'},
         {"ttl", required_argument, NULL, 'L'},
+        {"spawner", required_argument, NULL, 'Z'},   {"preload", required_argument, NULL, 'R'},
+        {"pool", required_argument, NULL, 'W'},
         {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
@@ -198,6 +224,9 @@ int config_load(config_t *cfg, int argc, char **argv)
         }
         case 'O': rc = s_size(optarg, 1024, 1u << 30, &cfg->max_output, "--max-output"); break;
         case 'X': rc = s_size(optarg, 1024, 1u << 30, &cfg->max_file, "--max-file"); break;
+        case 'Z': rc = s_spawner(cfg, optarg); break;
+        case 'R': rc = s_copy(cfg->preload, sizeof cfg->preload, optarg, "--preload"); break;
+        case 'W': rc = s_size(optarg, 0, 64, &cfg->pool, "--pool"); break;
         case 'h': fputs(s_usage, stdout); return 1;
         default: fputs(s_usage, stderr); return -1;
         }

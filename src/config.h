@@ -1,5 +1,5 @@
 /*  config: kenneld's settings: defaults, then environment (KENNEL_STATE_DIR, KENNEL_PYTHON,
- *  KENNEL_LOG_LEVEL), then the command line. Validated once; read-only afterwards. */
+ *  KENNEL_LOG_LEVEL, KENNEL_SPAWNER), then the command line. Validated once; read-only afterwards. */
 #ifndef KENNEL_CONFIG_H
 #define KENNEL_CONFIG_H
 
@@ -17,6 +17,10 @@ typedef struct {
     size_t max_queued;
     size_t max_message_bytes;   /* client messages and kernel-pipe frames */
     int insecure_no_sandbox;    /* run kernels without the sandbox (debugging only) */
+    char spawner[8];            /* "zygote" (fork a warm Python) or "exec" (a cold start each) */
+    char zygote_dir[PATH_MAX];  /* where the zygote's C part (_kennel_zygote.so) is */
+    char preload[1024];         /* modules the zygote imports once, comma-separated */
+    size_t pool;                /* sealed kernels kept waiting for new sessions */
     unsigned long long memory_bytes; /* per-session defaults */
     size_t pids;
     double cpus;

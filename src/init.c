@@ -18,13 +18,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
-#include "kpipe.h"
+#include "reaper.h"
 #include "sandbox.h"
 #include "util.h"
-
-#define PIPE_FD 3
 
 extern char **environ;
 
@@ -35,53 +31,6 @@ const char *__asan_default_options(void);
 const char *__asan_default_options(void)
 {
     return "detect_leaks=0";
-}
-
-/*  Tell kenneld why the kernel cannot start, then exit. */
-static void s_fatal(const char *step, int err)
-{
-    char msg[256];
-    snprintf(msg, sizeof msg, "sandbox: %s: %s", step, strerror(err));
-    json_t *op = json_pack("{s:s, s:s}", "op", "fatal", "error", msg);
-    char *text = op ? json_dumps(op, JSON_COMPACT) : NULL;
-    kpipe_iov_t part = {text, text ? strlen(text) : 0};
-    uint8_t *frame;
-    size_t len;
-    if (text && kpipe_encode(&part, 1, 4096, &frame, &len) == 0) {
-        (void)util_write_all(PIPE_FD, frame, len);
-        free(frame);
-    }
-    fprintf(stderr, "kennel-init: %s\n", msg);
-    _exit(126);
-}
-
-static void s_signals(void (*handler)(int))
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = handler;
-    /* SIGINT (interrupt) and SIGUSR2 (deadline) go to the whole group for the kernel; the
-     * launcher and init must outlive them. */
-    static const int sigs[] = {SIGINT,  SIGUSR1, SIGUSR2, SIGTERM, SIGHUP,
-                               SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
-        sigaction(sigs[i], &sa, NULL);
-}
-
-/*  pid 1: reap everything; when the kernel exits, exit with its status (128+N for a signal).
- *  The pid namespace dies with us, taking any leftover process of user code along. */
-static int s_init(pid_t kernel)
-{
-    for (;;) {
-        int st;
-        pid_t pid = wait(&st);
-        if (pid < 0 && errno == EINTR)
-            continue;
-        if (pid < 0)
-            return 125;
-        if (pid == kernel)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    }
 }
 
 static unsigned long long s_num(const char *text)
@@ -98,7 +47,7 @@ static unsigned long long s_num(const char *text)
 
 int main(int argc, char **argv)
 {
-    sandbox_cfg_t cfg = {.tmp_bytes = 64ull << 20, .nproc = 256, .nofile = 1024};
+    sandbox_cfg_t cfg = {.workspace_fd = -1, .tmp_bytes = 64ull << 20, .nproc = 256, .nofile = 1024};
     int i = 1;
     for (; i + 1 < argc && strcmp(argv[i], "--") != 0; i += 2) {
         const char *opt = argv[i], *val = argv[i + 1];
@@ -124,12 +73,13 @@ int main(int argc, char **argv)
 
     const char *step = NULL;
     int lifeline = -1;
-    pid_t child = sandbox_clone(&cfg, &lifeline, &step);
-    if (child < 0)
-        s_fatal(step, errno);
+    sandbox_clone_opts_t opts = {.as_sibling = 0, .lifeline = -1, .cgroup_fds = NULL};
+    pid_t child = sandbox_clone(&cfg, &opts, &lifeline, &step);
+    if (child < 0) /* no child, or we are the child and a setup step failed */
+        reaper_fatal(step, errno);
     if (child > 0) {
         /* The launcher: ignore what kenneld sends the group to interrupt a cell. */
-        s_signals(SIG_IGN);
+        reaper_signals(SIG_IGN);
         int st;
         while (waitpid(child, &st, 0) < 0 && errno == EINTR)
             ;
@@ -143,18 +93,15 @@ int main(int argc, char **argv)
     }
     /* The session's init, pid 1 of the new pid namespace. */
     if (sandbox_enter(&cfg, lifeline, &step) < 0 || sandbox_seal(&step) < 0)
-        s_fatal(step, errno);
-    s_signals(SIG_IGN);
+        reaper_fatal(step, errno);
+    reaper_signals(SIG_IGN);
     pid_t kernel = fork();
     if (kernel < 0)
-        s_fatal("fork kernel", errno);
+        reaper_fatal("fork kernel", errno);
     if (kernel == 0) {
-        s_signals(SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        reaper_kernel_signals();
         execve(program[0], program, environ);
-        s_fatal("exec kernel", errno);
+        reaper_fatal("exec kernel", errno);
     }
-    return s_init(kernel);
+    return reaper_run(kernel);
 }

@@ -175,6 +175,10 @@ int main(int argc, char **argv)
                   "rlimits alone", cg);
     }
     LOG_I("sandbox: %s", sandbox_desc);
+    if (!cfg.insecure_no_sandbox)
+        LOG_I("spawner: %s", strcmp(cfg.spawner, "zygote") == 0
+                                 ? "zygote (kernels fork from a warm Python)"
+                                 : "exec (a cold Python per kernel)");
 
     char manager_ep[PATH_MAX + 32];
     if (cfg.manager[0])
@@ -195,6 +199,10 @@ int main(int argc, char **argv)
         .max_pipe_frame = cfg.max_message_bytes,
         .sandbox = !cfg.insecure_no_sandbox,
         .init_path = init_path,
+        .zygote = strcmp(cfg.spawner, "zygote") == 0,
+        .zygote_dir = cfg.zygote_dir,
+        .preload = cfg.preload,
+        .pool = cfg.pool,
         .uid_base = cfg.uid_base,
         .limits = {{cfg.memory_bytes, cfg.pids, cfg.cpus}, cfg.tmp_bytes, cfg.nofile,
                    (long long)(cfg.timeout_s * 1000), (long long)(cfg.idle_s * 1000)},

@@ -56,73 +56,103 @@ static int s_write_text(const char *path, const char *text, int flags, mode_t mo
     return rc;
 }
 
-pid_t sandbox_clone(const sandbox_cfg_t *cfg, int *lifeline, const char **step)
+/*  What the parent tells the child once it has set it up. */
+typedef struct {
+    int err;         /* 0, or the errno of the step that failed */
+    char step[48];
+} sandbox_setup_t;
+
+/*  Write the decimal pid into an open cgroup.procs file. 0, or -1 with errno. */
+static int s_join_cgroup(int fd, pid_t pid)
 {
-    int sync[2], life[2];
-    STEP("setgroups", setgroups(0, NULL));
-    STEP("pipe", pipe2(sync, O_CLOEXEC));
-    /* The launcher holds the write end until it dies; the child sees the hang-up. */
-    STEP("pipe", pipe2(life, O_CLOEXEC));
-    int flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC |
-                CLONE_NEWUTS | CLONE_NEWCGROUP;
-    /* A fork-like clone: the child continues on a copy of our stack. */
-    pid_t pid = (pid_t)syscall(SYS_clone, (unsigned long)flags | SIGCHLD, NULL, NULL, NULL, 0);
-    if (pid < 0) {
-        *step = "clone(namespaces)";
-        close(sync[0]);
-        close(sync[1]);
-        close(life[0]);
-        close(life[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        /* Wait until the parent has written our maps (it closes its end when done). */
-        close(sync[1]);
-        close(life[1]);
-        *lifeline = life[0];
-        char c;
-        ssize_t n;
-        do
-            n = read(sync[0], &c, 1);
-        while (n < 0 && errno == EINTR);
-        close(sync[0]);
-        if (n != 1) {
-            *step = "id maps";
-            errno = EPERM;
-            return -1;
-        }
-        return 0;
-    }
-    close(sync[0]);
-    close(life[0]);
+    char text[24];
+    int n = snprintf(text, sizeof text, "%d", (int)pid);
+    return pwrite(fd, text, (size_t)n, 0) == n ? 0 : -1;
+}
+
+/*  The parent's half: the child's maps (setgroups denied first), then its cgroups. */
+static int s_setup_child(pid_t pid, const sandbox_cfg_t *cfg, const sandbox_clone_opts_t *opts,
+                         const char **step)
+{
     char path[64], map[64];
-    int rc = 0;
     snprintf(path, sizeof path, "/proc/%d/setgroups", (int)pid);
-    if (s_write_text(path, "deny", 0, 0) < 0) {
-        *step = "write setgroups";
-        rc = -1;
-    }
+    STEP("write setgroups", s_write_text(path, "deny", 0, 0));
     snprintf(map, sizeof map, "%d %u 1\n", SANDBOX_UID, (unsigned)cfg->host_uid);
     snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
-    if (rc == 0 && s_write_text(path, map, 0, 0) < 0) {
-        *step = "write uid_map";
-        rc = -1;
-    }
+    STEP("write uid_map", s_write_text(path, map, 0, 0));
     snprintf(map, sizeof map, "%d %u 1\n", SANDBOX_UID, (unsigned)cfg->host_gid);
     snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
-    if (rc == 0 && s_write_text(path, map, 0, 0) < 0) {
-        *step = "write gid_map";
-        rc = -1;
+    STEP("write gid_map", s_write_text(path, map, 0, 0));
+    for (size_t i = 0; opts->cgroup_fds && opts->cgroup_fds[i] >= 0; i++)
+        STEP("join cgroup", s_join_cgroup(opts->cgroup_fds[i], pid));
+    return 0;
+}
+
+pid_t sandbox_clone(const sandbox_cfg_t *cfg, const sandbox_clone_opts_t *opts, int *lifeline,
+                    const char **step)
+{
+    int sync[2], life[2] = {opts->lifeline, -1};
+    STEP("setgroups", setgroups(0, NULL));
+    STEP("pipe", pipe2(sync, O_CLOEXEC));
+    /* Without a lifeline from the owner, we are the owner: we hold the write end until we
+     * die, and the child sees the hang-up. */
+    if (opts->lifeline < 0 && pipe2(life, O_CLOEXEC) < 0) {
+        *step = "pipe";
+        close(sync[0]);
+        close(sync[1]);
+        return -1;
     }
-    if (rc == 0)
-        rc = util_write_all(sync[1], "1", 1);
-    int saved = errno;
-    close(sync[1]);
-    if (rc < 0) {
-        kill(pid, SIGKILL);
+    /* No CLONE_NEWCGROUP yet: the child enters a cgroup namespace once it is in its own
+     * cgroups, so that its view is rooted there. */
+    unsigned long flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWNS |
+                          CLONE_NEWIPC | CLONE_NEWUTS | (opts->as_sibling ? CLONE_PARENT : 0);
+    /* A fork-like clone: the child continues on a copy of our stack. */
+    pid_t pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, 0);
+    if (pid < 0) {
+        *step = "clone(namespaces)";
+        int saved = errno;
+        close(sync[0]);
+        close(sync[1]);
+        if (opts->lifeline < 0) {
+            close(life[0]);
+            close(life[1]);
+        }
         errno = saved;
         return -1;
     }
+    if (pid == 0) {
+        /* Wait until the parent has set us up: it sends how that went. */
+        close(sync[1]);
+        if (life[1] >= 0)
+            close(life[1]);
+        *lifeline = life[0];
+        static sandbox_setup_t got;
+        ssize_t n;
+        do
+            n = read(sync[0], &got, sizeof got);
+        while (n < 0 && errno == EINTR);
+        close(sync[0]);
+        if (n != (ssize_t)sizeof got || got.err) {
+            got.step[sizeof got.step - 1] = '\0';
+            *step = n == (ssize_t)sizeof got ? got.step : "id maps";
+            errno = n == (ssize_t)sizeof got ? got.err : EPERM;
+            return -1;
+        }
+        STEP("unshare(cgroup namespace)", unshare(CLONE_NEWCGROUP));
+        return 0;
+    }
+    close(sync[0]);
+    if (opts->lifeline < 0)
+        close(life[0]);
+    /* A failed setup is the child's to report (the caller may not be its parent). */
+    sandbox_setup_t done = {0, ""};
+    const char *failed = NULL;
+    if (s_setup_child(pid, cfg, opts, &failed) < 0) {
+        done.err = errno;
+        snprintf(done.step, sizeof done.step, "%s", failed);
+    }
+    (void)!write(sync[1], &done, sizeof done);
+    close(sync[1]);
     return pid;
 }
 
@@ -265,7 +295,16 @@ static int s_build_root(const sandbox_cfg_t *cfg, int workspace_fd, int kernel_f
     STEP("mkdir /tmp", mkdir(s_in(path, cfg, "/tmp"), 01777));
     STEP("mount /tmp", mount("tmpfs", s_in(path, cfg, "/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, opts));
 
-    STEP("bind workspace", s_bind(s_fd_path(src, workspace_fd), s_in(path, cfg, SANDBOX_WORKSPACE), MS_NOSUID | MS_NODEV));
+    s_in(path, cfg, SANDBOX_WORKSPACE);
+    if (cfg->workspace_fd >= 0) {
+        /* A detached copy of the workspace's mount, made by kenneld (open_tree): an fd of the
+         * host's mount namespace could not be a bind source here. */
+        STEP("mkdir workspace", mkdir(path, 0755));
+        STEP("attach workspace", move_mount(workspace_fd, "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH));
+        STEP("remount workspace", mount(NULL, path, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | s_locked_flags(path), NULL));
+    } else {
+        STEP("bind workspace", s_bind(s_fd_path(src, workspace_fd), path, MS_NOSUID | MS_NODEV));
+    }
     STEP("mkdir /opt", mkdir(s_in(path, cfg, "/opt"), 0755));
     STEP("bind kernel runtime", s_bind(s_fd_path(src, kernel_fd), s_in(path, cfg, SANDBOX_KERNEL_DIR), RO));
 
@@ -283,7 +322,9 @@ int sandbox_enter(const sandbox_cfg_t *cfg, int lifeline, const char **step)
      * state directory may be 0700 root's, which uid SANDBOX_UID could not traverse. Opened here,
      * in our own mount namespace, they can be bind sources (a mount of another namespace
      * cannot). The mounts come later, from /proc/self/fd. */
-    int workspace_fd = open(cfg->workspace, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int workspace_fd = cfg->workspace_fd >= 0
+                           ? fcntl(cfg->workspace_fd, F_DUPFD_CLOEXEC, 0)
+                           : open(cfg->workspace, O_PATH | O_DIRECTORY | O_CLOEXEC);
     STEP("open workspace", workspace_fd);
     int kernel_fd = open(cfg->kernel_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     STEP("open kernel runtime", kernel_fd);

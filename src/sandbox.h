@@ -19,6 +19,8 @@
 
 typedef struct {
     const char *workspace;          /* host directory bound read-write at /workspace */
+    int workspace_fd;               /* or a detached copy of its mount (open_tree with
+                                     * OPEN_TREE_CLONE; the zygote's way); -1: open workspace */
     const char *kernel_dir;         /* host directory bound read-only at /opt/kennel */
     uid_t host_uid;                 /* unprivileged host ids the inside ids map to */
     gid_t host_gid;
@@ -32,10 +34,24 @@ typedef struct {
 /*  The new root is built on a tmpfs mounted over /tmp in the child's mount namespace. */
 #define SANDBOX_NEWROOT "/tmp"
 
-/*  Fork a child into new namespaces and map its ids. Returns the child's pid in the caller and
- *  0 in the child (once its maps are written), or -1 with errno and *step set. In the child,
- *  *lifeline is a pipe end that reports the launcher's death (for sandbox_enter). */
-pid_t sandbox_clone(const sandbox_cfg_t *cfg, int *lifeline, const char **step);
+/*  How sandbox_clone makes its child. */
+typedef struct {
+    int as_sibling;             /* CLONE_PARENT: the child is our parent's child (the zygote's
+                                 * sessions are kenneld's children, reaped through its pidfds) */
+    int lifeline;               /* a pipe read end that hangs up when the session's owner dies;
+                                 * -1: make one, whose write end this process holds */
+    const int *cgroup_fds;      /* open cgroup.procs files the child is moved into before it
+                                 * runs, ending with -1; NULL: it stays in ours */
+} sandbox_clone_opts_t;
+
+/*  Fork a child into new namespaces, map its ids and move it into its cgroups. Returns the
+ *  child's pid in the caller, or -1 with errno and *step when there is no child. In the child
+ *  it returns 0 once it is set up and in a cgroup namespace rooted at its cgroup, or -1 with
+ *  errno and *step when a step failed (the caller's setup steps too: the child reports them,
+ *  because with as_sibling the caller is not its parent). In the child, *lifeline is the pipe
+ *  end that reports the owner's death (for sandbox_enter). */
+pid_t sandbox_clone(const sandbox_cfg_t *cfg, const sandbox_clone_opts_t *opts, int *lifeline,
+                    const char **step);
 /*  In the child of sandbox_clone: build and enter the new root. 0, or -1 with errno and *step. */
 int sandbox_enter(const sandbox_cfg_t *cfg, int lifeline, const char **step);
 /*  Close fds above 3, drop every capability, set no_new_privs, load the seccomp filter.

@@ -264,8 +264,12 @@ static int s_start_kernel(session_t *self)
     self->had_hello = 0;
     self->awaiting_input = 0;
     if (self->ops->kernel_start(self->ctx) < 0) {
-        PLOG_W("session=%s: kernel start failed", self->id);
+        int saved = errno;
+        if (!self->start_error[0])
+            snprintf(self->start_error, sizeof self->start_error, "%s", strerror(saved));
+        LOG_W("session=%s: kernel start failed: %s", self->id, self->start_error);
         self->state = SESSION_DEAD;
+        errno = saved;
         return -1;
     }
     self->state = SESSION_STARTING;
@@ -966,7 +970,8 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
         self->restarts++;
         if (s_start_kernel(self) == 0)
             return;
-        snprintf(evalue, sizeof evalue, "the kernel could not be restarted: %s", strerror(errno));
+        snprintf(evalue, sizeof evalue, "the kernel could not be restarted: %.200s",
+                 self->start_error);
     } else {
         if (self->start_error[0])
             snprintf(evalue, sizeof evalue, "the kernel could not start: %.200s", self->start_error);
@@ -976,6 +981,16 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
     }
     self->start_error[0] = '\0';
     s_fail_waiting(self, evalue);
+}
+
+void session_start_failed(session_t *self, const char *why)
+{
+    snprintf(self->start_error, sizeof self->start_error, "%s", why);
+}
+
+const char *session_start_error(const session_t *self)
+{
+    return self->start_error;
 }
 
 void session_end(session_t *self)

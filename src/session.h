@@ -91,6 +91,11 @@ void session_start_evicted(session_t *self);
 /*  Save the kernel's state now and evict it (kenneld is stopping): 1 when a save started,
  *  0 when there is nothing to save (no kernel), -1 when the kernel is busy. */
 int session_save(session_t *self);
+/*  Why the kernel the session asked for (ops->kernel_start) cannot start, for the client's
+ *  error reply; call before returning -1 from kernel_start. */
+void session_start_failed(session_t *self, const char *why);
+/*  Why the last kernel could not start ("" when it did). */
+const char *session_start_error(const session_t *self);
 /*  End the session now (manager end, kenneld shutdown): kills the kernel, no more replies. */
 void session_end(session_t *self);
 

@@ -9,11 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "log.h"
 #include "util.h"
@@ -74,13 +77,14 @@ fail:
     _exit(127);
 }
 
-int spawner_spawn(char *const argv[], char *const envp[], const char *cwd,
-                  char *const cgroup_procs[], spawner_proc_t *out)
+/*  spawner_spawn with the pipe of the given socket type. */
+static int s_spawn(int sock_type, char *const argv[], char *const envp[], const char *cwd,
+                   char *const cgroup_procs[], spawner_proc_t *out)
 {
     int sv[2] = {-1, -1}, status[2] = {-1, -1}, null_fd = -1;
     memset(out, 0, sizeof *out);
     out->pidfd = out->pipe_fd = -1;
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+    if (socketpair(AF_UNIX, sock_type | SOCK_CLOEXEC, 0, sv) < 0)
         return -1;
     if (pipe2(status, O_CLOEXEC) < 0)
         goto fail;
@@ -142,6 +146,12 @@ fail:;
     return -1;
 }
 
+int spawner_spawn(char *const argv[], char *const envp[], const char *cwd,
+                  char *const cgroup_procs[], spawner_proc_t *out)
+{
+    return s_spawn(SOCK_STREAM, argv, envp, cwd, cgroup_procs, out);
+}
+
 int spawner_signal(spawner_proc_t *proc, int sig)
 {
     if (proc->reaped || proc->pid <= 0) {
@@ -169,6 +179,12 @@ int spawner_reap(spawner_proc_t *proc, char *how, size_t how_len)
     if (info.si_pid == 0)
         return 0;
     proc->reaped = 1;
+    if (info.si_code == CLD_EXITED && proc->init_status && info.si_status > 128 &&
+        info.si_status < 128 + NSIG) {
+        /* A session's init cannot die of its kernel's signal; it exits with 128+N. */
+        info.si_code = CLD_KILLED;
+        info.si_status -= 128;
+    }
     if (info.si_code == CLD_EXITED)
         snprintf(how, how_len, "exited with status %d", info.si_status);
     else
@@ -198,4 +214,260 @@ long long spawner_rss_bytes(pid_t pid)
     int ok = sscanf(text, "%lld %lld", &size, &resident) == 2;
     free(text);
     return ok ? resident * sysconf(_SC_PAGESIZE) : 0;
+}
+
+/* ---- the zygote ---------------------------------------------------------------------------- */
+
+struct spawner_zygote {
+    spawner_proc_t proc;   /* pipe_fd: the control socket (SOCK_SEQPACKET) */
+    int ready;
+    int dead;
+};
+
+/*  The zygote's first lines, run by `python3 -I -c`: read the configuration, find the kernel
+ *  runtime, hand over to kennel_zygote. No path appears on its command line, which every
+ *  kernel (a fork of it) can read in /proc. */
+static const char s_boot[] =
+    "import json,socket,sys\n"
+    "s=socket.socket(fileno=3)\n"
+    "m,f,_,_=socket.recv_fds(s,65536,4)\n"
+    "c=json.loads(m)\n"
+    "sys.path[:0]=c['path']\n"
+    "import kennel_zygote\n"
+    "kennel_zygote.main(s,c,f)\n";
+
+/*  Send one datagram with fds (ending in -1) attached. 0, or -1 with errno. */
+static int s_send_fds(int sock, const char *text, const int fds[])
+{
+    size_t nfds = 0;
+    while (fds && fds[nfds] >= 0)
+        nfds++;
+    if (nfds > SPAWNER_MAX_FDS) {
+        errno = E2BIG;
+        return -1;
+    }
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * SPAWNER_MAX_FDS)];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {(void *)text, strlen(text)};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (nfds) {
+        msg.msg_control = ctl.buf;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+    }
+    ssize_t n;
+    do
+        n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)iov.iov_len ? 0 : -1;
+}
+
+spawner_zygote_t *spawner_zygote_new(const spawner_zygote_cfg_t *cfg)
+{
+    spawner_zygote_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    char *argv[] = {(char *)cfg->python, "-I", "-c", (char *)s_boot, NULL};
+    if (s_spawn(SOCK_SEQPACKET, argv, cfg->envp, "/", NULL, &self->proc) < 0) {
+        free(self);
+        return NULL;
+    }
+    json_t *path = json_array();
+    for (size_t i = 0; cfg->path[i]; i++)
+        json_array_append_new(path, json_string(cfg->path[i]));
+    json_t *preload = json_array();
+    char *list = strdup(cfg->preload ? cfg->preload : "");
+    for (char *save = NULL, *name = list ? strtok_r(list, ",", &save) : NULL; name;
+         name = strtok_r(NULL, ",", &save))
+        json_array_append_new(preload, json_string(name));
+    free(list);
+    json_t *conf = json_pack("{s:s, s:o, s:s, s:o}", "op", "config", "path", path, "kernel_dir",
+                             cfg->kernel_dir, "preload", preload);
+    char *text = conf ? json_dumps(conf, JSON_COMPACT) : NULL;
+    json_decref(conf);
+    int fds[] = {cfg->lifeline, -1};
+    int rc = text ? s_send_fds(self->proc.pipe_fd, text, fds) : -1;
+    free(text);
+    if (rc < 0) {
+        int saved = errno;
+        spawner_zygote_destroy(&self);
+        errno = saved;
+        return NULL;
+    }
+    return self;
+}
+
+void spawner_zygote_destroy(spawner_zygote_t **self_p)
+{
+    spawner_zygote_t *self = *self_p;
+    if (!self)
+        return;
+    if (!self->proc.reaped) {
+        (void)syscall(SYS_pidfd_send_signal, self->proc.pidfd, SIGKILL, NULL, 0);
+        siginfo_t info;
+        (void)waitid((idtype_t)P_PIDFD, (id_t)self->proc.pidfd, &info, WEXITED);
+    }
+    spawner_release(&self->proc);
+    free(self);
+    *self_p = NULL;
+}
+
+int spawner_zygote_fd(const spawner_zygote_t *self)
+{
+    return self->proc.pipe_fd;
+}
+
+pid_t spawner_zygote_pid(const spawner_zygote_t *self)
+{
+    return self->proc.pid;
+}
+
+int spawner_zygote_ready(const spawner_zygote_t *self)
+{
+    return self->ready && !self->dead;
+}
+
+/*  Receive one message from the zygote, waiting at most timeout_ms (0: not at all), with fds
+ *  refused. New reference, or NULL: errno EAGAIN (nothing yet), or why filled (it died or
+ *  spoke nonsense: self->dead). */
+static json_t *s_zygote_recv(spawner_zygote_t *self, int timeout_ms, char *why, size_t why_len)
+{
+    if (self->dead) {
+        snprintf(why, why_len, "the zygote is gone");
+        errno = EPIPE;
+        return NULL;
+    }
+    struct pollfd pfd = {self->proc.pipe_fd, POLLIN, 0};
+    int p;
+    do
+        p = poll(&pfd, 1, timeout_ms);
+    while (p < 0 && errno == EINTR);
+    if (p == 0) {
+        errno = EAGAIN;
+        return NULL;
+    }
+    char buf[4096];
+    ssize_t n = p < 0 ? -1 : recv(self->proc.pipe_fd, buf, sizeof buf - 1, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        errno = EAGAIN;
+        return NULL;
+    }
+    json_t *msg = n > 0 ? json_loadb(buf, (size_t)n, 0, NULL) : NULL;
+    const char *op = json_string_value(json_object_get(msg, "op"));
+    if (!op || (strcmp(op, "error") == 0 && !self->ready)) {
+        const char *err = json_string_value(json_object_get(msg, "error"));
+        snprintf(why, why_len, "the zygote %s", n == 0 ? "exited" : n < 0 ? strerror(errno) : err ? err : "spoke nonsense");
+        json_decref(msg);
+        self->dead = 1;
+        errno = EPIPE;
+        return NULL;
+    }
+    if (strcmp(op, "ready") == 0) {
+        self->ready = 1;
+        json_t *failed = json_object_get(msg, "failed");
+        const char *name;
+        json_t *v;
+        json_object_foreach(failed, name, v)
+            LOG_W("zygote: could not preload %s: %s", name, json_string_value(v));
+        LOG_I("zygote ready (pid %d) in %lld ms", (int)self->proc.pid,
+              (long long)json_integer_value(json_object_get(msg, "ms")));
+    }
+    return msg;
+}
+
+int spawner_zygote_poll(spawner_zygote_t *self, char *why, size_t why_len)
+{
+    int was_ready = self->ready;
+    json_t *msg;
+    while ((msg = s_zygote_recv(self, 0, why, why_len)))
+        json_decref(msg); /* only "ready" comes unasked */
+    if (self->dead)
+        return -1;
+    return self->ready && !was_ready ? 1 : 0;
+}
+
+int spawner_zygote_spawn(spawner_zygote_t *self, json_t *request, const int fds[],
+                         int timeout_ms, spawner_proc_t *out, char *why, size_t why_len)
+{
+    memset(out, 0, sizeof *out);
+    out->pidfd = out->pipe_fd = -1;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        snprintf(why, why_len, "socketpair: %s", strerror(errno));
+        return -1;
+    }
+    int all[SPAWNER_MAX_FDS + 1];
+    size_t n = 0;
+    all[n++] = sv[1];
+    for (size_t i = 0; fds[i] >= 0 && n < SPAWNER_MAX_FDS; i++)
+        all[n++] = fds[i];
+    all[n] = -1;
+    json_object_set_new(request, "op", json_string("spawn"));
+    char *text = json_dumps(request, JSON_COMPACT);
+    int rc = text && !self->dead ? s_send_fds(self->proc.pipe_fd, text, all) : -1;
+    free(text);
+    close(sv[1]);
+    if (rc < 0) {
+        snprintf(why, why_len, "cannot reach the zygote: %s", self->dead ? "it is gone" : strerror(errno));
+        self->dead = 1;
+        close(sv[0]);
+        return -1;
+    }
+    /* Wait for the answer; a "ready" may come first. */
+    long long deadline = util_now_ms() + timeout_ms;
+    json_t *msg = NULL;
+    for (;;) {
+        long long left = deadline - util_now_ms();
+        msg = s_zygote_recv(self, left > 0 ? (int)left : 0, why, why_len);
+        if (!msg && errno == EAGAIN && left > 0)
+            continue;
+        if (!msg) {
+            if (errno == EAGAIN) {
+                snprintf(why, why_len, "the zygote did not answer within %d ms", timeout_ms);
+                self->dead = 1;
+            }
+            close(sv[0]);
+            return -1;
+        }
+        const char *op = json_string_value(json_object_get(msg, "op"));
+        if (strcmp(op, "ready") != 0)
+            break;
+        json_decref(msg);
+    }
+    const char *op = json_string_value(json_object_get(msg, "op"));
+    json_int_t pid = json_integer_value(json_object_get(msg, "pid"));
+    if (strcmp(op, "spawned") != 0 || pid <= 1) {
+        const char *err = json_string_value(json_object_get(msg, "error"));
+        snprintf(why, why_len, "%s", err ? err : "the zygote spoke nonsense");
+        json_decref(msg);
+        close(sv[0]);
+        return -1;
+    }
+    json_decref(msg);
+    /* Our child (CLONE_PARENT): nobody else can reap it, so its pid cannot be reused before
+     * we have its pidfd. */
+    out->pid = (pid_t)pid;
+    out->pidfd = s_pidfd_open(out->pid);
+    out->init_status = 1;
+    out->pipe_fd = sv[0];
+    if (out->pidfd < 0 || util_set_nonblock(out->pipe_fd, 1) < 0) {
+        snprintf(why, why_len, "pidfd of the new kernel: %s", strerror(errno));
+        kill(out->pid, SIGKILL);
+        if (out->pidfd >= 0) {
+            siginfo_t info;
+            (void)waitid((idtype_t)P_PIDFD, (id_t)out->pidfd, &info, WEXITED);
+        } else {
+            (void)waitpid(out->pid, NULL, 0);
+        }
+        spawner_release(out);
+        return -1;
+    }
+    return 0;
 }

@@ -8,6 +8,8 @@
 
 #include <sys/types.h>
 
+#include <jansson.h>
+
 #define SPAWNER_PIPE_FD 3
 
 typedef struct {
@@ -15,6 +17,8 @@ typedef struct {
     int pidfd;     /* readable when the process has exited; owned */
     int pipe_fd;   /* kenneld's end of the kernel pipe, non-blocking, CLOEXEC; owned */
     int reaped;    /* 1 once spawner_reap collected it */
+    int init_status; /* it is a session's init: exit status 128+N means its kernel died of
+                      * signal N, and spawner_reap says so */
 } spawner_proc_t;
 
 /*  Start argv[0] (an absolute path) with argv, envp (NULL-terminated), cwd, in the cgroups
@@ -34,5 +38,42 @@ int spawner_reap(spawner_proc_t *proc, char *how, size_t how_len);
 void spawner_release(spawner_proc_t *proc);
 /*  The resident set size of pid in bytes, or 0 when unknown. */
 long long spawner_rss_bytes(pid_t pid);
+
+/*  The zygote (kernels/python/kennel_zygote.py): a warm Python that forks sandboxed kernels.
+ *  kenneld talks to it over a SOCK_SEQPACKET socketpair; each request carries only numbers and
+ *  descriptors, never a path or a key. The kernels it makes are kenneld's children
+ *  (CLONE_PARENT), reaped like any other through their pidfds. */
+#define SPAWNER_MAX_FDS 8
+
+typedef struct spawner_zygote spawner_zygote_t;
+
+typedef struct {
+    const char *python;
+    const char *const *path;    /* sys.path entries: the kernel runtime, the C part; NULL-ended */
+    const char *kernel_dir;     /* the runtime, bound read-only into every sandbox */
+    const char *preload;        /* modules to import once, comma-separated */
+    char *const *envp;          /* the zygote's own environment (kernels get theirs per spawn) */
+    int lifeline;               /* a pipe read end that hangs up when kenneld dies */
+} spawner_zygote_cfg_t;
+
+/*  Start a zygote. It imports the runtime and the preload list in the background; spawns wait
+ *  for it. NULL with errno on failure. */
+spawner_zygote_t *spawner_zygote_new(const spawner_zygote_cfg_t *cfg);
+/*  Kill and reap it; sessions it made live on (they are kenneld's children). */
+void spawner_zygote_destroy(spawner_zygote_t **self_p);
+/*  Its control socket: readable when it has something to say unasked (ready, or gone). */
+int spawner_zygote_fd(const spawner_zygote_t *self);
+pid_t spawner_zygote_pid(const spawner_zygote_t *self);
+int spawner_zygote_ready(const spawner_zygote_t *self);
+/*  Read what it said unasked, without blocking: 1 when it just became ready, 0 otherwise, -1
+ *  when it is gone (why filled; destroy it and make another). */
+int spawner_zygote_poll(spawner_zygote_t *self, char *why, size_t why_len);
+/*  Fork a sandboxed kernel. request: the spawn op's fields (uid, gid, tmp, as, fsize, nproc,
+ *  nofile, env; "op" is added); fds: the workspace (a detached mount, open_tree) and the session's cgroup.procs
+ *  files, ending in -1 (the caller keeps and closes them). Blocks until the zygote answers, at
+ *  most timeout_ms (it may still be warming up). 0 and *out filled (init_status set), or -1
+ *  with why filled. */
+int spawner_zygote_spawn(spawner_zygote_t *self, json_t *request, const int fds[],
+                         int timeout_ms, spawner_proc_t *out, char *why, size_t why_len);
 
 #endif

@@ -1,8 +1,9 @@
 """kennel_kernel: entry point of kennel's Python kernel.
 
-kenneld runs `/usr/bin/python3 -I kennel_kernel.py --pipe-fd 3` in the session's
-workspace. This file only orders the start: hello to kenneld first, then the ~300 ms
-import of IPython, then serving requests (kennel_server). The kernel never touches
+With `--spawner exec`, kenneld runs `/usr/bin/python3 -I kennel_kernel.py --pipe-fd 3` in
+the session's workspace; with the zygote (kennel_zygote.py), a forked child calls start()
+and serve() itself. This file only orders the start: hello to kenneld first, then the
+~300 ms import of IPython (already done in a zygote), then serving requests (kennel_server). The kernel never touches
 ZeroMQ, keys or client identities: the pipe to kenneld is its only channel.
 """
 
@@ -47,8 +48,8 @@ def parse_args(argv):
     return int(argv[1])
 
 
-def main(argv):
-    pipe_fd = parse_args(argv)
+def start(pipe_fd):
+    """Say hello to kenneld on the pipe. Returns (pipe, gate) for serve()."""
     # fds 0-2 must be open, or the pipes the kernel makes later could land on them.
     for fd in (0, 1, 2):
         try:
@@ -60,14 +61,21 @@ def main(argv):
     gate.install()  # from here on a SIGINT or SIGUSR2 between cells is harmless
     pipe = Pipe(pipe_fd, gate, diag_fd)
     pipe.send({"op": "hello", "pid": os.getpid()}, kernel_info())
+    return pipe, gate
 
-    # Requests kenneld sends from now on wait in the socket until serve() reads them.
+
+def serve(pipe, gate, runtime_dirs):
+    """Serve kenneld's requests until it hangs up. runtime_dirs: the kernel runtime's entries
+    on sys.path, taken off it so that user code does not see them."""
     # Figures show inline at the end of a cell, as in Jupyter, unless the user chose a
     # backend; setting the variable costs nothing until matplotlib is imported.
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    # Requests kenneld sends from now on wait in the socket until serve() reads them.
     import kennel_server
 
-    sys.path.remove(_HERE)
+    for d in runtime_dirs:
+        while d in sys.path:
+            sys.path.remove(d)
     sys.path.insert(0, "")  # cells import modules from the working directory
     sys.argv = [""]  # as in Python's own REPL; the kernel's arguments are not the user's
     kernel = kennel_server.Kernel(pipe, gate)
@@ -77,6 +85,11 @@ def main(argv):
         import traceback
 
         pipe.fatal("internal error:\n" + traceback.format_exc())
+
+
+def main(argv):
+    pipe, gate = start(parse_args(argv))
+    serve(pipe, gate, [_HERE])
 
 
 if __name__ == "__main__":

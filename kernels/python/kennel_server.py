@@ -35,6 +35,11 @@ class Kernel:
         # The shell is created before fds 1 and 2 are captured, so that what IPython
         # prints while starting (an unwritable home, say) goes to kenneld's log.
         self._shell = KennelShell.create(self.publish)
+        # A zygote imported the inline backend before any shell existed, so its import-time
+        # hook (figures shown at the end of each cell) found none: run it now.
+        inline = sys.modules.get("matplotlib_inline.backend_inline")
+        if inline is not None:
+            inline._enable_matplotlib_integration()
         self._streams = StreamBuffer(self._publish_stream, gate)
         FdCapture(self._streams)
         sys.stdout = StreamWriter("stdout", 1, self._streams)

@@ -621,9 +621,20 @@ def exiting_kernel_dir():
     shutil.rmtree(d)
 
 
+def test_zygote_that_cannot_start(start_kenneld, exiting_kernel_dir):
+    """No zygote runtime in --kernel-dir: creating a session fails with a clear error (and is
+    tried again each time); kenneld serves on."""
+    kenneld = start_kenneld(args=["--kernel-dir", str(exiting_kernel_dir), "--spawner", "zygote"])
+    for _ in range(2):
+        reply = kenneld.call("create_request", {"name": "broken"})
+        assert reply["status"] == "error" and reply["ename"] == "SpawnFailed", reply
+        assert "zygote" in reply["evalue"], reply
+    assert kenneld.ok("stats_request")["sessions"] == 0
+
+
 def test_kernel_that_cannot_start(start_kenneld, exiting_kernel_dir, connect):
-    """A kernel that exits before its hello: requests fail instead of hanging."""
-    kenneld = start_kenneld(args=["--kernel-dir", str(exiting_kernel_dir)])
+    """A cold kernel that exits before its hello: requests fail instead of hanging."""
+    kenneld = start_kenneld(args=["--kernel-dir", str(exiting_kernel_dir), "--spawner", "exec"])
     kc = connect(kenneld.create("broken")["connection_file"], ready=False)
     reply = shell_reply(kc, kc.execute("1 + 1"))["content"]  # iopub may not be joined yet
     assert reply["status"] == "error"

@@ -1,0 +1,158 @@
+"""kennel_zygote: a warm Python that becomes sandboxed kernels by forking.
+
+kenneld starts one zygote, as root and outside any sandbox, with its control socket (a Unix
+SOCK_SEQPACKET socketpair) on fd 3:
+
+    /usr/bin/python3 -I -c BOOT
+
+BOOT reads the first message, the zygote's configuration, puts the kernel runtime on
+sys.path and calls main(). The zygote then imports the kernel runtime and the preload list
+(numpy, pandas, matplotlib with the inline backend, … — configurable), freezes the garbage
+collector's view of it all, says "ready", and serves spawn requests one at a time. For each
+one _kennel_zygote.spawn() clones a session (see kernels/zygote/zygote.c); in the new kernel
+it returns 0 and this module hands over to kennel_kernel, as a cold `kennel_kernel.py` would.
+
+Nothing of a session reaches the zygote but numbers and file descriptors: a request carries
+the kernel's host uid and limits, with the kernel pipe, a detached copy of the workspace's mount (open_tree)
+and the session's cgroup.procs files attached (SCM_RIGHTS). No path, session id or key is
+ever in its memory, so a kernel (a copy of that memory) finds none there.
+
+Messages (JSON, one per datagram):
+  kenneld -> zygote  {"op": "config", "path": [...], "kernel_dir": D, "preload": [...]}
+                     + [lifeline]    (first; the lifeline hangs up when kenneld dies)
+  zygote -> kenneld  {"op": "ready", "preloaded": [...], "failed": {module: error}, "ms": N}
+  kenneld -> zygote  {"op": "spawn", "uid": U, "gid": G, "tmp": B, "as": B, "fsize": B,
+                      "nproc": N, "nofile": N, "env": {...}}
+                     + [pipe, workspace, cgroup.procs...]
+  zygote -> kenneld  {"op": "spawned", "pid": P} or {"op": "error", "error": "..."}
+"""
+
+import gc
+import importlib
+import json
+import os
+import socket
+import sys
+import time
+
+import kennel_kernel
+
+MAX_MESSAGE = 65536
+MAX_FDS = 16
+
+
+def _threads():
+    """How many threads this process has: the kernel's, not just Python's."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
+
+
+def _preload(modules):
+    """Import what every kernel would; returns (preloaded, failed)."""
+    done, failed = [], {}
+    for name in modules:
+        try:
+            importlib.import_module(name)
+            done.append(name)
+        except Exception as e:  # a missing package is reported, not fatal
+            failed[name] = f"{type(e).__name__}: {e}"[:200]
+    return done, failed
+
+
+def _reseed():
+    """No two kernels forked from one zygote may share a random stream."""
+    import random
+
+    random.seed()  # from os.urandom; random's own at-fork hook does it too
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()  # the legacy global RandomState; default_rng() seeds itself
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile._name_sequence = None  # its names come from a Random made on first use
+
+
+def _become_kernel(ctl, cfg, req):
+    """In the new kernel: serve the session, then exit. Never returns to the zygote's loop,
+    whatever happens (an exception here must not reach main's handlers)."""
+    code = 1
+    try:
+        ctl.detach()  # sandbox_seal closed its fd: the object must not close a reused number
+        os.environ.clear()
+        os.environ.update(req["env"])
+        _reseed()
+        pipe, gate = kennel_kernel.start(3)
+        kennel_kernel.serve(pipe, gate, cfg["path"])
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+def _spawn(ctl, cfg, lifeline, req, fds):
+    import _kennel_zygote
+
+    if len(fds) < 2:
+        raise ValueError("a spawn request carries the pipe and the workspace")
+    pid = _kennel_zygote.spawn(
+        pipe_fd=fds[0], workspace_fd=fds[1], kernel_dir=cfg["kernel_dir"], lifeline=lifeline,
+        cgroup_fds=list(fds[2:]), uid=int(req["uid"]), gid=int(req["gid"]),
+        tmp=int(req["tmp"]), as_bytes=int(req["as"]), fsize=int(req["fsize"]),
+        nproc=int(req["nproc"]), nofile=int(req["nofile"]))
+    if pid == 0:
+        _become_kernel(ctl, cfg, req)
+    return pid
+
+
+def _send(ctl, obj):
+    ctl.send(json.dumps(obj).encode())
+
+
+def main(ctl, cfg, fds):
+    if len(fds) != 1:
+        sys.exit("kennel-zygote: the configuration carries the lifeline")
+    lifeline = fds[0]
+    t0 = time.monotonic()
+    import _kennel_zygote  # noqa: F401  (fails here, loudly, rather than at the first spawn)
+    # The whole kernel runtime, IPython and all: a kernel cannot import from this host path
+    # once it is in its sandbox.
+    import kennel_server  # noqa: F401
+
+    preloaded, failed = _preload(cfg.get("preload", []))
+    gc.collect()
+    gc.freeze()  # a kernel's collections never touch (and so never copy) the zygote's pages
+    threads = _threads()
+    if threads != 1:
+        # A new user namespace needs a single-threaded caller (an OpenBLAS, say, starts
+        # threads at import): every spawn would fail, so say it now.
+        _send(ctl, {"op": "error", "error": f"the zygote runs {threads} threads after the "
+                    "preload; a multithreaded process cannot enter a user namespace"})
+        sys.exit(1)
+    _send(ctl, {"op": "ready", "preloaded": preloaded, "failed": failed,
+                "ms": round((time.monotonic() - t0) * 1000)})
+    while True:
+        msg, fds, _flags, _addr = socket.recv_fds(ctl, MAX_MESSAGE, MAX_FDS)
+        if not msg:
+            return  # kenneld closed the socket
+        try:
+            req = json.loads(msg)
+            if req.get("op") != "spawn":
+                raise ValueError(f"unknown op {req.get('op')!r}")
+            reply = {"op": "spawned", "pid": _spawn(ctl, cfg, lifeline, req, fds)}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            reply = {"op": "error", "error": str(e)[:300]}
+        for fd in fds:
+            os.close(fd)
+        _send(ctl, reply)

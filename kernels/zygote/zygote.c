@@ -1,0 +1,132 @@
+/*  _kennel_zygote: the zygote's C part, a CPython extension with one function.
+ *
+ *  spawn() turns the warm zygote into one sandboxed session, in three processes' worth of
+ *  steps:
+ *    zygote   sandbox_clone (as_sibling): the child is kenneld's child, so kenneld reaps it
+ *             through its pidfd; we write its id maps, move it into its cgroups, and return
+ *             its pid.
+ *    init     the child, pid 1 of the session: the kernel pipe onto fd 3, its own session and
+ *             process group, sandbox_enter, sandbox_seal, then it forks the kernel and reaps
+ *             (reaper_run) until the kernel exits. It never returns to Python.
+ *    kernel   init's child: default signals, Python's after-fork bookkeeping, and spawn()
+ *             returns 0 — the Python code that called it becomes the session's kernel.
+ *  The zygote is single-threaded (kennel_zygote.py checks), which a new user namespace needs.
+ *  The GIL is held throughout, as os.fork() holds it. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "reaper.h"
+#include "sandbox.h"
+
+#define MAX_CGROUPS 8
+
+/*  The session's init. Returns only in the kernel. */
+static void s_session_init(const sandbox_cfg_t *cfg, int lifeline, int pipe_fd, const char *failed,
+                           int failed_errno)
+{
+    /* The pipe goes onto fd 3 first, so that kenneld hears of any failure. */
+    if (lifeline == REAPER_PIPE_FD)
+        lifeline = fcntl(lifeline, F_DUPFD_CLOEXEC, REAPER_PIPE_FD + 1);
+    if (pipe_fd != REAPER_PIPE_FD && dup2(pipe_fd, REAPER_PIPE_FD) < 0)
+        _exit(126);
+    if (failed)
+        reaper_fatal(failed, failed_errno);
+    const char *step = NULL;
+    if (setsid() < 0)
+        reaper_fatal("setsid", errno);
+    if (sandbox_enter(cfg, lifeline, &step) < 0 || sandbox_seal(&step) < 0)
+        reaper_fatal(step, errno);
+    reaper_signals(SIG_IGN);
+    pid_t kernel = fork();
+    if (kernel < 0)
+        reaper_fatal("fork kernel", errno);
+    if (kernel == 0) {
+        reaper_kernel_signals();
+        /* Dumpable, as an exec'd kernel is: its own /proc entries belong to it. */
+        if (prctl(PR_SET_DUMPABLE, 1) < 0)
+            reaper_fatal("PR_SET_DUMPABLE", errno);
+        return;
+    }
+    _exit(reaper_run(kernel));
+}
+
+static PyObject *s_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)self;
+    static char *kwlist[] = {"pipe_fd", "workspace_fd", "kernel_dir", "lifeline", "cgroup_fds",
+                             "uid", "gid", "tmp", "as_bytes", "fsize", "nproc", "nofile", NULL};
+    int pipe_fd, workspace_fd, lifeline;
+    const char *kernel_dir;
+    PyObject *cgroups;
+    unsigned int uid, gid;
+    unsigned long long tmp, as_bytes, fsize;
+    unsigned long nproc, nofile;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iisiO!IIKKKkk", kwlist, &pipe_fd,
+                                     &workspace_fd, &kernel_dir, &lifeline, &PyList_Type, &cgroups,
+                                     &uid, &gid, &tmp, &as_bytes, &fsize, &nproc, &nofile))
+        return NULL;
+    int cgroup_fds[MAX_CGROUPS + 1];
+    Py_ssize_t n = PyList_Size(cgroups);
+    if (n > MAX_CGROUPS)
+        return PyErr_Format(PyExc_ValueError, "at most %d cgroups", MAX_CGROUPS);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        cgroup_fds[i] = (int)PyLong_AsLong(PyList_GET_ITEM(cgroups, i));
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    cgroup_fds[n] = -1;
+    if (uid == 0 || gid == 0)
+        return PyErr_Format(PyExc_ValueError, "a kernel never runs as host root");
+    sandbox_cfg_t cfg = {
+        .workspace = NULL, .workspace_fd = workspace_fd, .kernel_dir = kernel_dir,
+        .host_uid = (uid_t)uid, .host_gid = (gid_t)gid, .tmp_bytes = tmp, .as_bytes = as_bytes,
+        .fsize_bytes = fsize, .nproc = nproc, .nofile = nofile,
+    };
+    sandbox_clone_opts_t opts = {.as_sibling = 1, .lifeline = lifeline, .cgroup_fds = cgroup_fds};
+    const char *step = NULL;
+    int life = -1;
+    pid_t zygote = getpid();
+    PyOS_BeforeFork();
+    pid_t pid = sandbox_clone(&cfg, &opts, &life, &step);
+    int saved = errno;
+    if (getpid() == zygote) {
+        PyOS_AfterFork_Parent();
+        if (pid < 0) {
+            PyObject *exc = Py_BuildValue("(is)", saved, step);
+            if (exc) {
+                PyErr_SetObject(PyExc_OSError, exc);
+                Py_DECREF(exc);
+            }
+            return NULL;
+        }
+        return PyLong_FromLong((long)pid);
+    }
+    /* The session's init: pid < 0 means a setup step failed, which it reports. */
+    s_session_init(&cfg, life, pipe_fd, pid < 0 ? step : NULL, saved);
+    PyOS_AfterFork_Child();
+    return PyLong_FromLong(0);
+}
+
+static PyMethodDef s_methods[] = {
+    {"spawn", (PyCFunction)(void (*)(void))s_spawn, METH_VARARGS | METH_KEYWORDS,
+     "spawn(pipe_fd, workspace_fd, kernel_dir, lifeline, cgroup_fds, uid, gid, tmp, as_bytes, "
+     "fsize, nproc, nofile) -> pid in the zygote, 0 in the new session's kernel"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef s_module = {
+    PyModuleDef_HEAD_INIT, "_kennel_zygote", "kennel's zygote: sandboxed sessions by fork", -1,
+    s_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__kennel_zygote(void)
+{
+    return PyModule_Create(&s_module);
+}
