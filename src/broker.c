@@ -22,6 +22,7 @@
 
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "channels.h"
 #include "sandbox.h"
@@ -42,7 +43,12 @@ struct broker {
     zlistx_t *closing;       /* sess_t* unhooked, freed by the next tick */
     zlistx_t *orphans;       /* orphan_t* killed kernels waiting to be reaped */
     int tick_armed;
-    unsigned char *slots;    /* slots[n] = 1 while a session runs as uid_base + n */
+    unsigned char *slots;    /* slots[n] = 1 while a session (or a pooled kernel) runs as
+                              * uid_base + n; max_sessions + pool of them */
+    size_t nslots;
+    zlistx_t *pool;          /* pooled_t*: sealed kernels waiting for new sessions */
+    int pool_timer;          /* armed refill timer, or -1 */
+    int pool_failures;       /* in a row: the refill backs off */
     spawner_zygote_t *zygote; /* NULL with --spawner exec, or until (re)started on demand */
     int lifeline[2];         /* the zygote's kernels hold [0]; it hangs up when kenneld dies */
     session_ops_t ops;
@@ -62,6 +68,7 @@ struct sess {
     cgroup_t *cg;            /* the running kernel's cgroup, or NULL */
     spawner_proc_t proc;
     int has_proc;            /* proc is a live (unreaped) kernel */
+    int adopting;            /* the next kernel start takes proc and cg from the pool */
     int timer_id[2];         /* the session's armed zloop timers (session_timer_t), or -1 */
     int pipe_open;           /* proc.pipe_fd is registered for reading */
     kpipe_t *decoder;
@@ -247,12 +254,12 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
 /*  A kernel's environment: nothing of kenneld's, only this allowlist. */
 #define KERNEL_ENV_N 5
 
-static void s_kernel_env(const sess_t *s, char env[KERNEL_ENV_N][PATH_MAX + 32])
+static void s_kernel_env(const broker_cfg_t *cfg, const char *workspace, const char *dir,
+                         char env[KERNEL_ENV_N][PATH_MAX + 32])
 {
-    const broker_cfg_t *cfg = &s->broker->cfg;
-    const char *home = cfg->sandbox ? SANDBOX_WORKSPACE : s->workspace;
+    const char *home = cfg->sandbox ? SANDBOX_WORKSPACE : workspace;
     /* IPython's profile and matplotlib's cache go to scratch space, not the workspace. */
-    const char *scratch = cfg->sandbox ? "/tmp" : s->dir;
+    const char *scratch = cfg->sandbox ? "/tmp" : dir;
     snprintf(env[0], sizeof env[0], "PATH=/usr/local/bin:/usr/bin:/bin");
     snprintf(env[1], sizeof env[1], "LANG=C.UTF-8");
     snprintf(env[2], sizeof env[2], "HOME=%s", home);
@@ -298,7 +305,7 @@ static void s_launch_args(const sess_t *s, launch_t *l)
     ARG(FMT("%s/kennel_kernel.py", kernel_dir));
     ARG("--pipe-fd"), ARG("3");
     l->argv[a] = NULL;
-    s_kernel_env(s, l->env);
+    s_kernel_env(cfg, s->workspace, s->dir, l->env);
     for (size_t e = 0; e < KERNEL_ENV_N; e++)
         l->envp[e] = l->env[e];
     l->envp[KERNEL_ENV_N] = NULL;
@@ -312,10 +319,14 @@ static void s_launch_args(const sess_t *s, launch_t *l)
 
 static int s_on_zygote(zloop_t *loop, zmq_pollitem_t *item, void *arg);
 
+static void s_pool_forget_pending(broker_t *b);
+
+/*  Stop the zygote; pooled kernels it has not answered for are given up. */
 static void s_zygote_stop(broker_t *b)
 {
     if (!b->zygote)
         return;
+    s_pool_forget_pending(b);
     zmq_pollitem_t item = {NULL, spawner_zygote_fd(b->zygote), 0, 0};
     zloop_poller_end(b->loop, &item);
     spawner_zygote_destroy(&b->zygote);
@@ -350,10 +361,8 @@ static int s_zygote_start(broker_t *b)
     return 0;
 }
 
-static void s_pool_fill(broker_t *b)
-{
-    (void)b; /* the pool comes next */
-}
+static void s_pool_fill(broker_t *b);
+static void s_pool_collect(broker_t *b);
 
 /*  The zygote said something unasked: it is ready, or it is gone. */
 static int s_on_zygote(zloop_t *loop, zmq_pollitem_t *item, void *arg)
@@ -363,77 +372,105 @@ static int s_on_zygote(zloop_t *loop, zmq_pollitem_t *item, void *arg)
     broker_t *b = arg;
     char why[256];
     int rc = spawner_zygote_poll(b->zygote, why, sizeof why);
+    s_pool_collect(b);
     if (rc < 0) {
         LOG_W("%s; a new one starts with the next kernel", why);
         s_zygote_stop(b);
-    } else if (rc > 0) {
-        s_pool_fill(b);
     }
+    s_pool_fill(b);
     return 0;
 }
 
-/*  Fork a sealed kernel for session s from the zygote. 0, or -1 with errno (why logged). */
-static int s_zygote_spawn(broker_t *b, sess_t *s, spawner_proc_t *out)
+/*  Ask the zygote for a sealed kernel with these walls, without waiting (the answer comes
+ *  with spawner_zygote_take or _wait). 0, or -1 with why. */
+static int s_zygote_request(broker_t *b, const char *workspace, size_t slot,
+                            const broker_limits_t *limits, const cgroup_t *cg,
+                            spawner_proc_t *out, unsigned long *ticket, char *why,
+                            size_t why_len)
 {
     const broker_cfg_t *cfg = &b->cfg;
     if (s_zygote_start(b) < 0) {
-        PLOG_W("session=%s: cannot start the zygote", s->id);
+        snprintf(why, why_len, "cannot start the zygote: %s", strerror(errno));
         return -1;
     }
     char env[KERNEL_ENV_N][PATH_MAX + 32];
-    s_kernel_env(s, env);
+    s_kernel_env(cfg, workspace, NULL, env);
     json_t *envo = json_object();
     for (size_t i = 0; i < KERNEL_ENV_N; i++) {
         char *eq = strchr(env[i], '=');
         *eq = '\0';
         json_object_set_new(envo, env[i], json_string(eq + 1));
     }
-    json_int_t uid = (json_int_t)(cfg->uid_base + s->slot);
+    json_int_t uid = (json_int_t)(cfg->uid_base + slot);
     json_t *req = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "uid", uid, "gid", uid,
-                            "tmp", (json_int_t)s->limits.tmp_bytes, "as",
-                            (json_int_t)s->limits.cg.memory_bytes, "fsize", (json_int_t)0,
-                            "nproc", (json_int_t)s->limits.cg.pids, "nofile",
-                            (json_int_t)s->limits.nofile, "env", envo);
-    /* Only descriptors cross over: the workspace and the cgroup files, opened here. */
+                            "tmp", (json_int_t)limits->tmp_bytes, "as",
+                            (json_int_t)limits->cg.memory_bytes, "fsize", (json_int_t)0,
+                            "nproc", (json_int_t)limits->cg.pids, "nofile",
+                            (json_int_t)limits->nofile, "env", envo);
+    /* Only descriptors cross over. The workspace goes as a detached copy of its mount, which
+     * the kernel's mount namespace can attach (a plain fd of ours could not be bound there). */
     int fds[SPAWNER_MAX_FDS] = {-1};
     size_t n = 0;
-    /* The workspace goes as a detached copy of its mount, which the kernel's mount namespace
-     * can attach (a plain fd of ours could not be bound there). */
-    fds[n] = open_tree(AT_FDCWD, s->workspace, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+    fds[n] = open_tree(AT_FDCWD, workspace, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
     int rc = fds[n] < 0 ? -1 : 0;
     n += fds[n] >= 0;
-    char *const *procs = s->cg ? cgroup_procs_paths(s->cg) : NULL;
+    char *const *procs = cg ? cgroup_procs_paths(cg) : NULL;
     for (size_t i = 0; rc == 0 && procs && procs[i] && n + 1 < SPAWNER_MAX_FDS; i++) {
         fds[n] = open(procs[i], O_WRONLY | O_CLOEXEC);
         rc = fds[n] < 0 ? -1 : 0;
         n += fds[n] >= 0;
     }
     fds[n] = -1;
-    int saved = errno;
-    char why[300] = "";
     if (rc < 0)
-        snprintf(why, sizeof why, "sandbox: %s: %s", n == 0 ? "open workspace" : "open cgroup",
+        snprintf(why, why_len, "sandbox: %s: %s", n == 0 ? "open workspace" : "open cgroup",
                  strerror(errno));
-    else if ((rc = spawner_zygote_spawn(b->zygote, req, fds, ZYGOTE_TIMEOUT_MS, out, why,
-                                        sizeof why)) < 0)
-        saved = EAGAIN;
+    else
+        rc = spawner_zygote_send(b->zygote, req, fds, out, ticket, why, why_len);
     for (size_t i = 0; i < n; i++)
         close(fds[i]);
     json_decref(req);
+    return rc;
+}
+
+/*  A zygote that failed a request is dropped if it is gone; the next request starts another. */
+static void s_zygote_check(broker_t *b)
+{
+    if (b->zygote && !spawner_zygote_ready(b->zygote))
+        s_zygote_stop(b);
+}
+
+/*  Fork a sealed kernel for session s from the zygote and wait for it. 0, or -1 with errno
+ *  (and the session told why). */
+static int s_zygote_spawn(broker_t *b, sess_t *s, spawner_proc_t *out)
+{
+    char why[300] = "";
+    unsigned long ticket;
+    int rc = s_zygote_request(b, s->workspace, s->slot, &s->limits, s->cg, out, &ticket, why,
+                              sizeof why);
+    if (rc == 0) {
+        rc = spawner_zygote_wait(b->zygote, ticket, ZYGOTE_TIMEOUT_MS, out, why, sizeof why);
+        s_pool_collect(b); /* answers for the pool may have come meanwhile */
+    }
     if (rc < 0) {
         LOG_W("session=%s: the zygote cannot start a kernel: %s", s->id, why);
         session_start_failed(s->core, why);
-        if (!spawner_zygote_ready(b->zygote))
-            s_zygote_stop(b);
-        errno = saved;
+        s_zygote_check(b);
+        errno = EAGAIN;
     }
     return rc;
 }
+
+static int s_kernel_started(sess_t *s);
 
 static int s_op_kernel_start(void *ctx)
 {
     sess_t *s = ctx;
     broker_t *b = s->broker;
+    if (s->adopting) {
+        /* A new session's kernel from the pool: already sealed, its hello waiting. */
+        s->adopting = 0;
+        return s_kernel_started(s);
+    }
     launch_t launch;
     s_launch_args(s, &launch);
     cgroup_destroy(&s->cg);
@@ -454,6 +491,13 @@ static int s_op_kernel_start(void *ctx)
         errno = saved;
         return -1;
     }
+    return s_kernel_started(s);
+}
+
+/*  s->proc runs: read its pipe, watch its pidfd. 0, or -1 with errno. */
+static int s_kernel_started(sess_t *s)
+{
+    broker_t *b = s->broker;
     s->has_proc = 1;
     s->pipe_open = 1;
     kpipe_destroy(&s->decoder);
@@ -471,6 +515,209 @@ static int s_op_kernel_start(void *ctx)
     LOG_I("session=%s: kernel started, pid %d%s", s->id, (int)s->proc.pid,
           b->cfg.sandbox ? "" : " (NOT SANDBOXED)");
     return 0;
+}
+
+/* ---- the pool: sealed kernels waiting for new sessions -------------------------------------- */
+
+/*  A kernel made for a session that does not exist yet: its id, directory, workspace, host uid
+ *  and cgroup are chosen at fill time, so that creating the session is a hand-over. */
+typedef struct {
+    char id[40];
+    char dir[PATH_MAX];
+    char workspace[PATH_MAX + 16];
+    size_t slot;
+    cgroup_t *cg;
+    spawner_proc_t proc;     /* pid 0 until the zygote has answered */
+    unsigned long ticket;
+} pooled_t;
+
+static size_t s_free_slot(broker_t *b)
+{
+    size_t i = 0;
+    while (i < b->nslots && b->slots[i])
+        i++;
+    return i; /* nslots: none (cannot happen: sessions and pool are both capped) */
+}
+
+/*  Forget a pooled kernel: killed, reaped (kenneld's child, so this waits only for the kill),
+ *  its cgroup and directory removed. */
+static void s_pool_drop(broker_t *b, pooled_t *p)
+{
+    if (p->proc.pidfd >= 0) {
+        zmq_pollitem_t item = {NULL, p->proc.pidfd, 0, 0};
+        zloop_poller_end(b->loop, &item);
+        if (!p->proc.reaped) {
+            spawner_signal(&p->proc, SIGKILL);
+            siginfo_t info;
+            (void)waitid((idtype_t)P_PIDFD, (id_t)p->proc.pidfd, &info, WEXITED);
+        }
+    }
+    spawner_release(&p->proc);
+    cgroup_destroy(&p->cg);
+    if (p->dir[0] && statedir_remove_tree(p->dir) < 0)
+        PLOG_W("remove %s", p->dir);
+    b->slots[p->slot] = 0;
+    free(p);
+}
+
+/*  A failed or dead pooled kernel: drop it and refill later, backing off while it keeps
+ *  failing (a machine that cannot build the sandbox must not spin). */
+static void s_pool_failed(broker_t *b, pooled_t *p, const char *why)
+{
+    if (log_allow(&b->warn_limit, 5))
+        LOG_W("pool: a kernel was lost: %s", why);
+    void *handle = zlistx_find(b->pool, p);
+    if (handle)
+        zlistx_detach(b->pool, handle);
+    s_pool_drop(b, p);
+    b->pool_failures++;
+    s_pool_fill(b);
+}
+
+static int s_on_pooled_exit(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    (void)loop;
+    broker_t *b = arg;
+    for (pooled_t *p = zlistx_first(b->pool); p; p = zlistx_next(b->pool)) {
+        if (p->proc.pidfd != item->fd)
+            continue;
+        char how[192];
+        if (spawner_reap(&p->proc, how, sizeof how) != 0)
+            s_pool_failed(b, p, how);
+        break;
+    }
+    return 0;
+}
+
+/*  Take the zygote's answers for pooled kernels. */
+static void s_pool_collect(broker_t *b)
+{
+    if (!b->pool || !b->zygote)
+        return;
+    pooled_t *p = zlistx_first(b->pool);
+    while (p) {
+        pooled_t *next = zlistx_next(b->pool);
+        char why[256];
+        int rc = p->proc.pid ? 1 : spawner_zygote_take(b->zygote, p->ticket, &p->proc, why, sizeof why);
+        if (rc < 0) {
+            s_pool_failed(b, p, why);
+        } else if (rc > 0 && p->proc.pid && p->ticket) {
+            p->ticket = 0;
+            b->pool_failures = 0;
+            zmq_pollitem_t item = {NULL, p->proc.pidfd, ZMQ_POLLIN, 0};
+            if (zloop_poller(b->loop, &item, s_on_pooled_exit, b) == 0)
+                zloop_poller_set_tolerant(b->loop, &item);
+            LOG_D("pool: kernel %d ready for a session", (int)p->proc.pid);
+        }
+        /* the list may have changed under s_pool_failed: start over from what is left */
+        if (rc < 0) {
+            p = zlistx_first(b->pool);
+            continue;
+        }
+        p = next;
+    }
+}
+
+/*  Ask the zygote for one more pooled kernel. 0, or -1 (logged). */
+static int s_pool_add(broker_t *b)
+{
+    pooled_t *p = calloc(1, sizeof *p);
+    if (!p)
+        return -1;
+    p->proc.pidfd = p->proc.pipe_fd = -1;
+    p->slot = s_free_slot(b);
+    if (p->slot >= b->nslots) {
+        free(p);
+        return -1;
+    }
+    b->slots[p->slot] = 1;
+    util_uuid(p->id);
+    char why[300] = "";
+    uid_t uid = (uid_t)(b->cfg.uid_base + p->slot);
+    if (statedir_session_create(b->cfg.state_dir, p->id, p->dir, sizeof p->dir) < 0 ||
+        snprintf(p->workspace, sizeof p->workspace, "%s/workspace", p->dir) >= PATH_MAX ||
+        chown(p->workspace, uid, uid) < 0) {
+        snprintf(why, sizeof why, "session directory: %s", strerror(errno));
+    } else if (!(p->cg = cgroup_create(p->id, &b->cfg.limits.cg))) {
+        snprintf(why, sizeof why, "cgroup: %s", strerror(errno));
+    } else if (s_zygote_request(b, p->workspace, p->slot, &b->cfg.limits, p->cg, &p->proc,
+                                &p->ticket, why, sizeof why) == 0) {
+        zlistx_add_end(b->pool, p);
+        return 0;
+    }
+    if (log_allow(&b->warn_limit, 5))
+        LOG_W("pool: cannot prepare a kernel: %s", why);
+    s_pool_drop(b, p);
+    b->pool_failures++;
+    s_zygote_check(b);
+    return -1;
+}
+
+static void s_pool_forget_pending(broker_t *b)
+{
+    pooled_t *p = b->pool ? zlistx_first(b->pool) : NULL;
+    while (p) {
+        if (p->proc.pid) {
+            p = zlistx_next(b->pool);
+            continue;
+        }
+        zlistx_detach_cur(b->pool);
+        s_pool_drop(b, p);
+        p = zlistx_first(b->pool);
+    }
+}
+
+static int s_on_pool_timer(zloop_t *loop, int timer_id, void *arg)
+{
+    (void)loop;
+    (void)timer_id;
+    broker_t *b = arg;
+    b->pool_timer = -1;
+    /* One kernel per turn of the loop: a refill never holds up a client for long. */
+    if (zlistx_size(b->pool) < b->cfg.pool && b->zygote && spawner_zygote_ready(b->zygote))
+        s_pool_add(b);
+    s_pool_fill(b);
+    return 0;
+}
+
+/*  Top the pool up, in the background: one kernel per timer tick, later and later while
+ *  kernels keep failing. Nothing to do before the zygote is ready (it says so). */
+static void s_pool_fill(broker_t *b)
+{
+    if (!b->pool || b->pool_timer >= 0 || zlistx_size(b->pool) >= b->cfg.pool || !b->zygote ||
+        !spawner_zygote_ready(b->zygote))
+        return;
+    size_t delay = 1;
+    for (int i = 0; i < b->pool_failures && delay < 30000; i++)
+        delay *= 2;
+    b->pool_timer = zloop_timer(b->loop, delay, 1, s_on_pool_timer, b);
+}
+
+/*  Same walls as the pool's kernels (timeout and idle are kenneld's business, not theirs). */
+static int s_pool_fits(const broker_t *b, const broker_limits_t *l)
+{
+    const broker_limits_t *d = &b->cfg.limits;
+    return !l || (l->cg.memory_bytes == d->cg.memory_bytes && l->cg.pids == d->cg.pids &&
+                  l->cg.cpus == d->cg.cpus && l->tmp_bytes == d->tmp_bytes &&
+                  l->nofile == d->nofile);
+}
+
+/*  A ready pooled kernel for a new session with these limits, detached from the pool; NULL
+ *  when there is none. */
+static pooled_t *s_pool_take(broker_t *b, const broker_limits_t *limits)
+{
+    if (!b->pool || !s_pool_fits(b, limits))
+        return NULL;
+    s_pool_collect(b);
+    for (pooled_t *p = zlistx_first(b->pool); p; p = zlistx_next(b->pool)) {
+        if (!p->proc.pid || p->proc.reaped)
+            continue;
+        zmq_pollitem_t item = {NULL, p->proc.pidfd, 0, 0};
+        zloop_poller_end(b->loop, &item);
+        zlistx_detach_cur(b->pool);
+        return p;
+    }
+    return NULL;
 }
 
 static void s_op_kernel_signal(void *ctx, int sig)
@@ -833,7 +1080,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     s->proc.pidfd = s->proc.pipe_fd = -1;
     s->timer_id[0] = s->timer_id[1] = -1;
     s->limits = limits ? *limits : self->cfg.limits;
-    if (slot >= 0 && (size_t)slot < self->cfg.max_sessions && !self->slots[slot])
+    if (slot >= 0 && (size_t)slot < self->nslots && !self->slots[slot])
         s->slot = (size_t)slot;
     else
         while (self->slots[s->slot])
@@ -935,9 +1182,29 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
                  self->cfg.max_sessions);
         return NULL;
     }
-    sess_t *s = s_make(self, NULL, name, connection, limits, launched, -1, err);
-    if (!s)
-        return NULL;
+    sess_t *s = NULL;
+    pooled_t *p = s_pool_take(self, limits);
+    if (p) {
+        /* The session takes the pooled kernel's id, directory, uid and cgroup. */
+        self->slots[p->slot] = 0;
+        s = s_make(self, p->id, name, connection, limits, launched, (long)p->slot, err);
+        if (s) {
+            s->proc = p->proc;
+            s->cg = p->cg;
+            s->adopting = 1;
+            free(p);
+        } else {
+            self->slots[p->slot] = 1;
+            s_pool_drop(self, p);
+        }
+        s_pool_fill(self);
+        if (!s)
+            return NULL;
+    } else {
+        s = s_make(self, NULL, name, connection, limits, launched, -1, err);
+        if (!s)
+            return NULL;
+    }
     if (session_start(s->core) < 0) {
         err->ename = "SpawnFailed";
         snprintf(err->evalue, sizeof err->evalue, "cannot start the kernel: %s",
@@ -1099,9 +1366,12 @@ broker_t *broker_new(zloop_t *loop, const broker_cfg_t *cfg)
     self->sessions = zlistx_new();
     self->closing = zlistx_new();
     self->orphans = zlistx_new();
-    self->slots = calloc(cfg->max_sessions, 1);
+    self->nslots = cfg->max_sessions + (cfg->sandbox && cfg->zygote ? cfg->pool : 0);
+    self->slots = calloc(self->nslots, 1);
+    self->pool = zlistx_new();
+    self->pool_timer = -1;
     self->lifeline[0] = self->lifeline[1] = -1;
-    if (!self->sessions || !self->closing || !self->orphans || !self->slots ||
+    if (!self->sessions || !self->closing || !self->orphans || !self->slots || !self->pool ||
         pipe2(self->lifeline, O_CLOEXEC) < 0) {
         broker_destroy(&self);
         return NULL;
@@ -1142,6 +1412,12 @@ void broker_destroy(broker_t **self_p)
         s_reap_blocking(&o->proc);
         s_orphan_finish(o);
     }
+    if (self->pool_timer >= 0)
+        zloop_timer_end(self->loop, self->pool_timer);
+    pooled_t *p;
+    while (self->pool && (p = zlistx_detach(self->pool, NULL)))
+        s_pool_drop(self, p);
+    zlistx_destroy(&self->pool);
     s_zygote_stop(self);
     for (int i = 0; i < 2; i++)
         if (self->lifeline[i] >= 0)

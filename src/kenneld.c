@@ -74,8 +74,9 @@ static int s_probe_sandbox(const char *init_path, const char *state_dir, const c
 {
     char ws[PATH_MAX + 16], uid[32];
     snprintf(ws, sizeof ws, "%s/probe", state_dir);
-    snprintf(uid, sizeof uid, "%zu", cfg->uid_base + cfg->max_sessions);
-    uid_t probe_uid = (uid_t)(cfg->uid_base + cfg->max_sessions);
+    /* A uid no session or pooled kernel uses: past max_sessions + the largest pool. */
+    uid_t probe_uid = (uid_t)(cfg->uid_base + cfg->max_sessions + 64);
+    snprintf(uid, sizeof uid, "%u", (unsigned)probe_uid);
     if ((mkdir(ws, 0700) < 0 && errno != EEXIST) || chown(ws, probe_uid, probe_uid) < 0) {
         PLOG_E("probe workspace %s", ws);
         return -1;

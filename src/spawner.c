@@ -218,10 +218,22 @@ long long spawner_rss_bytes(pid_t pid)
 
 /* ---- the zygote ---------------------------------------------------------------------------- */
 
+#define ZYGOTE_DONE_MAX 64
+
+/*  An answer that came while we waited for another. */
+typedef struct {
+    unsigned long ticket;
+    long pid;              /* > 1, or 0 with why */
+    char why[200];
+} zygote_done_t;
+
 struct spawner_zygote {
     spawner_proc_t proc;   /* pipe_fd: the control socket (SOCK_SEQPACKET) */
     int ready;
     int dead;
+    unsigned long next_ticket;
+    zygote_done_t done[ZYGOTE_DONE_MAX];
+    size_t ndone;
 };
 
 /*  The zygote's first lines, run by `python3 -I -c`: read the configuration, find the kernel
@@ -382,19 +394,39 @@ static json_t *s_zygote_recv(spawner_zygote_t *self, int timeout_ms, char *why, 
     return msg;
 }
 
+/*  Keep an answer for spawner_zygote_take. */
+static void s_zygote_keep(spawner_zygote_t *self, json_t *msg)
+{
+    const char *op = json_string_value(json_object_get(msg, "op"));
+    if (strcmp(op, "ready") == 0)
+        return;
+    if (self->ndone == ZYGOTE_DONE_MAX) { /* nobody asks for the oldest any more */
+        memmove(self->done, self->done + 1, sizeof self->done[0] * (ZYGOTE_DONE_MAX - 1));
+        self->ndone--;
+    }
+    zygote_done_t *d = &self->done[self->ndone++];
+    d->ticket = (unsigned long)json_integer_value(json_object_get(msg, "ticket"));
+    json_int_t pid = json_integer_value(json_object_get(msg, "pid"));
+    const char *err = json_string_value(json_object_get(msg, "error"));
+    d->pid = strcmp(op, "spawned") == 0 && pid > 1 ? (long)pid : 0;
+    snprintf(d->why, sizeof d->why, "%s", d->pid ? "" : err ? err : "the zygote spoke nonsense");
+}
+
 int spawner_zygote_poll(spawner_zygote_t *self, char *why, size_t why_len)
 {
     int was_ready = self->ready;
     json_t *msg;
-    while ((msg = s_zygote_recv(self, 0, why, why_len)))
-        json_decref(msg); /* only "ready" comes unasked */
+    while ((msg = s_zygote_recv(self, 0, why, why_len))) {
+        s_zygote_keep(self, msg);
+        json_decref(msg);
+    }
     if (self->dead)
         return -1;
     return self->ready && !was_ready ? 1 : 0;
 }
 
-int spawner_zygote_spawn(spawner_zygote_t *self, json_t *request, const int fds[],
-                         int timeout_ms, spawner_proc_t *out, char *why, size_t why_len)
+int spawner_zygote_send(spawner_zygote_t *self, json_t *request, const int fds[],
+                        spawner_proc_t *out, unsigned long *ticket, char *why, size_t why_len)
 {
     memset(out, 0, sizeof *out);
     out->pidfd = out->pipe_fd = -1;
@@ -409,65 +441,85 @@ int spawner_zygote_spawn(spawner_zygote_t *self, json_t *request, const int fds[
     for (size_t i = 0; fds[i] >= 0 && n < SPAWNER_MAX_FDS; i++)
         all[n++] = fds[i];
     all[n] = -1;
+    *ticket = ++self->next_ticket;
     json_object_set_new(request, "op", json_string("spawn"));
+    json_object_set_new(request, "ticket", json_integer((json_int_t)*ticket));
     char *text = json_dumps(request, JSON_COMPACT);
     int rc = text && !self->dead ? s_send_fds(self->proc.pipe_fd, text, all) : -1;
     free(text);
     close(sv[1]);
     if (rc < 0) {
-        snprintf(why, why_len, "cannot reach the zygote: %s", self->dead ? "it is gone" : strerror(errno));
+        snprintf(why, why_len, "cannot reach the zygote: %s",
+                 self->dead ? "it is gone" : strerror(errno));
         self->dead = 1;
         close(sv[0]);
         return -1;
     }
-    /* Wait for the answer; a "ready" may come first. */
-    long long deadline = util_now_ms() + timeout_ms;
-    json_t *msg = NULL;
-    for (;;) {
-        long long left = deadline - util_now_ms();
-        msg = s_zygote_recv(self, left > 0 ? (int)left : 0, why, why_len);
-        if (!msg && errno == EAGAIN && left > 0)
+    out->pipe_fd = sv[0];
+    return util_set_nonblock(out->pipe_fd, 1);
+}
+
+int spawner_zygote_take(spawner_zygote_t *self, unsigned long ticket, spawner_proc_t *out,
+                        char *why, size_t why_len)
+{
+    for (size_t i = 0; i < self->ndone; i++) {
+        if (self->done[i].ticket != ticket)
             continue;
-        if (!msg) {
-            if (errno == EAGAIN) {
-                snprintf(why, why_len, "the zygote did not answer within %d ms", timeout_ms);
-                self->dead = 1;
-            }
-            close(sv[0]);
+        zygote_done_t d = self->done[i];
+        memmove(self->done + i, self->done + i + 1, sizeof d * (self->ndone - i - 1));
+        self->ndone--;
+        if (!d.pid) {
+            snprintf(why, why_len, "%s", d.why);
             return -1;
         }
-        const char *op = json_string_value(json_object_get(msg, "op"));
-        if (strcmp(op, "ready") != 0)
-            break;
-        json_decref(msg);
-    }
-    const char *op = json_string_value(json_object_get(msg, "op"));
-    json_int_t pid = json_integer_value(json_object_get(msg, "pid"));
-    if (strcmp(op, "spawned") != 0 || pid <= 1) {
-        const char *err = json_string_value(json_object_get(msg, "error"));
-        snprintf(why, why_len, "%s", err ? err : "the zygote spoke nonsense");
-        json_decref(msg);
-        close(sv[0]);
-        return -1;
-    }
-    json_decref(msg);
-    /* Our child (CLONE_PARENT): nobody else can reap it, so its pid cannot be reused before
-     * we have its pidfd. */
-    out->pid = (pid_t)pid;
-    out->pidfd = s_pidfd_open(out->pid);
-    out->init_status = 1;
-    out->pipe_fd = sv[0];
-    if (out->pidfd < 0 || util_set_nonblock(out->pipe_fd, 1) < 0) {
-        snprintf(why, why_len, "pidfd of the new kernel: %s", strerror(errno));
-        kill(out->pid, SIGKILL);
-        if (out->pidfd >= 0) {
-            siginfo_t info;
-            (void)waitid((idtype_t)P_PIDFD, (id_t)out->pidfd, &info, WEXITED);
-        } else {
+        /* Our child (CLONE_PARENT): nobody else can reap it, so its pid cannot be reused
+         * before we have its pidfd. */
+        out->pid = (pid_t)d.pid;
+        out->pidfd = s_pidfd_open(out->pid);
+        out->init_status = 1;
+        if (out->pidfd < 0) {
+            snprintf(why, why_len, "pidfd of the new kernel: %s", strerror(errno));
+            kill(out->pid, SIGKILL);
             (void)waitpid(out->pid, NULL, 0);
+            return -1;
         }
-        spawner_release(out);
+        return 1;
+    }
+    if (self->dead) {
+        snprintf(why, why_len, "the zygote is gone");
         return -1;
     }
     return 0;
+}
+
+int spawner_zygote_spawn(spawner_zygote_t *self, json_t *request, const int fds[],
+                         int timeout_ms, spawner_proc_t *out, char *why, size_t why_len)
+{
+    unsigned long ticket;
+    if (spawner_zygote_send(self, request, fds, out, &ticket, why, why_len) < 0)
+        return -1;
+    return spawner_zygote_wait(self, ticket, timeout_ms, out, why, why_len);
+}
+
+int spawner_zygote_wait(spawner_zygote_t *self, unsigned long ticket, int timeout_ms,
+                        spawner_proc_t *out, char *why, size_t why_len)
+{
+    long long deadline = util_now_ms() + timeout_ms;
+    for (;;) {
+        int rc = spawner_zygote_take(self, ticket, out, why, why_len);
+        if (rc != 0) {
+            if (rc < 0)
+                spawner_release(out);
+            return rc < 0 ? -1 : 0;
+        }
+        long long left = deadline - util_now_ms();
+        json_t *msg = s_zygote_recv(self, left > 0 ? (int)left : 0, why, why_len);
+        if (msg) {
+            s_zygote_keep(self, msg);
+            json_decref(msg);
+        } else if (errno == EAGAIN && left <= 0) {
+            snprintf(why, why_len, "the zygote did not answer within %d ms", timeout_ms);
+            self->dead = 1;
+        }
+    }
 }

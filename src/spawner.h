@@ -68,7 +68,21 @@ int spawner_zygote_ready(const spawner_zygote_t *self);
 /*  Read what it said unasked, without blocking: 1 when it just became ready, 0 otherwise, -1
  *  when it is gone (why filled; destroy it and make another). */
 int spawner_zygote_poll(spawner_zygote_t *self, char *why, size_t why_len);
-/*  Fork a sandboxed kernel. request: the spawn op's fields (uid, gid, tmp, as, fsize, nproc,
+/*  Ask for a sandboxed kernel without waiting: out gets its pipe now (pid and pidfd come with
+ *  spawner_zygote_take), *ticket names the answer. request and fds as for
+ *  spawner_zygote_spawn. 0, or -1 with why. */
+int spawner_zygote_send(spawner_zygote_t *self, json_t *request, const int fds[],
+                        spawner_proc_t *out, unsigned long *ticket, char *why, size_t why_len);
+/*  The answer to ticket, if spawner_zygote_poll (or a spawn) has read it: 1 and out's pid,
+ *  pidfd and init_status filled; 0 when it has not come yet; -1 with why when the spawn
+ *  failed or the zygote is gone (out's pipe is still the caller's to release). */
+int spawner_zygote_take(spawner_zygote_t *self, unsigned long ticket, spawner_proc_t *out,
+                        char *why, size_t why_len);
+/*  Wait (at most timeout_ms) for the answer to ticket: 0 with out complete, or -1 with why
+ *  (out released). */
+int spawner_zygote_wait(spawner_zygote_t *self, unsigned long ticket, int timeout_ms,
+                        spawner_proc_t *out, char *why, size_t why_len);
+/*  Fork a sandboxed kernel: send, then wait for its answer. request: the spawn op's fields (uid, gid, tmp, as, fsize, nproc,
  *  nofile, env; "op" is added); fds: the workspace (a detached mount, open_tree) and the session's cgroup.procs
  *  files, ending in -1 (the caller keeps and closes them). Blocks until the zygote answers, at
  *  most timeout_ms (it may still be warming up). 0 and *out filled (init_status set), or -1

@@ -21,10 +21,11 @@ Messages (JSON, one per datagram):
   kenneld -> zygote  {"op": "config", "path": [...], "kernel_dir": D, "preload": [...]}
                      + [lifeline]    (first; the lifeline hangs up when kenneld dies)
   zygote -> kenneld  {"op": "ready", "preloaded": [...], "failed": {module: error}, "ms": N}
-  kenneld -> zygote  {"op": "spawn", "uid": U, "gid": G, "tmp": B, "as": B, "fsize": B,
+  kenneld -> zygote  {"op": "spawn", "ticket": T, "uid": U, "gid": G, "tmp": B, "as": B, "fsize": B,
                       "nproc": N, "nofile": N, "env": {...}}
                      + [pipe, workspace, cgroup.procs...]
-  zygote -> kenneld  {"op": "spawned", "pid": P} or {"op": "error", "error": "..."}
+  zygote -> kenneld  {"op": "spawned", "pid": P, "ticket": T} or
+                     {"op": "error", "error": "...", "ticket": T}   (T from the request)
 """
 
 import gc
@@ -146,13 +147,15 @@ def main(ctl, cfg, fds):
         msg, fds, _flags, _addr = socket.recv_fds(ctl, MAX_MESSAGE, MAX_FDS)
         if not msg:
             return  # kenneld closed the socket
+        req = None
         try:
             req = json.loads(msg)
             if req.get("op") != "spawn":
                 raise ValueError(f"unknown op {req.get('op')!r}")
             reply = {"op": "spawned", "pid": _spawn(ctl, cfg, lifeline, req, fds)}
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             reply = {"op": "error", "error": str(e)[:300]}
+        reply["ticket"] = req.get("ticket") if isinstance(req, dict) else None
         for fd in fds:
             os.close(fd)
         _send(ctl, reply)
