@@ -78,8 +78,10 @@ kernel-tests: deps
 integration: all
 	$(PY) -m pytest -q -p no:cacheprovider tests/integration tests/hostile
 
+# The integration suite runs under both spawners: the zygote (the default) and exec.
 check: all unit memcheck
 	$(PY) -m pytest -q -p no:cacheprovider tests/kernel tests/integration tests/hostile
+	KENNEL_SPAWNER=exec $(PY) -m pytest -q -p no:cacheprovider tests/integration
 
 memcheck: $(UNIT_BINS)
 	@for t in $(UNIT_BINS); do valgrind -q --error-exitcode=1 --leak-check=full $$t || exit 1; done

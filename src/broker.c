@@ -338,17 +338,17 @@ static int s_zygote_start(broker_t *b)
     if (b->zygote)
         return 0;
     const broker_cfg_t *cfg = &b->cfg;
-    char mpl[PATH_MAX + 32];
+    char cache[PATH_MAX + 32];
     /* matplotlib builds its font cache once, here, not in every kernel. */
-    snprintf(mpl, sizeof mpl, "MPLCONFIGDIR=%s/zygote", cfg->state_dir);
-    if (mkdir(mpl + strlen("MPLCONFIGDIR="), 0700) < 0 && errno != EEXIST)
+    snprintf(cache, sizeof cache, "%s/zygote", cfg->state_dir);
+    if (mkdir(cache, 0700) < 0 && errno != EEXIST)
         return -1;
-    char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", mpl,
+    char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
                     "MPLBACKEND=module://matplotlib_inline.backend_inline",
                     /* a BLAS that starts threads would keep the zygote out of user namespaces */
                     "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", NULL};
     const char *path[] = {cfg->kernel_dir, cfg->zygote_dir, NULL};
-    spawner_zygote_cfg_t zc = {cfg->python, path, cfg->kernel_dir, cfg->preload, envp,
+    spawner_zygote_cfg_t zc = {cfg->python, path, cfg->kernel_dir, cfg->preload, envp, cache,
                                b->lifeline[0]};
     b->zygote = spawner_zygote_new(&zc);
     if (!b->zygote)
@@ -374,8 +374,9 @@ static int s_on_zygote(zloop_t *loop, zmq_pollitem_t *item, void *arg)
     int rc = spawner_zygote_poll(b->zygote, why, sizeof why);
     s_pool_collect(b);
     if (rc < 0) {
-        LOG_W("%s; a new one starts with the next kernel", why);
+        LOG_W("%s; another one will start", why);
         s_zygote_stop(b);
+        b->pool_failures++; /* a zygote that keeps dying is restarted less and less often */
     }
     s_pool_fill(b);
     return 0;
@@ -449,7 +450,9 @@ static int s_zygote_spawn(broker_t *b, sess_t *s, spawner_proc_t *out)
                               sizeof why);
     if (rc == 0) {
         rc = spawner_zygote_wait(b->zygote, ticket, ZYGOTE_TIMEOUT_MS, out, why, sizeof why);
-        s_pool_collect(b); /* answers for the pool may have come meanwhile */
+        /* Answers for the pool, and the zygote's "ready", may have come meanwhile. */
+        s_pool_collect(b);
+        s_pool_fill(b);
     }
     if (rc < 0) {
         LOG_W("session=%s: the zygote cannot start a kernel: %s", s->id, why);
@@ -673,19 +676,28 @@ static int s_on_pool_timer(zloop_t *loop, int timer_id, void *arg)
     (void)timer_id;
     broker_t *b = arg;
     b->pool_timer = -1;
+    if (!b->zygote) {
+        /* It died: start another; its "ready" fills the pool. */
+        if (s_zygote_start(b) < 0) {
+            PLOG_W("pool: cannot start the zygote");
+            b->pool_failures++;
+            s_pool_fill(b);
+        }
+        return 0;
+    }
     /* One kernel per turn of the loop: a refill never holds up a client for long. */
-    if (zlistx_size(b->pool) < b->cfg.pool && b->zygote && spawner_zygote_ready(b->zygote))
+    if (zlistx_size(b->pool) < b->cfg.pool && spawner_zygote_ready(b->zygote))
         s_pool_add(b);
     s_pool_fill(b);
     return 0;
 }
 
 /*  Top the pool up, in the background: one kernel per timer tick, later and later while
- *  kernels keep failing. Nothing to do before the zygote is ready (it says so). */
+ *  kernels (or the zygote) keep failing. A zygote still importing calls this when ready. */
 static void s_pool_fill(broker_t *b)
 {
-    if (!b->pool || b->pool_timer >= 0 || zlistx_size(b->pool) >= b->cfg.pool || !b->zygote ||
-        !spawner_zygote_ready(b->zygote))
+    if (!b->pool || b->pool_timer >= 0 || zlistx_size(b->pool) >= b->cfg.pool ||
+        (b->zygote && !spawner_zygote_ready(b->zygote)))
         return;
     size_t delay = 1;
     for (int i = 0; i < b->pool_failures && delay < 30000; i++)
@@ -1000,6 +1012,11 @@ static json_t *s_info(sess_t *s)
     else if (s->has_proc)
         mem = spawner_rss_bytes(s->proc.pid);
     json_object_set_new(info, "memory_bytes", json_integer(mem > 0 ? mem : 0));
+    long long pss = 0, uss = 0;
+    if (s->has_proc)
+        spawner_tree_memory(s->proc.pid, &pss, &uss);
+    json_object_set_new(info, "pss_bytes", json_integer(pss));
+    json_object_set_new(info, "uss_bytes", json_integer(uss));
     json_object_set_new(info, "limits", s_limits_json(&s->limits));
     json_object_set_new(info, "sandboxed", json_boolean(s->broker->cfg.sandbox));
     return info;
@@ -1332,11 +1349,21 @@ json_t *broker_stats(const broker_t *self)
 {
     json_t *limits = s_limits_json(&self->cfg.limits);
     json_object_set_new(limits, "nofile", json_integer((json_int_t)self->cfg.limits.nofile));
-    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s}, s:o}", "status", "ok", "sessions",
+    size_t pooled = 0;
+    for (pooled_t *p = zlistx_first(self->pool); p; p = zlistx_next(self->pool))
+        pooled += p->proc.pid > 0;
+    int zygote = self->cfg.sandbox && self->cfg.zygote;
+    json_t *spawner = json_pack("{s:s, s:I, s:I, s:b, s:I, s:s}", "kind",
+                                zygote ? "zygote" : "exec", "pool", (json_int_t)(zygote ? self->cfg.pool : 0),
+                                "pool_ready", (json_int_t)pooled, "zygote_ready",
+                                self->zygote && spawner_zygote_ready(self->zygote), "zygote_pid",
+                                (json_int_t)(self->zygote ? spawner_zygote_pid(self->zygote) : 0),
+                                "preload", zygote ? self->cfg.preload : "");
+    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s}, s:o, s:o}", "status", "ok", "sessions",
                      (json_int_t)zlistx_size(self->sessions), "max_sessions",
                      (json_int_t)self->cfg.max_sessions, "sandbox", "enabled", self->cfg.sandbox,
                      "layers", self->cfg.sandbox_desc ? self->cfg.sandbox_desc : "none", "limits",
-                     limits);
+                     limits, "spawner", spawner);
 }
 
 int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t out_len,

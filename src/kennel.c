@@ -155,19 +155,21 @@ static int s_cmd_ls(void)
     json_t *r = s_call("list_request", json_object());
     if (!r)
         return 1;
-    printf("%-20s %-10s %-9s %8s %6s %8s %7s  %s\n", "NAME", "ID", "STATE", "IDLE", "CELLS", "PID",
-           "MEM", "LAST");
+    printf("%-20s %-10s %-9s %8s %6s %8s %7s %7s %7s  %s\n", "NAME", "ID", "STATE", "IDLE",
+           "CELLS", "PID", "MEM", "PSS", "USS", "LAST");
     size_t i;
     json_t *s;
     json_array_foreach(json_object_get(r, "sessions"), i, s) {
-        char mem[32];
+        char mem[32], pss[32], uss[32];
         s_human_bytes(mem, sizeof mem, json_integer_value(json_object_get(s, "memory_bytes")));
-        printf("%-20s %-10.8s %-9s %7.1fs %6lld %8lld %7s  %s\n",
+        s_human_bytes(pss, sizeof pss, json_integer_value(json_object_get(s, "pss_bytes")));
+        s_human_bytes(uss, sizeof uss, json_integer_value(json_object_get(s, "uss_bytes")));
+        printf("%-20s %-10.8s %-9s %7.1fs %6lld %8lld %7s %7s %7s  %s\n",
                json_string_value(json_object_get(s, "name")), json_string_value(json_object_get(s, "id")),
                json_string_value(json_object_get(s, "state")),
                json_integer_value(json_object_get(s, "idle_ms")) / 1000.0,
                (long long)json_integer_value(json_object_get(s, "cells")),
-               (long long)json_integer_value(json_object_get(s, "kernel_pid")), mem,
+               (long long)json_integer_value(json_object_get(s, "kernel_pid")), mem, pss, uss,
                json_string_value(json_object_get(s, "last_outcome")) ?: "");
     }
     json_decref(r);

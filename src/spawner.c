@@ -216,6 +216,48 @@ long long spawner_rss_bytes(pid_t pid)
     return ok ? resident * sysconf(_SC_PAGESIZE) : 0;
 }
 
+/*  Add one process's smaps_rollup Pss and Private_* (kB) to *pss and *uss (bytes). */
+static void s_add_rollup(pid_t pid, long long *pss, long long *uss)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/smaps_rollup", (int)pid);
+    char *text = util_read_file(path, 8192, NULL);
+    for (char *line = text; line && *line;) {
+        long long kb;
+        if (sscanf(line, "Pss: %lld kB", &kb) == 1)
+            *pss += kb << 10;
+        else if (sscanf(line, "Private_Clean: %lld kB", &kb) == 1 ||
+                 sscanf(line, "Private_Dirty: %lld kB", &kb) == 1)
+            *uss += kb << 10;
+        char *nl = strchr(line, '\n');
+        line = nl ? nl + 1 : NULL;
+    }
+    free(text);
+}
+
+void spawner_tree_memory(pid_t pid, long long *pss, long long *uss)
+{
+    *pss = *uss = 0;
+    pid_t todo[256];
+    size_t n = 0, done = 0;
+    todo[n++] = pid;
+    while (done < n) {
+        pid_t p = todo[done++];
+        s_add_rollup(p, pss, uss);
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)p, (int)p);
+        char *kids = util_read_file(path, 8192, NULL);
+        for (char *t = kids, *end; t && *t && n < sizeof todo / sizeof todo[0]; t = end) {
+            long k = strtol(t, &end, 10);
+            if (end == t)
+                break;
+            if (k > 0)
+                todo[n++] = (pid_t)k;
+        }
+        free(kids);
+    }
+}
+
 /* ---- the zygote ---------------------------------------------------------------------------- */
 
 #define ZYGOTE_DONE_MAX 64
@@ -300,8 +342,9 @@ spawner_zygote_t *spawner_zygote_new(const spawner_zygote_cfg_t *cfg)
          name = strtok_r(NULL, ",", &save))
         json_array_append_new(preload, json_string(name));
     free(list);
-    json_t *conf = json_pack("{s:s, s:o, s:s, s:o}", "op", "config", "path", path, "kernel_dir",
-                             cfg->kernel_dir, "preload", preload);
+    json_t *conf = json_pack("{s:s, s:o, s:s, s:o, s:{s:s}}", "op", "config", "path", path,
+                             "kernel_dir", cfg->kernel_dir, "preload", preload, "env",
+                             "MPLCONFIGDIR", cfg->cache_dir);
     char *text = conf ? json_dumps(conf, JSON_COMPACT) : NULL;
     json_decref(conf);
     int fds[] = {cfg->lifeline, -1};

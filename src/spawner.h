@@ -38,6 +38,11 @@ int spawner_reap(spawner_proc_t *proc, char *how, size_t how_len);
 void spawner_release(spawner_proc_t *proc);
 /*  The resident set size of pid in bytes, or 0 when unknown. */
 long long spawner_rss_bytes(pid_t pid);
+/*  The memory of pid and all its descendants (at most 256 processes), from smaps_rollup:
+ *  proportional set size (shared pages divided among their sharers, so sessions forked from
+ *  one zygote each count a share) and unique set size (pages only they hold). Bytes; 0 when
+ *  unknown. */
+void spawner_tree_memory(pid_t pid, long long *pss, long long *uss);
 
 /*  The zygote (kernels/python/kennel_zygote.py): a warm Python that forks sandboxed kernels.
  *  kenneld talks to it over a SOCK_SEQPACKET socketpair; each request carries only numbers and
@@ -52,7 +57,9 @@ typedef struct {
     const char *const *path;    /* sys.path entries: the kernel runtime, the C part; NULL-ended */
     const char *kernel_dir;     /* the runtime, bound read-only into every sandbox */
     const char *preload;        /* modules to import once, comma-separated */
-    char *const *envp;          /* the zygote's own environment (kernels get theirs per spawn) */
+    char *const *envp;          /* the zygote's exec environment, which every kernel can read
+                                 * (/proc/self/environ): no host paths */
+    const char *cache_dir;      /* MPLCONFIGDIR while it imports (set after exec, so unseen) */
     int lifeline;               /* a pipe read end that hangs up when kenneld dies */
 } spawner_zygote_cfg_t;
 

@@ -18,7 +18,8 @@ and the session's cgroup.procs files attached (SCM_RIGHTS). No path, session id 
 ever in its memory, so a kernel (a copy of that memory) finds none there.
 
 Messages (JSON, one per datagram):
-  kenneld -> zygote  {"op": "config", "path": [...], "kernel_dir": D, "preload": [...]}
+  kenneld -> zygote  {"op": "config", "path": [...], "kernel_dir": D, "preload": [...],
+                      "env": {"MPLCONFIGDIR": D}}
                      + [lifeline]    (first; the lifeline hangs up when kenneld dies)
   zygote -> kenneld  {"op": "ready", "preloaded": [...], "failed": {module: error}, "ms": N}
   kenneld -> zygote  {"op": "spawn", "ticket": T, "uid": U, "gid": G, "tmp": B, "as": B, "fsize": B,
@@ -126,6 +127,8 @@ def main(ctl, cfg, fds):
         sys.exit("kennel-zygote: the configuration carries the lifeline")
     lifeline = fds[0]
     t0 = time.monotonic()
+    # Set here, not in the exec environment, which every kernel can read.
+    os.environ.update(cfg.get("env", {}))
     import _kennel_zygote  # noqa: F401  (fails here, loudly, rather than at the first spawn)
     # The whole kernel runtime, IPython and all: a kernel cannot import from this host path
     # once it is in its sandbox.
