@@ -348,9 +348,15 @@ static int s_zygote_start(broker_t *b)
                     /* a BLAS that starts threads would keep the zygote out of user namespaces */
                     "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", NULL};
     const char *path[] = {cfg->kernel_dir, cfg->zygote_dir, NULL};
+    int init_fd = open(cfg->init_path, O_PATH | O_CLOEXEC);
+    if (init_fd < 0)
+        return -1;
     spawner_zygote_cfg_t zc = {cfg->python, path, cfg->kernel_dir, cfg->preload, envp, cache,
-                               b->lifeline[0]};
+                               b->lifeline[0], init_fd};
     b->zygote = spawner_zygote_new(&zc);
+    int saved = errno;
+    close(init_fd);
+    errno = saved;
     if (!b->zygote)
         return -1;
     zmq_pollitem_t item = {NULL, spawner_zygote_fd(b->zygote), ZMQ_POLLIN, 0};

@@ -8,13 +8,17 @@
  *  A failed step is reported to kenneld as a `fatal` frame on the kernel pipe (fd 3), naming
  *  the step and errno, and no user code runs.
  *  usage: kennel-init --workspace D [--kernel-dir D] [--uid N] [--gid N] [--tmp B] [--as B]
- *                     [--fsize B] [--nproc N] [--nofile N] -- PROGRAM ARGS… */
+ *                     [--fsize B] [--nproc N] [--nofile N] -- PROGRAM ARGS…
+ *         kennel-init --reap PID
+ *  The second form is what a zygote's session init execs, already sealed, once it has forked
+ *  the kernel (PID): it only reaps, and its exec drops the copy of the zygote's memory. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,6 +51,13 @@ static unsigned long long s_num(const char *text)
 
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--reap") == 0) {
+        /* Not dumpable: the kernel may not read where this binary lives on the host. */
+        if (prctl(PR_SET_DUMPABLE, 0) < 0)
+            return 125;
+        reaper_signals(SIG_IGN);
+        return reaper_run((pid_t)s_num(argv[2]));
+    }
     sandbox_cfg_t cfg = {.workspace_fd = -1, .tmp_bytes = 64ull << 20, .nproc = 256, .nofile = 1024};
     int i = 1;
     for (; i + 1 < argc && strcmp(argv[i], "--") != 0; i += 2) {

@@ -374,7 +374,14 @@ int sandbox_enter(const sandbox_cfg_t *cfg, int lifeline, const char **step)
 
 int sandbox_seal(const char **step)
 {
-    STEP("close fds", (int)syscall(SYS_close_range, 4, ~0U, 0));
+    return sandbox_seal_keep(-1, step);
+}
+
+int sandbox_seal_keep(int keep, const char **step)
+{
+    if (keep > 4)
+        STEP("close fds", (int)syscall(SYS_close_range, 4, (unsigned)keep - 1, 0));
+    STEP("close fds", (int)syscall(SYS_close_range, keep >= 4 ? (unsigned)keep + 1 : 4, ~0U, 0));
     for (int cap = 0; cap <= CAP_LAST_CAP; cap++)
         if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) {
             *step = "drop bounding capabilities";

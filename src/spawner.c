@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -342,12 +343,14 @@ spawner_zygote_t *spawner_zygote_new(const spawner_zygote_cfg_t *cfg)
          name = strtok_r(NULL, ",", &save))
         json_array_append_new(preload, json_string(name));
     free(list);
-    json_t *conf = json_pack("{s:s, s:o, s:s, s:o, s:{s:s}}", "op", "config", "path", path,
-                             "kernel_dir", cfg->kernel_dir, "preload", preload, "env",
-                             "MPLCONFIGDIR", cfg->cache_dir);
+    char ipython[PATH_MAX + 16];
+    snprintf(ipython, sizeof ipython, "%s/ipython", cfg->cache_dir);
+    json_t *conf = json_pack("{s:s, s:o, s:s, s:o, s:{s:s, s:s}}", "op", "config", "path",
+                             path, "kernel_dir", cfg->kernel_dir, "preload", preload, "env",
+                             "MPLCONFIGDIR", cfg->cache_dir, "IPYTHONDIR", ipython);
     char *text = conf ? json_dumps(conf, JSON_COMPACT) : NULL;
     json_decref(conf);
-    int fds[] = {cfg->lifeline, -1};
+    int fds[] = {cfg->lifeline, cfg->init_fd, -1};
     int rc = text ? s_send_fds(self->proc.pipe_fd, text, fds) : -1;
     free(text);
     if (rc < 0) {

@@ -59,8 +59,10 @@ typedef struct {
     const char *preload;        /* modules to import once, comma-separated */
     char *const *envp;          /* the zygote's exec environment, which every kernel can read
                                  * (/proc/self/environ): no host paths */
-    const char *cache_dir;      /* MPLCONFIGDIR while it imports (set after exec, so unseen) */
+    const char *cache_dir;      /* MPLCONFIGDIR and IPYTHONDIR (its ipython/) of the zygote,
+                                 * set after exec, so no kernel sees the path */
     int lifeline;               /* a pipe read end that hangs up when kenneld dies */
+    int init_fd;                /* kennel-init (O_PATH), which each session's init execs */
 } spawner_zygote_cfg_t;
 
 /*  Start a zygote. It imports the runtime and the preload list in the background; spawns wait

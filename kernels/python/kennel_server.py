@@ -22,6 +22,15 @@ from kennel_shell import KennelShell, safe_str
 _NO_REPLY = {"comm_open", "comm_msg", "comm_close"}
 
 
+def enable_inline_figures():
+    """A zygote imports the inline backend before any shell exists, so the backend's
+    import-time hook (figures shown at the end of each cell) found none: run it once the
+    shell is made. A no-op where matplotlib is not imported yet: then the hook runs itself."""
+    inline = sys.modules.get("matplotlib_inline.backend_inline")
+    if inline is not None:
+        inline._enable_matplotlib_integration()
+
+
 class Kernel:
     def __init__(self, pipe, gate):
         self._pipe = pipe
@@ -34,12 +43,10 @@ class Kernel:
         gate.protect(Kernel._execute.__code__)
         # The shell is created before fds 1 and 2 are captured, so that what IPython
         # prints while starting (an unwritable home, say) goes to kenneld's log.
+        fresh = not KennelShell.initialized()  # else a zygote made it, and did what follows
         self._shell = KennelShell.create(self.publish)
-        # A zygote imported the inline backend before any shell existed, so its import-time
-        # hook (figures shown at the end of each cell) found none: run it now.
-        inline = sys.modules.get("matplotlib_inline.backend_inline")
-        if inline is not None:
-            inline._enable_matplotlib_integration()
+        if fresh:
+            enable_inline_figures()
         self._streams = StreamBuffer(self._publish_stream, gate)
         FdCapture(self._streams)
         sys.stdout = StreamWriter("stdout", 1, self._streams)

@@ -14,6 +14,10 @@ from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.profiledir import ProfileDir
+from IPython.paths import get_ipython_dir
+from IPython.utils.path import get_home_dir
+from pickleshare import PickleShareDB
 from traitlets import Any, Type
 from traitlets.config import Config
 
@@ -69,7 +73,14 @@ class KennelShell(InteractiveShell):
 
     @classmethod
     def create(cls, publish):
-        """Create the process-wide shell (get_ipython() returns it)."""
+        """The process-wide shell (get_ipython() returns it). A zygote makes it once, before
+        it forks (publish None), so that its ~9 MiB are shared by every kernel; a kernel
+        forked from it takes it over with its own publish and paths."""
+        if cls.initialized():
+            shell = cls.instance()
+            shell.publish = publish
+            shell._settle_after_fork()
+            return shell
         config = Config()
         # A kernel's history lives as long as its process; a sqlite file in the profile
         # would be shared by every session of the same user.
@@ -78,6 +89,17 @@ class KennelShell(InteractiveShell):
         # jedi costs hundreds of milliseconds on the first completion.
         config.IPCompleter.use_jedi = False
         return cls.instance(config=config, publish=publish)
+
+    def _settle_after_fork(self):
+        """What the shell learnt from the zygote's process, learnt again in the kernel's: its
+        home, working directory and IPython directory (IPYTHONDIR), now inside the sandbox."""
+        self.home_dir = get_home_dir()
+        self.init_logger()
+        self.starting_dir = os.getcwd()
+        self.history_manager.dir_hist[:] = [os.getcwd()]
+        self.ipython_dir = get_ipython_dir()
+        self.profile_dir = ProfileDir.create_profile_dir_by_name(self.ipython_dir, "default")
+        self.db = PickleShareDB(os.path.join(self.profile_dir.location, "db"))
 
     def init_user_ns(self):
         # Also run by %reset. Hidden like In and Out: %who does not list it.

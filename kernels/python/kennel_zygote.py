@@ -19,8 +19,9 @@ ever in its memory, so a kernel (a copy of that memory) finds none there.
 
 Messages (JSON, one per datagram):
   kenneld -> zygote  {"op": "config", "path": [...], "kernel_dir": D, "preload": [...],
-                      "env": {"MPLCONFIGDIR": D}}
-                     + [lifeline]    (first; the lifeline hangs up when kenneld dies)
+                      "env": {"MPLCONFIGDIR": D, "IPYTHONDIR": D/ipython}}
+                     + [lifeline, kennel-init]   (first; the lifeline hangs up when kenneld
+                     dies; each session's init execs kennel-init once it forked its kernel)
   zygote -> kenneld  {"op": "ready", "preloaded": [...], "failed": {module: error}, "ms": N}
   kenneld -> zygote  {"op": "spawn", "ticket": T, "uid": U, "gid": G, "tmp": B, "as": B, "fsize": B,
                       "nproc": N, "nofile": N, "env": {...}}
@@ -103,13 +104,14 @@ def _become_kernel(ctl, cfg, req):
         os._exit(code)
 
 
-def _spawn(ctl, cfg, lifeline, req, fds):
+def _spawn(ctl, cfg, lifeline, init_fd, req, fds):
     import _kennel_zygote
 
     if len(fds) < 2:
         raise ValueError("a spawn request carries the pipe and the workspace")
     pid = _kennel_zygote.spawn(
-        pipe_fd=fds[0], workspace_fd=fds[1], kernel_dir=cfg["kernel_dir"], lifeline=lifeline,
+        pipe_fd=fds[0], workspace_fd=fds[1], init_fd=init_fd, kernel_dir=cfg["kernel_dir"],
+        lifeline=lifeline,
         cgroup_fds=list(fds[2:]), uid=int(req["uid"]), gid=int(req["gid"]),
         tmp=int(req["tmp"]), as_bytes=int(req["as"]), fsize=int(req["fsize"]),
         nproc=int(req["nproc"]), nofile=int(req["nofile"]))
@@ -123,9 +125,9 @@ def _send(ctl, obj):
 
 
 def main(ctl, cfg, fds):
-    if len(fds) != 1:
-        sys.exit("kennel-zygote: the configuration carries the lifeline")
-    lifeline = fds[0]
+    if len(fds) != 2:
+        sys.exit("kennel-zygote: the configuration carries the lifeline and kennel-init")
+    lifeline, init_fd = fds
     t0 = time.monotonic()
     # Set here, not in the exec environment, which every kernel can read.
     os.environ.update(cfg.get("env", {}))
@@ -135,6 +137,12 @@ def main(ctl, cfg, fds):
     import kennel_server  # noqa: F401
 
     preloaded, failed = _preload(cfg.get("preload", []))
+    # The IPython shell too: every kernel takes it over (KennelShell.create), so its objects
+    # are shared rather than made again in each kernel.
+    from kennel_shell import KennelShell
+
+    KennelShell.create(None)
+    kennel_server.enable_inline_figures()
     gc.collect()
     gc.freeze()  # a kernel's collections never touch (and so never copy) the zygote's pages
     threads = _threads()
@@ -155,7 +163,7 @@ def main(ctl, cfg, fds):
             req = json.loads(msg)
             if req.get("op") != "spawn":
                 raise ValueError(f"unknown op {req.get('op')!r}")
-            reply = {"op": "spawned", "pid": _spawn(ctl, cfg, lifeline, req, fds)}
+            reply = {"op": "spawned", "pid": _spawn(ctl, cfg, lifeline, init_fd, req, fds)}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             reply = {"op": "error", "error": str(e)[:300]}
         reply["ticket"] = req.get("ticket") if isinstance(req, dict) else None

@@ -6,8 +6,9 @@
  *             through its pidfd; we write its id maps, move it into its cgroups, and return
  *             its pid.
  *    init     the child, pid 1 of the session: the kernel pipe onto fd 3, its own session and
- *             process group, sandbox_enter, sandbox_seal, then it forks the kernel and reaps
- *             (reaper_run) until the kernel exits. It never returns to Python.
+ *             process group, sandbox_enter, sandbox_seal, then it forks the kernel and execs
+ *             `kennel-init --reap` (through an fd the zygote opened), which reaps until the
+ *             kernel exits. It never returns to Python.
  *    kernel   init's child: default signals, Python's after-fork bookkeeping, and spawn()
  *             returns 0 — the Python code that called it becomes the session's kernel.
  *  The zygote is single-threaded (kennel_zygote.py checks), which a new user namespace needs.
@@ -20,6 +21,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "reaper.h"
@@ -27,9 +29,11 @@
 
 #define MAX_CGROUPS 8
 
+#define INIT_FD 4 /* kennel-init in the session's init, kept through the seal */
+
 /*  The session's init. Returns only in the kernel. */
-static void s_session_init(const sandbox_cfg_t *cfg, int lifeline, int pipe_fd, const char *failed,
-                           int failed_errno)
+static void s_session_init(const sandbox_cfg_t *cfg, int lifeline, int pipe_fd, int init_fd,
+                           const char *failed, int failed_errno)
 {
     /* The pipe goes onto fd 3 first, so that kenneld hears of any failure. */
     if (lifeline == REAPER_PIPE_FD)
@@ -41,35 +45,49 @@ static void s_session_init(const sandbox_cfg_t *cfg, int lifeline, int pipe_fd, 
     const char *step = NULL;
     if (setsid() < 0)
         reaper_fatal("setsid", errno);
-    if (sandbox_enter(cfg, lifeline, &step) < 0 || sandbox_seal(&step) < 0)
+    if (lifeline == INIT_FD)
+        lifeline = fcntl(lifeline, F_DUPFD_CLOEXEC, INIT_FD + 1);
+    if (dup3(init_fd, INIT_FD, O_CLOEXEC) < 0)
+        reaper_fatal("keep kennel-init", errno);
+    if (sandbox_enter(cfg, lifeline, &step) < 0 || sandbox_seal_keep(INIT_FD, &step) < 0)
         reaper_fatal(step, errno);
     reaper_signals(SIG_IGN);
     pid_t kernel = fork();
     if (kernel < 0)
         reaper_fatal("fork kernel", errno);
     if (kernel == 0) {
+        close(INIT_FD);
         reaper_kernel_signals();
         /* Dumpable, as an exec'd kernel is: its own /proc entries belong to it. */
         if (prctl(PR_SET_DUMPABLE, 1) < 0)
             reaper_fatal("PR_SET_DUMPABLE", errno);
         return;
     }
+    /* Become the small kennel-init, dropping this copy of the zygote's memory (megabytes of
+     * page tables and copied pages per session); if that fails, reap from here. */
+    char pid[24];
+    snprintf(pid, sizeof pid, "%d", (int)kernel);
+    char *argv[] = {"kennel-init", "--reap", pid, NULL};
+    char *envp[] = {NULL};
+    syscall(SYS_execveat, INIT_FD, "", argv, envp, AT_EMPTY_PATH);
     _exit(reaper_run(kernel));
 }
 
 static PyObject *s_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
-    static char *kwlist[] = {"pipe_fd", "workspace_fd", "kernel_dir", "lifeline", "cgroup_fds",
-                             "uid", "gid", "tmp", "as_bytes", "fsize", "nproc", "nofile", NULL};
-    int pipe_fd, workspace_fd, lifeline;
+    static char *kwlist[] = {"pipe_fd", "workspace_fd", "init_fd", "kernel_dir", "lifeline",
+                             "cgroup_fds", "uid", "gid", "tmp", "as_bytes", "fsize", "nproc",
+                             "nofile", NULL};
+    int pipe_fd, workspace_fd, init_fd, lifeline;
     const char *kernel_dir;
     PyObject *cgroups;
     unsigned int uid, gid;
     unsigned long long tmp, as_bytes, fsize;
     unsigned long nproc, nofile;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iisiO!IIKKKkk", kwlist, &pipe_fd,
-                                     &workspace_fd, &kernel_dir, &lifeline, &PyList_Type, &cgroups,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiisiO!IIKKKkk", kwlist, &pipe_fd,
+                                     &workspace_fd, &init_fd, &kernel_dir, &lifeline, &PyList_Type,
+                                     &cgroups,
                                      &uid, &gid, &tmp, &as_bytes, &fsize, &nproc, &nofile))
         return NULL;
     int cgroup_fds[MAX_CGROUPS + 1];
@@ -109,14 +127,14 @@ static PyObject *s_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
         return PyLong_FromLong((long)pid);
     }
     /* The session's init: pid < 0 means a setup step failed, which it reports. */
-    s_session_init(&cfg, life, pipe_fd, pid < 0 ? step : NULL, saved);
+    s_session_init(&cfg, life, pipe_fd, init_fd, pid < 0 ? step : NULL, saved);
     PyOS_AfterFork_Child();
     return PyLong_FromLong(0);
 }
 
 static PyMethodDef s_methods[] = {
     {"spawn", (PyCFunction)(void (*)(void))s_spawn, METH_VARARGS | METH_KEYWORDS,
-     "spawn(pipe_fd, workspace_fd, kernel_dir, lifeline, cgroup_fds, uid, gid, tmp, as_bytes, "
+     "spawn(pipe_fd, workspace_fd, init_fd, kernel_dir, lifeline, cgroup_fds, uid, gid, tmp, as_bytes, "
      "fsize, nproc, nofile) -> pid in the zygote, 0 in the new session's kernel"},
     {NULL, NULL, 0, NULL},
 };
