@@ -68,8 +68,10 @@ def serve(pipe, gate, runtime_dirs):
     """Serve kenneld's requests until it hangs up. runtime_dirs: the kernel runtime's entries
     on sys.path, taken off it so that user code does not see them."""
     # Figures show inline at the end of a cell, as in Jupyter, unless the user chose a
-    # backend; setting the variable costs nothing until matplotlib is imported.
+    # backend; setting the variable costs nothing until matplotlib is imported. matplotlib
+    # runs fc-list for fonts, which needs a configuration the sandbox's /etc lacks.
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    os.environ.setdefault("FONTCONFIG_FILE", os.path.join(_HERE, "fonts.conf"))
     # Requests kenneld sends from now on wait in the socket until serve() reads them.
     import kennel_server
 
