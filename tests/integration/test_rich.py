@@ -1,10 +1,11 @@
 """Rich output end to end: what a cell displays reaches a real jupyter_client as IPython
 kernels send it (matplotlib figures, display updates, clear_output, DataFrames, _repr_*_
-methods, images)."""
+methods, images), and execute_reply metadata lists the workspace files a cell changed."""
 
 import base64
 import io
 
+import pytest
 from PIL import Image
 
 from .itest_helpers import png_size, run
@@ -180,3 +181,61 @@ def test_figure_formats_and_dpi_are_configurable(session):
     (shown,) = displays(cell)
     assert b64_png_size(shown["data"]["image/png"]) == (200, 100)
     assert shown["metadata"] == {"image/png": {"width": 100, "height": 50}}
+
+
+# -- files the cell changed, in execute_reply metadata -----------------------------------
+
+
+def files_of(cell):
+    md = cell.reply["metadata"]
+    return md["files"], md["files_deleted"], md["files_truncated"]
+
+
+def test_reply_lists_files_the_cell_wrote(session):
+    cell = run(session, "import os\nos.makedirs('out/deep', exist_ok=True)\n"
+                        "open('report.csv', 'w').write('a,b\\n1,2\\n')\n"
+                        "open('out/deep/plot.bin', 'wb').write(bytes(1000))")
+    assert cell.reply["metadata"]["outcome"] == "ok"  # kenneld's keys are there too
+    assert files_of(cell) == ([{"name": "out/deep/plot.bin", "size": 1000},
+                               {"name": "report.csv", "size": 8}], [], False)
+    assert files_of(run(session, "x = 1")) == ([], [], False)
+    # Rewritten at once with the same size: still seen (its mtime may not have moved).
+    cell = run(session, "open('report.csv', 'w').write('c,d\\n3,4\\n')")
+    assert files_of(cell) == ([{"name": "report.csv", "size": 8}], [], False)
+    cell = run(session, "open('report.csv', 'a').write('5,6\\n'); os.remove('out/deep/plot.bin')")
+    assert files_of(cell) == ([{"name": "report.csv", "size": 12}], ["out/deep/plot.bin"], False)
+    # Hidden directories, caches and symlinks are not the cell's artefacts.
+    cell = run(session, "os.makedirs('.cache', exist_ok=True); open('.cache/x', 'w').write('x')\n"
+                        "os.makedirs('__pycache__', exist_ok=True)\n"
+                        "open('__pycache__/m.pyc', 'w').write('x')\n"
+                        "os.symlink('/etc/passwd', 'link')")
+    assert files_of(cell) == ([], [], False)
+    # A failed cell still says what it left behind.
+    cell = run(session, "open('partial.txt', 'w').write('half'); 1 / 0")
+    assert cell.content["status"] == "error"
+    assert files_of(cell) == ([{"name": "partial.txt", "size": 4}], [], False)
+
+
+def test_files_put_by_kenneld_are_not_the_cells(session, kenneld, tmp_path):
+    local = tmp_path / "in.txt"
+    local.write_text("input")
+    name = session.session_info["id"]
+    assert kenneld.cli("put", name, str(local), "in.txt").returncode == 0
+    cell = run(session, "open('in.txt').read()")
+    assert cell.result == "'input'"
+    assert files_of(cell) == ([], [], False)
+
+
+@pytest.mark.timeout_s(60)
+def test_file_listing_is_bounded(session):
+    cell = run(session, "import os\nos.mkdir('many')\n"
+                        "for i in range(10050):\n"
+                        "    open(f'many/f{i:05}', 'w').close()", timeout=40)
+    files, deleted, truncated = files_of(cell)
+    assert truncated is True
+    assert len(files) == 1000 and deleted == []
+    assert files == sorted(files, key=lambda f: f["name"])
+    # Nothing changed: nothing listed, though the walk still stops at its bound.
+    assert files_of(run(session, "pass")) == ([], [], True)
+    cell = run(session, "open('new.txt', 'w').write('n')")
+    assert files_of(cell) == ([{"name": "new.txt", "size": 1}], [], True)
