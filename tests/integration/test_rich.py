@@ -3,6 +3,7 @@ kernels send it (matplotlib figures, display updates, clear_output, DataFrames, 
 methods, images), and execute_reply metadata lists the workspace files a cell changed."""
 
 import base64
+import hashlib
 import io
 
 import pytest
@@ -40,6 +41,14 @@ def test_line_plot_is_a_png_of_the_figure_size(session):
                         "plt.plot([1, 3, 2]);")
     (shown,) = displays(cell)
     assert b64_png_size(shown["data"]["image/png"]) == (200, 150)
+    # Relayed byte-exact: the PNG that arrives is the one the kernel's formatter made.
+    cell = run(session, "import base64, hashlib\n"
+                        "fig = plt.figure(figsize=(2, 2), dpi=40); plt.plot([3, 1])\n"
+                        "png = get_ipython().display_formatter.format(fig)[0]['image/png']\n"
+                        "hashlib.sha256(base64.b64decode(png)).hexdigest()")
+    (shown,) = displays(cell)
+    assert cell.result == repr(hashlib.sha256(base64.b64decode(shown["data"]["image/png"]))
+                               .hexdigest())
     # Shown figures are closed: nothing is left, and nothing is shown again.
     cell = run(session, "plt.get_fignums()")
     assert cell.result == "[]"
