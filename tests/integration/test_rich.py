@@ -55,6 +55,22 @@ def test_line_plot_is_a_png_of_the_figure_size(session):
     assert displays(cell) == []
 
 
+@pytest.mark.parametrize("kenneld", [["--spawner", "exec"], ["--preload", "numpy"]],
+                         indirect=True)
+def test_first_figure_of_a_cold_matplotlib_is_quiet(session):
+    """A kernel that imports matplotlib itself (a cold start, or a zygote that did not
+    preload it) lists the fonts with fc-list, which must find its configuration in the
+    sandbox rather than complain on the cell's stderr."""
+    cell = run(session, "import sys\n"
+                        "cold = 'matplotlib' not in sys.modules\n"
+                        "import matplotlib.pyplot as plt\n"
+                        "plt.plot([1, 2])\n"
+                        "cold", timeout=PLOT_TIMEOUT_S)
+    assert cell.result == "True"
+    assert [m["msg_type"] for m in cell.outputs] == ["execute_result", "display_data"]
+    b64_png_size(displays(cell)[0]["data"]["image/png"])
+
+
 def test_two_figures_in_order_and_show_mid_cell(session):
     cell = run(session, "import matplotlib.pyplot as plt\n"
                         "from matplotlib_inline.backend_inline import set_matplotlib_formats\n"
