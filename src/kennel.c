@@ -2,6 +2,7 @@
  *  lifecycle (new, ls, info, rm), acts as an ordinary Jupyter client for `exec`, and as a
  *  kernelspec launcher for `kernel -f`. Every command takes --state-dir DIR. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -32,8 +33,9 @@ static const char s_usage[] =
     "  put N LOCAL [REMOTE]    copy a file into session N's workspace (REMOTE: path in it)\n"
     "  get N REMOTE [LOCAL]    copy a file out of session N's workspace\n"
     "  files N                 list the files in session N's workspace\n"
-    "  exec N CODE|-           run CODE (or stdin) in session N, creating it if needed;\n"
-    "                          prints streams and results, exits 1 when the cell fails\n"
+    "  exec N CODE|- [--out DIR]  run CODE (or stdin) in session N, creating it if needed;\n"
+    "                          prints streams and results, saves images, PDFs and HTML to\n"
+    "                          DIR (default .) as out-N.EXT; exits 1 when the cell fails\n"
     "  kernel -f FILE          kernelspec launcher: serve a session on FILE's ports and key\n"
     "  kernelspec install [--user | --prefix P]   install the 'kennel' Jupyter kernelspec\n"
     "The state directory is --state-dir, else $KENNEL_STATE_DIR, else ~/.local/state/kennel.\n";
@@ -278,6 +280,79 @@ static json_t *s_load_connection(const char *path)
     return conn;
 }
 
+/*  What `kennel exec` saves of a rich output, in this order, into --out DIR. */
+static const struct {
+    const char *mime, *ext;
+    int is_base64; /* binary data travels base64-encoded (Jupyter's rule) */
+} s_saved[] = {
+    {"image/png", "png", 1},       {"image/jpeg", "jpg", 1}, {"image/svg+xml", "svg", 0},
+    {"application/pdf", "pdf", 1}, {"text/html", "html", 0},
+};
+#define SAVE_MAX_TRIES 100000
+static const char *s_out_dir = ".";
+static int s_out_next[sizeof s_saved / sizeof s_saved[0]]; /* the next n worth trying */
+
+/*  Write len bytes to a new file DIR/out-N.EXT, N the lowest free from s_out_next[kind] on
+ *  (never replacing a file), and print its path ("out-N.EXT" when DIR is the default). */
+static void s_save(size_t kind, const void *data, size_t len)
+{
+    char path[PATH_MAX];
+    int fd = -1, n = s_out_next[kind] ? s_out_next[kind] : 1;
+    if (mkdir(s_out_dir, 0777) < 0 && errno != EEXIST) {
+        fprintf(stderr, "kennel: cannot create %s: %s\n", s_out_dir, strerror(errno));
+        return;
+    }
+    for (int tries = 0; fd < 0 && tries < SAVE_MAX_TRIES; tries++, n++) {
+        int w = strcmp(s_out_dir, ".") == 0
+                    ? snprintf(path, sizeof path, "out-%d.%s", n, s_saved[kind].ext)
+                    : snprintf(path, sizeof path, "%s/out-%d.%s", s_out_dir, n, s_saved[kind].ext);
+        if (w < 0 || w >= (int)sizeof path) {
+            errno = ENAMETOOLONG;
+            break;
+        }
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    s_out_next[kind] = n;
+    if (fd < 0 || util_write_all(fd, data, len) < 0) {
+        fprintf(stderr, "kennel: cannot save %s output in %s: %s\n", s_saved[kind].mime, s_out_dir,
+                strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(path);
+        }
+        return;
+    }
+    close(fd);
+    printf("%s\n", path);
+}
+
+/*  Save what a display_data or execute_result carries that a terminal cannot show. */
+static void s_save_rich(const json_t *data)
+{
+    for (size_t kind = 0; kind < sizeof s_saved / sizeof s_saved[0]; kind++) {
+        const char *text = json_string_value(json_object_get(data, s_saved[kind].mime));
+        if (!text)
+            continue;
+        size_t len = strlen(text);
+        if (!s_saved[kind].is_base64) {
+            s_save(kind, text, len);
+            continue;
+        }
+        unsigned char *bin = malloc(len / 4 * 3 + 3);
+        size_t bin_len = 0;
+        /* IPython ends some base64 with a newline; any white space is skipped. */
+        if (bin && sodium_base642bin(bin, len / 4 * 3 + 3, text, len, " \t\r\n", &bin_len, NULL,
+                                     sodium_base64_VARIANT_ORIGINAL) == 0)
+            s_save(kind, bin, bin_len);
+        else
+            fprintf(stderr, "kennel: %s output is not valid base64; not saved\n",
+                    s_saved[kind].mime);
+        free(bin);
+    }
+}
+
 /*  Print one iopub message of our cell. */
 static void s_print_output(const jmsg_t *m)
 {
@@ -287,10 +362,14 @@ static void s_print_output(const jmsg_t *m)
         FILE *f = strcmp(json_string_value(json_object_get(c, "name")) ?: "", "stderr") == 0 ? stderr : stdout;
         fputs(json_string_value(json_object_get(c, "text")) ?: "", f);
         fflush(f);
-    } else if (strcmp(type, "execute_result") == 0 || strcmp(type, "display_data") == 0) {
-        const char *text = json_string_value(json_object_get(json_object_get(c, "data"), "text/plain"));
+    } else if (strcmp(type, "execute_result") == 0 || strcmp(type, "display_data") == 0 ||
+               strcmp(type, "update_display_data") == 0) {
+        /* A terminal cannot redraw an earlier output: an update is shown as a new one. */
+        json_t *data = json_object_get(c, "data");
+        const char *text = json_string_value(json_object_get(data, "text/plain"));
         if (text)
             printf("%s\n", text);
+        s_save_rich(data);
         fflush(stdout);
     } else if (strcmp(type, "error") == 0) {
         size_t i;
@@ -553,8 +632,23 @@ int main(int argc, char **argv)
         return s_cmd_file(cmd, args[1], NULL, NULL);
     if (strcmp(cmd, "rm") == 0 && nargs == 2)
         return s_cmd_rm(args[1]);
-    if (strcmp(cmd, "exec") == 0 && nargs == 3)
-        return s_cmd_exec(args[1], args[2]);
+    if (strcmp(cmd, "exec") == 0) {
+        /* --out DIR anywhere after exec; the code itself may start with '-'. */
+        char *pos[2];
+        int npos = 0, bad = 0;
+        for (int a = 1; a < nargs && !bad; a++) {
+            if (strcmp(args[a], "--out") == 0 && a + 1 < nargs)
+                s_out_dir = args[++a];
+            else if (strncmp(args[a], "--out=", 6) == 0)
+                s_out_dir = args[a] + 6;
+            else if (npos < 2)
+                pos[npos++] = args[a];
+            else
+                bad = 1;
+        }
+        if (npos == 2 && !bad && s_out_dir[0])
+            return s_cmd_exec(pos[0], pos[1]);
+    }
     if (strcmp(cmd, "kernel") == 0 && nargs == 3 && strcmp(args[1], "-f") == 0)
         return s_cmd_kernel(args[2]);
     if (strcmp(cmd, "kernelspec") == 0)

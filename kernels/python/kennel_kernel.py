@@ -64,12 +64,31 @@ def start(pipe_fd):
     return pipe, gate
 
 
+# Where the sandbox mounts the kernel runtime (SANDBOX_KERNEL_DIR in src/sandbox.h). A cold
+# kernel runs from there; one forked from the zygote keeps the host path in _HERE, which
+# its sandbox does not show.
+_SANDBOX_RUNTIME = "/opt/kennel"
+
+
+def _runtime_file(name):
+    """The path of one of the kernel runtime's files as this process sees it, or None."""
+    for d in (_HERE, _SANDBOX_RUNTIME):
+        path = os.path.join(d, name)
+        if os.path.exists(path):
+            return path
+    return None
+
+
 def serve(pipe, gate, runtime_dirs):
     """Serve kenneld's requests until it hangs up. runtime_dirs: the kernel runtime's entries
     on sys.path, taken off it so that user code does not see them."""
     # Figures show inline at the end of a cell, as in Jupyter, unless the user chose a
-    # backend; setting the variable costs nothing until matplotlib is imported.
+    # backend; setting the variable costs nothing until matplotlib is imported. matplotlib
+    # runs fc-list for fonts, which needs a configuration the sandbox's /etc lacks.
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    fonts_conf = _runtime_file("fonts.conf")
+    if fonts_conf:
+        os.environ.setdefault("FONTCONFIG_FILE", fonts_conf)
     # Requests kenneld sends from now on wait in the socket until serve() reads them.
     import kennel_server
 

@@ -4,7 +4,8 @@ Handles execute, complete, inspect, is_complete, history and comm_info requests 
 answers every other *_request with an error reply, so kenneld's queue never stalls.
 Comm messages are ignored (no comm support yet). kenneld answers kernel_info, interrupt
 and shutdown itself and publishes status, so none of that is here. The execute_reply's
-metadata carries the cell's metrics: CPU time and peak memory.
+metadata carries the cell's metrics (CPU time and peak memory) and the workspace files the
+cell created, changed or deleted (kennel_files).
 """
 
 import os
@@ -14,6 +15,7 @@ import sys
 from IPython.utils.tokenutil import line_at_cursor, token_at_cursor
 
 from kennel_deadline import CellTimeout
+import kennel_files
 import kennel_snapshot
 from kennel_io import FdCapture, Stdin, StreamBuffer, StreamWriter
 from kennel_pipe import FrameError, decode_object
@@ -36,6 +38,7 @@ class Kernel:
         self._pipe = pipe
         self._gate = gate
         self._pid = os.getpid()
+        self._workspace = os.getcwd()  # kenneld starts the kernel in the workspace
         self._reply_metadata = {}  # of the request being served; handlers may add to it
         # _execute arms the gate around the cell; a SIGINT or SIGUSR2 landing in its own
         # lines, just before or after the cell, is dropped rather than raised into the
@@ -155,6 +158,7 @@ class Kernel:
         shell.last_traceback = None
         shell.payload_manager.clear_payload()
         interrupt = None
+        files_before = self._files_snapshot()
         start = _Usage()
         with self._stdin.serving(bool(content.get("allow_stdin", False))):
             self._gate.arm()
@@ -173,6 +177,9 @@ class Kernel:
             "cpu_ms": (end.cpu_s - start.cpu_s) * 1000,
             "peak_memory_bytes": end.maxrss_bytes,
         }
+        files_after = self._files_snapshot()
+        if files_before is not None and files_after is not None:
+            self._reply_metadata.update(kennel_files.changes(files_before, files_after))
         reply = {
             "status": "ok",
             "execution_count": shell.execution_count - 1,
@@ -190,6 +197,15 @@ class Kernel:
             reply.update(_error(type(error).__name__, safe_str(error)))
             reply["traceback"] = shell.last_traceback or []
         return reply
+
+    def _files_snapshot(self):
+        # The cell may have broken what the walk uses (os.scandir replaced, say): the reply
+        # then goes without the list of files rather than fail.
+        try:
+            return kennel_files.Snapshot(self._workspace)
+        except Exception as e:
+            self._pipe.diag(f"workspace snapshot failed: {type(e).__name__}: {e}"[:300])
+            return None
 
     def _complete(self, content):
         code = content["code"]

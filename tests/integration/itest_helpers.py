@@ -1,11 +1,13 @@
 """Small helpers over jupyter_client's BlockingKernelClient; every wait has a timeout."""
 
 import queue
+import struct
 import time
 
 from jupyter_client import BlockingKernelClient
 
 REPLY_TIMEOUT_S = 10
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 class Cell:
@@ -169,3 +171,11 @@ def make_client(connection_file, ready=True):
             kc.stop_channels()
             raise
     return kc
+
+
+def png_size(data):
+    """(width, height) of PNG bytes, after checking the signature and the IHDR chunk."""
+    assert data[:8] == PNG_SIGNATURE, data[:16]
+    length, kind = struct.unpack(">I4s", data[8:16])
+    assert kind == b"IHDR" and length == 13, (length, kind)
+    return struct.unpack(">II", data[16:24])

@@ -167,8 +167,9 @@ class Kenneld:
 
     # -- CLI -----------------------------------------------------------------------------
 
-    def cli(self, *args, input=None, timeout=20):
-        return run_kennel("--state-dir", str(self.state_dir), *args, input=input, timeout=timeout)
+    def cli(self, *args, input=None, timeout=20, cwd=None):
+        return run_kennel("--state-dir", str(self.state_dir), *args, input=input, timeout=timeout,
+                          cwd=cwd)
 
     # -- shutdown ------------------------------------------------------------------------
 
@@ -196,9 +197,9 @@ class Kenneld:
         return sorted(left)
 
 
-def run_kennel(*args, input=None, timeout=20, env=None):
+def run_kennel(*args, input=None, timeout=20, env=None, cwd=None):
     return subprocess.run([str(KENNEL), *args], input=input, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+                          timeout=timeout, env=env, cwd=cwd)
 
 
 def new_kenneld(transport="tcp", args=()):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from .itest_helpers import png_size
 from .kenneld_proc import KENNEL, run_kennel
 
 EXEC_NOTICE_S = 6  # how long `kennel exec` may take to notice that its session is gone
@@ -145,3 +146,45 @@ def test_usage_errors():
     help_ = run_kennel("--help", timeout=10)
     assert help_.returncode == 0
     assert "exec N CODE" in help_.stdout
+
+
+PLOT = ("import matplotlib.pyplot as plt\n"
+        "from matplotlib_inline.backend_inline import set_matplotlib_formats\n"
+        "set_matplotlib_formats('png', bbox_inches=None)\n"
+        "plt.figure(figsize=(3, 2), dpi=40); plt.plot([1, 2]);")
+
+
+def test_exec_out_saves_images_and_html(kenneld, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "out-1.png").write_bytes(b"mine")  # never overwritten
+    r = kenneld.cli("exec", "art", PLOT, "--out", str(out), timeout=30)
+    assert r.returncode == 0, r.stderr
+    saved = out / "out-2.png"
+    assert r.stdout == f"<Figure size 120x80 with 1 Axes>\n{saved}\n"
+    assert png_size(saved.read_bytes()) == (120, 80)
+    assert (out / "out-1.png").read_bytes() == b"mine"
+    svg = '<svg xmlns="http://www.w3.org/2000/svg" width="2" height="2"></svg>'
+    r = kenneld.cli("exec", "--out", str(out), "art",
+                    "import pandas as pd\n"
+                    f"class S:\n    def _repr_svg_(self): return {svg!r}\n"
+                    "display(S())\n"
+                    "pd.DataFrame({'n': [7]})", timeout=30)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("<__main__.S at ") and lines[1] == f"{out}/out-1.svg"
+    assert lines[2:] == ["   n", "0  7", f"{out}/out-1.html"]
+    assert (out / "out-1.svg").read_text() == svg
+    assert "<table" in (out / "out-1.html").read_text()
+
+
+def test_exec_out_defaults_to_the_current_directory(kenneld, tmp_path):
+    r = kenneld.cli("exec", "art", PLOT + "\nprint('text stays text')", cwd=tmp_path, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "text stays text\n<Figure size 120x80 with 1 Axes>\nout-1.png\n"
+    assert png_size((tmp_path / "out-1.png").read_bytes()) == (120, 80)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out-1.png"]
+    # Plain results write no file, and code may start with '-'.
+    r = kenneld.cli("exec", "art", "-1", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "-1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out-1.png"]

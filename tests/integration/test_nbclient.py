@@ -1,5 +1,7 @@
-"""nbclient runs data/sample.ipynb on kennel (through the kernelspec launcher) and on the
-real ipykernel; the outputs must match cell by cell."""
+"""nbclient runs notebooks on kennel (through the kernelspec launcher) and on the real
+ipykernel: data/sample.ipynb's outputs must match cell by cell; data/plots.ipynb (figures, a
+DataFrame, an SVG repr, a display update, clear_output) must give the same MIME types in
+the same order."""
 
 import json
 from pathlib import Path
@@ -11,7 +13,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 
 from .kenneld_proc import KENNEL, PYTHON
 
-NOTEBOOK = Path(__file__).parent / "data" / "sample.ipynb"
+DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture
@@ -41,8 +43,8 @@ def jupyter_env(kenneld, tmp_path, monkeypatch):
     return share
 
 
-def _execute(kernel_name):
-    nb = nbformat.read(NOTEBOOK, as_version=4)
+def _execute(kernel_name, notebook="sample.ipynb"):
+    nb = nbformat.read(DATA / notebook, as_version=4)
     client = nbclient.NotebookClient(nb, kernel_name=kernel_name, timeout=30, allow_errors=True,
                                      startup_timeout=20)
     return client.execute()
@@ -80,3 +82,36 @@ def test_notebook_matches_ipykernel(kenneld, jupyter_env):
     ]
     reference = _cells(_execute("python3"))
     assert kennel == reference
+
+
+def _mime_types(output):
+    kind = output["output_type"]
+    if kind == "stream":
+        return (kind, output["name"])
+    if kind == "error":
+        return (kind, output["ename"])
+    return (kind, sorted(output.get("data", {})))
+
+
+PNG = ["image/png", "text/plain"]
+
+
+@pytest.mark.timeout_s(90)
+def test_plots_notebook_has_ipykernels_mime_types(kenneld, jupyter_env):
+    nb = _execute("kennel", "plots.ipynb")
+    kennel = [[_mime_types(o) for o in c["outputs"]] for c in nb.cells if c["cell_type"] == "code"]
+    assert kennel == [
+        [("display_data", PNG)],
+        [("execute_result", ["text/html", "text/plain"])],
+        [("execute_result", ["image/svg+xml", "text/plain"])],
+        [("display_data", ["text/html", "text/plain"])],
+        [("display_data", PNG), ("stream", "stdout"), ("display_data", PNG)],
+        [("display_data", ["text/markdown", "text/plain"]),
+         ("display_data", ["application/json", "text/plain"])],
+    ]
+    cells = [c for c in nb.cells if c["cell_type"] == "code"]
+    assert cells[3]["outputs"][0]["data"]["text/html"] == "<b>done</b>"  # updated in place
+    assert "<table" in cells[1]["outputs"][0]["data"]["text/html"]
+    reference = _execute("python3", "plots.ipynb")
+    assert kennel == [[_mime_types(o) for o in c["outputs"]]
+                      for c in reference.cells if c["cell_type"] == "code"]
