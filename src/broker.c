@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "channels.h"
+#include "disk.h"
 #include "sandbox.h"
 #include "log.h"
 #include "route.h"
@@ -54,6 +55,7 @@ struct sess {
     char conn_path[PATH_MAX];
     char workspace[PATH_MAX];
     size_t slot;             /* index into broker slots: the kernel's host uid */
+    int disk_mounted;        /* the workspace is a mounted image (limits.disk_bytes) */
     broker_limits_t limits;
     cgroup_t *cg;            /* the running kernel's cgroup, or NULL */
     spawner_proc_t proc;
@@ -248,20 +250,30 @@ typedef struct {
     char buf[12][PATH_MAX + 32];
 } launch_t;
 
+/*  The host ids a session's kernel runs as: its own pair per slot, kenneld's own when
+ *  kenneld is unprivileged (it can map no other) or runs kernels unsandboxed. */
+static void s_kernel_ids(const broker_t *b, size_t slot, uid_t *uid, gid_t *gid)
+{
+    int own = !b->cfg.sandbox || b->cfg.own_ids;
+    *uid = own ? getuid() : (uid_t)(b->cfg.uid_base + slot);
+    *gid = own ? getgid() : (gid_t)(b->cfg.uid_base + slot);
+}
+
 static void s_launch_args(const sess_t *s, launch_t *l)
 {
     const broker_cfg_t *cfg = &s->broker->cfg;
     size_t a = 0, e = 0, b = 0;
 #define ARG(x) (assert(a < 31), l->argv[a++] = (char *)(x))
 #define FMT(...) (assert(b < 12), snprintf(l->buf[b], sizeof l->buf[b], __VA_ARGS__), l->buf[b++])
-    unsigned long uid = cfg->uid_base + s->slot;
+    uid_t uid;
+    gid_t gid;
+    s_kernel_ids(s->broker, s->slot, &uid, &gid);
     const char *kernel_dir = cfg->kernel_dir;
     if (cfg->sandbox) {
         ARG(cfg->init_path);
         ARG("--workspace"), ARG(s->workspace);
         ARG("--kernel-dir"), ARG(cfg->kernel_dir);
-        char *ids = FMT("%lu", uid);
-        ARG("--uid"), ARG(ids), ARG("--gid"), ARG(ids);
+        ARG("--uid"), ARG(FMT("%u", (unsigned)uid)), ARG("--gid"), ARG(FMT("%u", (unsigned)gid));
         ARG("--tmp"), ARG(FMT("%llu", s->limits.tmp_bytes));
         ARG("--as"), ARG(FMT("%llu", s->limits.cg.memory_bytes));
         ARG("--nproc"), ARG(FMT("%lu", s->limits.cg.pids));
@@ -467,11 +479,24 @@ static int s_on_socket(zloop_t *loop, zsock_t *sock, void *arg)
 
 static int s_tick(zloop_t *loop, int timer_id, void *arg);
 
+/*  Take a capped workspace's image off its directory. lazy: at once, even while a kernel
+ *  still uses it (the filesystem goes with its last user); otherwise a real unmount, which
+ *  writes everything back (the kernel must be gone). */
+static void s_disk_unmount(sess_t *s, int lazy)
+{
+    if (!s->disk_mounted)
+        return;
+    s->disk_mounted = 0;
+    if (disk_unmount(s->workspace, lazy) < 0)
+        PLOG_E("session=%s: umount(%s)", s->id, s->workspace);
+}
+
 static void s_free_sess(sess_t **s_p)
 {
     sess_t *s = *s_p;
     if (!s)
         return;
+    s_disk_unmount(s, 1);
     session_destroy(&s->core);
     channels_destroy(&s->ch);
     cgroup_destroy(&s->cg);
@@ -490,12 +515,15 @@ typedef struct {
     spawner_proc_t proc;
     cgroup_t *cg;
     char dir[PATH_MAX];      /* "" to keep the directory */
+    char mount[PATH_MAX];    /* a workspace image to unmount once the kernel is gone, or "" */
 } orphan_t;
 
 static void s_orphan_finish(orphan_t *o)
 {
     spawner_release(&o->proc);
     cgroup_destroy(&o->cg);
+    if (o->mount[0] && disk_unmount(o->mount, 0) < 0)
+        PLOG_E("umount(%s)", o->mount);
     if (o->dir[0] && statedir_remove_tree(o->dir) < 0)
         PLOG_W("remove %s", o->dir);
     free(o);
@@ -545,9 +573,16 @@ static void s_close_sess(sess_t *s, int forget)
     o->cg = s->cg;
     s->cg = NULL;
     if (forget) {
+        /* Off our tree first, so the removal below never walks the kernel's filesystem
+         * (the image file goes with the directory; its space, with the last user). */
+        s_disk_unmount(s, 1);
         snprintf(o->dir, sizeof o->dir, "%s", s->dir);
         if (statedir_remove_tree(s->dir) < 0 && s->has_proc == 0)
             PLOG_W("session=%s: remove %s", s->id, s->dir);
+    } else if (s->disk_mounted) {
+        /* Kept for the next kenneld: unmounted cleanly once the kernel has gone. */
+        snprintf(o->mount, sizeof o->mount, "%s", s->workspace);
+        s->disk_mounted = 0;
     }
     if (s->has_proc) {
         zmq_pollitem_t item = {NULL, s->proc.pidfd, ZMQ_POLLIN, 0};
@@ -593,9 +628,10 @@ static sess_t *s_find(broker_t *self, const char *id_or_name)
 /*  Limits as the manager API shows them (create_request's units). New reference. */
 static json_t *s_limits_json(const broker_limits_t *l)
 {
-    return json_pack("{s:I, s:I, s:f, s:I, s:f}", "memory", (json_int_t)l->cg.memory_bytes,
+    return json_pack("{s:I, s:I, s:f, s:I, s:f, s:I}", "memory", (json_int_t)l->cg.memory_bytes,
                      "pids", (json_int_t)l->cg.pids, "cpu", l->cg.cpus, "tmp",
-                     (json_int_t)l->tmp_bytes, "timeout", l->timeout_ms / 1000.0);
+                     (json_int_t)l->tmp_bytes, "timeout", l->timeout_ms / 1000.0, "disk",
+                     (json_int_t)l->disk_bytes);
 }
 
 static json_t *s_info(sess_t *s)
@@ -662,16 +698,50 @@ static int s_write_meta(const sess_t *s, int launched)
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/meta.json", s->dir);
     const broker_limits_t *l = &s->limits;
-    json_t *meta = json_pack("{s:s, s:s, s:b, s:I, s:{s:I, s:I, s:f, s:I, s:I, s:I, s:I}}", "id",
+    json_t *meta = json_pack("{s:s, s:s, s:b, s:I, s:{s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I}}", "id",
                              s->id, "name", session_name(s->core), "launched", launched, "slot",
                              (json_int_t)s->slot, "limits", "memory",
                              (json_int_t)l->cg.memory_bytes, "pids", (json_int_t)l->cg.pids, "cpu",
                              l->cg.cpus, "tmp", (json_int_t)l->tmp_bytes, "nofile",
                              (json_int_t)l->nofile, "timeout_ms", (json_int_t)l->timeout_ms,
-                             "idle_ms", (json_int_t)l->idle_ms);
+                             "idle_ms", (json_int_t)l->idle_ms, "disk", (json_int_t)l->disk_bytes);
     int rc = meta ? statedir_write_json(path, meta) : -1;
     json_decref(meta);
     return rc;
+}
+
+/*  A capped workspace is an ext4 image loop-mounted over the workspace directory: made and
+ *  mounted for a new session, mounted again (after a check) for a restored one. Fails closed:
+ *  a session never runs uncapped because its cap could not be built. 0, or -1 with *err
+ *  ("DiskUnavailable": the image, if any, is kept). */
+static int s_disk_attach(broker_t *self, sess_t *s, int is_new, uid_t uid, gid_t gid,
+                         broker_error_t *err)
+{
+    unsigned long long bytes = s->limits.disk_bytes;
+    if (!bytes)
+        return 0;
+    err->ename = "DiskUnavailable";
+    if (!self->cfg.disk_ok) {
+        snprintf(err->evalue, sizeof err->evalue,
+                 "the session's workspace cap (disk %llu MiB) cannot be enforced here (%s); "
+                 "create it with disk 0, or start kenneld with --disk 0, to run without one",
+                 bytes >> 20, self->cfg.disk_desc);
+        return -1;
+    }
+    char image[PATH_MAX + 16];
+    snprintf(image, sizeof image, "%s/workspace.img", s->dir);
+    const char *step = NULL;
+    long long t0 = util_now_ms();
+    if ((is_new && disk_create(image, bytes, uid, gid, &step) < 0) ||
+        disk_mount(image, s->workspace, is_new, &step) < 0) {
+        snprintf(err->evalue, sizeof err->evalue, "cannot set up the workspace's disk: %s: %s",
+                 step, strerror(errno));
+        return -1;
+    }
+    s->disk_mounted = 1;
+    LOG_D("session=%s: workspace image (%llu MiB) %s in %lld ms", s->id, bytes >> 20,
+          is_new ? "made and mounted" : "checked and mounted", util_now_ms() - t0);
+    return 0;
 }
 
 /*  Build a session record, bind its sockets and write its connection file; no kernel yet.
@@ -712,16 +782,20 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
                  strerror(errno));
         goto fail;
     }
+    uid_t uid;
+    gid_t gid;
+    s_kernel_ids(self, s->slot, &uid, &gid);
     if (self->cfg.sandbox) {
         /* The kernel's host uid owns its workspace and nothing else. */
-        uid_t uid = (uid_t)(self->cfg.uid_base + s->slot);
-        if (chown(s->workspace, uid, uid) < 0) {
+        if (chown(s->workspace, uid, gid) < 0) {
             err->ename = "SpawnFailed";
             snprintf(err->evalue, sizeof err->evalue, "cannot hand the workspace to the kernel: %s",
                      strerror(errno));
             goto fail;
         }
     }
+    if (s_disk_attach(self, s, id == NULL, uid, gid, err) < 0)
+        goto fail;
     if (!connection && strcmp(cc.transport, "ipc") == 0) {
         /* sun_path holds 107 bytes; the sockets are <prefix>-1 … <prefix>-5. */
         int n = snprintf(ipc_prefix, sizeof ipc_prefix, "%s/k", s->dir);
@@ -761,6 +835,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     }
     return s;
 fail:
+    s_disk_unmount(s, 1);
     if (!id && s->dir[0])
         statedir_remove_tree(s->dir);
     s_free_sess(&s);
@@ -798,6 +873,7 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
     if (session_start(s->core) < 0) {
         err->ename = "SpawnFailed";
         snprintf(err->evalue, sizeof err->evalue, "cannot start the kernel: %s", strerror(errno));
+        s_disk_unmount(s, 1);
         statedir_remove_tree(s->dir);
         s_free_sess(&s);
         return NULL;
@@ -832,7 +908,8 @@ static void s_restore_one(broker_t *self, const char *dir)
             (unsigned long long)json_integer_value(json_object_get(l, "tmp")),
             (unsigned long)json_integer_value(json_object_get(l, "nofile")),
             json_integer_value(json_object_get(l, "timeout_ms")),
-            json_integer_value(json_object_get(l, "idle_ms"))};
+            json_integer_value(json_object_get(l, "idle_ms")),
+            (unsigned long long)json_integer_value(json_object_get(l, "disk"))};
         s = s_make(self, id, name, conn, &lim, json_is_true(json_object_get(meta, "launched")),
                    (long)json_integer_value(json_object_get(meta, "slot")), &err);
     }
@@ -844,6 +921,9 @@ static void s_restore_one(broker_t *self, const char *dir)
         s_serve(self, s);
         LOG_I("session=%s: restored (name %s)%s", s->id, name,
               has_state ? ", state on first use" : ", without saved state");
+    } else if (err.ename && strcmp(err.ename, "DiskUnavailable") == 0) {
+        /* Its files are in the image: keep them for a kenneld that can mount it. */
+        LOG_E("cannot restore the session in %s: %s; it is kept, not served", dir, err.evalue);
     } else {
         LOG_W("cannot restore the session in %s (%s); removing it", dir,
               err.ename ? err.evalue : "its files are incomplete");
@@ -921,11 +1001,16 @@ json_t *broker_stats(const broker_t *self)
 {
     json_t *limits = s_limits_json(&self->cfg.limits);
     json_object_set_new(limits, "nofile", json_integer((json_int_t)self->cfg.limits.nofile));
-    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s}, s:o}", "status", "ok", "sessions",
-                     (json_int_t)zlistx_size(self->sessions), "max_sessions",
+    json_t *lost = json_array();
+    for (size_t i = 0; self->cfg.lost && self->cfg.lost[i]; i++)
+        json_array_append_new(lost, json_string(self->cfg.lost[i]));
+    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s, s:b, s:o, s:{s:b, s:s}}, s:o}", "status",
+                     "ok", "sessions", (json_int_t)zlistx_size(self->sessions), "max_sessions",
                      (json_int_t)self->cfg.max_sessions, "sandbox", "enabled", self->cfg.sandbox,
-                     "layers", self->cfg.sandbox_desc ? self->cfg.sandbox_desc : "none", "limits",
-                     limits);
+                     "layers", self->cfg.sandbox_desc ? self->cfg.sandbox_desc : "none",
+                     "privileged", !self->cfg.own_ids, "lost", lost, "disk", "caps",
+                     self->cfg.disk_ok, "detail", self->cfg.disk_desc ? self->cfg.disk_desc : "",
+                     "limits", limits);
 }
 
 int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t out_len,
@@ -935,8 +1020,7 @@ int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t o
     if (!s)
         return -1;
     snprintf(out, out_len, "%s", s->workspace);
-    *uid = self->cfg.sandbox ? (uid_t)(self->cfg.uid_base + s->slot) : getuid();
-    *gid = self->cfg.sandbox ? (gid_t)(self->cfg.uid_base + s->slot) : getgid();
+    s_kernel_ids(self, s->slot, uid, gid);
     return 0;
 }
 

@@ -33,6 +33,9 @@ static const char s_usage[] =
     "  --pids N            processes and threads (default 256)\n"
     "  --cpu N             CPUs' worth of time, e.g. 0.5 (default 1)\n"
     "  --tmp SIZE          size of /tmp and /dev/shm (default 256M)\n"
+    "  --disk SIZE         workspace size cap: an ext4 image loop-mounted at the workspace\n"
+    "                      (default 1G; 0: none). Needs root: where loop mounts fail, sessions\n"
+    "                      with a cap are refused, not started without one\n"
     "  --nofile N          open files (default 1024)\n"
     "  --timeout SECONDS   a cell's deadline (default 0: none)\n"
     "  --idle SECONDS      evict a session idle this long, saving its state (default 900;\n"
@@ -95,6 +98,7 @@ int config_load(config_t *cfg, int argc, char **argv)
     cfg->pids = 256;
     cfg->cpus = 1.0;
     cfg->tmp_bytes = 256ull << 20;
+    cfg->disk_bytes = 1ull << 30;
     cfg->nofile = 1024;
     cfg->uid_base = 1900000000;
     cfg->grace_s = 2;
@@ -125,7 +129,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"insecure-no-sandbox", no_argument, NULL, 'I'},
         {"timeout", required_argument, NULL, 'o'},   {"grace", required_argument, NULL, 'g'},
         {"max-output", required_argument, NULL, 'O'}, {"idle", required_argument, NULL, 'd'},
-        {"max-file", required_argument, NULL, 'X'},
+        {"max-file", required_argument, NULL, 'X'}, {"disk", required_argument, NULL, 'D'},
         {"ttl", required_argument, NULL, 'L'},
         {NULL, 0, NULL, 0}};
     int c;
@@ -173,6 +177,16 @@ int config_load(config_t *cfg, int argc, char **argv)
             size_t v;
             rc = s_size(optarg, 1u << 20, (size_t)1 << 40, &v, "--tmp");
             cfg->tmp_bytes = v;
+            break;
+        }
+        case 'D': {
+            size_t v;
+            rc = s_size(optarg, 0, (size_t)1 << 40, &v, "--disk");
+            if (rc == 0 && v && v < (16u << 20)) { /* disk.h DISK_MIN_BYTES */
+                fprintf(stderr, "kenneld: --disk must be 0 (no cap) or at least 16M\n");
+                rc = -1;
+            }
+            cfg->disk_bytes = v;
             break;
         }
         case 'F': rc = s_size(optarg, 64, 1u << 20, &cfg->nofile, "--nofile"); break;

@@ -3,6 +3,7 @@
  *  and runs one loop until SIGTERM, SIGINT or SIGHUP. On the way out every kernel is killed
  *  and reaped and kenneld.json is removed. */
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include "broker.h"
 #include "cgroup.h"
 #include "config.h"
+#include "disk.h"
 #include "log.h"
 #include "manager.h"
 #include "statedir.h"
@@ -70,18 +72,19 @@ static int s_on_signal(zloop_t *loop, zmq_pollitem_t *item, void *arg)
 
 /*  Start one sandboxed Python that does nothing, before any thread exists, to learn whether
  *  this machine lets us build the sandbox. 0, or -1 (kennel-init said why on stderr). */
-static int s_probe_sandbox(const char *init_path, const char *state_dir, const config_t *cfg)
+static int s_probe_sandbox(const char *init_path, const char *state_dir, const config_t *cfg,
+                           uid_t probe_uid, gid_t probe_gid)
 {
-    char ws[PATH_MAX + 16], uid[32];
+    char ws[PATH_MAX + 16], uid[32], gid[32];
     snprintf(ws, sizeof ws, "%s/probe", state_dir);
-    snprintf(uid, sizeof uid, "%zu", cfg->uid_base + cfg->max_sessions);
-    uid_t probe_uid = (uid_t)(cfg->uid_base + cfg->max_sessions);
-    if ((mkdir(ws, 0700) < 0 && errno != EEXIST) || chown(ws, probe_uid, probe_uid) < 0) {
+    snprintf(uid, sizeof uid, "%u", (unsigned)probe_uid);
+    snprintf(gid, sizeof gid, "%u", (unsigned)probe_gid);
+    if ((mkdir(ws, 0700) < 0 && errno != EEXIST) || chown(ws, probe_uid, probe_gid) < 0) {
         PLOG_E("probe workspace %s", ws);
         return -1;
     }
     char *argv[] = {(char *)init_path, "--workspace", ws, "--kernel-dir", (char *)cfg->kernel_dir,
-                    "--uid", uid, "--gid", uid, "--", (char *)cfg->python, "-I", "-S", "-c",
+                    "--uid", uid, "--gid", gid, "--", (char *)cfg->python, "-I", "-S", "-c",
                     "import sys", NULL};
     char *envp[] = {"PATH=/usr/bin:/bin", NULL};
     pid_t pid = fork();
@@ -98,6 +101,58 @@ static int s_probe_sandbox(const char *init_path, const char *state_dir, const c
     return rc;
 }
 
+/*  The walls this kenneld could not build, as sentences for the log and for stats. */
+typedef struct {
+    char text[6][512];
+    const char *ptr[7]; /* NULL-terminated view of text, for broker_cfg_t.lost */
+    size_t n;
+} walls_t;
+
+static void s_lost(walls_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void s_lost(walls_t *w, const char *fmt, ...)
+{
+    if (w->n == sizeof w->text / sizeof w->text[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->text[w->n], sizeof w->text[w->n], fmt, ap);
+    va_end(ap);
+    w->ptr[w->n] = w->text[w->n];
+    w->n++;
+}
+
+/*  What running unprivileged, or without cgroup controllers, costs (the disk cap is
+ *  probed apart). The next wall is named with each. */
+static void s_lost_walls(walls_t *w, int privileged, int ncg, const char *cg)
+{
+    if (!privileged) {
+        s_lost(w, "a host uid per session: kenneld is not root, so every kernel maps to its own "
+                  "uid %u and gid %u. Sessions stay apart by their own user, pid, mount, ipc, "
+                  "net and uts namespaces, but a kernel that escaped them would act as kenneld "
+                  "(its state directory, its manager key, every session's files); and "
+                  "RLIMIT_NPROC, still each session's own cap, also counts every session's "
+                  "processes against uid %u's limit, so sessions together can exhaust it",
+               (unsigned)getuid(), (unsigned)getgid(), (unsigned)getuid());
+        gid_t groups[64];
+        int n = getgroups(64, groups);
+        char list[256] = "";
+        size_t len = 0;
+        for (int i = 0; i < n && len < sizeof list - 16; i++)
+            if (groups[i] != getgid())
+                len += (size_t)snprintf(list + len, sizeof list - len, "%s%u", len ? "," : "",
+                                        (unsigned)groups[i]);
+        if (len)
+            s_lost(w, "dropping supplementary groups: kernels keep kenneld's groups %s (an "
+                      "unprivileged user namespace cannot drop them); run kenneld as a user "
+                      "without supplementary groups",
+                   list);
+    }
+    if (ncg < 3)
+        s_lost(w, "cgroup controllers (found %s): where memory is missing, memory is capped "
+                  "per process by RLIMIT_AS only; pids, by RLIMIT_NPROC only; cpu, not at all",
+               cg);
+}
+
 int main(int argc, char **argv)
 {
     config_t cfg;
@@ -106,6 +161,12 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     log_init("kenneld", (log_level_t)cfg.log_level);
     umask(077);
+    /* Before any thread or helper exists: the workspace images are mounted in a mount
+     * namespace of kenneld's own, so no mount outlives it, however it ends. */
+    int privileged = geteuid() == 0;
+    if (privileged && disk_private_mounts() < 0)
+        PLOG_W("no mount namespace of kenneld's own (unshare): workspace images are mounted in "
+               "the host's, and unmounted when kenneld stops");
 
     /* Block the shutdown signals before libzmq starts its threads, so they inherit the mask
      * and the signals arrive only through our signalfd. */
@@ -147,7 +208,8 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    char init_path[PATH_MAX], sandbox_desc[512] = "none: --insecure-no-sandbox";
+    char init_path[PATH_MAX], sandbox_desc[768] = "none: --insecure-no-sandbox";
+    walls_t walls = {0};
     ssize_t n = readlink("/proc/self/exe", init_path, sizeof init_path - 16);
     if (n <= 0) {
         PLOG_E("readlink(/proc/self/exe)");
@@ -161,7 +223,9 @@ int main(int argc, char **argv)
     } else {
         char cg[256];
         int ncg = cgroup_probe(cg, sizeof cg);
-        if (s_probe_sandbox(init_path, state_dir, &cfg) < 0) {
+        uid_t probe_uid = privileged ? (uid_t)(cfg.uid_base + cfg.max_sessions) : getuid();
+        gid_t probe_gid = privileged ? (gid_t)(cfg.uid_base + cfg.max_sessions) : getgid();
+        if (s_probe_sandbox(init_path, state_dir, &cfg, probe_uid, probe_gid) < 0) {
             LOG_E("the start-up probe could not run %s in the sandbox (kennel-init's line above "
                   "says why); fix that, or run with --insecure-no-sandbox for debugging only",
                   cfg.python);
@@ -169,12 +233,28 @@ int main(int argc, char **argv)
         }
         snprintf(sandbox_desc, sizeof sandbox_desc,
                  "namespaces user,pid,net,mount,ipc,uts,cgroup; new root; no capabilities; "
-                 "no_new_privs; seccomp; rlimits; %s", cg);
-        if (ncg < 3)
-            LOG_W("not every cgroup controller is available (%s): the missing limits rest on "
-                  "rlimits alone", cg);
+                 "no_new_privs; seccomp; rlimits; %s; %s", cg,
+                 privileged ? "a host uid per session" : "kernels as kenneld's own uid");
+        s_lost_walls(&walls, privileged, ncg, cg);
+    }
+    /* Workspace caps: tried for real, whether or not --disk asks for one by default, so
+     * stats says what a session asking for one would get. */
+    char probed[320];
+    int disk_ok = disk_probe(state_dir, probed, sizeof probed) == 0;
+    if (!disk_ok) {
+        s_lost(&walls, "workspace size cap (--disk): %s; sessions that ask for one are refused, "
+                       "never run uncapped",
+               probed);
+        if (cfg.disk_bytes)
+            LOG_E("workspace caps cannot be made here (%s): every session with a disk cap (the "
+                  "default is --disk %llu MiB) will be refused; start kenneld with --disk 0 to "
+                  "serve sessions without one",
+                  probed, cfg.disk_bytes >> 20);
     }
     LOG_I("sandbox: %s", sandbox_desc);
+    LOG_I("workspace caps: %s%s", disk_ok ? "" : "unavailable: ", probed);
+    for (size_t i = 0; i < walls.n; i++)
+        LOG_W("lost wall: %s", walls.text[i]);
 
     char manager_ep[PATH_MAX + 32];
     if (cfg.manager[0])
@@ -196,8 +276,13 @@ int main(int argc, char **argv)
         .sandbox = !cfg.insecure_no_sandbox,
         .init_path = init_path,
         .uid_base = cfg.uid_base,
+        .own_ids = !privileged,
+        .disk_ok = disk_ok,
+        .disk_desc = probed,
+        .lost = walls.ptr,
         .limits = {{cfg.memory_bytes, cfg.pids, cfg.cpus}, cfg.tmp_bytes, cfg.nofile,
-                   (long long)(cfg.timeout_s * 1000), (long long)(cfg.idle_s * 1000)},
+                   (long long)(cfg.timeout_s * 1000), (long long)(cfg.idle_s * 1000),
+                   cfg.disk_bytes},
         .sandbox_desc = sandbox_desc,
         .ttl_ms = (long long)(cfg.ttl_s * 1000),
         .session_limits = {.max_queued = cfg.max_queued,
