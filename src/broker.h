@@ -57,7 +57,8 @@ void broker_destroy(broker_t **self_p);
 
 /*  Errors of broker_create, reported as manager error names. */
 typedef struct {
-    const char *ename;   /* "TooManySessions", "BadRequest", "AddressInUse", "SpawnFailed" */
+    const char *ename;   /* "TooManySessions", "BadRequest", "AddressInUse", "SpawnFailed",
+                            "DiskUnavailable" */
     char evalue[256];
 } broker_error_t;
 

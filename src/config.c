@@ -47,7 +47,11 @@ static const char s_usage[] =
     "  --max-output SIZE   output a cell may publish before it is cut off (default 10M)\n"
     "  --max-file SIZE     largest file kennel put/get moves (default 32M)\n"
     "  --uid-base N        kernels run as host uids N, N+1, … (default 1900000000)\n"
-    "  --insecure-no-sandbox  run kernels as kenneld's own user, unconfined (debugging only)\n";
+    "  --insecure-no-sandbox  run kernels as kenneld's own user, unconfined (debugging only)\n"
+    "As root, kenneld gives each session its own host uid, cgroups and workspace image. As\n"
+    "another user it builds the rest of the sandbox with user namespaces alone: kernels map to\n"
+    "its own uid, cgroups only where delegated to it, no workspace caps (sessions asking for\n"
+    "one are refused: use --disk 0). It logs each wall it lost and `kennel stats` lists them.\n";
 
 static int s_copy(char *dst, size_t cap, const char *src, const char *what)
 {

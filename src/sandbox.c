@@ -1,8 +1,9 @@
 /*  sandbox: the order of the steps is the security argument.
- *  1. The launcher (root, single-threaded) drops supplementary groups, then clones the child
- *     into all new namespaces at once, so the child never exists half-isolated.
+ *  1. The launcher (single-threaded) drops supplementary groups when it is root (it cannot
+ *     otherwise), then clones the child into all new namespaces at once, so the child never
+ *     exists half-isolated.
  *  2. The launcher, outside, writes the child's maps: only SANDBOX_UID is mapped, to an
- *     unprivileged host id of the session. Root inside maps to nothing, so nothing the kernel
+ *     unprivileged host id of the session (an unprivileged launcher: its own). Root inside maps to nothing, so nothing the kernel
  *     does can act as a host id it does not own. setgroups is denied first.
  *  3. The child switches to SANDBOX_UID keeping its capabilities (in its own user namespace
  *     only), because files it creates must belong to a mapped id (EOVERFLOW otherwise).
