@@ -706,7 +706,8 @@ def _v2_group(pid):
 
 def test_cgroup_v2_limits_where_the_controllers_are(kenneld, bystander):
     """Machines with cgroup v2's memory, pids and cpu controllers (ordinary systemd hosts) get
-    the session's limits as memory.max, memory.swap.max, pids.max and cpu.max."""
+    the session's limits as memory.max, memory.swap.max, pids.max and cpu.max. (The memory,
+    pids and cpu tests above run on whichever version kenneld found: need_cgroup.)"""
     base, offered = _v2_group(kenneld.proc.pid)
     if not {"memory", "pids", "cpu"} <= set(offered):
         pytest.skip("cgroup v2 memory/pids/cpu controllers not available on this machine "
@@ -726,19 +727,8 @@ def test_cgroup_v2_limits_where_the_controllers_are(kenneld, bystander):
         assert files.get("memory.swap.max", "0") == "0", files
         assert files.get("pids.max") == "64", files
         assert files.get("cpu.max") == "50000 100000", files
-        assert s.info["kernel_pid"] in session_procs(s.info["id"]) or \
-            wait_until(lambda: session_procs(s.info["id"]), 2), "the kernel is not in its group"
-        content, r = run(s, textwrap.dedent('''
-            chunks = []
-            try:
-                for _ in range(64):
-                    chunks.append(b"\\x01" * (16 << 20))
-            except MemoryError:
-                pass
-            r = 16 * len(chunks)
-            del chunks
-        '''), timeout=60)
-        assert content["status"] == "error" or r <= 256, (content, r)
+        assert wait_until(lambda: s.info["kernel_pid"] in session_procs(s.info["id"]), 2), \
+            "the kernel is not in its group"
         assert_usable(s, kenneld)
     finally:
         s.close()
