@@ -1446,7 +1446,8 @@ def unprivileged(tmp_path):
         os.chown(home, uid, gid)
         secret = "kennel-secret-" + uuid.uuid4().hex
         env = {"PATH": "/usr/bin:/bin", "HOME": home, "KENNEL_TEST_SECRET": secret}
-        k = Kenneld(os.path.join(home, "state"), "--disk", "0", "--kernel-dir", kernel_dir,
+        k = Kenneld(os.path.join(home, "state"), "--disk", "0", "--pids", "32",
+                    "--kernel-dir", kernel_dir,
                     prefix=("setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups"),
                     env=env, binary=os.path.join(root, "bin", "kenneld"))
         k.secret, k.uid, k.gid, k.home = secret, uid, gid, home
@@ -1505,6 +1506,21 @@ def test_unprivileged_kenneld_keeps_its_walls_and_names_the_lost_ones(unprivileg
             r["secret"] = any({k.secret!r} in b or "KENNEL_TEST_SECRET" in b for b in blobs)
             r["other"] = [d for d, _, files in os.walk("/") if "other-secret" in files
                           and not d.startswith("/proc")]
+            import signal, time
+            kids, err = [], None
+            try:                      # RLIMIT_NPROC (32) is still the session's own cap
+                for _ in range(64):
+                    pid = os.fork()
+                    if pid == 0:
+                        time.sleep(10)
+                        os._exit(0)
+                    kids.append(pid)
+            except OSError as e:
+                err = e.errno
+            for pid in kids:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            r["forks"] = [len(kids), err]
         ''', timeout=60)
     finally:
         victim.close()
@@ -1522,3 +1538,4 @@ def test_unprivileged_kenneld_keeps_its_walls_and_names_the_lost_ones(unprivileg
     assert not r["kill_kenneld"]["ok"] and r["kill_kenneld"]["exc"] == "ProcessLookupError"
     assert not r["secret"], "kenneld's environment reached the kernel"
     assert r["other"] == [], f"another session's workspace is visible: {r['other']}"
+    assert r["forks"][1] == errno.EAGAIN and r["forks"][0] < 32, r["forks"]

@@ -5,13 +5,14 @@ that survive a kenneld restart. Real kenneld, real jupyter_client."""
 
 import glob
 import os
+import shutil
 import statistics
 import time
 
 import pytest
 
 from .itest_helpers import control, finish, run, shell_reply, wait_for
-from .kenneld_proc import Kenneld
+from .kenneld_proc import Kenneld, new_kenneld
 
 GRACE = ["--grace", "1"]
 
@@ -230,3 +231,36 @@ def test_a_capped_workspace_survives_eviction_and_restart(kenneld, connect):
         second.stop()
     assert second.proc.returncode == 0
     assert _loops_backed_by(kenneld.state_dir) == []
+
+
+def test_a_crashed_kenneld_leaks_no_loop_device_and_loses_no_file(connect):
+    """kill -9: the workspace mounts live in kenneld's own mount namespace, so they go with it
+    and the loop devices clear themselves; the next kenneld checks the image and mounts it."""
+    root, first = new_kenneld("tcp", ["--disk", "32M"])
+    second = None
+    try:
+        first.start()
+        info = first.create("crash")
+        if not first.ok("stats_request")["sandbox"]["disk"]["caps"]:
+            pytest.skip("no workspace caps on this machine")
+        kc = connect(info["connection_file"])
+        run(kc, "import os\nwith open('kept.txt', 'w') as f:\n    f.write('written')\n"
+                "    f.flush()\n    os.fsync(f.fileno())")
+        kc.stop_channels()
+        assert len(_loops_backed_by(first.state_dir)) == 1
+        first.proc.kill()
+        first.proc.wait(5)
+        wait_for(lambda: not _loops_backed_by(first.state_dir), timeout=5,
+                 what="the loop device of a killed kenneld to clear")
+        first.info_path.unlink()  # stale: SIGKILL left it
+        second = Kenneld(first.state_dir, "tcp", str(first.state_dir) + "-2.log", ["--disk", "32M"])
+        second.start()
+        kc2 = connect(info["connection_file"])
+        assert run(kc2, "open('kept.txt').read()", timeout=20).result == "'written'"
+    finally:
+        for k in (first, second):
+            if k and k.proc and k.proc.poll() is None:
+                k.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    assert second.proc.returncode == 0
+    assert _loops_backed_by(first.state_dir) == []
