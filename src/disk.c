@@ -212,6 +212,12 @@ int disk_is_mounted(const char *dir)
 
 int disk_mount(const char *image, const char *dir, int fresh, const char **step)
 {
+    /* Left by a kenneld that died without a mount namespace of its own: off first, so the
+     * check below never runs on a mounted filesystem. */
+    if (disk_is_mounted(dir) && umount2(dir, UMOUNT_NOFOLLOW) < 0) {
+        *step = "unmount the old workspace mount";
+        return -1;
+    }
     if (!fresh) {
         /* Preen: fixes what a kenneld that died mid-write left; instant on a clean image. */
         char *argv[] = {E2FSCK, "-p", (char *)image, NULL};
@@ -221,10 +227,6 @@ int disk_mount(const char *image, const char *dir, int fresh, const char **step)
             *step = "e2fsck";
             return -1;
         }
-    }
-    if (disk_is_mounted(dir) && umount2(dir, UMOUNT_NOFOLLOW) < 0) {
-        *step = "unmount the old workspace mount";
-        return -1;
     }
     int image_fd = open(image, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (image_fd < 0) {

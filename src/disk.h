@@ -26,7 +26,7 @@ int disk_create(const char *image, unsigned long long bytes, uid_t uid, gid_t gi
 /*  Loop-mount image at dir (nosuid, nodev). fresh: the image was just created, so its root is
  *  tidied (lost+found removed, mode 0700); otherwise it is checked first (e2fsck -p), since a
  *  kenneld that died may have left it unclean. Something already mounted at dir is
- *  unmounted first. 0, or -1 with errno and *step. */
+ *  unmounted before anything else. 0, or -1 with errno and *step. */
 int disk_mount(const char *image, const char *dir, int fresh, const char **step);
 /*  Unmount what is mounted at dir. lazy detaches at once (MNT_DETACH: the filesystem goes
  *  when its last user does); otherwise a busy mount is detached lazily as a last resort.
