@@ -3,7 +3,6 @@
  *  and runs one loop until SIGTERM, SIGINT or SIGHUP. On the way out every kernel is killed
  *  and reaped and kenneld.json is removed. */
 #include <errno.h>
-#include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -27,6 +26,7 @@
 #include "manager.h"
 #include "statedir.h"
 #include "util.h"
+#include "walls.h"
 
 #define KENNEL_VERSION "0.1"
 
@@ -99,58 +99,6 @@ static int s_probe_sandbox(const char *init_path, const char *state_dir, const c
     int rc = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
     rmdir(ws);
     return rc;
-}
-
-/*  The walls this kenneld could not build, as sentences for the log and for stats. */
-typedef struct {
-    char text[6][512];
-    const char *ptr[7]; /* NULL-terminated view of text, for broker_cfg_t.lost */
-    size_t n;
-} walls_t;
-
-static void s_lost(walls_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void s_lost(walls_t *w, const char *fmt, ...)
-{
-    if (w->n == sizeof w->text / sizeof w->text[0])
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(w->text[w->n], sizeof w->text[w->n], fmt, ap);
-    va_end(ap);
-    w->ptr[w->n] = w->text[w->n];
-    w->n++;
-}
-
-/*  What running unprivileged, or without cgroup controllers, costs (the disk cap is
- *  probed apart). The next wall is named with each. */
-static void s_lost_walls(walls_t *w, int privileged, int ncg, const char *cg)
-{
-    if (!privileged) {
-        s_lost(w, "a host uid per session: kenneld is not root, so every kernel maps to its own "
-                  "uid %u and gid %u. Sessions stay apart by their own user, pid, mount, ipc, "
-                  "net and uts namespaces, but a kernel that escaped them would act as kenneld "
-                  "(its state directory, its manager key, every session's files); and "
-                  "RLIMIT_NPROC, still each session's own cap, also counts every session's "
-                  "processes against uid %u's limit, so sessions together can exhaust it",
-               (unsigned)getuid(), (unsigned)getgid(), (unsigned)getuid());
-        gid_t groups[64];
-        int n = getgroups(64, groups);
-        char list[256] = "";
-        size_t len = 0;
-        for (int i = 0; i < n && len < sizeof list - 16; i++)
-            if (groups[i] != getgid())
-                len += (size_t)snprintf(list + len, sizeof list - len, "%s%u", len ? "," : "",
-                                        (unsigned)groups[i]);
-        if (len)
-            s_lost(w, "dropping supplementary groups: kernels keep kenneld's groups %s (an "
-                      "unprivileged user namespace cannot drop them); run kenneld as a user "
-                      "without supplementary groups",
-                   list);
-    }
-    if (ncg < 3)
-        s_lost(w, "cgroup controllers (found %s): where memory is missing, memory is capped "
-                  "per process by RLIMIT_AS only; pids, by RLIMIT_NPROC only; cpu, not at all",
-               cg);
 }
 
 int main(int argc, char **argv)
@@ -235,16 +183,17 @@ int main(int argc, char **argv)
                  "namespaces user,pid,net,mount,ipc,uts,cgroup; new root; no capabilities; "
                  "no_new_privs; seccomp; rlimits; %s; %s", cg,
                  privileged ? "a host uid per session" : "kernels as kenneld's own uid");
-        s_lost_walls(&walls, privileged, ncg, cg);
+        walls_add_identity(&walls);
+        walls_add_cgroups(&walls, ncg, cg);
     }
     /* Workspace caps: tried for real, whether or not --disk asks for one by default, so
      * stats says what a session asking for one would get. */
     char probed[320];
     int disk_ok = disk_probe(state_dir, probed, sizeof probed) == 0;
     if (!disk_ok) {
-        s_lost(&walls, "workspace size cap (--disk): %s; sessions that ask for one are refused, "
-                       "never run uncapped",
-               probed);
+        walls_add(&walls, "workspace size cap (--disk): %s; sessions that ask for one are "
+                          "refused, never run uncapped",
+                  probed);
         if (cfg.disk_bytes)
             LOG_E("workspace caps cannot be made here (%s): every session with a disk cap (the "
                   "default is --disk %llu MiB) will be refused; start kenneld with --disk 0 to "
@@ -253,8 +202,8 @@ int main(int argc, char **argv)
     }
     LOG_I("sandbox: %s", sandbox_desc);
     LOG_I("workspace caps: %s%s", disk_ok ? "" : "unavailable: ", probed);
-    for (size_t i = 0; i < walls.n; i++)
-        LOG_W("lost wall: %s", walls.text[i]);
+    for (const char *const *w = walls_list(&walls); *w; w++)
+        LOG_W("lost wall: %s", *w);
 
     char manager_ep[PATH_MAX + 32];
     if (cfg.manager[0])
@@ -279,7 +228,7 @@ int main(int argc, char **argv)
         .own_ids = !privileged,
         .disk_ok = disk_ok,
         .disk_desc = probed,
-        .lost = walls.ptr,
+        .lost = walls_list(&walls),
         .limits = {{cfg.memory_bytes, cfg.pids, cfg.cpus}, cfg.tmp_bytes, cfg.nofile,
                    (long long)(cfg.timeout_s * 1000), (long long)(cfg.idle_s * 1000),
                    cfg.disk_bytes},
