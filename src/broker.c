@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 
 #include "channels.h"
+#include "disk.h"
 #include "sandbox.h"
 #include "log.h"
 #include "route.h"
@@ -64,6 +65,7 @@ struct sess {
     char conn_path[PATH_MAX];
     char workspace[PATH_MAX];
     size_t slot;             /* index into broker slots: the kernel's host uid */
+    int disk_mounted;        /* the workspace is a mounted image (limits.disk_bytes) */
     broker_limits_t limits;
     cgroup_t *cg;            /* the running kernel's cgroup, or NULL */
     spawner_proc_t proc;
@@ -277,20 +279,30 @@ typedef struct {
     char buf[12][PATH_MAX + 32];
 } launch_t;
 
+/*  The host ids a session's kernel runs as: its own pair per slot, kenneld's own when
+ *  kenneld is unprivileged (it can map no other) or runs kernels unsandboxed. */
+static void s_kernel_ids(const broker_t *b, size_t slot, uid_t *uid, gid_t *gid)
+{
+    int own = !b->cfg.sandbox || b->cfg.own_ids;
+    *uid = own ? getuid() : (uid_t)(b->cfg.uid_base + slot);
+    *gid = own ? getgid() : (gid_t)(b->cfg.uid_base + slot);
+}
+
 static void s_launch_args(const sess_t *s, launch_t *l)
 {
     const broker_cfg_t *cfg = &s->broker->cfg;
     size_t a = 0, b = 0;
 #define ARG(x) (assert(a < 31), l->argv[a++] = (char *)(x))
 #define FMT(...) (assert(b < 12), snprintf(l->buf[b], sizeof l->buf[b], __VA_ARGS__), l->buf[b++])
-    unsigned long uid = cfg->uid_base + s->slot;
+    uid_t uid;
+    gid_t gid;
+    s_kernel_ids(s->broker, s->slot, &uid, &gid);
     const char *kernel_dir = cfg->kernel_dir;
     if (cfg->sandbox) {
         ARG(cfg->init_path);
         ARG("--workspace"), ARG(s->workspace);
         ARG("--kernel-dir"), ARG(cfg->kernel_dir);
-        char *ids = FMT("%lu", uid);
-        ARG("--uid"), ARG(ids), ARG("--gid"), ARG(ids);
+        ARG("--uid"), ARG(FMT("%u", (unsigned)uid)), ARG("--gid"), ARG(FMT("%u", (unsigned)gid));
         ARG("--tmp"), ARG(FMT("%llu", s->limits.tmp_bytes));
         ARG("--as"), ARG(FMT("%llu", s->limits.cg.memory_bytes));
         ARG("--nproc"), ARG(FMT("%lu", s->limits.cg.pids));
@@ -408,8 +420,11 @@ static int s_zygote_request(broker_t *b, const char *workspace, size_t slot,
         *eq = '\0';
         json_object_set_new(envo, env[i], json_string(eq + 1));
     }
-    json_int_t uid = (json_int_t)(cfg->uid_base + slot);
-    json_t *req = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "uid", uid, "gid", uid,
+    uid_t uid;
+    gid_t gid;
+    s_kernel_ids(b, slot, &uid, &gid);
+    json_t *req = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "uid", (json_int_t)uid,
+                            "gid", (json_int_t)gid,
                             "tmp", (json_int_t)limits->tmp_bytes, "as",
                             (json_int_t)limits->cg.memory_bytes, "fsize", (json_int_t)0,
                             "nproc", (json_int_t)limits->cg.pids, "nofile",
@@ -538,6 +553,7 @@ typedef struct {
     cgroup_t *cg;
     spawner_proc_t proc;     /* pid 0 until the zygote has answered */
     unsigned long ticket;
+    int disk_mounted;        /* its workspace is a mounted image (the default --disk) */
 } pooled_t;
 
 static size_t s_free_slot(broker_t *b)
@@ -563,6 +579,8 @@ static void s_pool_drop(broker_t *b, pooled_t *p)
     }
     spawner_release(&p->proc);
     cgroup_destroy(&p->cg);
+    if (p->disk_mounted && disk_is_mounted(p->workspace) && disk_unmount(p->workspace, 1) < 0)
+        PLOG_W("umount(%s)", p->workspace);
     if (p->dir[0] && statedir_remove_tree(p->dir) < 0)
         PLOG_W("remove %s", p->dir);
     b->slots[p->slot] = 0;
@@ -641,13 +659,23 @@ static int s_pool_add(broker_t *b)
     }
     b->slots[p->slot] = 1;
     util_uuid(p->id);
-    char why[300] = "";
-    uid_t uid = (uid_t)(b->cfg.uid_base + p->slot);
+    char why[300] = "", image[PATH_MAX + 32];
+    const char *step = NULL;
+    uid_t uid;
+    gid_t gid;
+    s_kernel_ids(b, p->slot, &uid, &gid);
+    unsigned long long disk = b->cfg.limits.disk_bytes;
     if (statedir_session_create(b->cfg.state_dir, p->id, p->dir, sizeof p->dir) < 0 ||
         snprintf(p->workspace, sizeof p->workspace, "%s/workspace", p->dir) >= PATH_MAX ||
-        chown(p->workspace, uid, uid) < 0) {
+        chown(p->workspace, uid, gid) < 0) {
         snprintf(why, sizeof why, "session directory: %s", strerror(errno));
-    } else if (!(p->cg = cgroup_create(p->id, &b->cfg.limits.cg))) {
+    } else if (disk && !b->cfg.disk_ok) {
+        snprintf(why, sizeof why, "no workspace caps here (%s)", b->cfg.disk_desc);
+    } else if (disk && (snprintf(image, sizeof image, "%s/workspace.img", p->dir) < 0 ||
+                        disk_create(image, disk, uid, gid, &step) < 0 ||
+                        disk_mount(image, p->workspace, 1, &step) < 0)) {
+        snprintf(why, sizeof why, "workspace disk: %s: %s", step, strerror(errno));
+    } else if (!(p->disk_mounted = disk > 0, p->cg = cgroup_create(p->id, &b->cfg.limits.cg))) {
         snprintf(why, sizeof why, "cgroup: %s", strerror(errno));
     } else if (s_zygote_request(b, p->workspace, p->slot, &b->cfg.limits, p->cg, &p->proc,
                                 &p->ticket, why, sizeof why) == 0) {
@@ -717,7 +745,7 @@ static int s_pool_fits(const broker_t *b, const broker_limits_t *l)
     const broker_limits_t *d = &b->cfg.limits;
     return !l || (l->cg.memory_bytes == d->cg.memory_bytes && l->cg.pids == d->cg.pids &&
                   l->cg.cpus == d->cg.cpus && l->tmp_bytes == d->tmp_bytes &&
-                  l->nofile == d->nofile);
+                  l->nofile == d->nofile && l->disk_bytes == d->disk_bytes);
 }
 
 /*  A ready pooled kernel for a new session with these limits, detached from the pool; NULL
@@ -875,11 +903,24 @@ static int s_on_socket(zloop_t *loop, zsock_t *sock, void *arg)
 
 static int s_tick(zloop_t *loop, int timer_id, void *arg);
 
+/*  Take a capped workspace's image off its directory. lazy: at once, even while a kernel
+ *  still uses it (the filesystem goes with its last user); otherwise a real unmount, which
+ *  writes everything back (the kernel must be gone). */
+static void s_disk_unmount(sess_t *s, int lazy)
+{
+    if (!s->disk_mounted)
+        return;
+    s->disk_mounted = 0;
+    if (disk_unmount(s->workspace, lazy) < 0)
+        PLOG_E("session=%s: umount(%s)", s->id, s->workspace);
+}
+
 static void s_free_sess(sess_t **s_p)
 {
     sess_t *s = *s_p;
     if (!s)
         return;
+    s_disk_unmount(s, 1);
     session_destroy(&s->core);
     channels_destroy(&s->ch);
     cgroup_destroy(&s->cg);
@@ -898,12 +939,15 @@ typedef struct {
     spawner_proc_t proc;
     cgroup_t *cg;
     char dir[PATH_MAX];      /* "" to keep the directory */
+    char mount[PATH_MAX];    /* a workspace image to unmount once the kernel is gone, or "" */
 } orphan_t;
 
 static void s_orphan_finish(orphan_t *o)
 {
     spawner_release(&o->proc);
     cgroup_destroy(&o->cg);
+    if (o->mount[0] && disk_unmount(o->mount, 0) < 0)
+        PLOG_E("umount(%s)", o->mount);
     if (o->dir[0] && statedir_remove_tree(o->dir) < 0)
         PLOG_W("remove %s", o->dir);
     free(o);
@@ -953,9 +997,16 @@ static void s_close_sess(sess_t *s, int forget)
     o->cg = s->cg;
     s->cg = NULL;
     if (forget) {
+        /* Off our tree first, so the removal below never walks the kernel's filesystem
+         * (the image file goes with the directory; its space, with the last user). */
+        s_disk_unmount(s, 1);
         snprintf(o->dir, sizeof o->dir, "%s", s->dir);
         if (statedir_remove_tree(s->dir) < 0 && s->has_proc == 0)
             PLOG_W("session=%s: remove %s", s->id, s->dir);
+    } else if (s->disk_mounted) {
+        /* Kept for the next kenneld: unmounted cleanly once the kernel has gone. */
+        snprintf(o->mount, sizeof o->mount, "%s", s->workspace);
+        s->disk_mounted = 0;
     }
     if (s->has_proc) {
         zmq_pollitem_t item = {NULL, s->proc.pidfd, ZMQ_POLLIN, 0};
@@ -1001,9 +1052,10 @@ static sess_t *s_find(broker_t *self, const char *id_or_name)
 /*  Limits as the manager API shows them (create_request's units). New reference. */
 static json_t *s_limits_json(const broker_limits_t *l)
 {
-    return json_pack("{s:I, s:I, s:f, s:I, s:f}", "memory", (json_int_t)l->cg.memory_bytes,
+    return json_pack("{s:I, s:I, s:f, s:I, s:f, s:I}", "memory", (json_int_t)l->cg.memory_bytes,
                      "pids", (json_int_t)l->cg.pids, "cpu", l->cg.cpus, "tmp",
-                     (json_int_t)l->tmp_bytes, "timeout", l->timeout_ms / 1000.0);
+                     (json_int_t)l->tmp_bytes, "timeout", l->timeout_ms / 1000.0, "disk",
+                     (json_int_t)l->disk_bytes);
 }
 
 static json_t *s_info(sess_t *s)
@@ -1075,16 +1127,50 @@ static int s_write_meta(const sess_t *s, int launched)
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/meta.json", s->dir);
     const broker_limits_t *l = &s->limits;
-    json_t *meta = json_pack("{s:s, s:s, s:b, s:I, s:{s:I, s:I, s:f, s:I, s:I, s:I, s:I}}", "id",
+    json_t *meta = json_pack("{s:s, s:s, s:b, s:I, s:{s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I}}", "id",
                              s->id, "name", session_name(s->core), "launched", launched, "slot",
                              (json_int_t)s->slot, "limits", "memory",
                              (json_int_t)l->cg.memory_bytes, "pids", (json_int_t)l->cg.pids, "cpu",
                              l->cg.cpus, "tmp", (json_int_t)l->tmp_bytes, "nofile",
                              (json_int_t)l->nofile, "timeout_ms", (json_int_t)l->timeout_ms,
-                             "idle_ms", (json_int_t)l->idle_ms);
+                             "idle_ms", (json_int_t)l->idle_ms, "disk", (json_int_t)l->disk_bytes);
     int rc = meta ? statedir_write_json(path, meta) : -1;
     json_decref(meta);
     return rc;
+}
+
+/*  A capped workspace is an ext4 image loop-mounted over the workspace directory: made and
+ *  mounted for a new session, mounted again (after a check) for a restored one. Fails closed:
+ *  a session never runs uncapped because its cap could not be built. 0, or -1 with *err
+ *  ("DiskUnavailable": the image, if any, is kept). */
+static int s_disk_attach(broker_t *self, sess_t *s, int is_new, uid_t uid, gid_t gid,
+                         broker_error_t *err)
+{
+    unsigned long long bytes = s->limits.disk_bytes;
+    if (!bytes)
+        return 0;
+    err->ename = "DiskUnavailable";
+    if (!self->cfg.disk_ok) {
+        snprintf(err->evalue, sizeof err->evalue,
+                 "the session's workspace cap (disk %llu MiB) cannot be enforced here (%s); "
+                 "create it with disk 0, or start kenneld with --disk 0, to run without one",
+                 bytes >> 20, self->cfg.disk_desc);
+        return -1;
+    }
+    char image[PATH_MAX + 16];
+    snprintf(image, sizeof image, "%s/workspace.img", s->dir);
+    const char *step = NULL;
+    long long t0 = util_now_ms();
+    if ((is_new && disk_create(image, bytes, uid, gid, &step) < 0) ||
+        disk_mount(image, s->workspace, is_new, &step) < 0) {
+        snprintf(err->evalue, sizeof err->evalue, "cannot set up the workspace's disk: %s: %s",
+                 step, strerror(errno));
+        return -1;
+    }
+    s->disk_mounted = 1;
+    LOG_D("session=%s: workspace image (%llu MiB) %s in %lld ms", s->id, bytes >> 20,
+          is_new ? "made and mounted" : "checked and mounted", util_now_ms() - t0);
+    return 0;
 }
 
 /*  Build a session record, bind its sockets and write its connection file; no kernel yet.
@@ -1092,7 +1178,8 @@ static int s_write_meta(const sess_t *s, int launched)
  *  directory and connection. NULL with *err on failure (nothing is left behind for a new
  *  session). */
 static sess_t *s_make(broker_t *self, const char *id, const char *name, const json_t *connection,
-                      const broker_limits_t *limits, int launched, long slot, broker_error_t *err)
+                      const broker_limits_t *limits, int launched, long slot, int disk_ready,
+                      broker_error_t *err)
 {
     sess_t *s = calloc(1, sizeof *s);
     if (!s) {
@@ -1125,16 +1212,22 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
                  strerror(errno));
         goto fail;
     }
+    uid_t uid;
+    gid_t gid;
+    s_kernel_ids(self, s->slot, &uid, &gid);
     if (self->cfg.sandbox) {
         /* The kernel's host uid owns its workspace and nothing else. */
-        uid_t uid = (uid_t)(self->cfg.uid_base + s->slot);
-        if (chown(s->workspace, uid, uid) < 0) {
+        if (chown(s->workspace, uid, gid) < 0) {
             err->ename = "SpawnFailed";
             snprintf(err->evalue, sizeof err->evalue, "cannot hand the workspace to the kernel: %s",
                      strerror(errno));
             goto fail;
         }
     }
+    if (disk_ready) /* a pooled kernel's workspace: its image is mounted already */
+        s->disk_mounted = s->limits.disk_bytes > 0;
+    else if (s_disk_attach(self, s, id == NULL, uid, gid, err) < 0)
+        goto fail;
     if (!connection && strcmp(cc.transport, "ipc") == 0) {
         /* sun_path holds 107 bytes; the sockets are <prefix>-1 … <prefix>-5. */
         int n = snprintf(ipc_prefix, sizeof ipc_prefix, "%s/k", s->dir);
@@ -1174,6 +1267,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     }
     return s;
 fail:
+    s_disk_unmount(s, 1);
     if (!id && s->dir[0])
         statedir_remove_tree(s->dir);
     s_free_sess(&s);
@@ -1210,7 +1304,7 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
     if (p) {
         /* The session takes the pooled kernel's id, directory, uid and cgroup. */
         self->slots[p->slot] = 0;
-        s = s_make(self, p->id, name, connection, limits, launched, (long)p->slot, err);
+        s = s_make(self, p->id, name, connection, limits, launched, (long)p->slot, 1, err);
         if (s) {
             s->proc = p->proc;
             s->cg = p->cg;
@@ -1224,7 +1318,7 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
         if (!s)
             return NULL;
     } else {
-        s = s_make(self, NULL, name, connection, limits, launched, -1, err);
+        s = s_make(self, NULL, name, connection, limits, launched, -1, 0, err);
         if (!s)
             return NULL;
     }
@@ -1232,6 +1326,7 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
         err->ename = "SpawnFailed";
         snprintf(err->evalue, sizeof err->evalue, "cannot start the kernel: %s",
                  session_start_error(s->core));
+        s_disk_unmount(s, 1);
         statedir_remove_tree(s->dir);
         s_free_sess(&s);
         return NULL;
@@ -1266,9 +1361,10 @@ static void s_restore_one(broker_t *self, const char *dir)
             (unsigned long long)json_integer_value(json_object_get(l, "tmp")),
             (unsigned long)json_integer_value(json_object_get(l, "nofile")),
             json_integer_value(json_object_get(l, "timeout_ms")),
-            json_integer_value(json_object_get(l, "idle_ms"))};
+            json_integer_value(json_object_get(l, "idle_ms")),
+            (unsigned long long)json_integer_value(json_object_get(l, "disk"))};
         s = s_make(self, id, name, conn, &lim, json_is_true(json_object_get(meta, "launched")),
-                   (long)json_integer_value(json_object_get(meta, "slot")), &err);
+                   (long)json_integer_value(json_object_get(meta, "slot")), 0, &err);
     }
     if (s) {
         snprintf(path, sizeof path, "%s/snapshot", dir);
@@ -1278,6 +1374,9 @@ static void s_restore_one(broker_t *self, const char *dir)
         s_serve(self, s);
         LOG_I("session=%s: restored (name %s)%s", s->id, name,
               has_state ? ", state on first use" : ", without saved state");
+    } else if (err.ename && strcmp(err.ename, "DiskUnavailable") == 0) {
+        /* Its files are in the image: keep them for a kenneld that can mount it. */
+        LOG_E("cannot restore the session in %s: %s; it is kept, not served", dir, err.evalue);
     } else {
         LOG_W("cannot restore the session in %s (%s); removing it", dir,
               err.ename ? err.evalue : "its files are incomplete");
@@ -1365,11 +1464,16 @@ json_t *broker_stats(const broker_t *self)
                                 self->zygote && spawner_zygote_ready(self->zygote), "zygote_pid",
                                 (json_int_t)(self->zygote ? spawner_zygote_pid(self->zygote) : 0),
                                 "preload", zygote ? self->cfg.preload : "");
-    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s}, s:o, s:o}", "status", "ok", "sessions",
-                     (json_int_t)zlistx_size(self->sessions), "max_sessions",
+    json_t *lost = json_array();
+    for (size_t i = 0; self->cfg.lost && self->cfg.lost[i]; i++)
+        json_array_append_new(lost, json_string(self->cfg.lost[i]));
+    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s, s:b, s:o, s:{s:b, s:s}}, s:o, s:o}", "status",
+                     "ok", "sessions", (json_int_t)zlistx_size(self->sessions), "max_sessions",
                      (json_int_t)self->cfg.max_sessions, "sandbox", "enabled", self->cfg.sandbox,
-                     "layers", self->cfg.sandbox_desc ? self->cfg.sandbox_desc : "none", "limits",
-                     limits, "spawner", spawner);
+                     "layers", self->cfg.sandbox_desc ? self->cfg.sandbox_desc : "none",
+                     "privileged", !self->cfg.own_ids, "lost", lost, "disk", "caps",
+                     self->cfg.disk_ok, "detail", self->cfg.disk_desc ? self->cfg.disk_desc : "",
+                     "limits", limits, "spawner", spawner);
 }
 
 int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t out_len,
@@ -1379,8 +1483,7 @@ int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t o
     if (!s)
         return -1;
     snprintf(out, out_len, "%s", s->workspace);
-    *uid = self->cfg.sandbox ? (uid_t)(self->cfg.uid_base + s->slot) : getuid();
-    *gid = self->cfg.sandbox ? (gid_t)(self->cfg.uid_base + s->slot) : getgid();
+    s_kernel_ids(self, s->slot, uid, gid);
     return 0;
 }
 

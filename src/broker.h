@@ -21,6 +21,7 @@ typedef struct {
     unsigned long nofile;            /* RLIMIT_NOFILE */
     long long timeout_ms;            /* a cell's default deadline; 0: none */
     long long idle_ms;               /* evict after this long without a client message; 0: never */
+    unsigned long long disk_bytes;   /* workspace size cap (an ext4 image); 0: none */
 } broker_limits_t;
 
 typedef struct {
@@ -36,6 +37,11 @@ typedef struct {
     const char *preload;          /* what the zygote imports, comma-separated */
     size_t pool;                  /* sealed kernels kept waiting for new sessions */
     unsigned long uid_base;       /* session n's kernel runs as host uid uid_base + n */
+    int own_ids;                  /* unprivileged kenneld: every kernel maps to its own ids */
+    int disk_ok;                  /* workspace caps (ext4 images) can be made here */
+    const char *disk_desc;        /* what the disk probe found: its cost, or why not */
+    const char *const *lost;      /* the walls kenneld could not build here, for stats;
+                                     NULL-terminated, or NULL */
     broker_limits_t limits;       /* defaults for sessions that ask for none */
     const char *sandbox_desc;     /* what the start-up probe found, for stats */
     long long ttl_ms;             /* an evicted session unused this long ends for good */
@@ -55,7 +61,8 @@ void broker_destroy(broker_t **self_p);
 
 /*  Errors of broker_create, reported as manager error names. */
 typedef struct {
-    const char *ename;   /* "TooManySessions", "BadRequest", "AddressInUse", "SpawnFailed" */
+    const char *ename;   /* "TooManySessions", "BadRequest", "AddressInUse", "SpawnFailed",
+                            "DiskUnavailable" */
     char evalue[256];
 } broker_error_t;
 

@@ -70,6 +70,56 @@ static long long s_read_ll(const char *dir, const char *file, const char *key)
     return v;
 }
 
+/*  The file a group has when controller i is enabled in it. */
+static const char *s_marker(int i)
+{
+    static const char *const v1[C_N] = {"memory.limit_in_bytes", "pids.max", "cpu.cfs_quota_us"};
+    static const char *const v2[C_N] = {"memory.max", "pids.max", "cpu.max"};
+    return s_is_v2[i] ? v2[i] : v1[i];
+}
+
+/*  v2 lets a group hand controllers to its children only while no process sits in it
+ *  ("no internal processes"). A delegated kenneld (a systemd service with Delegate=yes) is
+ *  in its group alone: it moves itself into a leaf, <group>/kenneld, so that its sessions'
+ *  groups can be its siblings. 0 when moved. */
+static int s_leave_for_leaf(const char *base)
+{
+    char leaf[PATH_MAX];
+    snprintf(leaf, sizeof leaf, "%.4000s/kenneld", base);
+    if (mkdir(leaf, 0755) < 0 && errno != EEXIST)
+        return -1;
+    if (s_write(leaf, "cgroup.procs", "0") < 0) {
+        rmdir(leaf);
+        return -1;
+    }
+    return 0;
+}
+
+/*  Can kenneld make a group under s_base[i] with controller i in it? Tries, then cleans up. */
+static int s_usable(int i)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.3000s/kennel-probe-%d", s_base[i], (int)getpid());
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return 0;
+    if (s_is_v2[i]) {
+        char plus[16];
+        snprintf(plus, sizeof plus, "+%s", s_names[i]);
+        if (s_write(s_base[i], "cgroup.subtree_control", plus) < 0 && errno == EBUSY &&
+            s_leave_for_leaf(s_base[i]) == 0 &&
+            s_write(s_base[i], "cgroup.subtree_control", plus) < 0) {
+            /* Others share the group (a login session's scope): back where we were. */
+            char leaf[PATH_MAX];
+            snprintf(leaf, sizeof leaf, "%.4000s/kenneld", s_base[i]);
+            (void)s_write(s_base[i], "cgroup.procs", "0");
+            rmdir(leaf);
+        }
+    }
+    int ok = s_exists(dir, s_marker(i));
+    rmdir(dir);
+    return ok;
+}
+
 int cgroup_probe(char *desc, size_t desc_len)
 {
     char *self = util_read_file("/proc/self/cgroup", 65536, NULL);
@@ -118,6 +168,16 @@ int cgroup_probe(char *desc, size_t desc_len)
         }
     }
     free(self);
+    /* Found is not usable: kenneld must be able to make a group with the controller in it
+     * (an unprivileged kenneld only can in a delegated subtree; in v2 the controller must
+     * also be enabled for the children of kenneld's group). */
+    char unusable[128] = "";
+    for (int i = 0; i < C_N; i++)
+        if (s_base[i][0] && !s_usable(i)) {
+            size_t len = strlen(unusable);
+            snprintf(unusable + len, sizeof unusable - len, " %s", s_names[i]);
+            s_base[i][0] = '\0';
+        }
     int n = snprintf(desc, desc_len, "cgroups:");
     for (int i = 0; i < C_N; i++) {
         if (s_base[i][0]) {
@@ -127,7 +187,10 @@ int cgroup_probe(char *desc, size_t desc_len)
         }
     }
     if (!found)
-        snprintf(desc + n, desc_len > (size_t)n ? desc_len - (size_t)n : 0, " none");
+        n += snprintf(desc + n, desc_len > (size_t)n ? desc_len - (size_t)n : 0, " none");
+    if (unusable[0])
+        snprintf(desc + n, desc_len > (size_t)n ? desc_len - (size_t)n : 0,
+                 " (not usable by kenneld:%s)", unusable);
     s_probed = 1;
     return found;
 }

@@ -41,6 +41,9 @@ static const char s_usage[] =
     "  --pids N            processes and threads (default 256)\n"
     "  --cpu N             CPUs' worth of time, e.g. 0.5 (default 1)\n"
     "  --tmp SIZE          size of /tmp and /dev/shm (default 256M)\n"
+    "  --disk SIZE         workspace size cap: an ext4 image loop-mounted at the workspace\n"
+    "                      (default 1G; 0: none). Needs root: where loop mounts fail, sessions\n"
+    "                      with a cap are refused, not started without one\n"
     "  --nofile N          open files (default 1024)\n"
     "  --timeout SECONDS   a cell's deadline (default 0: none)\n"
     "  --idle SECONDS      evict a session idle this long, saving its state (default 900;\n"
@@ -52,7 +55,11 @@ static const char s_usage[] =
     "  --max-output SIZE   output a cell may publish before it is cut off (default 10M)\n"
     "  --max-file SIZE     largest file kennel put/get moves (default 32M)\n"
     "  --uid-base N        kernels run as host uids N, N+1, … (default 1900000000)\n"
-    "  --insecure-no-sandbox  run kernels as kenneld's own user, unconfined (debugging only)\n";
+    "  --insecure-no-sandbox  run kernels as kenneld's own user, unconfined (debugging only)\n"
+    "As root, kenneld gives each session its own host uid, cgroups and workspace image. As\n"
+    "another user it builds the rest of the sandbox with user namespaces alone: kernels map to\n"
+    "its own uid, cgroups only where delegated to it, no workspace caps (sessions asking for\n"
+    "one are refused: use --disk 0). It logs each wall it lost and `kennel stats` lists them.\n";
 
 static int s_copy(char *dst, size_t cap, const char *src, const char *what)
 {
@@ -113,6 +120,7 @@ int config_load(config_t *cfg, int argc, char **argv)
     cfg->pids = 256;
     cfg->cpus = 1.0;
     cfg->tmp_bytes = 256ull << 20;
+    cfg->disk_bytes = 1ull << 30;
     cfg->nofile = 1024;
     cfg->uid_base = 1900000000;
     cfg->grace_s = 2;
@@ -149,7 +157,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"insecure-no-sandbox", no_argument, NULL, 'I'},
         {"timeout", required_argument, NULL, 'o'},   {"grace", required_argument, NULL, 'g'},
         {"max-output", required_argument, NULL, 'O'}, {"idle", required_argument, NULL, 'd'},
-        {"max-file", required_argument, NULL, 'X'},
+        {"max-file", required_argument, NULL, 'X'}, {"disk", required_argument, NULL, 'D'},
         {"ttl", required_argument, NULL, 'L'},
         {"spawner", required_argument, NULL, 'Z'},   {"preload", required_argument, NULL, 'R'},
         {"pool", required_argument, NULL, 'W'},
@@ -199,6 +207,16 @@ int config_load(config_t *cfg, int argc, char **argv)
             size_t v;
             rc = s_size(optarg, 1u << 20, (size_t)1 << 40, &v, "--tmp");
             cfg->tmp_bytes = v;
+            break;
+        }
+        case 'D': {
+            size_t v;
+            rc = s_size(optarg, 0, (size_t)1 << 40, &v, "--disk");
+            if (rc == 0 && v && v < (16u << 20)) { /* disk.h DISK_MIN_BYTES */
+                fprintf(stderr, "kenneld: --disk must be 0 (no cap) or at least 16M\n");
+                rc = -1;
+            }
+            cfg->disk_bytes = v;
             break;
         }
         case 'F': rc = s_size(optarg, 64, 1u << 20, &cfg->nofile, "--nofile"); break;

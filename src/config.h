@@ -25,6 +25,7 @@ typedef struct {
     size_t pids;
     double cpus;
     unsigned long long tmp_bytes;
+    unsigned long long disk_bytes; /* workspace cap; 0: none */
     size_t nofile;
     double timeout_s;           /* a cell's default deadline; 0: none */
     double idle_s;              /* evict a session idle this long; 0: never */

@@ -23,13 +23,14 @@
 
 static const char s_usage[] =
     "usage: kennel [--state-dir DIR] COMMAND [ARGS]\n"
-    "  new [--name N] [--memory SIZE] [--pids N] [--cpu N] [--tmp SIZE] [--timeout S]\n"
-    "      [--idle S] [--network none]\n"
+    "  new [--name N] [--memory SIZE] [--pids N] [--cpu N] [--tmp SIZE] [--disk SIZE|0]\n"
+    "      [--timeout S] [--idle S] [--network none]\n"
     "                          create a session (or find the one named N); print its connection file\n"
     "  ls                      list sessions\n"
     "  info N                  one session's details as JSON\n"
     "  rm N                    end a session\n"
-    "  stats                   kenneld's sandbox layers, default limits and session count\n"
+    "  stats                   kenneld's sandbox layers, the walls it lost, default limits\n"
+    "                          and session count\n"
     "  put N LOCAL [REMOTE]    copy a file into session N's workspace (REMOTE: path in it)\n"
     "  get N REMOTE [LOCAL]    copy a file out of session N's workspace\n"
     "  files N                 list the files in session N's workspace\n"
@@ -102,6 +103,7 @@ static int s_cmd_new(int argc, char **argv)
         {"name", required_argument, NULL, 'n'}, {"memory", required_argument, NULL, 'm'},
         {"pids", required_argument, NULL, 'p'}, {"cpu", required_argument, NULL, 'c'},
         {"tmp", required_argument, NULL, 't'},  {"network", required_argument, NULL, 'N'},
+        {"disk", required_argument, NULL, 'd'},
         {"timeout", required_argument, NULL, 'T'}, {"idle", required_argument, NULL, 'i'},
         {NULL, 0, NULL, 0}};
     int c;
@@ -114,6 +116,8 @@ static int s_cmd_new(int argc, char **argv)
             json_object_set_new(content, "name", json_string(optarg));
         else if (c == 'N' && strcmp(optarg, "none") == 0)
             ; /* the only network a kernel has: none */
+        else if (c == 'd' && optarg && strcmp(optarg, "0") == 0)
+            json_object_set_new(limits, "disk", json_integer(0)); /* no cap */
         else if (c != 'N' && c != '?' && v > 0)
             json_object_set_new(limits,
                                 c == 'm'   ? "memory"
@@ -121,6 +125,7 @@ static int s_cmd_new(int argc, char **argv)
                                 : c == 'c' ? "cpu"
                                 : c == 'T' ? "timeout"
                                 : c == 'i' ? "idle"
+                                : c == 'd' ? "disk"
                                            : "tmp",
                                 json_real(v));
         else {

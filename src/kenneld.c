@@ -21,10 +21,12 @@
 #include "broker.h"
 #include "cgroup.h"
 #include "config.h"
+#include "disk.h"
 #include "log.h"
 #include "manager.h"
 #include "statedir.h"
 #include "util.h"
+#include "walls.h"
 
 #define KENNEL_VERSION "0.1"
 
@@ -70,19 +72,19 @@ static int s_on_signal(zloop_t *loop, zmq_pollitem_t *item, void *arg)
 
 /*  Start one sandboxed Python that does nothing, before any thread exists, to learn whether
  *  this machine lets us build the sandbox. 0, or -1 (kennel-init said why on stderr). */
-static int s_probe_sandbox(const char *init_path, const char *state_dir, const config_t *cfg)
+static int s_probe_sandbox(const char *init_path, const char *state_dir, const config_t *cfg,
+                           uid_t probe_uid, gid_t probe_gid)
 {
-    char ws[PATH_MAX + 16], uid[32];
+    char ws[PATH_MAX + 16], uid[32], gid[32];
     snprintf(ws, sizeof ws, "%s/probe", state_dir);
-    /* A uid no session or pooled kernel uses: past max_sessions + the largest pool. */
-    uid_t probe_uid = (uid_t)(cfg->uid_base + cfg->max_sessions + 64);
     snprintf(uid, sizeof uid, "%u", (unsigned)probe_uid);
-    if ((mkdir(ws, 0700) < 0 && errno != EEXIST) || chown(ws, probe_uid, probe_uid) < 0) {
+    snprintf(gid, sizeof gid, "%u", (unsigned)probe_gid);
+    if ((mkdir(ws, 0700) < 0 && errno != EEXIST) || chown(ws, probe_uid, probe_gid) < 0) {
         PLOG_E("probe workspace %s", ws);
         return -1;
     }
     char *argv[] = {(char *)init_path, "--workspace", ws, "--kernel-dir", (char *)cfg->kernel_dir,
-                    "--uid", uid, "--gid", uid, "--", (char *)cfg->python, "-I", "-S", "-c",
+                    "--uid", uid, "--gid", gid, "--", (char *)cfg->python, "-I", "-S", "-c",
                     "import sys", NULL};
     char *envp[] = {"PATH=/usr/bin:/bin", NULL};
     pid_t pid = fork();
@@ -107,6 +109,12 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     log_init("kenneld", (log_level_t)cfg.log_level);
     umask(077);
+    /* Before any thread or helper exists: the workspace images are mounted in a mount
+     * namespace of kenneld's own, so no mount outlives it, however it ends. */
+    int privileged = geteuid() == 0;
+    if (privileged && disk_private_mounts() < 0)
+        PLOG_W("no mount namespace of kenneld's own (unshare): workspace images are mounted in "
+               "the host's, and unmounted when kenneld stops");
 
     /* Block the shutdown signals before libzmq starts its threads, so they inherit the mask
      * and the signals arrive only through our signalfd. */
@@ -148,7 +156,8 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    char init_path[PATH_MAX], sandbox_desc[512] = "none: --insecure-no-sandbox";
+    char init_path[PATH_MAX], sandbox_desc[768] = "none: --insecure-no-sandbox";
+    walls_t walls = {0};
     ssize_t n = readlink("/proc/self/exe", init_path, sizeof init_path - 16);
     if (n <= 0) {
         PLOG_E("readlink(/proc/self/exe)");
@@ -162,7 +171,10 @@ int main(int argc, char **argv)
     } else {
         char cg[256];
         int ncg = cgroup_probe(cg, sizeof cg);
-        if (s_probe_sandbox(init_path, state_dir, &cfg) < 0) {
+        /* A uid no session or pooled kernel uses: past max_sessions + the largest pool. */
+        uid_t probe_uid = privileged ? (uid_t)(cfg.uid_base + cfg.max_sessions + 64) : getuid();
+        gid_t probe_gid = privileged ? (gid_t)(cfg.uid_base + cfg.max_sessions + 64) : getgid();
+        if (s_probe_sandbox(init_path, state_dir, &cfg, probe_uid, probe_gid) < 0) {
             LOG_E("the start-up probe could not run %s in the sandbox (kennel-init's line above "
                   "says why); fix that, or run with --insecure-no-sandbox for debugging only",
                   cfg.python);
@@ -170,16 +182,33 @@ int main(int argc, char **argv)
         }
         snprintf(sandbox_desc, sizeof sandbox_desc,
                  "namespaces user,pid,net,mount,ipc,uts,cgroup; new root; no capabilities; "
-                 "no_new_privs; seccomp; rlimits; %s", cg);
-        if (ncg < 3)
-            LOG_W("not every cgroup controller is available (%s): the missing limits rest on "
-                  "rlimits alone", cg);
+                 "no_new_privs; seccomp; rlimits; %s; %s", cg,
+                 privileged ? "a host uid per session" : "kernels as kenneld's own uid");
+        walls_add_identity(&walls);
+        walls_add_cgroups(&walls, ncg, cg);
+    }
+    /* Workspace caps: tried for real, whether or not --disk asks for one by default, so
+     * stats says what a session asking for one would get. */
+    char probed[320];
+    int disk_ok = disk_probe(state_dir, probed, sizeof probed) == 0;
+    if (!disk_ok) {
+        walls_add(&walls, "workspace size cap (--disk): %s; sessions that ask for one are "
+                          "refused, never run uncapped",
+                  probed);
+        if (cfg.disk_bytes)
+            LOG_E("workspace caps cannot be made here (%s): every session with a disk cap (the "
+                  "default is --disk %llu MiB) will be refused; start kenneld with --disk 0 to "
+                  "serve sessions without one",
+                  probed, cfg.disk_bytes >> 20);
     }
     LOG_I("sandbox: %s", sandbox_desc);
     if (!cfg.insecure_no_sandbox)
-        LOG_I("spawner: %s", strcmp(cfg.spawner, "zygote") == 0
-                                 ? "zygote (kernels fork from a warm Python)"
-                                 : "exec (a cold Python per kernel)");
+        LOG_I("spawner: %s", strcmp(cfg.spawner, "zygote") != 0 ? "exec (a cold Python per kernel)"
+                             : privileged ? "zygote (kernels fork from a warm Python)"
+                                          : "exec: the zygote needs root (--spawner zygote ignored)");
+    LOG_I("workspace caps: %s%s", disk_ok ? "" : "unavailable: ", probed);
+    for (const char *const *w = walls_list(&walls); *w; w++)
+        LOG_W("lost wall: %s", *w);
 
     char manager_ep[PATH_MAX + 32];
     if (cfg.manager[0])
@@ -200,13 +229,20 @@ int main(int argc, char **argv)
         .max_pipe_frame = cfg.max_message_bytes,
         .sandbox = !cfg.insecure_no_sandbox,
         .init_path = init_path,
-        .zygote = strcmp(cfg.spawner, "zygote") == 0,
+        /* The zygote hands kernels their workspace as a detached mount (open_tree), which
+         * needs root: an unprivileged kenneld starts every kernel with kennel-init. */
+        .zygote = strcmp(cfg.spawner, "zygote") == 0 && privileged,
         .zygote_dir = cfg.zygote_dir,
         .preload = cfg.preload,
         .pool = cfg.pool,
         .uid_base = cfg.uid_base,
+        .own_ids = !privileged,
+        .disk_ok = disk_ok,
+        .disk_desc = probed,
+        .lost = walls_list(&walls),
         .limits = {{cfg.memory_bytes, cfg.pids, cfg.cpus}, cfg.tmp_bytes, cfg.nofile,
-                   (long long)(cfg.timeout_s * 1000), (long long)(cfg.idle_s * 1000)},
+                   (long long)(cfg.timeout_s * 1000), (long long)(cfg.idle_s * 1000),
+                   cfg.disk_bytes},
         .sandbox_desc = sandbox_desc,
         .ttl_ms = (long long)(cfg.ttl_s * 1000),
         .session_limits = {.max_queued = cfg.max_queued,

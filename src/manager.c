@@ -84,8 +84,8 @@ static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
     json_t *v;
     json_object_foreach((json_t *)obj, key, v) {
         double x = json_number_value(v);
-        if (!json_is_number(v) || x <= 0)
-            return "limits must be positive numbers";
+        if (!json_is_number(v) || x < 0 || (x == 0 && strcmp(key, "disk") != 0))
+            return "limits must be positive numbers (disk may be 0: no cap)";
         if (strcmp(key, "memory") == 0) {
             if (x < (64 << 20) || x > 1e12)
                 return "memory must be between 64 MiB and 1 TB";
@@ -110,8 +110,12 @@ static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
             if (x < (1 << 20) || x > 1e12)
                 return "tmp must be between 1 MiB and 1 TB";
             lim->tmp_bytes = (unsigned long long)x;
+        } else if (strcmp(key, "disk") == 0) {
+            if ((x != 0 && x < (16 << 20)) || x > 1e12)
+                return "disk must be 0 (no cap) or between 16 MiB and 1 TB";
+            lim->disk_bytes = (unsigned long long)x;
         } else {
-            return "limits takes memory, pids, cpu, tmp, timeout and idle";
+            return "limits takes memory, pids, cpu, tmp, disk, timeout and idle";
         }
     }
     return NULL;

@@ -1,8 +1,9 @@
 /*  sandbox: the order of the steps is the security argument.
- *  1. The launcher (root, single-threaded) drops supplementary groups, then clones the child
- *     into all new namespaces at once, so the child never exists half-isolated.
+ *  1. The launcher (single-threaded) drops supplementary groups when it is root (it cannot
+ *     otherwise), then clones the child into all new namespaces at once, so the child never
+ *     exists half-isolated.
  *  2. The launcher, outside, writes the child's maps: only SANDBOX_UID is mapped, to an
- *     unprivileged host id of the session. Root inside maps to nothing, so nothing the kernel
+ *     unprivileged host id of the session (an unprivileged launcher: its own). Root inside maps to nothing, so nothing the kernel
  *     does can act as a host id it does not own. setgroups is denied first.
  *  3. The child switches to SANDBOX_UID keeping its capabilities (in its own user namespace
  *     only), because files it creates must belong to a mapped id (EOVERFLOW otherwise).
@@ -92,7 +93,10 @@ pid_t sandbox_clone(const sandbox_cfg_t *cfg, const sandbox_clone_opts_t *opts, 
                     const char **step)
 {
     int sync[2], life[2] = {opts->lifeline, -1};
-    STEP("setgroups", setgroups(0, NULL));
+    /* Root drops its supplementary groups. An unprivileged launcher cannot, nor can its
+     * child (setgroups is denied in its user namespace): kenneld reports it as a lost wall. */
+    if (geteuid() == 0)
+        STEP("setgroups", setgroups(0, NULL));
     STEP("pipe", pipe2(sync, O_CLOEXEC));
     /* Without a lifeline from the owner, we are the owner: we hold the write end until we
      * die, and the child sees the hang-up. */

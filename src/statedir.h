@@ -1,5 +1,5 @@
 /*  statedir: the state directory's layout (DESIGN.md "Sessions"): kenneld.json, and
- *  sessions/<id>/{connection.json, workspace/}. Files are written atomically with mode 0600,
+ *  sessions/<id>/{connection.json, meta.json, workspace/, workspace.img (disk), snapshot}. Files are written atomically with mode 0600,
  *  directories are 0700. */
 #ifndef KENNEL_STATEDIR_H
 #define KENNEL_STATEDIR_H

@@ -15,11 +15,15 @@ KENNELD = os.path.join(ROOT, "bin", "kenneld")
 
 
 class Kenneld:
-    def __init__(self, state_dir, *args):
+    def __init__(self, state_dir, *args, prefix=(), env=None, binary=KENNELD):
+        """prefix: a command kenneld runs under (e.g. setpriv, to run it as another user);
+        binary: the kenneld to run (kennel-init must be beside it)."""
         self.state_dir = state_dir
-        self.log = open(os.path.join(os.path.dirname(state_dir), "kenneld.log"), "wb")
-        self.proc = subprocess.Popen([KENNELD, "--state-dir", state_dir, *args],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.args = args
+        self.log_path = os.path.join(os.path.dirname(state_dir), "kenneld.log")
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([*prefix, binary, "--state-dir", state_dir, *args],
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=env)
         info_path = os.path.join(state_dir, "kenneld.json")
         deadline = time.monotonic() + 10
         while not os.path.exists(info_path):

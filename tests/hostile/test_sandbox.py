@@ -15,15 +15,18 @@ import json
 import os
 import platform
 import random
+import shutil
 import signal
 import socket
+import subprocess
+import tempfile
 import textwrap
 import time
 import uuid
 
 import pytest
 
-from kennel_hostile import Client, Kenneld, stop_checked
+from kennel_hostile import ROOT, Client, Kenneld, stop_checked
 
 MiB = 1 << 20
 
@@ -186,6 +189,12 @@ def assert_died_of(content, *words):
 
 def workspace_host_path(client):
     return os.path.join(os.path.dirname(client.info["connection_file"]), "workspace")
+
+
+def seen_by_kenneld(kenneld, path):
+    """path as kenneld sees it: a capped workspace is mounted in kenneld's own mount
+    namespace, so from outside it is reached through kenneld's /proc/PID/root."""
+    return f"/proc/{kenneld.proc.pid}/root{path}"
 
 
 def cgroup_dirs_of(kenneld_cgroup_lines, session_id):
@@ -545,35 +554,72 @@ def test_tmp_fill_is_bounded(kenneld, victim, bystander):
     assert_bystander_unharmed(kenneld, bystander)
 
 
+def need_disk_caps(kenneld):
+    st = mgr_call(kenneld, "stats_request")
+    if not st["sandbox"]["disk"]["caps"]:
+        pytest.skip(f"no workspace caps on this machine: {st['sandbox']['disk']['detail']}")
+
+
+FILL = '''
+    n, err, block = 0, None, b"\\x01" * (1 << 20)
+    with open("/workspace/fill", "wb", buffering=0) as f:
+        try:
+            while n < {most}:
+                n += f.write(block)
+        except OSError as e:
+            err = e.errno
+    s = os.statvfs("/workspace")
+    r = {{"mib": n >> 20, "errno": err, "size_mib": s.f_blocks * s.f_frsize >> 20,
+          "free_mib": s.f_bavail * s.f_frsize >> 20}}
+'''
+
+
+@pytest.mark.parametrize("kenneld", [("--disk", "64M")], indirect=True)
 def test_workspace_fill_is_bounded(kenneld, victim, bystander):
-    r = verdict(victim, '''
-        import resource
-        s = os.statvfs("/workspace")
-        r = {"blocks": s.f_blocks, "bsize": s.f_frsize, "fsize": resource.getrlimit(resource.RLIMIT_FSIZE)[0]}
-    ''')
+    """The workspace is a filesystem of its own: filling it gives ENOSPC in the session, at its
+    size, and nothing to kenneld, the host's disk or another session."""
+    need_disk_caps(kenneld)
     host = os.statvfs(os.path.dirname(workspace_host_path(victim)))
-    if r["blocks"] == host.f_blocks and r["fsize"] == -1:
-        pytest.skip("no size cap on /workspace yet: it is a bind of the host filesystem "
-                    f"({host.f_bavail * host.f_frsize >> 30} GiB free there) and RLIMIT_FSIZE is "
-                    "unlimited, so a session can fill the host's disk")
-    cap = min(r["blocks"] * r["bsize"], r["fsize"] if r["fsize"] != -1 else 1 << 62)
-    if cap > 2 << 30:
-        pytest.skip(f"the workspace cap ({cap >> 20} MiB) is too big to fill within this test")
-    r = verdict(victim, f'''
-        import signal
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        n, err, block = 0, None, b"\\x00" * (4 << 20)
-        with open("/workspace/fill", "wb", buffering=0) as f:
-            try:
-                while n <= {cap} + (64 << 20):
-                    n += f.write(block)
-            except OSError as e:
-                err = errno.errorcode.get(e.errno)
-        os.unlink("/workspace/fill")
-        r = {{"n": n, "err": err}}
-    ''', timeout=60)
-    assert r["err"] in ("ENOSPC", "EDQUOT", "EFBIG"), r
+    r = verdict(victim, FILL.format(most=256 << 20), timeout=60)
+    assert r["errno"] == errno.ENOSPC, r
+    assert 48 <= r["mib"] <= 64 and r["size_mib"] <= 64 and r["free_mib"] == 0, r
+    # The cap is the session's: kenneld and the bystander write on.
+    after = os.statvfs(os.path.dirname(workspace_host_path(victim)))
+    assert after.f_bavail * after.f_frsize > host.f_bavail * host.f_frsize - (96 << 20)
+    b = verdict(bystander, FILL.format(most=8 << 20))
+    assert b["errno"] is None and b["mib"] == 8, b
     assert_state_kept(victim)
+    assert_bystander_unharmed(kenneld, bystander)
+    # Freed space is usable again, and small writes after the fill work.
+    r = verdict(victim, '''
+        os.unlink("/workspace/fill")
+        open("/workspace/after", "w").write("ok")
+        r = open("/workspace/after").read()
+    ''')
+    assert r == "ok"
+
+
+def test_per_session_disk_is_honoured(kenneld, bystander):
+    """create_request limits.disk replaces kenneld's --disk (1G) for one session; 0 means no
+    cap: the workspace is then a plain directory of the host's filesystem."""
+    need_disk_caps(kenneld)
+    assert mgr_call(kenneld, "stats_request")["limits"]["disk"] == 1 << 30
+    small = open_session(kenneld, "small", {"disk": 32 * MiB})
+    uncapped = open_session(kenneld, "uncapped", {"disk": 0})
+    try:
+        assert small.info["limits"]["disk"] == 32 * MiB
+        assert uncapped.info["limits"]["disk"] == 0
+        r = verdict(small, FILL.format(most=128 << 20), timeout=60)
+        assert r["errno"] == errno.ENOSPC and r["mib"] <= 32 and r["size_mib"] <= 32, r
+        b = verdict(bystander, 'r = os.statvfs("/workspace").f_blocks * os.statvfs("/workspace").f_frsize >> 20')
+        assert 900 <= b <= 1024, b
+        u = verdict(uncapped, 'r = os.statvfs("/workspace").f_blocks')
+        assert u == os.statvfs(kenneld.state_dir).f_blocks, "disk 0: a plain host directory"
+        bad = kenneld.call("create_request", {"name": "tiny", "limits": {"disk": 1 << 20}})
+        assert bad["status"] == "error" and bad["ename"] == "BadRequest", bad
+    finally:
+        small.close()
+        uncapped.close()
     assert_bystander_unharmed(kenneld, bystander)
 
 
@@ -640,6 +686,52 @@ def test_cpu_hog_is_throttled_and_does_not_starve_others(kenneld, victim, bystan
     r = verdict_of(reply["content"])
     # One CPU's worth over the wall time, with a period (100 ms) of slack on each side.
     assert r["cpu"] <= r["wall"] + 0.25, f"3 spinners got {r['cpu']:.2f} CPU-s in {r['wall']:.2f} s"
+    assert_bystander_unharmed(kenneld, bystander)
+
+
+def _v2_group(pid):
+    """The cgroup v2 directory that holds pid's sessions (kenneld's own, or its parent when
+    kenneld moved into the leaf <group>/kenneld) and the controllers it offers."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        path = next((l.strip()[3:] for l in f if l.startswith("0::")), None)
+    for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+        d = mount + (path or "").rstrip("/")
+        if path is not None and os.path.exists(os.path.join(d, "cgroup.controllers")):
+            if os.path.basename(d) == "kenneld":
+                d = os.path.dirname(d)
+            with open(os.path.join(d, "cgroup.controllers")) as f:
+                return d, f.read().split()
+    return None, []
+
+
+def test_cgroup_v2_limits_where_the_controllers_are(kenneld, bystander):
+    """Machines with cgroup v2's memory, pids and cpu controllers (ordinary systemd hosts) get
+    the session's limits as memory.max, memory.swap.max, pids.max and cpu.max. (The memory,
+    pids and cpu tests above run on whichever version kenneld found: need_cgroup.)"""
+    base, offered = _v2_group(kenneld.proc.pid)
+    if not {"memory", "pids", "cpu"} <= set(offered):
+        pytest.skip("cgroup v2 memory/pids/cpu controllers not available on this machine "
+                    f"(its v2 group {base} offers {offered or 'none'}; the v1 ones are tested)")
+    text = layers(kenneld)
+    for c in ("memory", "pids", "cpu"):
+        assert f"{c} (v2)" in text, f"v2 offers {c}, but kenneld cannot use it: {text}"
+    s = open_session(kenneld, "v2", {"memory": 256 * MiB, "pids": 64, "cpu": 0.5})
+    try:
+        group = os.path.join(base, "kennel-" + s.info["id"])
+        files = {}
+        for name in ("memory.max", "memory.swap.max", "pids.max", "cpu.max"):
+            if os.path.exists(os.path.join(group, name)):
+                with open(os.path.join(group, name)) as f:
+                    files[name] = f.read().strip()
+        assert files.get("memory.max") == str(256 * MiB), files
+        assert files.get("memory.swap.max", "0") == "0", files
+        assert files.get("pids.max") == "64", files
+        assert files.get("cpu.max") == "50000 100000", files
+        assert wait_until(lambda: s.info["kernel_pid"] in session_procs(s.info["id"]), 2), \
+            "the kernel is not in its group"
+        assert_usable(s, kenneld)
+    finally:
+        s.close()
     assert_bystander_unharmed(kenneld, bystander)
 
 
@@ -767,7 +859,7 @@ def test_another_sessions_workspace_is_out_of_reach(kenneld, victim, bystander):
     ''')
     assert r["shm"] >= 0
     host_path = os.path.join(workspace_host_path(bystander), secret)
-    assert os.path.exists(host_path)
+    assert os.path.exists(seen_by_kenneld(kenneld, host_path))
     r = verdict(victim, f'''
         found = []
         for top in ("/", ):
@@ -791,11 +883,18 @@ def test_another_sessions_workspace_is_out_of_reach(kenneld, victim, bystander):
     assert_bystander_unharmed(kenneld, bystander)
 
 
-@pytest.mark.xfail(strict=True, reason="known: mountinfo shows the host paths of the workspace "
-                   "and kernel-runtime binds; hiding them needs a filesystem of their own")
+@pytest.mark.parametrize("kenneld", [
+    (),
+    pytest.param(("--disk", "0"), marks=pytest.mark.xfail(strict=True, reason=(
+        "known: an uncapped workspace is a bind of a host directory, so mountinfo names its "
+        "host path; a capped one is a filesystem of its own"))),
+], indirect=True)
 def test_mountinfo_does_not_disclose_host_paths(kenneld, victim, bystander):
-    """Information only, but it should not be there: the session's mountinfo names the host's
-    state directory (and so the session id and the host layout) as the source of /workspace."""
+    """Information only, but it should not be there: the session's mountinfo would name the
+    host's state directory (and so the session id and the host layout) as the source of
+    /workspace."""
+    if "--disk" not in kenneld.args:
+        need_disk_caps(kenneld)
     r = verdict(victim, 'r = open("/proc/self/mountinfo").read()')
     leaked = [line for line in r.splitlines() if kenneld.state_dir in line]
     assert not leaked, "host paths visible in /proc/self/mountinfo:\n" + "\n".join(leaked)
@@ -1299,3 +1398,145 @@ def test_stale_session_cleanup_never_deletes_host_files(tmp_path):
             k2.stop()
         if sid:
             _cleanup_orphans(dirs_of, [sid])
+
+
+# ----------------------------------------------------------------------------------------
+# an unprivileged kenneld: the walls it keeps, and the ones it says it lost
+
+TEST_USER = "kennel-test"
+
+
+def _test_user():
+    """(uid, gid) of a regular unprivileged user to run kenneld as, made if missing. Never
+    nobody (65534): the root filesystem may reserve blocks for it."""
+    import pwd
+    try:
+        pw = pwd.getpwnam(TEST_USER)
+    except KeyError:
+        useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+        if not os.path.exists(useradd):
+            pytest.skip(f"no test user {TEST_USER!r}, and no useradd to make one")
+        p = subprocess.run([useradd, "--no-create-home", "--shell", "/usr/sbin/nologin",
+                            "--user-group", TEST_USER], capture_output=True, text=True)
+        if p.returncode != 0:
+            pytest.skip(f"cannot create the test user {TEST_USER!r}: {p.stderr.strip()}")
+        pw = pwd.getpwnam(TEST_USER)
+    if pw.pw_uid < 1000 or pw.pw_uid == 65534:
+        pytest.skip(f"{TEST_USER!r} has uid {pw.pw_uid}, not a regular unprivileged one")
+    return pw.pw_uid, pw.pw_gid
+
+
+@pytest.fixture
+def unprivileged(tmp_path):
+    """kenneld run by the unprivileged test user, --disk 0, from copies of bin/ and the kernel
+    runtime in a directory that user can reach, with a secret in its environment."""
+    if not shutil.which("setpriv"):
+        pytest.skip("no setpriv (util-linux) to run kenneld as the test user")
+    uid, gid = _test_user()
+    root = tempfile.mkdtemp(prefix="kennel-unpriv-")   # /tmp: reachable by the test user
+    k = None
+    try:
+        os.chmod(root, 0o755)
+        os.mkdir(os.path.join(root, "bin"))
+        for name in ("kenneld", "kennel-init"):
+            shutil.copy2(os.path.join(ROOT, "bin", name), os.path.join(root, "bin", name))
+        kernel_dir = os.path.join(root, "kernel")
+        shutil.copytree(os.path.join(ROOT, "kernels", "python"), kernel_dir)
+        home = os.path.join(root, "home")
+        os.mkdir(home, 0o700)
+        os.chown(home, uid, gid)
+        secret = "kennel-secret-" + uuid.uuid4().hex
+        env = {"PATH": "/usr/bin:/bin", "HOME": home, "KENNEL_TEST_SECRET": secret}
+        k = Kenneld(os.path.join(home, "state"), "--disk", "0", "--pids", "32",
+                    "--kernel-dir", kernel_dir,
+                    prefix=("setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups"),
+                    env=env, binary=os.path.join(root, "bin", "kenneld"))
+        k.secret, k.uid, k.gid, k.home = secret, uid, gid, home
+        yield k
+    finally:
+        if k:
+            stop_checked(k)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_unprivileged_kenneld_keeps_its_walls_and_names_the_lost_ones(unprivileged):
+    k = unprivileged
+    with open(f"/proc/{k.proc.pid}/status") as f:
+        uids = [l.split()[1:] for l in f if l.startswith("Uid:")][0]
+    assert uids == [str(k.uid)] * 4, f"kenneld is not running as the test user: {uids}"
+    st = mgr_call(k, "stats_request")
+    sb = st["sandbox"]
+    assert sb["enabled"] and not sb["privileged"], sb
+    lost = "\n".join(sb["lost"])
+    assert "a host uid per session" in lost and f"uid {k.uid}" in lost, lost
+    assert "workspace size cap" in lost and not sb["disk"]["caps"], sb
+    if "cgroups: none" in sb["layers"]:
+        assert "cgroup controllers" in lost, lost
+    with open(k.log_path, errors="replace") as f:
+        log = f.read()
+    assert "lost wall: a host uid per session" in log and "lost wall: workspace size cap" in log
+    # A cap it cannot build is refused, never ignored.
+    capped = k.call("create_request", {"name": "capped", "limits": {"disk": 64 * MiB}})
+    assert capped["status"] == "error" and capped["ename"] == "DiskUnavailable", capped
+    victim, other = open_session(k, "victim"), open_session(k, "other")
+    try:
+        verdict(other, 'open("other-secret", "w").write("x"); r = 1')
+        r = verdict(victim, f'''
+            import socket
+            status = dict(l.split(":\\t", 1) for l in open("/proc/self/status").read().splitlines()
+                          if ":\\t" in l)
+            r = {{k: status[k].strip() for k in ("Uid", "CapEff", "CapBnd", "NoNewPrivs", "Seccomp")}}
+            r["uid_map"] = open("/proc/self/uid_map").read().split()
+            r["procs"] = [p for p in os.listdir("/proc") if p.isdigit()]
+            r["ifaces"] = [l.split(":")[0].strip() for l in open("/proc/self/net/dev").readlines()[2:]]
+            r["inet"] = _try(socket.socket, socket.AF_INET, socket.SOCK_STREAM)
+            _libc.ptrace.restype = ctypes.c_long
+            ctypes.set_errno(0)
+            r["ptrace"] = [_libc.ptrace(ctypes.c_long(16), ctypes.c_long(1), None, None), ctypes.get_errno()]
+            ctypes.set_errno(0)
+            r["mount"] = [_libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, None), ctypes.get_errno()]
+            ctypes.set_errno(0)
+            r["unshare"] = [_libc.unshare(0x10000000), ctypes.get_errno()]
+            paths = ["/etc/shadow", "/home", "/root", {k.home!r}, {k.state_dir!r}]
+            r["visible"] = [p for p in paths if os.path.lexists(p)]
+            r["kill_kenneld"] = _try(os.kill, {k.proc.pid}, 0)
+            blobs = [repr(dict(os.environ))]
+            for p in os.listdir("/proc"):
+                if p.isdigit():
+                    blobs.append(open(f"/proc/{{p}}/environ", "rb").read().decode(errors="replace"))
+            r["secret"] = any({k.secret!r} in b or "KENNEL_TEST_SECRET" in b for b in blobs)
+            r["other"] = [d for d, _, files in os.walk("/") if "other-secret" in files
+                          and not d.startswith("/proc")]
+            import signal, time
+            kids, err = [], None
+            try:                      # RLIMIT_NPROC (32) is still the session's own cap
+                for _ in range(64):
+                    pid = os.fork()
+                    if pid == 0:
+                        time.sleep(10)
+                        os._exit(0)
+                    kids.append(pid)
+            except OSError as e:
+                err = e.errno
+            for pid in kids:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            r["forks"] = [len(kids), err]
+        ''', timeout=60)
+    finally:
+        victim.close()
+        other.close()
+    assert r["Uid"].split() == ["1000"] * 4, r
+    assert r["uid_map"] == ["1000", str(k.uid), "1"], r["uid_map"]
+    assert int(r["CapEff"], 16) == 0 and int(r["CapBnd"], 16) == 0, r
+    assert r["NoNewPrivs"] == "1" and r["Seccomp"] == "2", r
+    assert len(r["procs"]) <= 2, f"the pid namespace shows more than the session: {r['procs']}"
+    assert r["ifaces"] == ["lo"], r["ifaces"]
+    assert not r["inet"]["ok"] and r["inet"]["errno"] == errno.EAFNOSUPPORT, r["inet"]
+    for call in ("ptrace", "mount", "unshare"):
+        assert r[call] == [-1, errno.EPERM], (call, r[call])
+    assert r["visible"] == [], f"visible inside the sandbox: {r['visible']}"
+    assert not r["kill_kenneld"]["ok"] and r["kill_kenneld"]["exc"] == "ProcessLookupError"
+    assert not r["secret"], "kenneld's environment reached the kernel"
+    assert r["other"] == [], f"another session's workspace is visible: {r['other']}"
+    assert r["forks"][1] == errno.EAGAIN and r["forks"][0] < 32, r["forks"]

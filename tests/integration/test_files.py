@@ -91,3 +91,22 @@ def test_unknown_session_and_missing_file(kenneld, tmp_path):
     assert r.returncode != 0 and "NoSuchSession" in r.stderr
     r = kenneld.cli("get", "files", "nothing-here", str(tmp_path / "x"))
     assert r.returncode != 0 and "NoSuchFile" in r.stderr
+
+
+@pytest.mark.parametrize("kenneld", [["--disk", "16M", "--max-file", "32M"]], indirect=True)
+def test_put_into_a_full_workspace_fails_cleanly(kenneld, connect, tmp_path):
+    """kenneld writes into a capped workspace as root, yet within the cap: a file larger than
+    the workspace is refused with ENOSPC, leaves nothing behind, and the session goes on."""
+    info = kenneld.create("files")
+    if not kenneld.ok("stats_request")["sandbox"]["disk"]["caps"]:
+        pytest.skip("no workspace caps on this machine")
+    kc = connect(info["connection_file"])
+    big = tmp_path / "big"
+    big.write_bytes(b"b" * (20 << 20))
+    r = kenneld.cli("put", "files", str(big))
+    assert r.returncode != 0 and "FileError" in r.stderr and "No space left" in r.stderr, r.stderr
+    assert "big" not in kenneld.cli("files", "files").stdout
+    small = tmp_path / "small"
+    small.write_bytes(b"s" * (1 << 20))
+    assert kenneld.cli("put", "files", str(small)).returncode == 0
+    assert run(kc, "len(open('small', 'rb').read())").result == str(1 << 20)

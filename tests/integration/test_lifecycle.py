@@ -3,14 +3,16 @@ restart after the grace period), structured outcomes and metrics on every execut
 kernel deaths, output caps, idle eviction with the namespace saved and revived, and sessions
 that survive a kenneld restart. Real kenneld, real jupyter_client."""
 
+import glob
 import os
+import shutil
 import statistics
 import time
 
 import pytest
 
 from .itest_helpers import control, finish, run, shell_reply, wait_for
-from .kenneld_proc import Kenneld
+from .kenneld_proc import Kenneld, new_kenneld
 
 GRACE = ["--grace", "1"]
 
@@ -179,3 +181,86 @@ def test_kenneld_restart_brings_sessions_back(kenneld, connect):
     finally:
         second.stop()
     assert second.proc.returncode == 0
+
+
+def _loops_backed_by(directory):
+    """Loop devices whose backing file is in directory (the workspace images of its sessions)."""
+    found = []
+    for f in glob.glob("/sys/block/loop*/loop/backing_file"):
+        try:
+            with open(f) as fh:
+                path = fh.read().strip()
+        except OSError:
+            continue
+        if path.startswith(str(directory) + "/"):
+            found.append(path)
+    return found
+
+
+@pytest.mark.parametrize("kenneld", [["--idle", "1", "--disk", "32M"]], indirect=True)
+def test_a_capped_workspace_survives_eviction_and_restart(kenneld, connect):
+    """The workspace image stays mounted across eviction, is unmounted (its loop device freed)
+    when kenneld stops, mounted again by the next kenneld, and removed with the session."""
+    info = kenneld.create("disk")
+    if not kenneld.ok("stats_request")["sandbox"]["disk"]["caps"]:
+        pytest.skip("no workspace caps on this machine")
+    assert info["limits"]["disk"] == 32 << 20
+    kc = connect(info["connection_file"])
+    run(kc, "open('kept.txt', 'w').write('on disk')\nimport os\n"
+            "s = os.statvfs('.')\nsize = s.f_blocks * s.f_frsize")
+    assert int(run(kc, "size").result) <= 32 << 20
+    assert len(_loops_backed_by(kenneld.state_dir)) == 1
+    wait_for(lambda: kenneld.ok("info_request", {"session": "disk"})["session"]["state"]
+             == "evicted", timeout=10, what="eviction")
+    assert run(kc, "open('kept.txt').read(), size", timeout=20).result.startswith("('on disk'")
+    kc.stop_channels()
+    kenneld.stop()
+    assert kenneld.proc.returncode == 0
+    assert _loops_backed_by(kenneld.state_dir) == [], "kenneld left its loop devices attached"
+    second = Kenneld(kenneld.state_dir, "tcp", str(kenneld.state_dir) + "-2.log", ["--disk", "32M"])
+    second.start()
+    try:
+        kc2 = connect(info["connection_file"])
+        assert run(kc2, "open('kept.txt').read()", timeout=20).result == "'on disk'"
+        assert "kept.txt" in second.cli("files", "disk").stdout
+        second.ok("end_request", {"session": "disk"})
+        session_dir = os.path.dirname(info["connection_file"])
+        wait_for(lambda: not os.path.exists(session_dir) and
+                 not _loops_backed_by(kenneld.state_dir), timeout=5, what="the image's removal")
+    finally:
+        second.stop()
+    assert second.proc.returncode == 0
+    assert _loops_backed_by(kenneld.state_dir) == []
+
+
+def test_a_crashed_kenneld_leaks_no_loop_device_and_loses_no_file(connect):
+    """kill -9: the workspace mounts live in kenneld's own mount namespace, so they go with it
+    and the loop devices clear themselves; the next kenneld checks the image and mounts it."""
+    root, first = new_kenneld("tcp", ["--disk", "32M"])
+    second = None
+    try:
+        first.start()
+        info = first.create("crash")
+        if not first.ok("stats_request")["sandbox"]["disk"]["caps"]:
+            pytest.skip("no workspace caps on this machine")
+        kc = connect(info["connection_file"])
+        run(kc, "import os\nwith open('kept.txt', 'w') as f:\n    f.write('written')\n"
+                "    f.flush()\n    os.fsync(f.fileno())")
+        kc.stop_channels()
+        assert len(_loops_backed_by(first.state_dir)) == 1
+        first.proc.kill()
+        first.proc.wait(5)
+        wait_for(lambda: not _loops_backed_by(first.state_dir), timeout=5,
+                 what="the loop device of a killed kenneld to clear")
+        first.info_path.unlink()  # stale: SIGKILL left it
+        second = Kenneld(first.state_dir, "tcp", str(first.state_dir) + "-2.log", ["--disk", "32M"])
+        second.start()
+        kc2 = connect(info["connection_file"])
+        assert run(kc2, "open('kept.txt').read()", timeout=20).result == "'written'"
+    finally:
+        for k in (first, second):
+            if k and k.proc and k.proc.poll() is None:
+                k.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    assert second.proc.returncode == 0
+    assert _loops_backed_by(first.state_dir) == []
