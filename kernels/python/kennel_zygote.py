@@ -141,8 +141,11 @@ def main(ctl, cfg, fds):
     # are shared rather than made again in each kernel.
     from kennel_shell import KennelShell
 
-    KennelShell.create(None)
+    shell = KennelShell.create(None)
     kennel_server.enable_inline_figures()
+    # One silent cell (no history, no output, no count) runs the code and fills the caches
+    # every kernel's first cell would, once, here.
+    shell.run_cell("1 + 1", store_history=False, silent=True)
     gc.collect()
     gc.freeze()  # a kernel's collections never touch (and so never copy) the zygote's pages
     threads = _threads()

@@ -16,7 +16,8 @@ STALE_NOTICE_S = 3  # how long kennel may take to notice that kenneld is gone
 
 def _names(ls_output):
     lines = ls_output.splitlines()
-    assert lines[0].split() == ["NAME", "ID", "STATE", "IDLE", "CELLS", "PID", "MEM", "LAST"]
+    assert lines[0].split() == ["NAME", "ID", "STATE", "IDLE", "CELLS", "PID", "MEM", "PSS",
+                                 "USS", "LAST"]
     return {line.split()[0]: line.split() for line in lines[1:]}
 
 
