@@ -105,12 +105,8 @@ int main(int argc, char **argv)
     /* The session's init, pid 1 of the new pid namespace. */
     if (sandbox_enter(&cfg, lifeline, &step) < 0 || sandbox_seal(&step) < 0)
         reaper_fatal(step, errno);
-    reaper_signals(SIG_IGN);
-    pid_t kernel = fork();
-    if (kernel < 0)
-        reaper_fatal("fork kernel", errno);
+    pid_t kernel = reaper_fork_kernel();
     if (kernel == 0) {
-        reaper_kernel_signals();
         execve(program[0], program, environ);
         reaper_fatal("exec kernel", errno);
     }

@@ -45,12 +45,19 @@ void reaper_signals(void (*handler)(int))
         sigaction(sigs[i], &sa, NULL);
 }
 
-void reaper_kernel_signals(void)
+pid_t reaper_fork_kernel(void)
 {
-    reaper_signals(SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
+    reaper_signals(SIG_IGN);
+    pid_t kernel = fork();
+    if (kernel < 0)
+        reaper_fatal("fork kernel", errno);
+    if (kernel == 0) {
+        reaper_signals(SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+    }
+    return kernel;
 }
 
 int reaper_run(pid_t kernel)

@@ -17,7 +17,9 @@ _Noreturn void reaper_fatal(const char *step, int err);
 void reaper_signals(void (*handler)(int));
 /*  Reap every child until `kernel` exits; returns its exit status, 128+N for signal N. */
 int reaper_run(pid_t kernel);
-/*  In a child about to become the kernel: default dispositions and an empty signal mask. */
-void reaper_kernel_signals(void);
+/*  Fork the kernel: from now on this process (the init) ignores the signals meant for the
+ *  kernel, and the kernel starts with default dispositions and an empty mask. Returns as
+ *  fork() does; a failed fork is fatal (reaper_fatal). */
+pid_t reaper_fork_kernel(void);
 
 #endif

@@ -51,13 +51,9 @@ static void s_session_init(const sandbox_cfg_t *cfg, int lifeline, int pipe_fd, 
         reaper_fatal("keep kennel-init", errno);
     if (sandbox_enter(cfg, lifeline, &step) < 0 || sandbox_seal_keep(INIT_FD, &step) < 0)
         reaper_fatal(step, errno);
-    reaper_signals(SIG_IGN);
-    pid_t kernel = fork();
-    if (kernel < 0)
-        reaper_fatal("fork kernel", errno);
+    pid_t kernel = reaper_fork_kernel();
     if (kernel == 0) {
         close(INIT_FD);
-        reaper_kernel_signals();
         /* Dumpable, as an exec'd kernel is: its own /proc entries belong to it. */
         if (prctl(PR_SET_DUMPABLE, 1) < 0)
             reaper_fatal("PR_SET_DUMPABLE", errno);
