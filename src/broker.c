@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -51,6 +52,7 @@ struct broker {
     int pool_timer;          /* armed refill timer, or -1 */
     int pool_failures;       /* in a row: the refill backs off */
     spawner_zygote_t *zygote; /* NULL with --spawner exec, or until (re)started on demand */
+    int zygote_watch;        /* its watchdog timer, or -1 */
     int lifeline[2];         /* the zygote's kernels hold [0]; it hangs up when kenneld dies */
     session_ops_t ops;
     log_limit_t warn_limit;
@@ -71,6 +73,7 @@ struct sess {
     spawner_proc_t proc;
     int has_proc;            /* proc is a live (unreaped) kernel */
     int adopting;            /* the next kernel start takes proc and cg from the pool */
+    unsigned long ticket;    /* the zygote's answer (the kernel's pid) is still to come */
     int timer_id[2];         /* the session's armed zloop timers (session_timer_t), or -1 */
     int pipe_open;           /* proc.pipe_fd is registered for reading */
     kpipe_t *decoder;
@@ -327,13 +330,16 @@ static void s_launch_args(const sess_t *s, launch_t *l)
 
 /* ---- the zygote ---------------------------------------------------------------------------- */
 
-#define ZYGOTE_TIMEOUT_MS 30000 /* a spawn may wait for the zygote's imports */
+#define ZYGOTE_STALL_MS 60000 /* a zygote that owes answers this long is hung (imports too) */
 
 static int s_on_zygote(zloop_t *loop, zmq_pollitem_t *item, void *arg);
 
 static void s_pool_forget_pending(broker_t *b);
+static void s_sess_collect(broker_t *b);
 
-/*  Stop the zygote; pooled kernels it has not answered for are given up. */
+/*  Stop the zygote. Kernels it has not said the pid of are given up: pooled ones dropped, a
+ *  session's failed as a kernel that could not start. (Should one exist all the same, it
+ *  ends when its pipe closes, and its parent's death takes it along.) */
 static void s_zygote_stop(broker_t *b)
 {
     if (!b->zygote)
@@ -341,7 +347,30 @@ static void s_zygote_stop(broker_t *b)
     s_pool_forget_pending(b);
     zmq_pollitem_t item = {NULL, spawner_zygote_fd(b->zygote), 0, 0};
     zloop_poller_end(b->loop, &item);
+    if (b->zygote_watch >= 0)
+        zloop_timer_end(b->loop, b->zygote_watch);
+    b->zygote_watch = -1;
     spawner_zygote_destroy(&b->zygote);
+    s_sess_collect(b);
+}
+
+static void s_pool_fill(broker_t *b);
+
+/*  A zygote that stopped answering (a hang in its imports, say) is replaced, and the
+ *  kernels it owes fail instead of waiting for ever. */
+static int s_on_zygote_watch(zloop_t *loop, int timer_id, void *arg)
+{
+    (void)loop;
+    (void)timer_id;
+    broker_t *b = arg;
+    if (b->zygote && spawner_zygote_stalled(b->zygote, ZYGOTE_STALL_MS)) {
+        LOG_W("the zygote (pid %d) has not answered for %d s; killing it",
+              (int)spawner_zygote_pid(b->zygote), ZYGOTE_STALL_MS / 1000);
+        s_zygote_stop(b);
+        b->pool_failures++;
+        s_pool_fill(b);
+    }
+    return 0;
 }
 
 /*  Start the zygote if none runs. 0, or -1 with errno. */
@@ -374,12 +403,12 @@ static int s_zygote_start(broker_t *b)
     zmq_pollitem_t item = {NULL, spawner_zygote_fd(b->zygote), ZMQ_POLLIN, 0};
     if (zloop_poller(b->loop, &item, s_on_zygote, b) == 0)
         zloop_poller_set_tolerant(b->loop, &item);
+    b->zygote_watch = zloop_timer(b->loop, 2000, 0, s_on_zygote_watch, b);
     LOG_I("zygote started (pid %d), importing %s", (int)spawner_zygote_pid(b->zygote),
           cfg->preload);
     return 0;
 }
 
-static void s_pool_fill(broker_t *b);
 static void s_pool_collect(broker_t *b);
 
 /*  The zygote said something unasked: it is ready, or it is gone. */
@@ -391,6 +420,7 @@ static int s_on_zygote(zloop_t *loop, zmq_pollitem_t *item, void *arg)
     char why[256];
     int rc = spawner_zygote_poll(b->zygote, why, sizeof why);
     s_pool_collect(b);
+    s_sess_collect(b);
     if (rc < 0) {
         LOG_W("%s; another one will start", why);
         s_zygote_stop(b);
@@ -448,6 +478,13 @@ static int s_zygote_request(broker_t *b, const char *workspace, size_t slot,
                  strerror(errno));
     else
         rc = spawner_zygote_send(b->zygote, req, fds, out, ticket, why, why_len);
+    if (rc < 0 && n > 0 && spawner_zygote_gone(b->zygote)) {
+        /* It died since we last looked: once more, with a new one. */
+        LOG_W("the zygote is gone (%s); starting another", why);
+        s_zygote_stop(b);
+        if (s_zygote_start(b) == 0)
+            rc = spawner_zygote_send(b->zygote, req, fds, out, ticket, why, why_len);
+    }
     for (size_t i = 0; i < n; i++)
         close(fds[i]);
     json_decref(req);
@@ -457,34 +494,33 @@ static int s_zygote_request(broker_t *b, const char *workspace, size_t slot,
 /*  A zygote that failed a request is dropped if it is gone; the next request starts another. */
 static void s_zygote_check(broker_t *b)
 {
-    if (b->zygote && !spawner_zygote_ready(b->zygote))
+    if (b->zygote && spawner_zygote_gone(b->zygote)) {
+        LOG_W("the zygote is gone; another one will start");
         s_zygote_stop(b);
+    }
 }
 
-/*  Fork a sealed kernel for session s from the zygote and wait for it. 0, or -1 with errno
- *  (and the session told why). */
+/*  Ask the zygote for session s's kernel; its pid comes later (s_sess_collect). The pipe is
+ *  ours at once, so the kernel's hello is read whenever it comes. 0, or -1 with errno (and
+ *  the session told why). */
 static int s_zygote_spawn(broker_t *b, sess_t *s, spawner_proc_t *out)
 {
     char why[300] = "";
-    unsigned long ticket;
-    int rc = s_zygote_request(b, s->workspace, s->slot, &s->limits, s->cg, out, &ticket, why,
-                              sizeof why);
-    if (rc == 0) {
-        rc = spawner_zygote_wait(b->zygote, ticket, ZYGOTE_TIMEOUT_MS, out, why, sizeof why);
-        /* Answers for the pool, and the zygote's "ready", may have come meanwhile. */
-        s_pool_collect(b);
-        s_pool_fill(b);
-    }
-    if (rc < 0) {
+    if (s_zygote_request(b, s->workspace, s->slot, &s->limits, s->cg, out, &s->ticket, why,
+                         sizeof why) < 0) {
         LOG_W("session=%s: the zygote cannot start a kernel: %s", s->id, why);
         session_start_failed(s->core, why);
         s_zygote_check(b);
         errno = EAGAIN;
+        return -1;
     }
-    return rc;
+    return 0;
 }
 
 static int s_kernel_started(sess_t *s);
+static void s_watch_pidfd(sess_t *s);
+static void s_sess_collect(broker_t *b);
+static void s_orphans_collect(broker_t *b);
 
 static int s_op_kernel_start(void *ctx)
 {
@@ -533,12 +569,64 @@ static int s_kernel_started(sess_t *s)
         return -1;
     }
     s_pipe_poll(s);
+    if (s->ticket) {
+        LOG_D("session=%s: kernel asked of the zygote", s->id);
+        return 0;
+    }
+    s_watch_pidfd(s);
+    return 0;
+}
+
+/*  The kernel's pid is known: watch its pidfd. */
+static void s_watch_pidfd(sess_t *s)
+{
+    broker_t *b = s->broker;
     zmq_pollitem_t item = {NULL, s->proc.pidfd, ZMQ_POLLIN, 0};
     if (zloop_poller(b->loop, &item, s_on_pidfd, s) == 0)
         zloop_poller_set_tolerant(b->loop, &item);
     LOG_I("session=%s: kernel started, pid %d%s", s->id, (int)s->proc.pid,
           b->cfg.sandbox ? "" : " (NOT SANDBOXED)");
-    return 0;
+}
+
+/*  The zygote's answers for sessions' kernels (and for kernels of sessions closed while they
+ *  waited, kept as orphans). A failed spawn is the session's kernel exiting before its hello. */
+static void s_sess_collect(broker_t *b)
+{
+    char why[256];
+    for (;;) {
+        sess_t *s;
+        int rc = 0;
+        for (s = zlistx_first(b->sessions); s; s = zlistx_next(b->sessions)) {
+            if (!s->ticket)
+                continue;
+            if (!b->zygote) {
+                snprintf(why, sizeof why, "the zygote is gone");
+                rc = -1;
+            } else {
+                rc = spawner_zygote_take(b->zygote, s->ticket, &s->proc, why, sizeof why);
+            }
+            if (rc != 0)
+                break;
+        }
+        if (!s)
+            break;
+        s->ticket = 0;
+        if (rc > 0) {
+            s_watch_pidfd(s);
+            continue;
+        }
+        /* As if the kernel had exited before its hello (which may end the session, so the
+         * table is walked again from the start). */
+        LOG_W("session=%s: the zygote cannot start a kernel: %s", s->id, why);
+        s_pipe_read(s, SIZE_MAX);
+        s_pipe_close(s);
+        spawner_release(&s->proc);
+        s->has_proc = 0;
+        cgroup_destroy(&s->cg);
+        session_start_failed(s->core, why);
+        session_on_kernel_exit(s->core, why, SESSION_EXIT_CRASH);
+    }
+    s_orphans_collect(b);
 }
 
 /* ---- the pool: sealed kernels waiting for new sessions -------------------------------------- */
@@ -748,20 +836,29 @@ static int s_pool_fits(const broker_t *b, const broker_limits_t *l)
                   l->nofile == d->nofile && l->disk_bytes == d->disk_bytes);
 }
 
-/*  A ready pooled kernel for a new session with these limits, detached from the pool; NULL
- *  when there is none. */
+/*  A pooled kernel whose hello waits in its pipe: it has finished starting. */
+static int s_pooled_ready(const pooled_t *p)
+{
+    struct pollfd pfd = {p->proc.pipe_fd, POLLIN, 0};
+    return p->proc.pid > 0 && !p->proc.reaped && poll(&pfd, 1, 0) > 0;
+}
+
+/*  A pooled kernel for a new session with these limits, detached from the pool: one that has
+ *  said hello if any, else one still starting; NULL when there is none. */
 static pooled_t *s_pool_take(broker_t *b, const broker_limits_t *limits)
 {
     if (!b->pool || !s_pool_fits(b, limits))
         return NULL;
     s_pool_collect(b);
-    for (pooled_t *p = zlistx_first(b->pool); p; p = zlistx_next(b->pool)) {
-        if (!p->proc.pid || p->proc.reaped)
-            continue;
-        zmq_pollitem_t item = {NULL, p->proc.pidfd, 0, 0};
-        zloop_poller_end(b->loop, &item);
-        zlistx_detach_cur(b->pool);
-        return p;
+    for (int pass = 0; pass < 2; pass++) {
+        for (pooled_t *p = zlistx_first(b->pool); p; p = zlistx_next(b->pool)) {
+            if (!p->proc.pid || p->proc.reaped || (pass == 0 && !s_pooled_ready(p)))
+                continue;
+            zmq_pollitem_t item = {NULL, p->proc.pidfd, 0, 0};
+            zloop_poller_end(b->loop, &item);
+            zlistx_detach_cur(b->pool);
+            return p;
+        }
     }
     return NULL;
 }
@@ -937,6 +1034,7 @@ static void s_free_sess(sess_t **s_p)
  *  link; this one removes whatever the kernel wrote in between). */
 typedef struct {
     spawner_proc_t proc;
+    unsigned long ticket;    /* its pid is still to come from the zygote */
     cgroup_t *cg;
     char dir[PATH_MAX];      /* "" to keep the directory */
     char mount[PATH_MAX];    /* a workspace image to unmount once the kernel is gone, or "" */
@@ -968,6 +1066,35 @@ static int s_on_orphan(zloop_t *loop, zmq_pollitem_t *item, void *arg)
         break;
     }
     return 0;
+}
+
+/*  Orphans whose pid the zygote has now said: kill them and wait for their pidfds; if it never
+ *  will (it failed, or is gone), there is nothing to kill. */
+static void s_orphans_collect(broker_t *b)
+{
+    orphan_t *o = zlistx_first(b->orphans);
+    while (o) {
+        char why[256];
+        int rc = !o->ticket ? 0
+                 : b->zygote ? spawner_zygote_take(b->zygote, o->ticket, &o->proc, why, sizeof why)
+                             : -1;
+        if (rc == 0) {
+            o = zlistx_next(b->orphans);
+            continue;
+        }
+        o->ticket = 0;
+        if (rc > 0) {
+            spawner_signal(&o->proc, SIGKILL);
+            zmq_pollitem_t item = {NULL, o->proc.pidfd, ZMQ_POLLIN, 0};
+            if (zloop_poller(b->loop, &item, s_on_orphan, b) == 0)
+                zloop_poller_set_tolerant(b->loop, &item);
+            o = zlistx_next(b->orphans);
+        } else {
+            zlistx_detach_cur(b->orphans);
+            s_orphan_finish(o);
+            o = zlistx_first(b->orphans);
+        }
+    }
 }
 
 /*  Unhook a session from the loop and the table now; free it on the next tick. The kernel is
@@ -1008,7 +1135,14 @@ static void s_close_sess(sess_t *s, int forget)
         snprintf(o->mount, sizeof o->mount, "%s", s->workspace);
         s->disk_mounted = 0;
     }
-    if (s->has_proc) {
+    if (s->has_proc && s->ticket) {
+        /* Killed once the zygote says which pid it is (s_orphans_collect). */
+        spawner_release(&s->proc);
+        o->ticket = s->ticket;
+        s->ticket = 0;
+        s->has_proc = 0;
+        zlistx_add_end(b->orphans, o);
+    } else if (s->has_proc) {
         zmq_pollitem_t item = {NULL, s->proc.pidfd, ZMQ_POLLIN, 0};
         zloop_poller_end(b->loop, &item);
         spawner_signal(&s->proc, SIGKILL);
@@ -1456,7 +1590,7 @@ json_t *broker_stats(const broker_t *self)
     json_object_set_new(limits, "nofile", json_integer((json_int_t)self->cfg.limits.nofile));
     size_t pooled = 0;
     for (pooled_t *p = zlistx_first(self->pool); p; p = zlistx_next(self->pool))
-        pooled += p->proc.pid > 0;
+        pooled += s_pooled_ready(p);
     int zygote = self->cfg.sandbox && self->cfg.zygote;
     json_t *spawner = json_pack("{s:s, s:I, s:I, s:b, s:I, s:s}", "kind",
                                 zygote ? "zygote" : "exec", "pool", (json_int_t)(zygote ? self->cfg.pool : 0),
@@ -1506,6 +1640,7 @@ broker_t *broker_new(zloop_t *loop, const broker_cfg_t *cfg)
     self->slots = calloc(self->nslots, 1);
     self->pool = zlistx_new();
     self->pool_timer = -1;
+    self->zygote_watch = -1;
     self->lifeline[0] = self->lifeline[1] = -1;
     if (!self->sessions || !self->closing || !self->orphans || !self->slots || !self->pool ||
         pipe2(self->lifeline, O_CLOEXEC) < 0) {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -101,6 +102,33 @@ static int s_probe_sandbox(const char *init_path, const char *state_dir, const c
     return rc;
 }
 
+#define SOCKETS_PER_SESSION 5  /* shell, control, stdin, iopub, heartbeat */
+#define FDS_PER_SESSION 24     /* its sockets (listening, accepted, mailboxes), pipe, pidfd */
+
+/*  Room for --max-sessions sessions, before any ZeroMQ socket exists: czmq's default of 1024
+ *  sockets (about 200 sessions) would end kenneld on an assertion, and the soft limit on open
+ *  files is often 1024. 0, or -1 (said why) when this system cannot hold that many. */
+static int s_size_for_sessions(size_t max_sessions)
+{
+    size_t sockets = max_sessions * SOCKETS_PER_SESSION + 64;
+    if (sockets > zsys_socket_limit()) {
+        LOG_E("--max-sessions %zu needs %zu ZeroMQ sockets; this system allows %zu", max_sessions,
+              sockets, zsys_socket_limit());
+        return -1;
+    }
+    zsys_set_max_sockets(sockets);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    rlim_t need = (rlim_t)(max_sessions * FDS_PER_SESSION + 256);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+        LOG_W("open files are limited to %llu; --max-sessions %zu may need %llu (raise ulimit -n)",
+              (unsigned long long)rl.rlim_cur, max_sessions, (unsigned long long)need);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     config_t cfg;
@@ -138,6 +166,8 @@ int main(int argc, char **argv)
         return 1;
     }
     zsys_handler_set(NULL);
+    if (s_size_for_sessions(cfg.max_sessions) < 0)
+        return 1;
 
     if (statedir_prepare(cfg.state_dir) < 0) {
         PLOG_E("state directory %s", cfg.state_dir);

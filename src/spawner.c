@@ -277,6 +277,8 @@ struct spawner_zygote {
     unsigned long next_ticket;
     zygote_done_t done[ZYGOTE_DONE_MAX];
     size_t ndone;
+    size_t pending;          /* requests sent and not answered */
+    long long progress_ms;   /* when it last answered (or was asked, with none pending) */
 };
 
 /*  The zygote's first lines, run by `python3 -I -c`: read the configuration, find the kernel
@@ -446,6 +448,9 @@ static void s_zygote_keep(spawner_zygote_t *self, json_t *msg)
     const char *op = json_string_value(json_object_get(msg, "op"));
     if (strcmp(op, "ready") == 0)
         return;
+    if (self->pending)
+        self->pending--;
+    self->progress_ms = util_now_ms();
     if (self->ndone == ZYGOTE_DONE_MAX) { /* nobody asks for the oldest any more */
         memmove(self->done, self->done + 1, sizeof self->done[0] * (ZYGOTE_DONE_MAX - 1));
         self->ndone--;
@@ -501,8 +506,21 @@ int spawner_zygote_send(spawner_zygote_t *self, json_t *request, const int fds[]
         close(sv[0]);
         return -1;
     }
+    if (!self->pending++)
+        self->progress_ms = util_now_ms();
     out->pipe_fd = sv[0];
     return util_set_nonblock(out->pipe_fd, 1);
+}
+
+int spawner_zygote_gone(const spawner_zygote_t *self)
+{
+    struct pollfd pfd = {self->proc.pidfd, POLLIN, 0};
+    return self->dead || poll(&pfd, 1, 0) > 0;
+}
+
+int spawner_zygote_stalled(const spawner_zygote_t *self, long long limit_ms)
+{
+    return self->pending && util_now_ms() - self->progress_ms > limit_ms;
 }
 
 int spawner_zygote_take(spawner_zygote_t *self, unsigned long ticket, spawner_proc_t *out,
@@ -536,36 +554,4 @@ int spawner_zygote_take(spawner_zygote_t *self, unsigned long ticket, spawner_pr
         return -1;
     }
     return 0;
-}
-
-int spawner_zygote_spawn(spawner_zygote_t *self, json_t *request, const int fds[],
-                         int timeout_ms, spawner_proc_t *out, char *why, size_t why_len)
-{
-    unsigned long ticket;
-    if (spawner_zygote_send(self, request, fds, out, &ticket, why, why_len) < 0)
-        return -1;
-    return spawner_zygote_wait(self, ticket, timeout_ms, out, why, why_len);
-}
-
-int spawner_zygote_wait(spawner_zygote_t *self, unsigned long ticket, int timeout_ms,
-                        spawner_proc_t *out, char *why, size_t why_len)
-{
-    long long deadline = util_now_ms() + timeout_ms;
-    for (;;) {
-        int rc = spawner_zygote_take(self, ticket, out, why, why_len);
-        if (rc != 0) {
-            if (rc < 0)
-                spawner_release(out);
-            return rc < 0 ? -1 : 0;
-        }
-        long long left = deadline - util_now_ms();
-        json_t *msg = s_zygote_recv(self, left > 0 ? (int)left : 0, why, why_len);
-        if (msg) {
-            s_zygote_keep(self, msg);
-            json_decref(msg);
-        } else if (errno == EAGAIN && left <= 0) {
-            snprintf(why, why_len, "the zygote did not answer within %d ms", timeout_ms);
-            self->dead = 1;
-        }
-    }
 }

@@ -65,8 +65,8 @@ typedef struct {
     int init_fd;                /* kennel-init (O_PATH), which each session's init execs */
 } spawner_zygote_cfg_t;
 
-/*  Start a zygote. It imports the runtime and the preload list in the background; spawns wait
- *  for it. NULL with errno on failure. */
+/*  Start a zygote. It imports the runtime and the preload list in the background; requests
+ *  sent meanwhile are answered once it is ready. NULL with errno on failure. */
 spawner_zygote_t *spawner_zygote_new(const spawner_zygote_cfg_t *cfg);
 /*  Kill and reap it; sessions it made live on (they are kenneld's children). */
 void spawner_zygote_destroy(spawner_zygote_t **self_p);
@@ -78,25 +78,21 @@ int spawner_zygote_ready(const spawner_zygote_t *self);
  *  when it is gone (why filled; destroy it and make another). */
 int spawner_zygote_poll(spawner_zygote_t *self, char *why, size_t why_len);
 /*  Ask for a sandboxed kernel without waiting: out gets its pipe now (pid and pidfd come with
- *  spawner_zygote_take), *ticket names the answer. request and fds as for
- *  spawner_zygote_spawn. 0, or -1 with why. */
+ *  spawner_zygote_take), *ticket names the answer. request: the spawn op's fields (uid, gid,
+ *  tmp, as, fsize, nproc, nofile, env; "op" and "ticket" are added); fds: the workspace (a
+ *  detached mount, open_tree) and the session's cgroup.procs files, ending in -1 (the caller
+ *  keeps and closes them). 0, or -1 with why. */
 int spawner_zygote_send(spawner_zygote_t *self, json_t *request, const int fds[],
                         spawner_proc_t *out, unsigned long *ticket, char *why, size_t why_len);
-/*  The answer to ticket, if spawner_zygote_poll (or a spawn) has read it: 1 and out's pid,
+/*  The answer to ticket, if spawner_zygote_poll has read it: 1 and out's pid,
  *  pidfd and init_status filled; 0 when it has not come yet; -1 with why when the spawn
  *  failed or the zygote is gone (out's pipe is still the caller's to release). */
 int spawner_zygote_take(spawner_zygote_t *self, unsigned long ticket, spawner_proc_t *out,
                         char *why, size_t why_len);
-/*  Wait (at most timeout_ms) for the answer to ticket: 0 with out complete, or -1 with why
- *  (out released). */
-int spawner_zygote_wait(spawner_zygote_t *self, unsigned long ticket, int timeout_ms,
-                        spawner_proc_t *out, char *why, size_t why_len);
-/*  Fork a sandboxed kernel: send, then wait for its answer. request: the spawn op's fields (uid, gid, tmp, as, fsize, nproc,
- *  nofile, env; "op" is added); fds: the workspace (a detached mount, open_tree) and the session's cgroup.procs
- *  files, ending in -1 (the caller keeps and closes them). Blocks until the zygote answers, at
- *  most timeout_ms (it may still be warming up). 0 and *out filled (init_status set), or -1
- *  with why filled. */
-int spawner_zygote_spawn(spawner_zygote_t *self, json_t *request, const int fds[],
-                         int timeout_ms, spawner_proc_t *out, char *why, size_t why_len);
+/*  1 when it has exited or failed a request for good (destroy it), without reading what it
+ *  said. */
+int spawner_zygote_gone(const spawner_zygote_t *self);
+/*  1 when it owes answers and has given none for limit_ms (hung: destroy it). */
+int spawner_zygote_stalled(const spawner_zygote_t *self, long long limit_ms);
 
 #endif

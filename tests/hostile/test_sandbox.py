@@ -93,8 +93,11 @@ def open_session(kenneld, name, limits=None):
     with open(reply["session"]["connection_file"]) as f:
         conn = json.load(f)
     c = Client(kenneld.ctx, conn)
-    c.info = reply["session"]
     assert c.request("shell", "kernel_info_request", timeout=20) is not None
+    # The create_reply may come before the zygote has named the kernel's pid.
+    assert wait_until(lambda: kenneld.call("info_request", {"session": name})["session"]
+                      ["kernel_pid"] > 0, 20), "the kernel's pid never became known"
+    c.info = kenneld.call("info_request", {"session": name})["session"]
     return c
 
 

@@ -5,13 +5,14 @@ import hashlib
 import json
 import queue
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from .kenneld_proc import descendants, pid_alive
+from .kenneld_proc import KENNELD, descendants, pid_alive
 from .itest_helpers import (collect_iopub, control, control_reply, finish, run, send_control,
                            shell_reply, shell_request, wait_for, wait_iopub)
 
@@ -547,7 +548,10 @@ def test_manager_create_info_list_end(kenneld):
     assert s["name"] == "work"
     assert s["state"] in ("starting", "idle")
     assert Path(s["connection_file"]).is_file()
-    assert s["kernel_pid"] > 0
+    # 0 while the zygote has not yet said which pid the new kernel has
+    pid = wait_for(lambda: kenneld.ok("info_request", {"session": "work"})["session"]["kernel_pid"],
+                   what="the kernel's pid")
+    assert pid > 0 and s["kernel_pid"] in (0, pid)
     unnamed = kenneld.create()
     assert unnamed["name"] == unnamed["id"]
     assert [x["id"] for x in kenneld.sessions()] == [s["id"], unnamed["id"]]  # oldest first
@@ -557,7 +561,7 @@ def test_manager_create_info_list_end(kenneld):
     assert kenneld.call("end_request", {"session": "work"}) == {"status": "ok"}
     assert not Path(s["connection_file"]).parent.exists()
     assert [x["id"] for x in kenneld.sessions()] == [unnamed["id"]]
-    wait_for(lambda: not pid_alive(s["kernel_pid"]), what="the ended kernel to exit")
+    wait_for(lambda: not pid_alive(pid), what="the ended kernel to exit")
 
 
 def test_manager_counts_cells(kenneld, connect):
@@ -621,15 +625,40 @@ def exiting_kernel_dir():
     shutil.rmtree(d)
 
 
-def test_zygote_that_cannot_start(start_kenneld, exiting_kernel_dir):
-    """No zygote runtime in --kernel-dir: creating a session fails with a clear error (and is
-    tried again each time); kenneld serves on."""
+def test_zygote_that_cannot_start(start_kenneld, exiting_kernel_dir, connect):
+    """No zygote runtime in --kernel-dir: requests fail with an error naming the zygote (kenneld
+    never waits for it, so the create itself succeeds), a new zygote is tried on the next
+    request, and kenneld serves on."""
     kenneld = start_kenneld(args=["--kernel-dir", str(exiting_kernel_dir), "--spawner", "zygote"])
+    kc = connect(kenneld.create("broken")["connection_file"], ready=False)
     for _ in range(2):
-        reply = kenneld.call("create_request", {"name": "broken"})
-        assert reply["status"] == "error" and reply["ename"] == "SpawnFailed", reply
+        reply = shell_reply(kc, kc.execute("1 + 1"))["content"]
+        assert reply["status"] == "error" and reply["ename"] == "KernelStartFailed", reply
         assert "zygote" in reply["evalue"], reply
-    assert kenneld.ok("stats_request")["sessions"] == 0
+    assert kenneld.ok("stats_request")["sessions"] == 1
+    assert "zygote" in kenneld.log()
+
+
+@pytest.mark.timeout_s(90)
+def test_more_sessions_than_czmqs_default_socket_cap(start_kenneld, exiting_kernel_dir):
+    """210 sessions hold 1050 ZeroMQ sockets, past czmq's default cap of 1024 (kenneld once
+    died on an assertion there): kenneld sizes the cap from --max-sessions. Kernels that exit
+    at once keep it cheap; their sessions and sockets stay."""
+    kenneld = start_kenneld(args=["--kernel-dir", str(exiting_kernel_dir), "--spawner", "exec",
+                                  "--max-sessions", "220"])
+    for i in range(210):
+        kenneld.create(f"s{i}")
+    assert kenneld.ok("stats_request")["sessions"] == 210
+    assert kenneld.proc.poll() is None
+
+
+def test_max_sessions_beyond_what_the_system_allows(tmp_path):
+    """--max-sessions that would need more ZeroMQ sockets than the system allows: kenneld
+    refuses to start, saying so, rather than failing later."""
+    r = subprocess.run([str(KENNELD), "--state-dir", str(tmp_path / "state"),
+                        "--max-sessions", "100000"], capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0
+    assert "ZeroMQ sockets" in r.stderr and "--max-sessions 100000" in r.stderr, r.stderr
 
 
 def test_kernel_that_cannot_start(start_kenneld, exiting_kernel_dir, connect):
