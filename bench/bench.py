@@ -493,7 +493,7 @@ def _uid_base():
 
 
 class Kenneld:
-    def __init__(self, label, args=()):
+    def __init__(self, label, args=(), env=None):
         self.label = label
         self.args = list(args)
         self.root = tempfile.mkdtemp(prefix="kb-", dir="/tmp")  # short: ipc paths are bounded
@@ -508,7 +508,8 @@ class Kenneld:
             self.proc = subprocess.Popen(
                 [KENNELD, "--state-dir", self.state, "--log-level", "warn",
                  "--uid-base", str(_uid_base()), *self.args],
-                stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT)
+                stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                env=dict(os.environ, **(env or {})))
 
     def wait_started(self, timeout=60):
         path = os.path.join(self.state, "kenneld.json")
@@ -545,8 +546,14 @@ class Kenneld:
         deadline = time.monotonic() + timeout
         while len(replies) < len(ids):
             left = deadline - time.monotonic()
-            if left <= 0 or not self.sock.poll(int(left * 1000)):
+            if left <= 0:
                 raise BenchError(f"kenneld {self.label}: no {requests[0][0]} reply in {timeout} s")
+            if not self.sock.poll(int(min(left, 1) * 1000)):
+                if self.proc.poll() is not None:
+                    raise BenchError(f"kenneld {self.label} died (status {self.proc.returncode})"
+                                     f" waiting for a {requests[0][0]} reply; its log ends:\n"
+                                     f"{self.log_tail()[-600:]}")
+                continue
             _, frames = self.session.feed_identities(self.sock.recv_multipart())
             msg = self.session.deserialize(frames)
             replies[msg["parent_header"].get("msg_id")] = msg["content"]
@@ -603,9 +610,9 @@ def conn_of(info):
         return json.load(f)
 
 
-def start_kennelds(specs):
+def start_kennelds(specs, env=None):
     """Start several kennelds at once (their zygotes warm up in parallel)."""
-    ks = [Kenneld(label, args) for label, args in specs]
+    ks = [Kenneld(label, args, env) for label, args in specs]
     for k in ks:
         k.wait_started()
     return ks
@@ -1019,9 +1026,15 @@ def bench_fleet(res):
     clients = []
     fleet = {}
     k = None
+    # czmq caps a process at 1024 ZeroMQ sockets unless ZSYS_MAX_SOCKETS says otherwise, and
+    # kenneld opens 5 per session (and aborts on an assertion when the 1025th fails, at 205
+    # sessions): give it room, and say so in the results.
+    sockets = (N["many"] + 16) * 5 + 64
+    env = {"ZSYS_MAX_SOCKETS": str(sockets)} if sockets > 1024 else {}
+    fleet["kenneld_env"] = env
     try:
         (k,) = start_kennelds([("fleet", ["--pool", "0", "--idle", "0",
-                                          "--max-sessions", str(N["many"] + 8)])])
+                                          "--max-sessions", str(N["many"] + 8)])], env)
         created = {}
         deadline = time.monotonic() + N["create_timeout"]
         # One session: its memory after the imports, and the round trip with one alive.
@@ -1033,7 +1046,7 @@ def bench_fleet(res):
         if not wait_done([pc], EXEC_TIMEOUT):
             raise BenchError("the probe session did not run the imports")
         time.sleep(1)
-        single = session_mem(k, ["probe"])[0]
+        single = fleet["single"] = session_mem(k, ["probe"])[0]
         prime(pc)
         rtt_one, _ = round_trips(pc, N["trips"])
         log(f"  1 session: pss {single['pss'] / MiB:.1f} MiB, uss {single['uss'] / MiB:.1f} MiB,"
@@ -1083,8 +1096,13 @@ def bench_fleet(res):
 
         # Many: grow to BENCH_MANY, then the probe's round trip again.
         t = time.monotonic()
-        stopped = grow(k, [f"m{i}" for i in range(N["many"] - len(created))], created,
-                       deadline, ctx) or stopped
+        try:
+            stopped = grow(k, [f"m{i}" for i in range(N["many"] - len(created))], created,
+                           deadline, ctx) or stopped
+        except BenchError as e:
+            fleet["many"] = {"error": str(e), "sessions_reached": len(created),
+                             "rtt_one_ms": summary(rtt_one)}
+            raise
         many_s = time.monotonic() - t
         time.sleep(2)
         prime(pc)
@@ -1100,6 +1118,9 @@ def bench_fleet(res):
         log(f"  {alive} sessions: rtt p50 {statistics.median(rtt_many):.2f} ms "
             f"(one: {statistics.median(rtt_one):.2f} ms)")
         fleet["single"] = single
+    except BenchError as e:
+        fleet.setdefault("error", str(e))
+        log(f"  fleet (kennel) failed: {e}")
     finally:
         for c in clients:
             c.close()
@@ -1149,13 +1170,20 @@ def bench_fleet(res):
         ctx.term()
         for i in ipys:
             stop(i)
-    res["idle_memory_bytes"] = {
-        "what": f"after `{IMPORT_CELL}`, idle 1 s+; kennel: the session's process tree "
-                "(info_request), ipykernel: the kernel process (smaps_rollup)",
-        "kennel": fleet["single"], "ipykernel": ipy_single}
-    res["fleet_memory"] = {"kennel": fleet["idle"], "ipykernel": ipy_idle}
-    res["concurrent"] = {"kennel": fleet["concurrent"], "ipykernel": ipy_conc}
-    res["many_sessions"] = fleet["many"]
+    res["fleet_kenneld_env"] = fleet["kenneld_env"]
+    if "single" in fleet or "idle" in fleet:
+        res["idle_memory_bytes"] = {
+            "what": f"after `{IMPORT_CELL}`, idle 1 s+; kennel: the session's process tree "
+                    "(info_request), ipykernel: the kernel process (smaps_rollup)",
+            "kennel": fleet.get("single"), "ipykernel": ipy_single}
+    if "idle" in fleet:
+        res["fleet_memory"] = {"kennel": fleet["idle"], "ipykernel": ipy_idle}
+    if "concurrent" in fleet:
+        res["concurrent"] = {"kennel": fleet["concurrent"], "ipykernel": ipy_conc}
+    if "many" in fleet:
+        res["many_sessions"] = fleet["many"]
+    if "error" in fleet:
+        raise BenchError(f"kennel's fleet: {fleet['error']}")
 
 
 def smaps_tree_pss(root):
@@ -1327,6 +1355,8 @@ def table(res):
                      "p50 / p99",
                      f"{r['fake_kernel']['median']:.2f} / {r['fake_kernel']['p99']:.2f} ms", "",
                      ""))
+        rows.append(("  kennel's own share: its p50 minus the fake kernel's",
+                     fmt_ms(r["kennel"]["median"] - r["fake_kernel"]["median"]), "", ""))
         rows.append(("  client's own CPU per round trip (fake kernel: "
                      f"{cpu['fake_kernel']:.2f} ms)", f"{cpu['kennel']:.2f} ms",
                      f"{cpu['ipykernel']:.2f} ms", ""))
@@ -1358,7 +1388,7 @@ def table(res):
                      fmt_ms(ic["latency_ms"]["p99"]),
                      ratio(ic["latency_ms"]["p99"], kc["latency_ms"]["p99"])))
     many = res.get("many_sessions")
-    if many:
+    if many and "error" not in many:
         rows.append((f"warm round trip p50 with {many['sessions']} idle sessions / with one",
                      f"{many['rtt_many_ms']['median']:.2f} / {many['rtt_one_ms']['median']:.2f} ms"
                      f" = {many['p50_ratio']:.2f}x", "", ""))
@@ -1412,7 +1442,7 @@ def targets(res):
                     fmt_ms(kb["all_answered_ms"]), kb["all_answered_ms"] <= 500
                     and kb["sessions"] >= 20))
     many = res.get("many_sessions")
-    if many:
+    if many and "error" not in many:
         note = "" if many["sessions"] >= 500 else f" (only {many['sessions']} sessions)"
         out.append((f"rtt with 500 idle sessions within 1.5x of one{note}",
                     f"{many['p50_ratio']:.2f}x", many["p50_ratio"] <= 1.5
@@ -1435,6 +1465,8 @@ def print_report(res, machine):
     print()
     print("ratio: how many times better kennel is (ipykernel / kennel; for executes/s kennel /"
           " ipykernel). p99 of fewer than 100 samples is the maximum.")
+    for name, err in res.get("errors", {}).items():
+        print(f"\nsection {name} FAILED: {err}")
     t = targets(res)
     if t:
         print()
@@ -1471,7 +1503,11 @@ def main():
                  "fleet": bench_fleet, "burst": bench_burst}
         for name in SECTIONS:
             if name in ONLY:
-                steps[name](res)
+                try:
+                    steps[name](res)
+                except BenchError as e:
+                    log(f"{name}: FAILED: {e}")
+                    res.setdefault("errors", {})[name] = str(e)
     finally:
         for obj in reversed(list(LIVE)):
             try:
@@ -1488,6 +1524,8 @@ def main():
                    "targets": [{"target": a, "measured": b, "met": c} for a, b, c in targets(res)]},
                   f, indent=1)
     print(f"\nwrote {OUT} ({machine['runtime_s']:.0f} s)")
+    if res.get("errors"):
+        sys.exit(1)
 
 
 if __name__ == "__main__":
