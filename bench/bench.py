@@ -34,7 +34,9 @@ Measurements
      MemAvailable falls under 3 GiB: the reached count is reported).
   7. the sandbox's spawn cost (issue #3): create -> first result with `--spawner exec`,
      sandboxed against `--insecure-no-sandbox`, in consecutive pairs; median and p99 of the
-     per-pair difference.
+     per-pair difference. That difference is small against a noisy ~0.5 s cold start, so the
+     sandbox's setup is also timed alone: bin/kennel-init running /usr/bin/true against
+     /usr/bin/true (BENCH_SANDBOX_N pairs).
   8. a burst (issue #6: "20 sessions created at once all answer within 0.5 s"): BENCH_BURST
      create_requests sent at once to a default kenneld, each session executes `1+1` as soon as
      it exists; time until the last answer. ipykernel: BENCH_IPY_BURST kernels started at once.
@@ -56,6 +58,7 @@ Environment knobs (defaults in brackets; BENCH_QUICK=1 shrinks every N to a smok
   BENCH_CREATE_TIMEOUT  seconds allowed for growing to BENCH_MANY sessions              [420]
   BENCH_BURST           kennel sessions created at once                                 [20]
   BENCH_IPY_BURST       ipykernels started at once                                      [10]
+  BENCH_SANDBOX_N       kennel-init -- /usr/bin/true against /usr/bin/true (part of 7)  [50]
   BENCH_OUT             where the JSON goes                                  [bench/results.json]
 
 Every wait has a deadline; every kenneld and ipykernel started here is stopped (SIGTERM, then
@@ -115,6 +118,7 @@ N = {
     "many": knob("BENCH_MANY", 500, 5),
     "create_timeout": knob("BENCH_CREATE_TIMEOUT", 420, 60),
     "burst": knob("BENCH_BURST", 20, 3),
+    "sandbox_n": knob("BENCH_SANDBOX_N", 50, 5),
     "ipy_burst": knob("BENCH_IPY_BURST", 10, 2),
 }
 ONLY = [s for s in os.environ.get("BENCH_ONLY", ",".join(SECTIONS)).split(",") if s]
@@ -199,12 +203,14 @@ def settle(roots, quiet_s=0.2, timeout=5):
     tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
 
     def ticks():
+        """{(pid, starttime): CPU ticks} of the trees."""
         table = process_table()
-        total = 0
+        out = {}
         for r in roots:
-            total += table[r][2] if r in table else 0
-            total += sum(st[2] for st in descendants(r, table).values())
-        return total
+            for pid, st in [(r, table.get(r)), *descendants(r, table).items()]:
+                if st:
+                    out[(pid, st[3])] = st[2]
+        return out
 
     t0 = time.monotonic()
     first = last = ticks()
@@ -212,11 +218,13 @@ def settle(roots, quiet_s=0.2, timeout=5):
     while time.monotonic() - t0 < timeout:
         time.sleep(0.05)
         now = ticks()
-        if now != last:
+        if now != last:  # a process used CPU, started or ended
             last, quiet_since = now, time.monotonic()
         elif time.monotonic() - quiet_since >= quiet_s:
             break
-    return time.monotonic() - t0, (last - first) * tick_ms
+    # CPU used meanwhile by the processes alive at the end (what one that ended used is lost).
+    used = sum(t - first.get(key, 0) for key, t in last.items())
+    return time.monotonic() - t0, used * tick_ms
 
 
 def smaps(pid):
@@ -893,12 +901,48 @@ def bench_starts(res):
     out["ipykernel"] = summary(ipy)
     res["start_first_result_ms"] = out
     diffs = [a - b for a, b in zip(series["exec"]["total"], series["exec_insecure"]["total"])]
+    setup = sandbox_setup_cost(N["sandbox_n"])
+    setup_diffs = [a - b for a, b in zip(setup["sandboxed"], setup["plain"])]
     res["sandbox_spawn_cost_ms"] = {
         "what": "create -> first 1+1 with --spawner exec, sandboxed minus --insecure-no-sandbox,"
                 " per consecutive pair",
         "difference": summary(diffs), "sandboxed": summary(series["exec"]["total"], False),
         "insecure": summary(series["exec_insecure"]["total"], False),
-        "sandbox_layers": stats["sandbox"]["layers"]}
+        "sandbox_layers": stats["sandbox"]["layers"],
+        "setup_alone": {
+            "what": "kennel-init -- /usr/bin/true minus /usr/bin/true, per consecutive pair: "
+                    "namespaces, new root, rlimits, seccomp, init (no cgroups, no Python)",
+            "difference": summary(setup_diffs), "sandboxed": summary(setup["sandboxed"], False),
+            "plain": summary(setup["plain"], False)}}
+
+
+def sandbox_setup_cost(n):
+    """The sandbox's own cost, without Python or kenneld: kennel-init (namespaces, the new
+    root, rlimits, seccomp, its init and reaper; kenneld's cgroups are not part of it) running
+    /usr/bin/true, against /usr/bin/true run directly; interleaved. Times in ms."""
+    init = os.path.join(ROOT, "bin", "kennel-init")
+    root = tempfile.mkdtemp(prefix="kb-init-", dir="/tmp")
+    try:
+        ws = os.path.join(root, "workspace")
+        os.mkdir(ws)
+        uid = _uid_base()
+        os.chown(ws, uid, uid)
+        sandboxed = [init, "--workspace", ws, "--kernel-dir", os.path.join(ROOT, "kernels", "python"),
+                     "--uid", str(uid), "--gid", str(uid), "--", "/usr/bin/true"]
+        plain = ["/usr/bin/true"]
+        times = {"sandboxed": [], "plain": []}
+        for i in range(n + 3):
+            for label, cmd in (("sandboxed", sandboxed), ("plain", plain)):
+                t = time.perf_counter()
+                p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+                took = ms_since(t)
+                if p.returncode != 0:
+                    raise BenchError(f"{cmd[0]} exited {p.returncode}: {p.stderr[-300:]!r}")
+                if i >= 3:
+                    times[label].append(took)
+        return times
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # ---- 2: new session -> first PNG ---------------------------------------------------------------
@@ -1208,7 +1252,7 @@ def bench_burst(res):
         t = time.perf_counter()
         ids = [k.session.send(k.sock, "create_request", {"name": n})["header"]["msg_id"]
                for n in names]
-        answered, clients, pending = [], [], set(ids)
+        answered, created, clients, pending = [], [], [], set(ids)
         poller = zmq.Poller()
         poller.register(k.sock, zmq.POLLIN)
         owner = {}
@@ -1222,6 +1266,7 @@ def bench_burst(res):
                         _, frames = k.session.feed_identities(k.sock.recv_multipart())
                         msg = k.session.deserialize(frames)
                         pending.discard(msg["parent_header"].get("msg_id"))
+                        created.append(ms_since(t))
                         if msg["content"].get("status") != "ok":
                             raise BenchError(f"burst: create failed: {msg['content']}")
                         c = Raw(ctx, conn_of(msg["content"]["session"]), iopub=False)
@@ -1239,11 +1284,13 @@ def bench_burst(res):
             for c in clients:
                 c.close()
         kennel = {"sessions": len(names), "all_answered_ms": max(answered),
-                  "answered_ms": summary(answered)}
+                  "answered_ms": summary(answered), "create_replied_ms": summary(created),
+                  "from_pool": k.stats()["spawner"]["pool"]}
     finally:
         stop(k)
         ctx.term()
-    log(f"  kennel: all {len(names)} answered after {kennel['all_answered_ms']:.0f} ms")
+    log(f"  kennel: all {len(names)} answered after {kennel['all_answered_ms']:.0f} ms (create_replies"
+        f" from {min(created):.0f} to {max(created):.0f} ms)")
     ctx = zmq.Context()
     ipys, clients = [], []
     try:
@@ -1397,6 +1444,9 @@ def table(res):
         d = sb["difference"]
         rows.append(("sandbox spawn cost (exec, sandboxed - insecure): median / p99",
                      f"{d['median']:.0f} / {d['p99']:.0f} ms", "", ""))
+        a = sb["setup_alone"]["difference"]
+        rows.append(("  the sandbox's setup alone (kennel-init -- true, minus true): median / p99",
+                     f"{a['median']:.1f} / {a['p99']:.1f} ms", "", ""))
     b = res.get("burst")
     if b:
         rows.append((f"burst: kennel {b['kennel']['sessions']} / ipykernel "
@@ -1503,6 +1553,7 @@ def main():
                  "fleet": bench_fleet, "burst": bench_burst}
         for name in SECTIONS:
             if name in ONLY:
+                machine.setdefault("loadavg_by_section", {})[name] = list(os.getloadavg())
                 try:
                     steps[name](res)
                 except BenchError as e:
