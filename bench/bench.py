@@ -2,7 +2,7 @@
 
 Machines are shared and noisy, so every measurement runs both in the same invocation (where it
 makes sense, interleaved round by round) and reports medians, p99 and ratios (ipykernel /
-kennel: above 1 means kennel is faster or smaller). Prints a table; writes every number, the
+kennel, and kennel / ipykernel for throughput: above 1 means kennel is better). Prints a table; writes every number, the
 N's and the machine to bench/results.json. Run it with `make bench` (/usr/bin/python3).
 
 Measurements
@@ -31,7 +31,9 @@ Measurements
      one (kenneld --idle 0 --pool 0, so none is evicted and none is pooled). Measurements 4, 5
      and 6 share that kenneld: one probe session first, then it grows to BENCH_IDLE_N, then to
      BENCH_MANY (creation is bounded by BENCH_CREATE_TIMEOUT and stops early if the machine's
-     MemAvailable falls under 3 GiB: the reached count is reported).
+     MemAvailable falls under 3 GiB: the reached count is reported). That kenneld gets
+     ZSYS_MAX_SOCKETS in its environment: czmq's default cap of 1024 ZeroMQ sockets (5 per
+     session) makes it abort at 205 sessions.
   7. the sandbox's spawn cost (issue #3): create -> first result with `--spawner exec`,
      sandboxed against `--insecure-no-sandbox`, in consecutive pairs; median and p99 of the
      per-pair difference. That difference is small against a noisy ~0.5 s cold start, so the
@@ -872,14 +874,14 @@ def bench_starts(res):
         for r in range(N["starts"]):
             for k in ks:
                 k.wait_pool()
-                waited, cpu = settle(roots)
+                settle(roots)
                 total, create, _ = kennel_start(k, f"r{r}")
                 series[k.label]["total"].append(total)
                 series[k.label]["create"].append(create)
                 if k.label == "pool":
                     # The refill: CPU the pool's tree still burns once pool_ready is back.
                     k.wait_pool()
-                    waited, cpu = settle([k.proc.pid])
+                    _, cpu = settle([k.proc.pid])
                     pool_settle_cpu.append(cpu)
             if r in ipy_rounds:
                 settle(roots)
