@@ -1,180 +1,1584 @@
-"""bench: kennel against ipykernel, in the same run, on this machine. Ratios matter more
-than absolute numbers: machines are shared and noisy.
+"""bench: kennel against ipykernel (Debian's, through jupyter_client), side by side in one run.
 
-  new session -> first `1+1` result   kennel: create_request + connect + execute
-                                      ipykernel: KernelManager.start_kernel + connect + execute
-  warm `1+1` round trip               execute_reply and status idle both received
-  idle session memory                 kennel: the session's cgroup; ipykernel: kernel PSS
+Machines are shared and noisy, so every measurement runs both in the same invocation (where it
+makes sense, interleaved round by round) and reports medians, p99 and ratios (ipykernel /
+kennel, and kennel / ipykernel for throughput: above 1 means kennel is better). Prints a table; writes every number, the
+N's and the machine to bench/results.json. Run it with `make bench` (/usr/bin/python3).
 
-Prints a table and writes bench/results.json. Run with `make bench` (uses /usr/bin/python3).
+Measurements
+  1. new session -> first `1+1` result, through jupyter_client. kennel: create_request, a
+     BlockingKernelClient connects and sends execute at once (no wait_for_ready: it adds
+     ~0.4 s of its own), until the execute_reply. Three kennel spawners: the warm pool
+     (`--pool 2`, the default: we wait for stats pool_ready == 2 and for kenneld's process tree
+     to go quiet before each create), `--pool 0` (a fork of the zygote on demand) and
+     `--spawner exec` (a cold Python). ipykernel: KernelManager.start_kernel + execute.
+  2. new session -> first matplotlib PNG: same, with the cell `import matplotlib.pyplot as plt;
+     plt.plot([1,2,3]); plt.show()`, until a display_data with image/png on iopub (kennel:
+     default spawner and pool).
+  3. warm `1+1` round trip (execute_reply and status idle both received), p50 and p99, with a
+     lean client (raw pyzmq DEALER + SUB, one zmq.Poller, jupyter_client's Session signs);
+     and its floor: a bare DEALER/ROUTER round trip (300 B) to an echo process, in the same
+     client. The client's own CPU time per trip is reported too.
+  4. idle session memory after a cell importing numpy, pandas, matplotlib.pyplot: kennel PSS and
+     USS of the session (info_request: its whole process tree), ipykernel PSS and USS of the
+     kernel process. Then BENCH_IDLE_N idle kennel sessions (the same cell run in each): the
+     sum of their PSS plus the zygote's (and, separately, kenneld's own); BENCH_IPY_IDLE_N
+     ipykernels measured alike and extrapolated to BENCH_IDLE_N (per-kernel mean x N).
+  5. BENCH_CONC sessions executing at once, each looping `1+1` (one request in flight each) for
+     BENCH_CONC_SECONDS, all driven from this one process (raw sockets, one Poller): total
+     executes/s and latency p50/p99. ipykernel with BENCH_IPY_CONC kernels.
+  6. kenneld's warm round trip p50/p99 with BENCH_MANY idle sessions alive against the same with
+     one (kenneld --idle 0 --pool 0, so none is evicted and none is pooled). Measurements 4, 5
+     and 6 share that kenneld: one probe session first, then it grows to BENCH_IDLE_N, then to
+     BENCH_MANY (creation is bounded by BENCH_CREATE_TIMEOUT and stops early if the machine's
+     MemAvailable falls under 3 GiB: the reached count is reported). That kenneld gets
+     ZSYS_MAX_SOCKETS in its environment: czmq's default cap of 1024 ZeroMQ sockets (5 per
+     session) makes it abort at 205 sessions.
+  7. the sandbox's spawn cost (issue #3): create -> first result with `--spawner exec`,
+     sandboxed against `--insecure-no-sandbox`, in consecutive pairs; median and p99 of the
+     per-pair difference. That difference is small against a noisy ~0.5 s cold start, so the
+     sandbox's setup is also timed alone: bin/kennel-init running /usr/bin/true against
+     /usr/bin/true (BENCH_SANDBOX_N pairs).
+  8. a burst (issue #6: "20 sessions created at once all answer within 0.5 s"): BENCH_BURST
+     create_requests sent at once to a default kenneld, each session executes `1+1` as soon as
+     it exists; time until the last answer. ipykernel: BENCH_IPY_BURST kernels started at once.
+
+Environment knobs (defaults in brackets; BENCH_QUICK=1 shrinks every N to a smoke-test size):
+  BENCH_QUICK           1: tiny N's everywhere, for a smoke run (~1 min)                [0]
+  BENCH_ONLY            comma list of sections to run: starts, png, rtt, fleet, burst   [all]
+  BENCH_STARTS          kennel starts per spawner (measurements 1 and 7)                [20]
+  BENCH_IPY_STARTS      ipykernel starts                                                [8]
+  BENCH_PLOTS           kennel new session -> first PNG                                 [10]
+  BENCH_IPY_PLOTS       ipykernel new kernel -> first PNG                               [5]
+  BENCH_TRIPS           warm round trips per series                                     [500]
+  BENCH_IDLE_N          idle kennel sessions for the total PSS                          [200]
+  BENCH_IPY_IDLE_N      idle ipykernels measured (then extrapolated to BENCH_IDLE_N)    [10]
+  BENCH_CONC            kennel sessions executing at once                               [50]
+  BENCH_IPY_CONC        ipykernels executing at once                                    [10]
+  BENCH_CONC_SECONDS    how long the concurrent loop runs                               [5]
+  BENCH_MANY            idle kennel sessions for the latency-vs-sessions check          [500]
+  BENCH_CREATE_TIMEOUT  seconds allowed for growing to BENCH_MANY sessions              [420]
+  BENCH_BURST           kennel sessions created at once                                 [20]
+  BENCH_IPY_BURST       ipykernels started at once                                      [10]
+  BENCH_SANDBOX_N       kennel-init -- /usr/bin/true against /usr/bin/true (part of 7)  [50]
+  BENCH_OUT             where the JSON goes                                  [bench/results.json]
+
+Every wait has a deadline; every kenneld and ipykernel started here is stopped (SIGTERM, then
+SIGKILL of what it left, by pid) and every state directory under /tmp removed, also on failure
+or Ctrl-C. p99 is the nearest-rank percentile: with fewer than 100 samples it is the maximum.
 """
 
+import gc
 import json
+import math
 import os
+import platform
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from jupyter_client import KernelManager
-from jupyter_client.session import Session
 import zmq
+from jupyter_client import BlockingKernelClient, KernelManager
+from jupyter_client.session import Session
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STARTS = int(os.environ.get("BENCH_STARTS", "8"))
-TRIPS = int(os.environ.get("BENCH_TRIPS", "300"))
+KENNELD = os.path.join(ROOT, "bin", "kenneld")
+PY = "/usr/bin/python3"
+QUICK = os.environ.get("BENCH_QUICK", "0") not in ("", "0")
+DELIM = b"<IDS|MSG>"
+MiB = 1 << 20
+
+ONE_PLUS_ONE = "1+1"
+PLOT_CELL = "import matplotlib.pyplot as plt; plt.plot([1,2,3]); plt.show()"
+IMPORT_CELL = "import numpy, pandas, matplotlib.pyplot"
+
+SECTIONS = ("starts", "png", "rtt", "fleet", "burst")
 
 
-def first_result(kc, timeout=60):
-    """Send 1+1 right away and wait for its reply (no wait_for_ready: see notes/baselines)."""
-    msg_id = kc.execute("1+1")
+def knob(name, default, quick):
+    value = int(os.environ.get(name, quick if QUICK else default))
+    if value < 1:
+        sys.exit(f"bench: {name} must be at least 1")
+    return value
+
+
+N = {
+    "starts": knob("BENCH_STARTS", 20, 2),
+    "ipy_starts": knob("BENCH_IPY_STARTS", 8, 1),
+    "plots": knob("BENCH_PLOTS", 10, 1),
+    "ipy_plots": knob("BENCH_IPY_PLOTS", 5, 1),
+    "trips": knob("BENCH_TRIPS", 500, 40),
+    "idle_n": knob("BENCH_IDLE_N", 200, 3),
+    "ipy_idle_n": knob("BENCH_IPY_IDLE_N", 10, 2),
+    "conc": knob("BENCH_CONC", 50, 3),
+    "ipy_conc": knob("BENCH_IPY_CONC", 10, 2),
+    "conc_seconds": knob("BENCH_CONC_SECONDS", 5, 1),
+    "many": knob("BENCH_MANY", 500, 5),
+    "create_timeout": knob("BENCH_CREATE_TIMEOUT", 420, 60),
+    "burst": knob("BENCH_BURST", 20, 3),
+    "sandbox_n": knob("BENCH_SANDBOX_N", 50, 5),
+    "ipy_burst": knob("BENCH_IPY_BURST", 10, 2),
+}
+ONLY = [s for s in os.environ.get("BENCH_ONLY", ",".join(SECTIONS)).split(",") if s]
+OUT = os.environ.get("BENCH_OUT", os.path.join(ROOT, "bench", "results.json"))
+MIN_MEM_AVAILABLE = 3 << 30  # stop growing the fleet below this (the machine is shared)
+
+CALL_TIMEOUT = 30  # a manager request
+EXEC_TIMEOUT = 60  # a cell's reply
+LIVE = []  # everything started here that must be stopped: Kenneld, IPy, Echo
+
+
+class BenchError(Exception):
+    pass
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def ms_since(t):
+    return (time.perf_counter() - t) * 1000
+
+
+# ---- statistics --------------------------------------------------------------------------------
+
+def pct(xs, q):
+    """Nearest-rank percentile."""
+    s = sorted(xs)
+    return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
+
+
+def summary(xs, keep=True):
+    if not xs:
+        return {"n": 0}
+    out = {"n": len(xs), "median": statistics.median(xs), "p99": pct(xs, 99),
+           "mean": statistics.fmean(xs), "min": min(xs), "max": max(xs)}
+    if keep:
+        out["samples"] = [round(x, 4) for x in xs]
+    return out
+
+
+# ---- processes and memory ----------------------------------------------------------------------
+
+def _stat(pid):
+    """(state, ppid, cpu ticks, starttime) of a process, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[19])
+
+
+def process_table():
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _stat(entry)
+            if st and st[0] != "Z":
+                table[int(entry)] = st
+    return table
+
+
+def descendants(root_pid, table=None):
+    """{pid: (state, ppid, ticks, starttime)} of every live process below root_pid."""
+    table = table if table is not None else process_table()
+    children = {}
+    for pid, st in table.items():
+        children.setdefault(st[1], []).append(pid)
+    found, todo = {}, [root_pid]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            found[pid] = table[pid]
+            todo.append(pid)
+    return found
+
+
+def settle(roots, quiet_s=0.2, timeout=5):
+    """Wait until the process trees below `roots` (and the roots) use no CPU for quiet_s: a
+    refilled pool or an ended session finishing in the background must not be measured.
+    Returns (seconds waited, CPU ms the trees used meanwhile)."""
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+
+    def ticks():
+        """{(pid, starttime): CPU ticks} of the trees."""
+        table = process_table()
+        out = {}
+        for r in roots:
+            for pid, st in [(r, table.get(r)), *descendants(r, table).items()]:
+                if st:
+                    out[(pid, st[3])] = st[2]
+        return out
+
+    t0 = time.monotonic()
+    first = last = ticks()
+    quiet_since = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        time.sleep(0.05)
+        now = ticks()
+        if now != last:  # a process used CPU, started or ended
+            last, quiet_since = now, time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            break
+    # CPU used meanwhile by the processes alive at the end (what one that ended used is lost).
+    used = sum(t - first.get(key, 0) for key, t in last.items())
+    return time.monotonic() - t0, used * tick_ms
+
+
+def smaps(pid):
+    """{"pss", "uss", "rss"} bytes of one process (smaps_rollup), or None if it is gone."""
+    out = {"pss": 0, "uss": 0, "rss": 0}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key == "Pss":
+                    out["pss"] += int(rest.split()[0]) * 1024
+                elif key in ("Private_Clean", "Private_Dirty"):
+                    out["uss"] += int(rest.split()[0]) * 1024
+                elif key == "Rss":
+                    out["rss"] += int(rest.split()[0]) * 1024
+    except OSError:
+        return None
+    return out
+
+
+def mem_available():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def kill_tree(recorded):
+    """SIGKILL processes recorded as {pid: stat}, only if still the same process."""
+    for pid, st in recorded.items():
+        now = _stat(pid)
+        if now and now[3] == st[3] and now[0] != "Z":
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+# ---- a lean Jupyter client: raw pyzmq sockets, Session only for signing -------------------------
+
+def _url(conn, port):
+    if conn.get("transport", "tcp") == "ipc":
+        return f"ipc://{conn['ip']}-{conn[port]}"
+    return f"tcp://{conn['ip']}:{conn[port]}"
+
+
+def _headers(frames):
+    """header, parent_header, metadata, content (bytes) of a received message."""
+    i = frames.index(DELIM)
+    return frames[i + 2:i + 6]
+
+
+class Raw:
+    """One kernel's shell (DEALER) and iopub (SUB). Tracks one request in flight: done once
+    its execute_reply and its status idle have both arrived. Received messages are not
+    verified (the bench trusts its own kernels) and only the fields needed are parsed."""
+
+    def __init__(self, ctx, conn, iopub=True):
+        key = conn["key"]
+        self.session = Session(key=key.encode() if isinstance(key, str) else key,
+                               signature_scheme=conn.get("signature_scheme", "hmac-sha256"),
+                               username="bench")
+        self.shell = ctx.socket(zmq.DEALER)
+        self.shell.linger = 0
+        self.shell.connect(_url(conn, "shell_port"))
+        self.iopub = None
+        if iopub:
+            self.iopub = ctx.socket(zmq.SUB)
+            self.iopub.linger = 0
+            self.iopub.setsockopt(zmq.SUBSCRIBE, b"")
+            self.iopub.connect(_url(conn, "iopub_port"))
+        self.pending = None
+        self.got_reply = self.got_idle = False
+        self.t0 = 0.0
+        self.errors = 0
+        self.poller = zmq.Poller()  # this client's own, for one-at-a-time round trips
+        self.poller.register(self.shell, zmq.POLLIN)
+        self.owner = {self.shell: self.on_shell}
+        if self.iopub is not None:
+            self.poller.register(self.iopub, zmq.POLLIN)
+            self.owner[self.iopub] = self.on_iopub
+
+    def send(self, code=ONE_PLUS_ONE):
+        msg = self.session.msg("execute_request", {
+            "code": code, "silent": False, "store_history": True, "user_expressions": {},
+            "allow_stdin": False, "stop_on_error": True})
+        self.pending = msg["header"]["msg_id"]
+        self.got_reply = self.got_idle = False
+        self.t0 = time.perf_counter()
+        self.session.send(self.shell, msg)
+
+    def on_shell(self, frames):
+        h = _headers(frames)
+        if json.loads(h[1]).get("msg_id") == self.pending:
+            self.got_reply = True
+            if json.loads(h[3]).get("status") != "ok":
+                self.errors += 1
+
+    def on_iopub(self, frames):
+        h = _headers(frames)
+        if (b"status" in h[0] and json.loads(h[0]).get("msg_type") == "status"
+                and json.loads(h[1]).get("msg_id") == self.pending
+                and json.loads(h[3]).get("execution_state") == "idle"):
+            self.got_idle = True
+
+    @property
+    def done(self):
+        return self.got_reply and (self.got_idle or self.iopub is None)
+
+    def close(self):
+        self.shell.close(0)
+        if self.iopub is not None:
+            self.iopub.close(0)
+
+
+def _drain(sock, handler):
+    while True:
+        try:
+            frames = sock.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        handler(frames)
+
+
+def wait_done(clients, timeout, need_idle=True):
+    """Poll until every client's request is done (or only replied, need_idle=False)."""
+    if len(clients) == 1:
+        return _wait_one(clients[0], timeout, need_idle)
+    poller = zmq.Poller()
+    owner = {}
+    for c in clients:
+        for sock, handler in c.owner.items():
+            poller.register(sock, zmq.POLLIN)
+            owner[sock] = (c, handler)
+    deadline = time.monotonic() + timeout
+
+    def finished(c):
+        return c.done if need_idle else c.got_reply
+
+    while not all(finished(c) for c in clients):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        for sock, _ in poller.poll(max(1, int(left * 1000))):
+            c, handler = owner[sock]
+            _drain(sock, handler)
+    return True
+
+
+def _wait_one(c, timeout, need_idle):
+    """wait_done for one client, on its own poller: the round trip's hot loop."""
+    deadline = time.monotonic() + timeout
+    owner = c.owner
+    while not (c.done if need_idle else c.got_reply):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        for sock, _ in c.poller.poll(max(1, int(left * 1000))):
+            _drain(sock, owner[sock])
+    return True
+
+
+def prime(c, timeout=30):
+    """Until a `1+1` round trip completes with its idle status: the SUB socket is subscribed
+    from then on (a SUB misses what is published before its subscription arrives)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        c.send()
+        if not wait_done([c], EXEC_TIMEOUT, need_idle=False):
+            raise BenchError("no execute_reply while priming a client")
+        if wait_done([c], 1.0):
+            return
+    raise BenchError(f"iopub never delivered an idle status in {timeout} s")
+
+
+def round_trips(c, n, warmup=50):
+    """n warm `1+1` round trips on one primed client: (latencies ms, client CPU ms per trip)."""
+    for _ in range(warmup):
+        c.send()
+        if not wait_done([c], EXEC_TIMEOUT):
+            raise BenchError("warm-up round trip timed out")
+    times = []
+    gc.collect()
+    gc.disable()
+    try:
+        cpu0 = time.process_time()
+        for _ in range(n):
+            c.send()
+            if not wait_done([c], EXEC_TIMEOUT):
+                raise BenchError("round trip timed out")
+            times.append(ms_since(c.t0))
+        cpu = (time.process_time() - cpu0) * 1000 / n
+    finally:
+        gc.enable()
+    if c.errors:
+        raise BenchError(f"{c.errors} execute_replies were not ok")
+    return times, cpu
+
+
+def run_concurrent(clients, seconds):
+    """Every client loops `1+1`, one request in flight each, for `seconds`. Returns
+    (completed, elapsed s, latencies ms, client CPU share of one core)."""
+    poller = zmq.Poller()
+    owner = {}
+    for c in clients:
+        poller.register(c.shell, zmq.POLLIN)
+        poller.register(c.iopub, zmq.POLLIN)
+        owner[c.shell] = (c, c.on_shell)
+        owner[c.iopub] = (c, c.on_iopub)
+    lat = []
+    gc.collect()
+    gc.disable()
+    try:
+        cpu0 = time.process_time()
+        t_start = time.perf_counter()
+        t_end = t_start + seconds
+        for c in clients:
+            c.send()
+        last_progress = time.monotonic()
+        while True:
+            now = time.perf_counter()
+            if now >= t_end:
+                break
+            events = poller.poll(max(1, int((t_end - now) * 1000)))
+            for sock, _ in events:
+                c, handler = owner[sock]
+                _drain(sock, handler)
+                if c.pending is not None and c.done:
+                    lat.append(ms_since(c.t0))
+                    last_progress = time.monotonic()
+                    c.pending = None
+                    if time.perf_counter() < t_end:
+                        c.send()
+            if time.monotonic() - last_progress > EXEC_TIMEOUT:
+                raise BenchError("concurrent loop: no progress for a minute")
+        elapsed = time.perf_counter() - t_start
+        cpu_share = (time.process_time() - cpu0) / elapsed
+    finally:
+        gc.enable()
+    # Let what is in flight finish (not counted), so the next measurement starts clean.
+    wait_done([c for c in clients if c.pending is not None], EXEC_TIMEOUT)
+    errors = sum(c.errors for c in clients)
+    if errors:
+        raise BenchError(f"concurrent loop: {errors} execute_replies were not ok")
+    return len(lat), elapsed, lat, cpu_share
+
+
+def exec_all(ctx, conns, code, timeout=EXEC_TIMEOUT):
+    """Run `code` once in each kernel (shell only, all at once); True if every reply came."""
+    clients = [Raw(ctx, conn, iopub=False) for conn in conns]
+    try:
+        for c in clients:
+            c.send(code)
+        ok = wait_done(clients, timeout, need_idle=False)
+        if sum(c.errors for c in clients):
+            raise BenchError(f"{code!r} failed in a kernel")
+        return ok
+    finally:
+        for c in clients:
+            c.close()
+
+
+# ---- kenneld -----------------------------------------------------------------------------------
+
+_UID_SLOT = [0]
+
+
+def _uid_base():
+    """Host uids of our own for this run's kernels, away from kenneld's default range (other
+    kennelds may run on this machine at the same time)."""
+    _UID_SLOT[0] += 1
+    return 1950000000 + (os.getpid() % 4000) * 12000 + _UID_SLOT[0] * 1000
+
+
+class Kenneld:
+    def __init__(self, label, args=(), env=None):
+        self.label = label
+        self.args = list(args)
+        self.root = tempfile.mkdtemp(prefix="kb-", dir="/tmp")  # short: ipc paths are bounded
+        self.state = os.path.join(self.root, "s")
+        self.log_path = os.path.join(self.root, "kenneld.log")
+        self.proc = None
+        self.sock = None
+        self.ctx = zmq.Context()
+        self.info_cache = None
+        LIVE.append(self)
+        with open(self.log_path, "wb") as logf:
+            self.proc = subprocess.Popen(
+                [KENNELD, "--state-dir", self.state, "--log-level", "warn",
+                 "--uid-base", str(_uid_base()), *self.args],
+                stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                env=dict(os.environ, **(env or {})))
+
+    def wait_started(self, timeout=60):
+        path = os.path.join(self.state, "kenneld.json")
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path):
+            if self.proc.poll() is not None:
+                raise BenchError(f"kenneld {self.label} exited {self.proc.returncode}:\n"
+                                 f"{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"kenneld {self.label}: no kenneld.json in {timeout} s")
+            time.sleep(0.02)
+        with open(path) as f:
+            mgr = json.load(f)["manager"]
+        self.session = Session(key=mgr["key"].encode(), signature_scheme="hmac-sha256",
+                               username="bench")
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.linger = 0
+        self.sock.connect(mgr["endpoint"])
+        return self
+
+    def log_tail(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()[-3000:]
+        except OSError:
+            return ""
+
+    def call_many(self, requests, timeout=CALL_TIMEOUT):
+        """Send every (msg_type, content) at once; their reply contents, in order."""
+        ids = []
+        for msg_type, content in requests:
+            ids.append(self.session.send(self.sock, msg_type, content)["header"]["msg_id"])
+        replies = {}
+        deadline = time.monotonic() + timeout
+        while len(replies) < len(ids):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BenchError(f"kenneld {self.label}: no {requests[0][0]} reply in {timeout} s")
+            if not self.sock.poll(int(min(left, 1) * 1000)):
+                if self.proc.poll() is not None:
+                    raise BenchError(f"kenneld {self.label} died (status {self.proc.returncode})"
+                                     f" waiting for a {requests[0][0]} reply; its log ends:\n"
+                                     f"{self.log_tail()[-600:]}")
+                continue
+            _, frames = self.session.feed_identities(self.sock.recv_multipart())
+            msg = self.session.deserialize(frames)
+            replies[msg["parent_header"].get("msg_id")] = msg["content"]
+        return [replies[i] for i in ids]
+
+    def call(self, msg_type, content=None, timeout=CALL_TIMEOUT):
+        reply = self.call_many([(msg_type, content or {})], timeout)[0]
+        if reply.get("status") != "ok":
+            raise BenchError(f"kenneld {self.label}: {msg_type}: {reply}")
+        return reply
+
+    def stats(self):
+        return self.call("stats_request")
+
+    def create(self, name):
+        return self.call("create_request", {"name": name})["session"]
+
+    def end(self, name):
+        self.call("end_request", {"session": name})
+
+    def info(self, name):
+        return self.call("info_request", {"session": name})["session"]
+
+    def wait_pool(self, timeout=60):
+        """Until every pooled kernel is ready (stats spawner.pool_ready == pool)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            sp = self.stats()["spawner"]
+            if sp.get("kind") != "zygote" or sp.get("pool_ready", 0) >= sp.get("pool", 0):
+                return
+            if time.monotonic() > deadline:
+                raise BenchError(f"kenneld {self.label}: pool not ready in {timeout} s: {sp}")
+            time.sleep(0.01)
+
+    def stop(self):
+        if self.sock is not None:
+            self.sock.close(0)
+            self.sock = None
+        self.ctx.term()
+        if self.proc is not None and self.proc.poll() is None:
+            tree = descendants(self.proc.pid)
+            self.proc.send_signal(signal.SIGTERM)  # idle sessions save their state: <= 5 s
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+            kill_tree(tree)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def conn_of(info):
+    with open(info["connection_file"]) as f:
+        return json.load(f)
+
+
+def start_kennelds(specs, env=None):
+    """Start several kennelds at once (their zygotes warm up in parallel)."""
+    ks = [Kenneld(label, args, env) for label, args in specs]
+    for k in ks:
+        k.wait_started()
+    return ks
+
+
+# ---- ipykernel ---------------------------------------------------------------------------------
+
+class IPy:
+    """A Debian ipykernel of /usr/bin/python3, started by jupyter_client's KernelManager."""
+
+    def __init__(self):
+        self.km = KernelManager(kernel_cmd=[PY, "-m", "ipykernel_launcher", "-f",
+                                            "{connection_file}"])
+        self.pid = None
+        self.stat = None
+        LIVE.append(self)
+
+    def start(self):
+        self.km.start_kernel()
+        self.pid = self.km.provisioner.process.pid
+        self.stat = _stat(self.pid)
+        return self
+
+    def conn(self):
+        return self.km.get_connection_info()
+
+    def stop(self):
+        if self in LIVE:
+            LIVE.remove(self)
+        try:
+            if self.km.has_kernel:
+                self.km.shutdown_kernel(now=True)
+        finally:
+            if self.pid and self.stat:
+                kill_tree({self.pid: self.stat})
+
+
+def stop(obj):
+    try:
+        obj.stop()
+    finally:
+        if obj in LIVE:
+            LIVE.remove(obj)
+
+
+class Echo:
+    """The round trip's floors, in a process of their own. "echo": a bare ZeroMQ ROUTER that
+    sends every message back. "kernel": a fake kernel on a ROUTER (shell) and a PUB (iopub)
+    that answers an execute_request at once with what a kernel sends -- status busy,
+    execute_input, execute_result, the execute_reply, status idle -- pre-serialized, unsigned,
+    the request's header as parent: the same client, the same messages, no kernel work."""
+
+    CODE = r"""
+import sys, zmq
+ctx = zmq.Context()
+s = ctx.socket(zmq.ROUTER)
+port = s.bind_to_random_port('tcp://127.0.0.1')
+if sys.argv[1] == 'echo':
+    print(port, flush=True)
+    while True:
+        m = s.recv_multipart()
+        if m[-1] == b'quit':
+            break
+        s.send_multipart(m)
+    sys.exit(0)
+pub = ctx.socket(zmq.PUB)
+print(port, pub.bind_to_random_port('tcp://127.0.0.1'), flush=True)
+def hdr(t):
+    return ('{"msg_id": "x", "msg_type": "%s", "session": "s", "username": "u", '
+            '"date": "2026-01-01T00:00:00.000000Z", "version": "5.3"}' % t).encode()
+IOPUB = [(b'status', hdr('status'), b'{"execution_state": "busy"}'),
+         (b'execute_input', hdr('execute_input'), b'{"code": "1+1", "execution_count": 1}'),
+         (b'execute_result', hdr('execute_result'),
+          b'{"data": {"text/plain": "2"}, "metadata": {}, "execution_count": 1}')]
+IDLE = (b'status', hdr('status'), b'{"execution_state": "idle"}')
+REPLY = (hdr('execute_reply'), b'{"status": "ok", "execution_count": 1, "user_expressions": {}}')
+while True:
+    m = s.recv_multipart()
+    i = m.index(b'<IDS|MSG>')
+    if m[-1] == b'quit':
+        break
+    parent = m[i + 2]
+    for topic, h, c in IOPUB:
+        pub.send_multipart([topic, b'<IDS|MSG>', b'', h, parent, b'{}', c])
+    s.send_multipart(m[:i] + [b'<IDS|MSG>', b'', REPLY[0], parent, b'{}', REPLY[1]])
+    pub.send_multipart([IDLE[0], b'<IDS|MSG>', b'', IDLE[1], parent, b'{}', IDLE[2]])
+"""
+
+    def __init__(self, mode="echo"):
+        self.proc = subprocess.Popen([PY, "-c", self.CODE, mode], stdout=subprocess.PIPE,
+                                     text=True)
+        LIVE.append(self)
+        ports = [int(x) for x in self.proc.stdout.readline().split()]
+        self.port = ports[0]
+        self.conn = {"transport": "tcp", "ip": "127.0.0.1", "shell_port": ports[0],
+                     "iopub_port": ports[-1], "key": "floor"}
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def zmq_floor(n, size=300):
+    echo = Echo()
+    ctx = zmq.Context()
+    try:
+        s = ctx.socket(zmq.DEALER)
+        s.linger = 0
+        s.connect(f"tcp://127.0.0.1:{echo.port}")
+        poller = zmq.Poller()
+        poller.register(s, zmq.POLLIN)
+        payload = b"x" * size
+        times = []
+        gc.collect()
+        gc.disable()
+        try:
+            for i in range(n + 50):
+                if i == 50:
+                    cpu0 = time.process_time()
+                t = time.perf_counter()
+                s.send(payload)
+                if not poller.poll(10000):
+                    raise BenchError("echo did not answer")
+                s.recv()
+                if i >= 50:
+                    times.append(ms_since(t))
+            cpu = (time.process_time() - cpu0) * 1000 / n
+        finally:
+            gc.enable()
+        s.send(b"quit")
+        s.close(0)
+        return times, cpu
+    finally:
+        ctx.term()
+        stop(echo)
+
+
+def fake_kernel_trips(n):
+    fake = Echo("kernel")
+    ctx = zmq.Context()
+    c = None
+    try:
+        c = Raw(ctx, fake.conn)
+        prime(c)
+        return round_trips(c, n)
+    finally:
+        if c is not None:
+            c.shell.send_multipart([b"<IDS|MSG>", b"quit"])
+            c.close()
+        ctx.term()
+        stop(fake)
+
+
+# ---- 1 and 7: new session -> first result --------------------------------------------------------
+
+def first_reply(kc, msg_id, timeout=EXEC_TIMEOUT):
     deadline = time.monotonic() + timeout
     while True:
-        m = kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BenchError("no execute_reply")
+        m = kc.get_shell_msg(timeout=left)
         if m["parent_header"].get("msg_id") == msg_id:
+            if m["content"]["status"] != "ok":
+                raise BenchError(f"first cell failed: {m['content']}")
             return
 
 
-def round_trip(kc):
-    msg_id = kc.execute("1+1")
-    got_reply = got_idle = False
-    while not (got_reply and got_idle):
-        if not got_reply:
-            got_reply = kc.get_shell_msg(timeout=10)["parent_header"].get("msg_id") == msg_id
-        m = kc.get_iopub_msg(timeout=10)
-        if (m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "status"
-                and m["content"]["execution_state"] == "idle"):
-            got_idle = True
+def first_png(kc, msg_id, timeout=EXEC_TIMEOUT):
+    """Until a display_data with image/png of this request arrives on iopub; its size."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BenchError("no image/png on iopub")
+        m = kc.get_iopub_msg(timeout=left)
+        if m["parent_header"].get("msg_id") != msg_id:
+            continue
+        if m["msg_type"] == "display_data" and "image/png" in m["content"].get("data", {}):
+            return len(m["content"]["data"]["image/png"])
+        if m["msg_type"] == "error":
+            raise BenchError(f"plot cell failed: {m['content'].get('evalue')}")
 
 
-def warm_trips(kc):
-    kc.wait_for_ready(timeout=30)  # iopub subscribed: no idle status is missed from here
-    for _ in range(20):
-        round_trip(kc)
-    times = []
-    for _ in range(TRIPS):
-        t = time.perf_counter()
-        round_trip(kc)
-        times.append((time.perf_counter() - t) * 1000)
-    times.sort()
-    return statistics.median(times), times[int(len(times) * 0.99) - 1]
-
-
-def pss_bytes(pid):
-    total = 0
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Pss:"):
-                total += int(line.split()[1]) * 1024
-    return total
-
-
-class Kennel:
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="kb-", dir="/tmp")
-        self.proc = subprocess.Popen([os.path.join(ROOT, "bin", "kenneld"), "--state-dir",
-                                      self.dir, "--log-level", "warn"])
-        info_path = os.path.join(self.dir, "kenneld.json")
-        while not os.path.exists(info_path):
-            time.sleep(0.01)
-        mgr = json.load(open(info_path))["manager"]
-        self.session = Session(key=mgr["key"].encode(), signature_scheme="hmac-sha256")
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.connect(mgr["endpoint"])
-
-    def call(self, msg_type, content):
-        self.session.send(self.sock, msg_type, content)
-        _, frames = self.session.feed_identities(self.sock.recv_multipart())
-        return self.session.deserialize(frames)["content"]
-
-    def client(self, connection_file):
-        from jupyter_client import BlockingKernelClient
-        kc = BlockingKernelClient(connection_file=connection_file)
-        kc.load_connection_file()
-        kc.start_channels()
-        return kc
-
-    def stop(self):
-        self.sock.close(0)
-        self.ctx.term()
-        self.proc.terminate()
-        self.proc.wait(30)
-
-
-def bench_kennel():
-    k = Kennel()
-    try:
-        starts = []
-        for i in range(STARTS):
-            t = time.perf_counter()
-            info = k.call("create_request", {"name": f"s{i}"})["session"]
-            kc = k.client(info["connection_file"])
-            first_result(kc)
-            starts.append((time.perf_counter() - t) * 1000)
-            kc.stop_channels()
-            k.call("end_request", {"session": f"s{i}"})
-        info = k.call("create_request", {"name": "warm"})["session"]
-        kc = k.client(info["connection_file"])
-        first_result(kc)
-        p50, p99 = warm_trips(kc)
-        time.sleep(1)
-        mem = k.call("info_request", {"session": "warm"})["session"]["memory_bytes"]
-        kc.stop_channels()
-        return {"start_ms": statistics.median(starts), "rtt_p50_ms": p50, "rtt_p99_ms": p99,
-                "idle_memory_bytes": mem}
-    finally:
-        k.stop()
-
-
-def start_ipykernel():
-    """An ipykernel of this interpreter and a client that got its first result."""
-    km = KernelManager(kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f",
-                                   "{connection_file}"])
-    km.start_kernel()
-    kc = km.client()
+def client_of(connection_file):
+    kc = BlockingKernelClient(connection_file=connection_file)
+    kc.load_connection_file()
     kc.start_channels()
-    first_result(kc)
-    return km, kc
+    return kc
 
 
-def bench_ipykernel():
-    starts = []
-    for _ in range(STARTS):
-        t = time.perf_counter()
-        km, kc = start_ipykernel()
-        starts.append((time.perf_counter() - t) * 1000)
+def kennel_start(k, name, code=ONE_PLUS_ONE, png=False):
+    """create_request -> jupyter_client connects and executes at once -> reply (or PNG).
+    Returns (total ms, create_request ms, png bytes or None)."""
+    t = time.perf_counter()
+    info = k.create(name)
+    t_create = ms_since(t)
+    kc = client_of(info["connection_file"])
+    try:
+        msg_id = kc.execute(code)
+        size = first_png(kc, msg_id) if png else first_reply(kc, msg_id)
+        total = ms_since(t)
+    finally:
         kc.stop_channels()
-        km.shutdown_kernel(now=True)
-    km, kc = start_ipykernel()
-    p50, p99 = warm_trips(kc)
-    time.sleep(1)
-    mem = pss_bytes(km.provisioner.process.pid)
-    kc.stop_channels()
-    km.shutdown_kernel(now=True)
-    return {"start_ms": statistics.median(starts), "rtt_p50_ms": p50, "rtt_p99_ms": p99,
-            "idle_memory_bytes": mem}
+    k.end(name)
+    return total, t_create, size
+
+
+def ipy_start(code=ONE_PLUS_ONE, png=False):
+    """KernelManager.start_kernel -> client -> execute at once -> reply (or PNG). (ms, size)"""
+    t = time.perf_counter()
+    ipy = IPy().start()
+    try:
+        kc = ipy.km.client()
+        kc.start_channels()
+        try:
+            msg_id = kc.execute(code)
+            size = first_png(kc, msg_id) if png else first_reply(kc, msg_id)
+            total = ms_since(t)
+        finally:
+            kc.stop_channels()
+    finally:
+        stop(ipy)
+    return total, size
+
+
+def spread(n_small, n_big):
+    """The rounds (of n_big) on which the n_small series takes its turn, evenly spread."""
+    return {min(n_big - 1, int(i * n_big / n_small)) for i in range(n_small)}
+
+
+def bench_starts(res):
+    """Measurements 1 and 7, interleaved round by round so load drifts hit every series."""
+    log("starts: kenneld pool 2, pool 0, exec, exec --insecure-no-sandbox")
+    ks = start_kennelds([("pool", []), ("pool0", ["--pool", "0"]),
+                         ("exec", ["--spawner", "exec"]),
+                         ("exec_insecure", ["--spawner", "exec", "--insecure-no-sandbox"])])
+    try:
+        roots = [k.proc.pid for k in ks]
+        series = {k.label: {"total": [], "create": []} for k in ks}
+        pool_settle_cpu, ipy = [], []
+        ipy_rounds = spread(N["ipy_starts"], N["starts"])
+        # One untimed start each: page cache, ipykernel's IPYTHONDIR.
+        for k in ks:
+            k.wait_pool()
+            kennel_start(k, "warmup")
+        ipy_start()
+        for r in range(N["starts"]):
+            for k in ks:
+                k.wait_pool()
+                settle(roots)
+                total, create, _ = kennel_start(k, f"r{r}")
+                series[k.label]["total"].append(total)
+                series[k.label]["create"].append(create)
+                if k.label == "pool":
+                    # The refill: CPU the pool's tree still burns once pool_ready is back.
+                    k.wait_pool()
+                    _, cpu = settle([k.proc.pid])
+                    pool_settle_cpu.append(cpu)
+            if r in ipy_rounds:
+                settle(roots)
+                ipy.append(ipy_start()[0])
+            log(f"  round {r + 1}/{N['starts']}: " + ", ".join(
+                f"{lbl} {s['total'][-1]:.0f}" for lbl, s in series.items())
+                + (f", ipykernel {ipy[-1]:.0f}" if r in ipy_rounds else "") + " ms")
+        stats = ks[0].stats()
+    finally:
+        for k in ks:
+            stop(k)
+    out = {}
+    for label, s in series.items():
+        out[f"kennel_{label}"] = dict(summary(s["total"]), create_request_ms=summary(s["create"]))
+    out["kennel_pool"]["refill_cpu_ms_after_pool_ready"] = dict(
+        summary(pool_settle_cpu),
+        what="CPU kenneld's tree used after stats said pool_ready == pool again, until quiet: "
+             "work a pooled kernel still does after it counts as ready")
+    out["ipykernel"] = summary(ipy)
+    res["start_first_result_ms"] = out
+    diffs = [a - b for a, b in zip(series["exec"]["total"], series["exec_insecure"]["total"])]
+    setup = sandbox_setup_cost(N["sandbox_n"])
+    setup_diffs = [a - b for a, b in zip(setup["sandboxed"], setup["plain"])]
+    res["sandbox_spawn_cost_ms"] = {
+        "what": "create -> first 1+1 with --spawner exec, sandboxed minus --insecure-no-sandbox,"
+                " per consecutive pair",
+        "difference": summary(diffs), "sandboxed": summary(series["exec"]["total"], False),
+        "insecure": summary(series["exec_insecure"]["total"], False),
+        "sandbox_layers": stats["sandbox"]["layers"],
+        "setup_alone": {
+            "what": "kennel-init -- /usr/bin/true minus /usr/bin/true, per consecutive pair: "
+                    "namespaces, new root, rlimits, seccomp, init (no cgroups, no Python)",
+            "difference": summary(setup_diffs), "sandboxed": summary(setup["sandboxed"], False),
+            "plain": summary(setup["plain"], False)}}
+
+
+def sandbox_setup_cost(n):
+    """The sandbox's own cost, without Python or kenneld: kennel-init (namespaces, the new
+    root, rlimits, seccomp, its init and reaper; kenneld's cgroups are not part of it) running
+    /usr/bin/true, against /usr/bin/true run directly; interleaved. Times in ms."""
+    init = os.path.join(ROOT, "bin", "kennel-init")
+    root = tempfile.mkdtemp(prefix="kb-init-", dir="/tmp")
+    try:
+        ws = os.path.join(root, "workspace")
+        os.mkdir(ws)
+        uid = _uid_base()
+        os.chown(ws, uid, uid)
+        sandboxed = [init, "--workspace", ws, "--kernel-dir", os.path.join(ROOT, "kernels", "python"),
+                     "--uid", str(uid), "--gid", str(uid), "--", "/usr/bin/true"]
+        plain = ["/usr/bin/true"]
+        times = {"sandboxed": [], "plain": []}
+        for i in range(n + 3):
+            for label, cmd in (("sandboxed", sandboxed), ("plain", plain)):
+                t = time.perf_counter()
+                p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+                took = ms_since(t)
+                if p.returncode != 0:
+                    raise BenchError(f"{cmd[0]} exited {p.returncode}: {p.stderr[-300:]!r}")
+                if i >= 3:
+                    times[label].append(took)
+        return times
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ---- 2: new session -> first PNG ---------------------------------------------------------------
+
+def bench_png(res):
+    log("png: kenneld (default: zygote, pool 2) against ipykernel")
+    (k,) = start_kennelds([("png", [])])
+    try:
+        roots = [k.proc.pid]
+        kennel, create, ipy, sizes = [], [], [], {}
+        k.wait_pool()
+        kennel_start(k, "warmup", PLOT_CELL, png=True)
+        ipy_start(PLOT_CELL, png=True)
+        ipy_rounds = spread(N["ipy_plots"], N["plots"])
+        for r in range(N["plots"]):
+            k.wait_pool()
+            settle(roots)
+            total, c, sizes["kennel"] = kennel_start(k, f"p{r}", PLOT_CELL, png=True)
+            kennel.append(total)
+            create.append(c)
+            if r in ipy_rounds:
+                settle(roots)
+                t, sizes["ipykernel"] = ipy_start(PLOT_CELL, png=True)
+                ipy.append(t)
+            log(f"  round {r + 1}/{N['plots']}: kennel {kennel[-1]:.0f} ms"
+                + (f", ipykernel {ipy[-1]:.0f} ms" if r in ipy_rounds else ""))
+    finally:
+        stop(k)
+    res["first_png_ms"] = {"cell": PLOT_CELL,
+                           "kennel": dict(summary(kennel), create_request_ms=summary(create)),
+                           "ipykernel": summary(ipy), "png_base64_bytes": sizes}
+
+
+# ---- 3: warm round trip ------------------------------------------------------------------------
+
+def bench_rtt(res):
+    log("rtt: warm 1+1 round trips, kennel (default kenneld) and ipykernel, and the floor")
+    (k,) = start_kennelds([("rtt", [])])
+    ctx = zmq.Context()
+    clients = []
+    ipy = None
+    try:
+        k.wait_pool()
+        kc = Raw(ctx, conn_of(k.create("rtt")))
+        clients.append(kc)
+        ipy = IPy().start()
+        ic = Raw(ctx, ipy.conn())
+        clients.append(ic)
+        prime(kc)
+        prime(ic)
+        # Two halves each, alternating, so a load change hits both.
+        half = max(1, N["trips"] // 2)
+        lat = {"kennel": [], "ipykernel": [], "zmq_floor": [], "fake_kernel": []}
+        cpu = {"kennel": [], "ipykernel": [], "zmq_floor": [], "fake_kernel": []}
+        for _ in range(2):
+            for label, c in (("kennel", kc), ("ipykernel", ic)):
+                times, per = round_trips(c, half)
+                lat[label] += times
+                cpu[label].append(per)
+            times, per = zmq_floor(half)
+            lat["zmq_floor"] += times
+            cpu["zmq_floor"].append(per)
+            times, per = fake_kernel_trips(half)
+            lat["fake_kernel"] += times
+            cpu["fake_kernel"].append(per)
+    finally:
+        for c in clients:
+            c.close()
+        ctx.term()
+        stop(k)
+        if ipy is not None:
+            stop(ipy)
+    res["warm_rtt_ms"] = {
+        "what": "execute 1+1 until execute_reply and status idle both arrived; lean client",
+        "kennel": summary(lat["kennel"]), "ipykernel": summary(lat["ipykernel"]),
+        "zmq_floor": dict(summary(lat["zmq_floor"]),
+                          what="bare DEALER/ROUTER round trip, 300 B, tcp, to an echo process"),
+        "fake_kernel": dict(summary(lat["fake_kernel"]),
+                            what="the same client and messages against a fake kernel that "
+                                 "answers at once (see Echo): the client's and ZeroMQ's share"),
+        "client_cpu_ms_per_trip": {lbl: statistics.fmean(v) for lbl, v in cpu.items()},
+        "client_cpu_note": "this process's CPU time (its Python and libzmq's I/O thread) per "
+                           "trip: a kernel's trip is 1 shell + 4 iopub messages in, 1 out"}
+
+
+# ---- 4, 5, 6: memory, concurrency, many sessions ----------------------------------------------
+
+def grow(k, names, created, deadline, ctx, batch=10):
+    """Create sessions `names` not yet in `created` and run IMPORT_CELL in each, `batch` at a
+    time. Stops at the deadline or when the machine runs short of memory. Returns why it
+    stopped early, or None."""
+    todo = [n for n in names if n not in created]
+    for i in range(0, len(todo), batch):
+        if time.monotonic() > deadline:
+            return "BENCH_CREATE_TIMEOUT reached"
+        if mem_available() < MIN_MEM_AVAILABLE:
+            return f"MemAvailable under {MIN_MEM_AVAILABLE >> 30} GiB"
+        chunk = todo[i:i + batch]
+        replies = k.call_many([("create_request", {"name": n}) for n in chunk], timeout=120)
+        infos = []
+        for n, rep in zip(chunk, replies):
+            if rep.get("status") != "ok":
+                return f"create_request failed at {len(created)} sessions: {rep.get('evalue')}"
+            created[n] = rep["session"]
+            infos.append(rep["session"])
+        if not exec_all(ctx, [conn_of(s) for s in infos], IMPORT_CELL, timeout=120):
+            return f"a new session did not answer within 120 s (at {len(created)} sessions)"
+        if len(created) % 50 < batch:
+            log(f"  {len(created)} sessions")
+    return None
+
+
+def session_mem(k, names):
+    out = []
+    for n in names:
+        s = k.info(n)
+        out.append({"pss": s["pss_bytes"], "uss": s["uss_bytes"], "cgroup": s["memory_bytes"]})
+    return out
+
+
+def bench_fleet(res):
+    log(f"fleet: kenneld --pool 0 --idle 0 --max-sessions {N['many'] + 8}: one session, then "
+        f"{N['idle_n']}, then {N['many']}")
+    ctx = zmq.Context()
+    clients = []
+    fleet = {}
+    k = None
+    # czmq caps a process at 1024 ZeroMQ sockets unless ZSYS_MAX_SOCKETS says otherwise, and
+    # kenneld opens 5 per session (and aborts on an assertion when the 1025th fails, at 205
+    # sessions): give it room, and say so in the results.
+    sockets = (N["many"] + 16) * 5 + 64
+    env = {"ZSYS_MAX_SOCKETS": str(sockets)} if sockets > 1024 else {}
+    fleet["kenneld_env"] = env
+    try:
+        (k,) = start_kennelds([("fleet", ["--pool", "0", "--idle", "0",
+                                          "--max-sessions", str(N["many"] + 8)])], env)
+        created = {}
+        deadline = time.monotonic() + N["create_timeout"]
+        # One session: its memory after the imports, and the round trip with one alive.
+        probe = k.create("probe")
+        created["probe"] = probe
+        pc = Raw(ctx, conn_of(probe))
+        clients.append(pc)
+        pc.send(IMPORT_CELL)
+        if not wait_done([pc], EXEC_TIMEOUT):
+            raise BenchError("the probe session did not run the imports")
+        time.sleep(1)
+        single = fleet["single"] = session_mem(k, ["probe"])[0]
+        prime(pc)
+        rtt_one, _ = round_trips(pc, N["trips"])
+        log(f"  1 session: pss {single['pss'] / MiB:.1f} MiB, uss {single['uss'] / MiB:.1f} MiB,"
+            f" rtt p50 {statistics.median(rtt_one):.2f} ms")
+
+        # N idle sessions: total PSS.
+        t = time.monotonic()
+        stopped = grow(k, ["probe"] + [f"i{i}" for i in range(N["idle_n"] - 1)], created,
+                       deadline, ctx)
+        grow_s = time.monotonic() - t
+        time.sleep(2)
+        idle_names = list(created)[:N["idle_n"]]
+        mems = session_mem(k, idle_names)
+        zygote_pid = k.stats()["spawner"]["zygote_pid"]
+        zygote = smaps(zygote_pid) if zygote_pid else None
+        kenneld_mem = smaps(k.proc.pid)
+        total = sum(m["pss"] for m in mems) + (zygote["pss"] if zygote else 0)
+        fleet["idle"] = {
+            "n": len(mems), "stopped_early": stopped, "create_and_import_s": grow_s,
+            "sessions_pss_bytes": sum(m["pss"] for m in mems),
+            "zygote_pss_bytes": zygote["pss"] if zygote else None,
+            "total_pss_bytes": total, "kenneld_pss_bytes": kenneld_mem["pss"],
+            "per_session_pss": summary([m["pss"] for m in mems], False),
+            "per_session_uss": summary([m["uss"] for m in mems], False),
+            "per_session_cgroup": summary([m["cgroup"] for m in mems], False)}
+        log(f"  {len(mems)} idle sessions: {total / MiB:.0f} MiB PSS with the zygote")
+
+        # Concurrency: BENCH_CONC of them (not the probe) loop 1+1; the others stay idle.
+        if len(created) < N["conc"] + 1:
+            stopped = grow(k, [f"c{i}" for i in range(N["conc"] + 1 - len(created))], created,
+                           deadline, ctx) or stopped
+        conc_names = [n for n in created if n != "probe"][:N["conc"]]
+        cc = [Raw(ctx, conn_of(created[n])) for n in conc_names]
+        clients += cc
+        for c in cc:
+            prime(c)
+        done, elapsed, lat, cpu_share = run_concurrent(cc, N["conc_seconds"])
+        fleet["concurrent"] = {"sessions": len(cc), "executes": done, "seconds": elapsed,
+                               "executes_per_s": done / elapsed,
+                               "latency_ms": summary(lat, False), "client_cpu_share": cpu_share,
+                               "other_idle_sessions": len(created) - len(cc)}
+        log(f"  {len(cc)} sessions at once: {done / elapsed:.0f} executes/s, "
+            f"p99 {pct(lat, 99):.1f} ms (client used {cpu_share * 100:.0f}% of a core)")
+        for c in cc:
+            c.close()
+            clients.remove(c)
+
+        # Many: grow to BENCH_MANY, then the probe's round trip again.
+        t = time.monotonic()
+        try:
+            stopped = grow(k, [f"m{i}" for i in range(N["many"] - len(created))], created,
+                           deadline, ctx) or stopped
+        except BenchError as e:
+            fleet["many"] = {"error": str(e), "sessions_reached": len(created),
+                             "rtt_one_ms": summary(rtt_one)}
+            raise
+        many_s = time.monotonic() - t
+        time.sleep(2)
+        prime(pc)
+        rtt_many, _ = round_trips(pc, N["trips"])
+        alive = k.stats()["sessions"]
+        total_many = sum(smaps_tree_pss(k.proc.pid).values())
+        fleet["many"] = {
+            "sessions": alive, "asked": N["many"], "stopped_early": stopped,
+            "grow_s": many_s, "rtt_one_ms": summary(rtt_one), "rtt_many_ms": summary(rtt_many),
+            "p50_ratio": statistics.median(rtt_many) / statistics.median(rtt_one),
+            "p99_ratio": pct(rtt_many, 99) / pct(rtt_one, 99),
+            "kenneld_tree_pss_bytes": total_many}
+        log(f"  {alive} sessions: rtt p50 {statistics.median(rtt_many):.2f} ms "
+            f"(one: {statistics.median(rtt_one):.2f} ms)")
+        fleet["single"] = single
+    except BenchError as e:
+        fleet.setdefault("error", str(e))
+        log(f"  fleet (kennel) failed: {e}")
+    finally:
+        for c in clients:
+            c.close()
+        if k is not None:
+            log("  stopping the fleet's kenneld")
+            stop(k)
+        ctx.term()
+
+    # ipykernel: one kernel's memory after the imports, N idle kernels, then concurrency.
+    log(f"fleet: {max(N['ipy_idle_n'], N['ipy_conc'])} ipykernels")
+    ctx = zmq.Context()
+    ipys, clients = [], []
+    try:
+        # A lone kernel first, as kennel's probe session was alone (with its zygote).
+        ipys.append(IPy().start())
+        if not exec_all(ctx, [ipys[0].conn()], IMPORT_CELL, timeout=120):
+            raise BenchError("the ipykernel did not run the imports")
+        time.sleep(1)
+        ipy_single = smaps(ipys[0].pid)
+        for _ in range(N["ipy_idle_n"] - 1):
+            ipys.append(IPy().start())  # all at once: start_kernel does not wait for the kernel
+        if not exec_all(ctx, [i.conn() for i in ipys[1:]], IMPORT_CELL, timeout=180):
+            raise BenchError("ipykernels did not run the imports")
+        time.sleep(2)
+        mems = [smaps(i.pid) for i in ipys]
+        per_pss = statistics.fmean(m["pss"] for m in mems)
+        ipy_idle = {"n": len(mems), "per_kernel_pss": summary([m["pss"] for m in mems], False),
+                    "per_kernel_uss": summary([m["uss"] for m in mems], False),
+                    "total_pss_bytes": sum(m["pss"] for m in mems),
+                    "extrapolated_to": N["idle_n"],
+                    "extrapolated_total_pss_bytes": per_pss * N["idle_n"]}
+        while len(ipys) < N["ipy_conc"]:
+            ipys.append(IPy().start())
+        cc = [Raw(ctx, i.conn()) for i in ipys[:N["ipy_conc"]]]
+        clients += cc
+        for c in cc:
+            prime(c)
+        done, elapsed, lat, cpu_share = run_concurrent(cc, N["conc_seconds"])
+        ipy_conc = {"kernels": len(cc), "executes": done, "seconds": elapsed,
+                    "executes_per_s": done / elapsed, "latency_ms": summary(lat, False),
+                    "client_cpu_share": cpu_share}
+        log(f"  {len(cc)} ipykernels at once: {done / elapsed:.0f} executes/s, "
+            f"p99 {pct(lat, 99):.1f} ms")
+    finally:
+        for c in clients:
+            c.close()
+        ctx.term()
+        for i in ipys:
+            stop(i)
+    res["fleet_kenneld_env"] = fleet["kenneld_env"]
+    if "single" in fleet or "idle" in fleet:
+        res["idle_memory_bytes"] = {
+            "what": f"after `{IMPORT_CELL}`, idle 1 s+; kennel: the session's process tree "
+                    "(info_request), ipykernel: the kernel process (smaps_rollup)",
+            "kennel": fleet.get("single"), "ipykernel": ipy_single}
+    if "idle" in fleet:
+        res["fleet_memory"] = {"kennel": fleet["idle"], "ipykernel": ipy_idle}
+    if "concurrent" in fleet:
+        res["concurrent"] = {"kennel": fleet["concurrent"], "ipykernel": ipy_conc}
+    if "many" in fleet:
+        res["many_sessions"] = fleet["many"]
+    if "error" in fleet:
+        raise BenchError(f"kennel's fleet: {fleet['error']}")
+
+
+def smaps_tree_pss(root):
+    out = {}
+    for pid in [root, *descendants(root)]:
+        m = smaps(pid)
+        if m:
+            out[pid] = m["pss"]
+    return out
+
+
+# ---- 8: a burst of new sessions ----------------------------------------------------------------
+
+def bench_burst(res):
+    log(f"burst: {N['burst']} kennel sessions created at once, {N['ipy_burst']} ipykernels")
+    ctx = zmq.Context()
+    (k,) = start_kennelds([("burst", ["--max-sessions", str(N["burst"] + 8)])])
+    try:
+        k.wait_pool()
+        settle([k.proc.pid])
+        names = [f"b{i}" for i in range(N["burst"])]
+        t = time.perf_counter()
+        ids = [k.session.send(k.sock, "create_request", {"name": n})["header"]["msg_id"]
+               for n in names]
+        answered, created, clients, pending = [], [], [], set(ids)
+        poller = zmq.Poller()
+        poller.register(k.sock, zmq.POLLIN)
+        owner = {}
+        deadline = time.monotonic() + 120
+        try:
+            while len(answered) < len(names):
+                if time.monotonic() > deadline:
+                    raise BenchError("burst: not every session answered in 120 s")
+                for sock, _ in poller.poll(1000):
+                    if sock is k.sock:
+                        _, frames = k.session.feed_identities(k.sock.recv_multipart())
+                        msg = k.session.deserialize(frames)
+                        pending.discard(msg["parent_header"].get("msg_id"))
+                        created.append(ms_since(t))
+                        if msg["content"].get("status") != "ok":
+                            raise BenchError(f"burst: create failed: {msg['content']}")
+                        c = Raw(ctx, conn_of(msg["content"]["session"]), iopub=False)
+                        clients.append(c)
+                        owner[c.shell] = c
+                        poller.register(c.shell, zmq.POLLIN)
+                        c.send()
+                    else:
+                        c = owner[sock]
+                        _drain(sock, c.on_shell)
+                        if c.got_reply and c.pending is not None:
+                            answered.append(ms_since(t))
+                            c.pending = None
+        finally:
+            for c in clients:
+                c.close()
+        kennel = {"sessions": len(names), "all_answered_ms": max(answered),
+                  "answered_ms": summary(answered), "create_replied_ms": summary(created),
+                  "from_pool": k.stats()["spawner"]["pool"]}
+    finally:
+        stop(k)
+        ctx.term()
+    log(f"  kennel: all {len(names)} answered after {kennel['all_answered_ms']:.0f} ms (create_replies"
+        f" from {min(created):.0f} to {max(created):.0f} ms)")
+    ctx = zmq.Context()
+    ipys, clients = [], []
+    try:
+        t = time.perf_counter()
+        for _ in range(N["ipy_burst"]):
+            ipys.append(IPy().start())
+        clients = [Raw(ctx, i.conn(), iopub=False) for i in ipys]
+        for c in clients:
+            c.send()
+        answered = []
+        poller = zmq.Poller()
+        owner = {}
+        for c in clients:
+            poller.register(c.shell, zmq.POLLIN)
+            owner[c.shell] = c
+        deadline = time.monotonic() + 180
+        while len(answered) < len(clients):
+            if time.monotonic() > deadline:
+                raise BenchError("burst: not every ipykernel answered in 180 s")
+            for sock, _ in poller.poll(1000):
+                c = owner[sock]
+                _drain(sock, c.on_shell)
+                if c.got_reply and c.pending is not None:
+                    answered.append(ms_since(t))
+                    c.pending = None
+        ipy = {"kernels": len(clients), "all_answered_ms": max(answered),
+               "answered_ms": summary(answered)}
+    finally:
+        for c in clients:
+            c.close()
+        ctx.term()
+        for i in ipys:
+            stop(i)
+    log(f"  ipykernel: all {len(ipys)} answered after {ipy['all_answered_ms']:.0f} ms")
+    res["burst"] = {"what": "sessions asked for at once, each executing 1+1 as soon as it "
+                            "exists (jupyter's 20-at-once target)",
+                    "kennel": kennel, "ipykernel": ipy}
+
+
+# ---- report ------------------------------------------------------------------------------------
+
+def machine_info():
+    def run(*cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    cpu = None
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    import ipykernel
+    import jupyter_client
+    return {"nproc": int(run("nproc") or os.cpu_count()), "cpu": cpu,
+            "mem_total_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+            "kernel": platform.release(), "python": platform.python_version(),
+            "os": run("sh", "-c", ". /etc/os-release && echo $PRETTY_NAME"),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "loadavg_start": list(os.getloadavg()),
+            "ipykernel": ipykernel.__version__, "jupyter_client": jupyter_client.__version__,
+            "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version(),
+            "kennel_commit": run("git", "-C", ROOT, "rev-parse", "--short", "HEAD")}
+
+
+def fmt_ms(x):
+    return f"{x:.2f} ms" if x < 10 else f"{x:.0f} ms"
+
+
+def fmt_mib(x):
+    return f"{x / MiB:.1f} MiB" if x < 100 * MiB else f"{x / MiB:.0f} MiB"
+
+
+def ratio(ipy, kennel):
+    """How many times better kennel is: ipykernel / kennel for times and sizes (for
+    throughput the caller swaps the arguments)."""
+    return f"{ipy / kennel:.1f}x" if kennel else "-"
+
+
+def table(res):
+    """[(label, kennel, ipykernel, ratio)] of what was measured."""
+    rows = []
+    s = res.get("start_first_result_ms")
+    if s:
+        ipy = s["ipykernel"]
+        for key, what in (("kennel_pool", "warm pool"), ("kennel_pool0", "zygote fork, --pool 0"),
+                          ("kennel_exec", "cold, --spawner exec")):
+            k = s[key]
+            rows.append((f"new session -> first `1+1`, {what}: median", fmt_ms(k["median"]),
+                         fmt_ms(ipy["median"]), ratio(ipy["median"], k["median"])))
+            rows.append((f"new session -> first `1+1`, {what}: p99", fmt_ms(k["p99"]),
+                         fmt_ms(ipy["p99"]), ratio(ipy["p99"], k["p99"])))
+    p = res.get("first_png_ms")
+    if p:
+        for q in ("median", "p99"):
+            rows.append((f"new session -> first matplotlib PNG: {q}", fmt_ms(p["kennel"][q]),
+                         fmt_ms(p["ipykernel"][q]), ratio(p["ipykernel"][q], p["kennel"][q])))
+    r = res.get("warm_rtt_ms")
+    if r:
+        for q, lbl in (("median", "p50"), ("p99", "p99")):
+            rows.append((f"warm `1+1` round trip, reply + idle: {lbl}", fmt_ms(r["kennel"][q]),
+                         fmt_ms(r["ipykernel"][q]), ratio(r["ipykernel"][q], r["kennel"][q])))
+        cpu = r["client_cpu_ms_per_trip"]
+        rows.append(("  floor: bare ZeroMQ round trip (300 B), same client: p50 / p99",
+                     f"{r['zmq_floor']['median']:.2f} / {r['zmq_floor']['p99']:.2f} ms", "", ""))
+        rows.append(("  floor: same client and messages, fake kernel answering at once: "
+                     "p50 / p99",
+                     f"{r['fake_kernel']['median']:.2f} / {r['fake_kernel']['p99']:.2f} ms", "",
+                     ""))
+        rows.append(("  kennel's own share: its p50 minus the fake kernel's",
+                     fmt_ms(r["kennel"]["median"] - r["fake_kernel"]["median"]), "", ""))
+        rows.append(("  client's own CPU per round trip (fake kernel: "
+                     f"{cpu['fake_kernel']:.2f} ms)", f"{cpu['kennel']:.2f} ms",
+                     f"{cpu['ipykernel']:.2f} ms", ""))
+    m = res.get("idle_memory_bytes")
+    if m:
+        for q in ("pss", "uss"):
+            rows.append((f"idle session after numpy+pandas+pyplot imports, alone: {q.upper()}",
+                         fmt_mib(m["kennel"][q]), fmt_mib(m["ipykernel"][q]),
+                         ratio(m["ipykernel"][q], m["kennel"][q])))
+    f = res.get("fleet_memory")
+    if f:
+        kf, ipf = f["kennel"], f["ipykernel"]
+        for q in ("pss", "uss"):
+            k_, i_ = kf[f"per_session_{q}"]["mean"], ipf[f"per_kernel_{q}"]["mean"]
+            rows.append((f"  same, mean per session with {kf['n']} (ipykernel {ipf['n']}) "
+                         f"alive: {q.upper()}", fmt_mib(k_), fmt_mib(i_), ratio(i_, k_)))
+        rows.append((f"{kf['n']} idle sessions, total PSS (kennel: + zygote; ipykernel: "
+                     f"{ipf['n']} measured, x{ipf['extrapolated_to'] / ipf['n']:g})",
+                     fmt_mib(kf["total_pss_bytes"]), fmt_mib(ipf["extrapolated_total_pss_bytes"]),
+                     ratio(ipf["extrapolated_total_pss_bytes"], kf["total_pss_bytes"])))
+    c = res.get("concurrent")
+    if c:
+        kc, ic = c["kennel"], c["ipykernel"]
+        rows.append((f"sessions executing at once (kennel {kc['sessions']}, ipykernel "
+                     f"{ic['kernels']}): executes/s", f"{kc['executes_per_s']:.0f}/s",
+                     f"{ic['executes_per_s']:.0f}/s",
+                     ratio(kc["executes_per_s"], ic["executes_per_s"])))
+        rows.append(("  same: latency p99", fmt_ms(kc["latency_ms"]["p99"]),
+                     fmt_ms(ic["latency_ms"]["p99"]),
+                     ratio(ic["latency_ms"]["p99"], kc["latency_ms"]["p99"])))
+    many = res.get("many_sessions")
+    if many and "error" not in many:
+        rows.append((f"warm round trip p50 with {many['sessions']} idle sessions / with one",
+                     f"{many['rtt_many_ms']['median']:.2f} / {many['rtt_one_ms']['median']:.2f} ms"
+                     f" = {many['p50_ratio']:.2f}x", "", ""))
+    sb = res.get("sandbox_spawn_cost_ms")
+    if sb:
+        d = sb["difference"]
+        rows.append(("sandbox spawn cost (exec, sandboxed - insecure): median / p99",
+                     f"{d['median']:.0f} / {d['p99']:.0f} ms", "", ""))
+        a = sb["setup_alone"]["difference"]
+        rows.append(("  the sandbox's setup alone (kennel-init -- true, minus true): median / p99",
+                     f"{a['median']:.1f} / {a['p99']:.1f} ms", "", ""))
+    b = res.get("burst")
+    if b:
+        rows.append((f"burst: kennel {b['kennel']['sessions']} / ipykernel "
+                     f"{b['ipykernel']['kernels']} at once, all answered",
+                     fmt_ms(b["kennel"]["all_answered_ms"]),
+                     fmt_ms(b["ipykernel"]["all_answered_ms"]), ""))
+    return rows
+
+
+def targets(res):
+    """Issue #6's targets against what was measured: [(target, measured, met)]."""
+    out = []
+    s = res.get("start_first_result_ms")
+    if s:
+        k, i = s["kennel_pool"]["median"], s["ipykernel"]["median"]
+        out.append(("new session -> first 1+1: median <= 15 ms", fmt_ms(k), k <= 15))
+        out.append((">= 60x faster than ipykernel", f"{i / k:.1f}x", i / k >= 60))
+    p = res.get("first_png_ms")
+    if p:
+        out.append(("new session -> first PNG: median <= 60 ms", fmt_ms(p["kennel"]["median"]),
+                    p["kennel"]["median"] <= 60))
+    r = res.get("warm_rtt_ms")
+    if r:
+        k50, k99, i50 = r["kennel"]["median"], r["kennel"]["p99"], r["ipykernel"]["median"]
+        out.append(("warm round trip: median <= 0.5 ms", fmt_ms(k50), k50 <= 0.5))
+        out.append(("warm round trip: p99 <= 1.5 ms", fmt_ms(k99), k99 <= 1.5))
+        out.append(("warm round trip >= 10x faster than ipykernel", f"{i50 / k50:.1f}x",
+                    i50 / k50 >= 10))
+    f = res.get("fleet_memory")
+    if f:
+        pss = f["kennel"]["per_session_pss"]["mean"]
+        out.append((f"idle session PSS <= 4 MiB, imports done (mean of {f['kennel']['n']} alive)",
+                    fmt_mib(pss), pss <= 4 * MiB))
+        n, tot = f["kennel"]["n"], f["kennel"]["total_pss_bytes"]
+        note = "" if n >= 200 else f" (only {n} measured)"
+        out.append((f"200 idle sessions under 1 GiB in total{note}", fmt_mib(tot),
+                    tot < 1 << 30 and n >= 200))
+    b = res.get("burst")
+    if b:
+        kb = b["kennel"]
+        note = "" if kb["sessions"] >= 20 else f" (only {kb['sessions']} created)"
+        out.append((f"20 sessions created at once all answer within 0.5 s{note}",
+                    fmt_ms(kb["all_answered_ms"]), kb["all_answered_ms"] <= 500
+                    and kb["sessions"] >= 20))
+    many = res.get("many_sessions")
+    if many and "error" not in many:
+        note = "" if many["sessions"] >= 500 else f" (only {many['sessions']} sessions)"
+        out.append((f"rtt with 500 idle sessions within 1.5x of one{note}",
+                    f"{many['p50_ratio']:.2f}x", many["p50_ratio"] <= 1.5
+                    and many["sessions"] >= 500))
+    return out
+
+
+def print_report(res, machine):
+    rows = table(res)
+    print()
+    print(f"kennel {machine['kennel_commit']} vs ipykernel {machine['ipykernel']} -- "
+          f"{machine['nproc']} CPUs ({machine['cpu']}), Linux {machine['kernel']}, "
+          f"Python {machine['python']}, {machine['date']}, load average "
+          f"{machine['loadavg_start'][0]:.2f} at start, {machine['loadavg_end'][0]:.2f} at end")
+    print()
+    print("| | kennel | ipykernel | ratio |")
+    print("| --- | ---: | ---: | ---: |")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    print()
+    print("ratio: how many times better kennel is (ipykernel / kennel; for executes/s kennel /"
+          " ipykernel). p99 of fewer than 100 samples is the maximum.")
+    for name, err in res.get("errors", {}).items():
+        print(f"\nsection {name} FAILED: {err}")
+    t = targets(res)
+    if t:
+        print()
+        print("| issue #6 target | measured | met |")
+        print("| --- | ---: | :---: |")
+        for what, value, met in t:
+            print(f"| {what} | {value} | {'yes' if met else 'no'} |")
 
 
 def main():
-    kennel, ipk = bench_kennel(), bench_ipykernel()
-    rows = [("new session -> first 1+1 (median)", "start_ms", "ms"),
-            ("warm 1+1 round trip p50", "rtt_p50_ms", "ms"),
-            ("warm 1+1 round trip p99", "rtt_p99_ms", "ms"),
-            ("idle session memory", "idle_memory_bytes", "MiB")]
-    print(f"{'':38} {'kennel':>10} {'ipykernel':>10} {'ratio':>8}")
-    for label, key, unit in rows:
-        a, b = kennel[key], ipk[key]
-        scale = 1 / 1048576 if unit == "MiB" else 1
-        print(f"{label:38} {a * scale:7.1f}{unit:>3} {b * scale:7.1f}{unit:>3} {b / a:7.2f}x")
-    print("(ratio: ipykernel / kennel; above 1 means kennel is faster or smaller. kennel's memory"
-          " is its whole sandboxed session's cgroup, ipykernel's the kernel's PSS.)")
-    out = os.path.join(ROOT, "bench", "results.json")
-    with open(out, "w") as f:
-        json.dump({"kennel": kennel, "ipykernel": ipk, "starts": STARTS, "trips": TRIPS,
-                   "date": time.strftime("%Y-%m-%d")}, f, indent=1)
-    print(f"wrote {out}")
+    unknown = [s for s in ONLY if s not in SECTIONS]
+    if unknown:
+        sys.exit(f"bench: unknown BENCH_ONLY section(s) {unknown}; known: {SECTIONS}")
+    if not os.access(KENNELD, os.X_OK):
+        sys.exit(f"bench: {KENNELD} is missing: run `make` first")
+    tmp = tempfile.mkdtemp(prefix="kb-jupyter-", dir="/tmp")
+    # ipykernel's connection files and IPython profile in a directory of this run's own.
+    os.environ["JUPYTER_RUNTIME_DIR"] = os.path.join(tmp, "runtime")
+    os.environ["IPYTHONDIR"] = os.path.join(tmp, "ipython")
+
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    # ipykernel's debugger (debugpy) warns about frozen modules on every start: noise here.
+    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    machine = machine_info()
+    log(f"bench: sections {','.join(ONLY)}; N = {json.dumps(N)}"
+        + (" (BENCH_QUICK)" if QUICK else ""))
+    res = {}
+    t0 = time.monotonic()
+    try:
+        steps = {"starts": bench_starts, "png": bench_png, "rtt": bench_rtt,
+                 "fleet": bench_fleet, "burst": bench_burst}
+        for name in SECTIONS:
+            if name in ONLY:
+                machine.setdefault("loadavg_by_section", {})[name] = list(os.getloadavg())
+                try:
+                    steps[name](res)
+                except BenchError as e:
+                    log(f"{name}: FAILED: {e}")
+                    res.setdefault("errors", {})[name] = str(e)
+    finally:
+        for obj in reversed(list(LIVE)):
+            try:
+                stop(obj)
+            except Exception as e:  # keep stopping the others
+                print(f"bench: stopping {obj}: {e}", file=sys.stderr)
+        shutil.rmtree(tmp, ignore_errors=True)
+    machine["loadavg_end"] = list(os.getloadavg())
+    machine["runtime_s"] = round(time.monotonic() - t0, 1)
+    print_report(res, machine)
+    with open(OUT, "w") as f:
+        json.dump({"machine": machine, "n": N, "quick": QUICK, "sections": ONLY,
+                   "results": res, "table": table(res),
+                   "targets": [{"target": a, "measured": b, "met": c} for a, b, c in targets(res)]},
+                  f, indent=1)
+    print(f"\nwrote {OUT} ({machine['runtime_s']:.0f} s)")
+    if res.get("errors"):
+        sys.exit(1)
 
 
 if __name__ == "__main__":
