@@ -436,6 +436,9 @@ static json_t *s_zygote_recv(spawner_zygote_t *self, int timeout_ms, char *why, 
         json_t *v;
         json_object_foreach(failed, name, v)
             LOG_W("zygote: could not preload %s: %s", name, json_string_value(v));
+        json_object_foreach(json_object_get(msg, "stale_fds"), name, v)
+            LOG_D("zygote: fd %s (%s) stays open after the preload: /dev/null in kernels", name,
+                  json_string_value(v));
         LOG_I("zygote ready (pid %d) in %lld ms", (int)self->proc.pid,
               (long long)json_integer_value(json_object_get(msg, "ms")));
     }

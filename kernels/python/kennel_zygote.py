@@ -22,7 +22,8 @@ Messages (JSON, one per datagram):
                       "env": {"MPLCONFIGDIR": D, "IPYTHONDIR": D/ipython}}
                      + [lifeline, kennel-init]   (first; the lifeline hangs up when kenneld
                      dies; each session's init execs kennel-init once it forked its kernel)
-  zygote -> kenneld  {"op": "ready", "preloaded": [...], "failed": {module: error}, "ms": N}
+  zygote -> kenneld  {"op": "ready", "preloaded": [...], "failed": {module: error},
+                      "stale_fds": {fd: what}, "ms": N}
   kenneld -> zygote  {"op": "spawn", "ticket": T, "uid": U, "gid": G, "tmp": B, "as": B, "fsize": B,
                       "nproc": N, "nofile": N, "env": {...}}
                      + [pipe, workspace, cgroup.procs...]
@@ -64,6 +65,23 @@ def _preload(modules):
     return done, failed
 
 
+def _open_fds(keep):
+    """Descriptors the preload left open (IPython keeps /dev/null open, for one). Every
+    kernel's seal closes them under the objects that hold them, so _become_kernel points
+    each number at the sandbox's /dev/null: a stale holder then writes nowhere and closes
+    nothing of the kernel's. (A font file drawn from here once crashed kernels so.)"""
+    left = {}
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd in keep:
+            continue
+        try:
+            left[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass  # the listing's own descriptor, closed by now
+    return left
+
+
 def _reseed():
     """No two kernels forked from one zygote may share a random stream."""
     import random
@@ -77,12 +95,18 @@ def _reseed():
         tempfile._name_sequence = None  # its names come from a Random made on first use
 
 
-def _become_kernel(ctl, cfg, req):
+def _become_kernel(ctl, cfg, req, stale):
     """In the new kernel: serve the session, then exit. Never returns to the zygote's loop,
     whatever happens (an exception here must not reach main's handlers)."""
     code = 1
     try:
         ctl.detach()  # sandbox_seal closed its fd: the object must not close a reused number
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        for fd in stale:
+            if fd != null:
+                os.dup2(null, fd, inheritable=False)
+        if null not in stale:
+            os.close(null)
         os.environ.clear()
         os.environ.update(req["env"])
         _reseed()
@@ -104,7 +128,7 @@ def _become_kernel(ctl, cfg, req):
         os._exit(code)
 
 
-def _spawn(ctl, cfg, lifeline, init_fd, req, fds):
+def _spawn(ctl, cfg, lifeline, init_fd, stale, req, fds):
     import _kennel_zygote
 
     if len(fds) < 2:
@@ -116,7 +140,7 @@ def _spawn(ctl, cfg, lifeline, init_fd, req, fds):
         tmp=int(req["tmp"]), as_bytes=int(req["as"]), fsize=int(req["fsize"]),
         nproc=int(req["nproc"]), nofile=int(req["nofile"]))
     if pid == 0:
-        _become_kernel(ctl, cfg, req)
+        _become_kernel(ctl, cfg, req, stale)
     return pid
 
 
@@ -155,7 +179,9 @@ def main(ctl, cfg, fds):
         _send(ctl, {"op": "error", "error": f"the zygote runs {threads} threads after the "
                     "preload; a multithreaded process cannot enter a user namespace"})
         sys.exit(1)
+    stale = _open_fds({0, 1, 2, ctl.fileno(), lifeline, init_fd})
     _send(ctl, {"op": "ready", "preloaded": preloaded, "failed": failed,
+                "stale_fds": {str(fd): target for fd, target in stale.items()},
                 "ms": round((time.monotonic() - t0) * 1000)})
     while True:
         msg, fds, _flags, _addr = socket.recv_fds(ctl, MAX_MESSAGE, MAX_FDS)
@@ -166,7 +192,7 @@ def main(ctl, cfg, fds):
             req = json.loads(msg)
             if req.get("op") != "spawn":
                 raise ValueError(f"unknown op {req.get('op')!r}")
-            reply = {"op": "spawned", "pid": _spawn(ctl, cfg, lifeline, init_fd, req, fds)}
+            reply = {"op": "spawned", "pid": _spawn(ctl, cfg, lifeline, init_fd, stale, req, fds)}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             reply = {"op": "error", "error": str(e)[:300]}
         reply["ticket"] = req.get("ticket") if isinstance(req, dict) else None

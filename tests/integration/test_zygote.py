@@ -147,3 +147,15 @@ def test_no_host_path_in_what_a_kernel_can_read_of_itself(kenneld, session):
     assert blobs, cell.content
     for where, text in blobs.items():
         assert repo not in text and str(kenneld.state_dir) not in text, (where, text)
+
+
+def test_descriptors_the_preload_left_open_are_dev_null_in_kernels(kenneld, session):
+    """IPython keeps /dev/null open from import time; the seal closes that fd in every kernel.
+    Left so, the stale object would write into (and at exit close) whatever file the kernel
+    opened next under that number: the kernel points it at its own /dev/null instead."""
+    cell = run(session, "import os, IPython.utils.io as iu\n"
+                        "f = open('mine.txt', 'w')\n"
+                        "iu.devnull.write('stale'); iu.devnull.flush()\n"
+                        "f.write('mine'); f.close()\n"
+                        "print(os.readlink(f'/proc/self/fd/{iu.devnull.fileno()}'), open('mine.txt').read())")
+    assert cell.stream("stdout").split() == ["/dev/null", "mine"], cell.content
