@@ -431,7 +431,7 @@ static int s_on_zygote(zloop_t *loop, zmq_pollitem_t *item, void *arg)
 }
 
 /*  Ask the zygote for a sealed kernel with these walls, without waiting (the answer comes
- *  with spawner_zygote_take or _wait). 0, or -1 with why. */
+ *  with spawner_zygote_take). 0 and *ticket set, or -1 with why (*ticket untouched). */
 static int s_zygote_request(broker_t *b, const char *workspace, size_t slot,
                             const broker_limits_t *limits, const cgroup_t *cg,
                             spawner_proc_t *out, unsigned long *ticket, char *why,
@@ -473,18 +473,22 @@ static int s_zygote_request(broker_t *b, const char *workspace, size_t slot,
         n += fds[n] >= 0;
     }
     fds[n] = -1;
-    if (rc < 0)
+    unsigned long t = 0;
+    if (rc < 0) {
         snprintf(why, why_len, "sandbox: %s: %s", n == 0 ? "open workspace" : "open cgroup",
                  strerror(errno));
-    else
-        rc = spawner_zygote_send(b->zygote, req, fds, out, ticket, why, why_len);
-    if (rc < 0 && n > 0 && spawner_zygote_gone(b->zygote)) {
-        /* It died since we last looked: once more, with a new one. */
-        LOG_W("the zygote is gone (%s); starting another", why);
-        s_zygote_stop(b);
-        if (s_zygote_start(b) == 0)
-            rc = spawner_zygote_send(b->zygote, req, fds, out, ticket, why, why_len);
+    } else {
+        rc = spawner_zygote_send(b->zygote, req, fds, out, &t, why, why_len);
+        if (rc < 0 && spawner_zygote_gone(b->zygote)) {
+            /* It died since we last looked: once more, with a new one. */
+            LOG_W("the zygote is gone (%s); starting another", why);
+            s_zygote_stop(b);
+            if (s_zygote_start(b) == 0)
+                rc = spawner_zygote_send(b->zygote, req, fds, out, &t, why, why_len);
+        }
     }
+    if (rc == 0)
+        *ticket = t;
     for (size_t i = 0; i < n; i++)
         close(fds[i]);
     json_decref(req);

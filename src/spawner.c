@@ -489,15 +489,21 @@ int spawner_zygote_send(spawner_zygote_t *self, json_t *request, const int fds[]
         snprintf(why, why_len, "socketpair: %s", strerror(errno));
         return -1;
     }
+    if (util_set_nonblock(sv[0], 1) < 0) {
+        snprintf(why, why_len, "socketpair: %s", strerror(errno));
+        close(sv[0]);
+        close(sv[1]);
+        return -1;
+    }
     int all[SPAWNER_MAX_FDS + 1];
     size_t n = 0;
     all[n++] = sv[1];
     for (size_t i = 0; fds[i] >= 0 && n < SPAWNER_MAX_FDS; i++)
         all[n++] = fds[i];
     all[n] = -1;
-    *ticket = ++self->next_ticket;
+    unsigned long t = self->next_ticket + 1;
     json_object_set_new(request, "op", json_string("spawn"));
-    json_object_set_new(request, "ticket", json_integer((json_int_t)*ticket));
+    json_object_set_new(request, "ticket", json_integer((json_int_t)t));
     char *text = json_dumps(request, JSON_COMPACT);
     int rc = text && !self->dead ? s_send_fds(self->proc.pipe_fd, text, all) : -1;
     free(text);
@@ -509,10 +515,12 @@ int spawner_zygote_send(spawner_zygote_t *self, json_t *request, const int fds[]
         close(sv[0]);
         return -1;
     }
+    self->next_ticket = t;
+    *ticket = t;
     if (!self->pending++)
         self->progress_ms = util_now_ms();
     out->pipe_fd = sv[0];
-    return util_set_nonblock(out->pipe_fd, 1);
+    return 0;
 }
 
 int spawner_zygote_gone(const spawner_zygote_t *self)
