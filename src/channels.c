@@ -33,6 +33,26 @@ static zsock_t *s_socket(channels_index_t i, size_t max_msg)
     return s;
 }
 
+/*  Bind to a port the kernel picks: libzmq's own wildcard, one bind. (czmq's `*` walks its
+ *  dynamic range a port at a time, slower and slower as sessions accumulate.) The port, or -1
+ *  with errno. */
+static int s_bind_any_port(zsock_t *sock, const char *ip)
+{
+    char ep[128];
+    snprintf(ep, sizeof ep, "tcp://%s:*", ip);
+    if (zmq_bind(zsock_resolve(sock), ep) < 0)
+        return -1;
+    char *last = zsock_last_endpoint(sock);
+    const char *colon = last ? strrchr(last, ':') : NULL;
+    int port = colon ? atoi(colon + 1) : 0;
+    zstr_free(&last);
+    if (port <= 0) {
+        errno = EADDRNOTAVAIL;
+        return -1;
+    }
+    return port;
+}
+
 channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
 {
     channels_t *self = calloc(1, sizeof *self);
@@ -62,7 +82,7 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
         } else if (port) {
             rc = zsock_bind(self->sock[i], "tcp://%s:%d", cfg->ip, port);
         } else {
-            rc = port = zsock_bind(self->sock[i], "tcp://%s:*", cfg->ip);
+            rc = port = s_bind_any_port(self->sock[i], cfg->ip);
         }
         if (rc < 0) {
             if (errno == 0)
