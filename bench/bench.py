@@ -31,9 +31,8 @@ Measurements
      one (kenneld --idle 0 --pool 0, so none is evicted and none is pooled). Measurements 4, 5
      and 6 share that kenneld: one probe session first, then it grows to BENCH_IDLE_N, then to
      BENCH_MANY (creation is bounded by BENCH_CREATE_TIMEOUT and stops early if the machine's
-     MemAvailable falls under 3 GiB: the reached count is reported). That kenneld gets
-     ZSYS_MAX_SOCKETS in its environment: czmq's default cap of 1024 ZeroMQ sockets (5 per
-     session) makes it abort at 205 sessions.
+     MemAvailable falls under 3 GiB: the reached count is reported). (kenneld sizes czmq's
+     socket cap from --max-sessions itself.)
   7. the sandbox's spawn cost (issue #3): create -> first result with `--spawner exec`,
      sandboxed against `--insecure-no-sandbox`, in consecutive pairs; median and p99 of the
      per-pair difference. That difference is small against a noisy ~0.5 s cold start, so the
@@ -1072,12 +1071,7 @@ def bench_fleet(res):
     clients = []
     fleet = {}
     k = None
-    # czmq caps a process at 1024 ZeroMQ sockets unless ZSYS_MAX_SOCKETS says otherwise, and
-    # kenneld opens 5 per session (and aborts on an assertion when the 1025th fails, at 205
-    # sessions): give it room, and say so in the results.
-    sockets = (N["many"] + 16) * 5 + 64
-    env = {"ZSYS_MAX_SOCKETS": str(sockets)} if sockets > 1024 else {}
-    fleet["kenneld_env"] = env
+    env = {}  # kenneld sizes czmq's socket cap from --max-sessions itself
     try:
         (k,) = start_kennelds([("fleet", ["--pool", "0", "--idle", "0",
                                           "--max-sessions", str(N["many"] + 8)])], env)
@@ -1216,7 +1210,7 @@ def bench_fleet(res):
         ctx.term()
         for i in ipys:
             stop(i)
-    res["fleet_kenneld_env"] = fleet["kenneld_env"]
+    res["fleet_kenneld_env"] = fleet.get("kenneld_env", {})
     if "single" in fleet or "idle" in fleet:
         res["idle_memory_bytes"] = {
             "what": f"after `{IMPORT_CELL}`, idle 1 s+; kennel: the session's process tree "
