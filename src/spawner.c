@@ -413,7 +413,7 @@ static json_t *s_zygote_recv(spawner_zygote_t *self, int timeout_ms, char *why, 
         errno = EAGAIN;
         return NULL;
     }
-    char buf[4096];
+    static char buf[65536]; /* the zygote's datagrams are at most this (kennel_zygote.py) */
     ssize_t n = p < 0 ? -1 : recv(self->proc.pipe_fd, buf, sizeof buf - 1, MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
         errno = EAGAIN;

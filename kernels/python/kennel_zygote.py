@@ -145,7 +145,11 @@ def _spawn(ctl, cfg, lifeline, init_fd, stale, req, fds):
 
 
 def _send(ctl, obj):
-    ctl.send(json.dumps(obj).encode())
+    data = json.dumps(obj).encode()
+    if len(data) >= MAX_MESSAGE:  # kenneld reads datagrams of at most this
+        obj = {k: v for k, v in obj.items() if k not in ("failed", "stale_fds")}
+        data = json.dumps(obj).encode()
+    ctl.send(data)
 
 
 def main(ctl, cfg, fds):
