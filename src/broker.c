@@ -737,6 +737,10 @@ static void s_pool_collect(broker_t *b)
     }
 }
 
+static int s_disk_setup(broker_t *self, const char *dir, const char *workspace,
+                        unsigned long long bytes, int is_new, uid_t uid, gid_t gid,
+                        broker_error_t *err);
+
 /*  Ask the zygote for one more pooled kernel. 0, or -1 (logged). */
 static int s_pool_add(broker_t *b)
 {
@@ -751,8 +755,8 @@ static int s_pool_add(broker_t *b)
     }
     b->slots[p->slot] = 1;
     util_uuid(p->id);
-    char why[300] = "", image[PATH_MAX + 32];
-    const char *step = NULL;
+    broker_error_t err = {0};
+    char *why = err.evalue;
     uid_t uid;
     gid_t gid;
     s_kernel_ids(b, p->slot, &uid, &gid);
@@ -760,19 +764,16 @@ static int s_pool_add(broker_t *b)
     if (statedir_session_create(b->cfg.state_dir, p->id, p->dir, sizeof p->dir) < 0 ||
         snprintf(p->workspace, sizeof p->workspace, "%s/workspace", p->dir) >= PATH_MAX ||
         chown(p->workspace, uid, gid) < 0) {
-        snprintf(why, sizeof why, "session directory: %s", strerror(errno));
-    } else if (disk && !b->cfg.disk_ok) {
-        snprintf(why, sizeof why, "no workspace caps here (%s)", b->cfg.disk_desc);
-    } else if (disk && (snprintf(image, sizeof image, "%s/workspace.img", p->dir) < 0 ||
-                        disk_create(image, disk, uid, gid, &step) < 0 ||
-                        disk_mount(image, p->workspace, 1, &step) < 0)) {
-        snprintf(why, sizeof why, "workspace disk: %s: %s", step, strerror(errno));
-    } else if (!(p->disk_mounted = disk > 0, p->cg = cgroup_create(p->id, &b->cfg.limits.cg))) {
-        snprintf(why, sizeof why, "cgroup: %s", strerror(errno));
-    } else if (s_zygote_request(b, p->workspace, p->slot, &b->cfg.limits, p->cg, &p->proc,
-                                &p->ticket, why, sizeof why) == 0) {
-        zlistx_add_end(b->pool, p);
-        return 0;
+        snprintf(why, sizeof err.evalue, "session directory: %s", strerror(errno));
+    } else if (s_disk_setup(b, p->dir, p->workspace, disk, 1, uid, gid, &err) == 0) {
+        p->disk_mounted = disk > 0;
+        if (!(p->cg = cgroup_create(p->id, &b->cfg.limits.cg)))
+            snprintf(why, sizeof err.evalue, "cgroup: %s", strerror(errno));
+        else if (s_zygote_request(b, p->workspace, p->slot, &b->cfg.limits, p->cg, &p->proc,
+                                  &p->ticket, why, sizeof err.evalue) == 0) {
+            zlistx_add_end(b->pool, p);
+            return 0;
+        }
     }
     if (log_allow(&b->warn_limit, 5))
         LOG_W("pool: cannot prepare a kernel: %s", why);
@@ -1281,10 +1282,12 @@ static int s_write_meta(const sess_t *s, int launched)
  *  mounted for a new session, mounted again (after a check) for a restored one. Fails closed:
  *  a session never runs uncapped because its cap could not be built. 0, or -1 with *err
  *  ("DiskUnavailable": the image, if any, is kept). */
-static int s_disk_attach(broker_t *self, sess_t *s, int is_new, uid_t uid, gid_t gid,
-                         broker_error_t *err)
+/*  Make (is_new) or check, then mount, the workspace image of a session directory; nothing
+ *  when bytes is 0. 0, or -1 with err. Used for sessions and for pooled kernels alike. */
+static int s_disk_setup(broker_t *self, const char *dir, const char *workspace,
+                        unsigned long long bytes, int is_new, uid_t uid, gid_t gid,
+                        broker_error_t *err)
 {
-    unsigned long long bytes = s->limits.disk_bytes;
     if (!bytes)
         return 0;
     err->ename = "DiskUnavailable";
@@ -1296,18 +1299,26 @@ static int s_disk_attach(broker_t *self, sess_t *s, int is_new, uid_t uid, gid_t
         return -1;
     }
     char image[PATH_MAX + 16];
-    snprintf(image, sizeof image, "%s/workspace.img", s->dir);
+    snprintf(image, sizeof image, "%s/workspace.img", dir);
     const char *step = NULL;
     long long t0 = util_now_ms();
     if ((is_new && disk_create(image, bytes, uid, gid, &step) < 0) ||
-        disk_mount(image, s->workspace, is_new, &step) < 0) {
+        disk_mount(image, workspace, is_new, &step) < 0) {
         snprintf(err->evalue, sizeof err->evalue, "cannot set up the workspace's disk: %s: %s",
                  step, strerror(errno));
         return -1;
     }
-    s->disk_mounted = 1;
-    LOG_D("session=%s: workspace image (%llu MiB) %s in %lld ms", s->id, bytes >> 20,
+    LOG_D("%s: workspace image (%llu MiB) %s in %lld ms", dir, bytes >> 20,
           is_new ? "made and mounted" : "checked and mounted", util_now_ms() - t0);
+    return 0;
+}
+
+static int s_disk_attach(broker_t *self, sess_t *s, int is_new, uid_t uid, gid_t gid,
+                         broker_error_t *err)
+{
+    if (s_disk_setup(self, s->dir, s->workspace, s->limits.disk_bytes, is_new, uid, gid, err) < 0)
+        return -1;
+    s->disk_mounted = s->limits.disk_bytes > 0;
     return 0;
 }
 

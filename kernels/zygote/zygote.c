@@ -35,9 +35,10 @@
 static void s_session_init(const sandbox_cfg_t *cfg, int lifeline, int pipe_fd, int init_fd,
                            const char *failed, int failed_errno)
 {
-    /* The pipe goes onto fd 3 first, so that kenneld hears of any failure. */
-    if (lifeline == REAPER_PIPE_FD)
-        lifeline = fcntl(lifeline, F_DUPFD_CLOEXEC, REAPER_PIPE_FD + 1);
+    /* The pipe goes onto fd 3 and kennel-init onto fd 4: move the lifeline above both. */
+    if (lifeline <= INIT_FD)
+        lifeline = fcntl(lifeline, F_DUPFD_CLOEXEC, INIT_FD + 1);
+    /* The pipe first, so that kenneld hears of any failure. */
     if (pipe_fd != REAPER_PIPE_FD && dup2(pipe_fd, REAPER_PIPE_FD) < 0)
         _exit(126);
     if (failed)
@@ -45,8 +46,6 @@ static void s_session_init(const sandbox_cfg_t *cfg, int lifeline, int pipe_fd, 
     const char *step = NULL;
     if (setsid() < 0)
         reaper_fatal("setsid", errno);
-    if (lifeline == INIT_FD)
-        lifeline = fcntl(lifeline, F_DUPFD_CLOEXEC, INIT_FD + 1);
     if (dup3(init_fd, INIT_FD, O_CLOEXEC) < 0)
         reaper_fatal("keep kennel-init", errno);
     if (sandbox_enter(cfg, lifeline, &step) < 0 || sandbox_seal_keep(INIT_FD, &step) < 0)
