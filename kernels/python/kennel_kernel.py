@@ -48,8 +48,9 @@ def parse_args(argv):
     return int(argv[1])
 
 
-def start(pipe_fd):
-    """Say hello to kenneld on the pipe. Returns (pipe, gate) for serve()."""
+def start(pipe_fd, hello=True):
+    """Open the pipe to kenneld and, unless hello is False (serve() says it then), say hello.
+    Returns (pipe, gate) for serve()."""
     # fds 0-2 must be open, or the pipes the kernel makes later could land on them.
     for fd in (0, 1, 2):
         try:
@@ -60,8 +61,13 @@ def start(pipe_fd):
     gate = InterruptGate()
     gate.install()  # from here on a SIGINT or SIGUSR2 between cells is harmless
     pipe = Pipe(pipe_fd, gate, diag_fd)
-    pipe.send({"op": "hello", "pid": os.getpid()}, kernel_info())
+    if hello:
+        _hello(pipe)
     return pipe, gate
+
+
+def _hello(pipe):
+    pipe.send({"op": "hello", "pid": os.getpid()}, kernel_info())
 
 
 # Where the sandbox mounts the kernel runtime (SANDBOX_KERNEL_DIR in src/sandbox.h). A cold
@@ -79,9 +85,11 @@ def _runtime_file(name):
     return None
 
 
-def serve(pipe, gate, runtime_dirs):
+def serve(pipe, gate, runtime_dirs, hello=False):
     """Serve kenneld's requests until it hangs up. runtime_dirs: the kernel runtime's entries
-    on sys.path, taken off it so that user code does not see them."""
+    on sys.path, taken off it so that user code does not see them. hello: say hello here,
+    once the kernel is built and has run a throwaway cell (a kernel forked from the zygote:
+    kenneld counts it ready, in its pool, only when its first cell will be fast)."""
     # Figures show inline at the end of a cell, as in Jupyter, unless the user chose a
     # backend; setting the variable costs nothing until matplotlib is imported. matplotlib
     # runs fc-list for fonts, which needs a configuration the sandbox's /etc lacks.
@@ -98,6 +106,9 @@ def serve(pipe, gate, runtime_dirs):
     sys.path.insert(0, "")  # cells import modules from the working directory
     sys.argv = [""]  # as in Python's own REPL; the kernel's arguments are not the user's
     kernel = kennel_server.Kernel(pipe, gate)
+    if hello:
+        kernel.warm_up()
+        _hello(pipe)
     try:
         kernel.serve()
     except Exception:

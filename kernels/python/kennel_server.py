@@ -64,6 +64,16 @@ class Kernel:
             "comm_info_request": self._comm_info,
         }
 
+    def warm_up(self):
+        """A throwaway cell through the whole execute path before the first request, its
+        messages dropped; see KennelShell.warm_up."""
+        pipe, self._pipe = self._pipe, _Muted(self._pipe)
+        try:
+            self._shell.warm_up(lambda code: self._execute({"code": code,
+                                                            "store_history": False}))
+        finally:
+            self._pipe = pipe
+
     def serve(self):
         while True:
             op, parts = self._pipe.recv()
@@ -264,6 +274,19 @@ class Kernel:
 
     def _comm_info(self, content):
         return {"status": "ok", "comms": {}}
+
+
+class _Muted:
+    """A pipe that drops what is sent and passes the rest (diagnostics) on."""
+
+    def __init__(self, pipe):
+        self._real = pipe
+
+    def send(self, op, *parts):
+        pass
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
 
 
 class _Usage:

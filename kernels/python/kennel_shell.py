@@ -101,6 +101,27 @@ class KennelShell(InteractiveShell):
         self.profile_dir = ProfileDir.create_profile_dir_by_name(self.ipython_dir, "default")
         self.db = PickleShareDB(os.path.join(self.profile_dir.location, "db"))
 
+    def warm_up(self, run_cell=None):
+        """Run one throwaway cell, then forget it: the namespace, the result cache and the
+        execution count are as before. run_cell(code) runs it, by default the shell's own
+        run_cell with its output discarded; the kernel passes its whole execute path.
+
+        IPython makes much of its machinery on first use (the twelve display formatters, for
+        one), and a forked kernel pays for every zygote page its first cell writes: both
+        costs land here, before the session's first request rather than inside it."""
+        hidden = set(self.user_ns_hidden)
+        if run_cell is None:
+            publish, self.publish = self.publish, _discard
+            try:
+                self.run_cell(_WARM_UP_CELL, store_history=False)
+            finally:
+                self.publish = publish
+        else:
+            run_cell(_WARM_UP_CELL)
+        self.displayhook.flush()  # drops _1, Out[1] and _ again
+        for name in set(self.user_ns_hidden) - hidden:
+            del self.user_ns_hidden[name]
+
     def init_user_ns(self):
         # Also run by %reset. Hidden like In and Out: %who does not list it.
         super().init_user_ns()
@@ -137,6 +158,13 @@ class KennelShell(InteractiveShell):
         # exit() tells the client to leave (and, as with ipykernel, to shut the session
         # down). The process does not exit by itself: kenneld owns the session's life.
         self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
+
+
+_WARM_UP_CELL = "1 + 1"
+
+
+def _discard(msg_type, content):
+    pass
 
 
 def _without_kennel_frames(tb):

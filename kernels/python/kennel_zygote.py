@@ -110,8 +110,8 @@ def _become_kernel(ctl, cfg, req, stale):
         os.environ.clear()
         os.environ.update(req["env"])
         _reseed()
-        pipe, gate = kennel_kernel.start(3)
-        kennel_kernel.serve(pipe, gate, cfg["path"])
+        pipe, gate = kennel_kernel.start(3, hello=False)
+        kennel_kernel.serve(pipe, gate, cfg["path"], hello=True)
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
@@ -171,9 +171,9 @@ def main(ctl, cfg, fds):
 
     shell = KennelShell.create(None)
     kennel_server.enable_inline_figures()
-    # One silent cell (no history, no output, no count) runs the code and fills the caches
-    # every kernel's first cell would, once, here.
-    shell.run_cell("1 + 1", store_history=False, silent=True)
+    # One throwaway cell makes, once and here, what every kernel's first cell would (IPython's
+    # display formatters and the like); each kernel runs one more before its hello.
+    shell.warm_up()
     gc.collect()
     gc.freeze()  # a kernel's collections never touch (and so never copy) the zygote's pages
     threads = _threads()

@@ -56,6 +56,29 @@ def test_sessions_forked_from_one_zygote_draw_different_random_numbers(start_ken
             assert len(set(column)) == len(column), (pool, i, draws)
 
 
+CENSUS = ("ip = get_ipython()\n"
+          "print(sorted(globals()), sorted(ip.user_ns_hidden), dict(Out), repr(_), repr(__),\n"
+          "      repr(___), len(In), ip.execution_count, ip.history_manager.get_tail(5))")
+
+
+@pytest.mark.timeout_s(90)
+def test_a_forked_kernels_first_cell_finds_what_a_cold_kernels_does(start_kenneld, connect):
+    """The zygote and each forked kernel run a throwaway cell before the kernel says hello.
+    It must leave nothing behind: names, result cache, In/Out, history and execution count
+    are those of a cold kernel (--spawner exec), pooled or forked on demand."""
+    seen = {}
+    for label, args in (("cold", ["--spawner", "exec"]), ("pooled", ZYGOTE + ["--pool", "1"]),
+                        ("forked", ZYGOTE + ["--pool", "0"])):
+        kenneld = start_kenneld(args=args)
+        if label == "pooled":
+            _pool_ready(kenneld, 1)
+        kc = connect(kenneld.create("census")["connection_file"])
+        cell = run(kc, CENSUS, timeout=30)
+        assert cell.content["status"] == "ok" and cell.content["execution_count"] == 1, cell.content
+        seen[label] = cell.stream("stdout")
+    assert seen["pooled"] == seen["cold"] and seen["forked"] == seen["cold"], seen
+
+
 @pytest.mark.timeout_s(60)
 def test_pool_hands_over_kernels_and_refills(start_kenneld, connect):
     kenneld = start_kenneld(args=ZYGOTE + ["--pool", "2"])
