@@ -35,6 +35,10 @@
 #include "util.h"
 
 #define READ_SLICE (256u << 10) /* bytes read from one kernel per wakeup */
+/* A new session usually runs its first cell within milliseconds of being made: the pool's
+ * refill waits this long after a hand-over, so that its work (kenneld's and the new kernel's
+ * start) does not compete with that cell. */
+#define POOL_REFILL_AFTER_TAKE_MS 150
 
 typedef struct sess sess_t;
 
@@ -80,6 +84,8 @@ struct sess {
     uint8_t *out;            /* bytes waiting to be written to the kernel */
     size_t out_len, out_off;
     int want_pollout;
+    long long pss, uss;      /* the kernel's memory as last measured (s_memory) */
+    long long mem_at;        /* util_now_ms() of that measure; 0: never */
 };
 
 /* ---- the kernel pipe --------------------------------------------------------------------- */
@@ -564,6 +570,7 @@ static int s_kernel_started(sess_t *s)
     broker_t *b = s->broker;
     s->has_proc = 1;
     s->pipe_open = 1;
+    s->mem_at = 0;
     kpipe_destroy(&s->decoder);
     s->decoder = kpipe_new(b->cfg.max_pipe_frame);
     if (!s->decoder) {
@@ -769,6 +776,8 @@ static int s_pool_add(broker_t *b)
         p->disk_mounted = disk > 0;
         if (!(p->cg = cgroup_create(p->id, &b->cfg.limits.cg)))
             snprintf(why, sizeof err.evalue, "cgroup: %s", strerror(errno));
+        else if (cgroup_set_background(p->cg, 1) < 0)
+            snprintf(why, sizeof err.evalue, "cgroup cpu share: %s", strerror(errno));
         else if (s_zygote_request(b, p->workspace, p->slot, &b->cfg.limits, p->cg, &p->proc,
                                   &p->ticket, why, sizeof err.evalue) == 0) {
             zlistx_add_end(b->pool, p);
@@ -821,15 +830,19 @@ static int s_on_pool_timer(zloop_t *loop, int timer_id, void *arg)
 
 /*  Top the pool up, in the background: one kernel per timer tick, later and later while
  *  kernels (or the zygote) keep failing. A zygote still importing calls this when ready. */
-static void s_pool_fill(broker_t *b)
+static void s_pool_fill_after(broker_t *b, size_t delay)
 {
     if (!b->pool || b->pool_timer >= 0 || zlistx_size(b->pool) >= b->cfg.pool ||
         (b->zygote && !spawner_zygote_ready(b->zygote)))
         return;
-    size_t delay = 1;
     for (int i = 0; i < b->pool_failures && delay < 30000; i++)
         delay *= 2;
     b->pool_timer = zloop_timer(b->loop, delay, 1, s_on_pool_timer, b);
+}
+
+static void s_pool_fill(broker_t *b)
+{
+    s_pool_fill_after(b, 1);
 }
 
 /*  Same walls as the pool's kernels (timeout and idle are kenneld's business, not theirs). */
@@ -1197,6 +1210,25 @@ static json_t *s_limits_json(const broker_limits_t *l)
                      (json_int_t)l->disk_bytes);
 }
 
+/* Reading smaps_rollup walks a process's page tables: about a millisecond for a kernel with
+ * the scientific stack mapped. A listing measures sessions for at most this long, oldest
+ * measure first, and shows the others' last measure, so that `kennel ls` over hundreds of
+ * sessions never stalls everyone else's traffic. */
+#define LIST_MEMORY_BUDGET_MS 20
+#define MEMORY_FRESH_MS 1000
+
+/*  Measure s's PSS and USS if its last measure is older than MEMORY_FRESH_MS. */
+static void s_memory(sess_t *s)
+{
+    long long now = util_now_ms();
+    if (s->mem_at && now - s->mem_at < MEMORY_FRESH_MS)
+        return;
+    s->pss = s->uss = 0;
+    if (s->has_proc)
+        spawner_tree_memory(s->proc.pid, &s->pss, &s->uss);
+    s->mem_at = now;
+}
+
 static json_t *s_info(sess_t *s)
 {
     json_t *info = session_info(s->core);
@@ -1209,11 +1241,9 @@ static json_t *s_info(sess_t *s)
     else if (s->has_proc)
         mem = spawner_rss_bytes(s->proc.pid);
     json_object_set_new(info, "memory_bytes", json_integer(mem > 0 ? mem : 0));
-    long long pss = 0, uss = 0;
-    if (s->has_proc)
-        spawner_tree_memory(s->proc.pid, &pss, &uss);
-    json_object_set_new(info, "pss_bytes", json_integer(pss));
-    json_object_set_new(info, "uss_bytes", json_integer(uss));
+    int live = s->has_proc && s->proc.pid > 0;
+    json_object_set_new(info, "pss_bytes", json_integer(live ? s->pss : 0));
+    json_object_set_new(info, "uss_bytes", json_integer(live ? s->uss : 0));
     json_object_set_new(info, "limits", s_limits_json(&s->limits));
     json_object_set_new(info, "sandboxed", json_boolean(s->broker->cfg.sandbox));
     return info;
@@ -1302,8 +1332,8 @@ static int s_disk_setup(broker_t *self, const char *dir, const char *workspace,
     snprintf(image, sizeof image, "%s/workspace.img", dir);
     const char *step = NULL;
     long long t0 = util_now_ms();
-    if ((is_new && disk_create(image, bytes, uid, gid, &step) < 0) ||
-        disk_mount(image, workspace, is_new, &step) < 0) {
+    if ((is_new && disk_create(image, bytes, &step) < 0) ||
+        disk_mount(image, workspace, is_new, uid, gid, &step) < 0) {
         snprintf(err->evalue, sizeof err->evalue, "cannot set up the workspace's disk: %s: %s",
                  step, strerror(errno));
         return -1;
@@ -1459,11 +1489,14 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
             s->cg = p->cg;
             s->adopting = 1;
             free(p);
+            /* While it waited, it started in the background; now it is a session's. */
+            if (s->cg && cgroup_set_background(s->cg, 0) < 0)
+                PLOG_W("session=%s: its kernel keeps the pool's small CPU share", s->id);
         } else {
             self->slots[p->slot] = 1;
             s_pool_drop(self, p);
         }
-        s_pool_fill(self);
+        s_pool_fill_after(self, POOL_REFILL_AFTER_TAKE_MS);
         if (!s)
             return NULL;
     } else {
@@ -1574,11 +1607,32 @@ int broker_saving(const broker_t *self)
 json_t *broker_info(broker_t *self, const char *id_or_name)
 {
     sess_t *s = s_find(self, id_or_name);
-    return s ? s_info(s) : NULL;
+    if (!s)
+        return NULL;
+    s->mem_at = 0; /* one session: always measured afresh */
+    s_memory(s);
+    return s_info(s);
+}
+
+static int s_by_mem_at(const void *a, const void *b)
+{
+    long long x = (*(sess_t *const *)a)->mem_at, y = (*(sess_t *const *)b)->mem_at;
+    return (x > y) - (x < y);
 }
 
 json_t *broker_list(broker_t *self)
 {
+    size_t n = zlistx_size(self->sessions), i = 0;
+    sess_t **by_age = n ? malloc(n * sizeof *by_age) : NULL;
+    if (by_age) {
+        for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
+            by_age[i++] = s;
+        qsort(by_age, n, sizeof *by_age, s_by_mem_at);
+        long long deadline = util_now_ms() + LIST_MEMORY_BUDGET_MS;
+        for (i = 0; i < n && util_now_ms() < deadline; i++)
+            s_memory(by_age[i]);
+        free(by_age);
+    }
     json_t *list = json_array();
     for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
         json_array_append_new(list, s_info(s));

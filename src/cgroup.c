@@ -232,6 +232,16 @@ static int s_set_limits(cgroup_t *self, const cgroup_limits_t *lim)
     return 0;
 }
 
+int cgroup_set_background(cgroup_t *self, int on)
+{
+    const char *cpu = self->dir[C_CPU];
+    if (!cpu[0])
+        return 0;
+    if (s_is_v2[C_CPU])
+        return s_write(cpu, "cpu.weight", on ? "1" : "100");
+    return s_write(cpu, "cpu.shares", on ? "2" : "1024");
+}
+
 /*  Kill every process listed in dir's cgroup.procs (v1 has no cgroup.kill). */
 static void s_kill_all(const char *dir)
 {

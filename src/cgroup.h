@@ -27,6 +27,10 @@ void cgroup_destroy(cgroup_t **self_p);
 /*  The NULL-terminated list of cgroup.procs files a new process writes "0" to, to join.
  *  Borrowed; valid until destroy. */
 char *const *cgroup_procs_paths(const cgroup_t *self);
+/*  Give the group the smallest CPU share (on: cpu.shares 2 in v1, cpu.weight 1 in v2) or the
+ *  default one back (off: 1024, 100): a group in the background runs only on CPU time that
+ *  no default group wants. 0, or -1 with errno; 0 without a cpu controller. */
+int cgroup_set_background(cgroup_t *self, int on);
 /*  Current and peak memory in bytes and the OOM kills counted so far (-1 when unknown). */
 void cgroup_stats(const cgroup_t *self, long long *memory_bytes, long long *peak_bytes,
                   long long *oom_kills);

@@ -6,9 +6,11 @@
  *  the kernel's mountinfo. The image is sparse, so a session uses host disk only for what
  *  it writes; `discard` punches freed blocks back out of it.
  *  mke2fs and e2fsck are run with posix_spawn: kenneld is multithreaded, and they take
- *  milliseconds on an empty or clean image. */
+ *  milliseconds on an empty or clean image. Even so, that is kenneld's loop held for every
+ *  new session: mke2fs runs once per size, into a template that new images are copied from. */
 #include "disk.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -22,6 +24,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/param.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -110,8 +113,9 @@ int disk_private_mounts(void)
     return mount("none", "/", "none", MS_REC | MS_SLAVE, NULL);
 }
 
-int disk_create(const char *image, unsigned long long bytes, uid_t uid, gid_t gid,
-                const char **step)
+/*  Format a new sparse file of bytes at image (must not exist). 0, or -1 with errno and *step
+ *  (the file is removed). */
+static int s_mkfs(const char *image, unsigned long long bytes, const char **step)
 {
     int fd = open(image, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
@@ -127,20 +131,145 @@ int disk_create(const char *image, unsigned long long bytes, uid_t uid, gid_t gi
         *step = "size the workspace image";
         return -1;
     }
-    char owner[64];
-    snprintf(owner, sizeof owner, "root_owner=%u:%u,assume_storage_prezeroed=1", (unsigned)uid,
-             (unsigned)gid);
     /* No journal (a kernel's scratch space needs no crash consistency, and a journal costs
      * its size), no blocks reserved for root, no room for online growth; 4 KiB blocks to
      * match the loop device's. The file is all zeros, so nothing is zeroed again. */
     char *argv[] = {MKE2FS, "-q", "-F", "-t", "ext4", "-b", "4096", "-m", "0", "-i", BYTES_PER_INODE,
-                    "-O", "^has_journal,^resize_inode", "-E", owner, (char *)image, NULL};
+                    "-O", "^has_journal,^resize_inode", "-E", "assume_storage_prezeroed=1",
+                    (char *)image, NULL};
     int code = s_run(argv);
     if (code != 0) {
         saved = code < 0 ? errno : EIO;
         unlink(image);
         errno = saved;
         *step = "mke2fs";
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- templates ------------------------------------------------------------------------- */
+
+#define TEMPLATES_MAX 8 /* sizes kept; a session asking for a ninth size gets mke2fs */
+
+static char s_templates[PATH_MAX];           /* the directory; empty: no templates */
+static unsigned long long s_sizes[TEMPLATES_MAX]; /* sizes made there so far; 0: free */
+
+int disk_templates(const char *dir)
+{
+    if (strlen(dir) >= sizeof s_templates - 32) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        return -1;
+    /* Whatever an earlier kenneld left may come from another mke2fs: made again on use. */
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.')
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+    snprintf(s_templates, sizeof s_templates, "%s", dir);
+    memset(s_sizes, 0, sizeof s_sizes);
+    return 0;
+}
+
+/*  Copy the data of in (its holes stay holes) into out, which has in's size. 0, or -1. */
+static int s_copy_sparse(int in, int out)
+{
+    off_t end = lseek(in, 0, SEEK_END), pos = 0;
+    if (end < 0)
+        return -1;
+    static char buf[1 << 16];
+    while (pos < end) {
+        off_t data = lseek(in, pos, SEEK_DATA);
+        if (data < 0)
+            return errno == ENXIO ? 0 : -1; /* no data after pos */
+        off_t hole = lseek(in, data, SEEK_HOLE);
+        if (hole < 0)
+            return -1;
+        loff_t from = data, to = data;
+        while (from < hole) {
+            ssize_t n = copy_file_range(in, &from, out, &to, (size_t)(hole - from), 0);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+                          errno == EOPNOTSUPP)) {
+                /* A filesystem that cannot copy in the kernel: by hand. */
+                ssize_t r = pread(in, buf, MIN(sizeof buf, (size_t)(hole - from)), from);
+                if (r <= 0 || pwrite(out, buf, (size_t)r, to) != r)
+                    return -1;
+                from += r;
+                to += r;
+                continue;
+            }
+            if (n <= 0) {
+                if (n == 0)
+                    errno = EIO;
+                return -1;
+            }
+        }
+        pos = hole;
+    }
+    return 0;
+}
+
+/*  The template for bytes, made on first use: its path in path, or -1 (no room for another
+ *  size, or mke2fs failed: the caller runs mke2fs itself). */
+static int s_template(unsigned long long bytes, char *path, size_t path_len)
+{
+    if (!s_templates[0])
+        return -1;
+    int slot = -1;
+    for (int i = 0; i < TEMPLATES_MAX; i++) {
+        if (s_sizes[i] == bytes) {
+            snprintf(path, path_len, "%s/%llu.img", s_templates, bytes);
+            return 0;
+        }
+        if (!s_sizes[i] && slot < 0)
+            slot = i;
+    }
+    if (slot < 0)
+        return -1;
+    snprintf(path, path_len, "%s/%llu.img", s_templates, bytes);
+    unlink(path);
+    const char *step;
+    if (s_mkfs(path, bytes, &step) < 0) {
+        PLOG_W("disk: cannot make the template for %llu MiB images (%s)", bytes >> 20, step);
+        return -1;
+    }
+    s_sizes[slot] = bytes;
+    return 0;
+}
+
+int disk_create(const char *image, unsigned long long bytes, const char **step)
+{
+    char tpl[PATH_MAX + 48];
+    if (s_template(bytes, tpl, sizeof tpl) < 0)
+        return s_mkfs(image, bytes, step);
+    int in = open(tpl, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (in < 0) {
+        *step = "open the workspace image template";
+        return -1;
+    }
+    int out = open(image, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (out < 0) {
+        close(in);
+        *step = "create the workspace image";
+        return -1;
+    }
+    int rc = ftruncate(out, (off_t)bytes);
+    *step = rc < 0 ? "size the workspace image" : "copy the workspace image template";
+    if (rc == 0)
+        rc = s_copy_sparse(in, out);
+    int saved = errno;
+    close(in);
+    close(out);
+    if (rc < 0) {
+        unlink(image);
+        errno = saved;
         return -1;
     }
     return 0;
@@ -212,7 +341,8 @@ int disk_is_mounted(const char *dir)
     return lstat(dir, &a) == 0 && stat(parent, &b) == 0 && a.st_dev != b.st_dev;
 }
 
-int disk_mount(const char *image, const char *dir, int fresh, const char **step)
+int disk_mount(const char *image, const char *dir, int fresh, uid_t uid, gid_t gid,
+               const char **step)
 {
     /* Left by a kenneld that died without a mount namespace of its own: off first, so the
      * check below never runs on a mounted filesystem. */
@@ -266,7 +396,8 @@ int disk_mount(const char *image, const char *dir, int fresh, const char **step)
          * would list it; the root is 0700 like an unmounted workspace. */
         char lf[PATH_MAX + 16];
         snprintf(lf, sizeof lf, "%s/lost+found", dir);
-        if ((rmdir(lf) < 0 && errno != ENOENT) || chmod(dir, 0700) < 0) {
+        if ((rmdir(lf) < 0 && errno != ENOENT) || chown(dir, uid, gid) < 0 ||
+            chmod(dir, 0700) < 0) {
             saved = errno;
             umount2(dir, MNT_DETACH);
             errno = saved;
@@ -307,10 +438,10 @@ int disk_probe(const char *dir, char *desc, size_t desc_len)
     }
     const char *step = NULL;
     long long t0 = util_now_ms();
-    int rc = disk_create(image, DISK_MIN_BYTES, getuid(), getgid(), &step);
+    int rc = disk_create(image, DISK_MIN_BYTES, &step);
     long long t1 = util_now_ms();
     if (rc == 0)
-        rc = disk_mount(image, mnt, 1, &step);
+        rc = disk_mount(image, mnt, 1, getuid(), getgid(), &step);
     long long t2 = util_now_ms();
     int saved = errno;
     struct statvfs sv;

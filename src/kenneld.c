@@ -221,6 +221,11 @@ int main(int argc, char **argv)
      * stats says what a session asking for one would get. */
     char probed[320];
     int disk_ok = disk_probe(state_dir, probed, sizeof probed) == 0;
+    char templates[PATH_MAX];
+    if (disk_ok && (snprintf(templates, sizeof templates, "%s/disk-templates", state_dir) >=
+                        (int)sizeof templates ||
+                    disk_templates(templates) < 0))
+        PLOG_W("no workspace image templates in %s: mke2fs runs for every image", templates);
     if (!disk_ok) {
         walls_add(&walls, "workspace size cap (--disk): %s; sessions that ask for one are "
                           "refused, never run uncapped",

@@ -151,6 +151,11 @@ def test_session_memory_is_reported_per_session(kenneld, session):
     assert info["uss_bytes"] >= 4 << 20, info  # the array's pages are the session's own
     listing = kenneld.cli("ls")
     assert "PSS" in listing.stdout and "USS" in listing.stdout, listing.stdout
+    # A listing shows a measure too (within its time budget, or the last one taken).
+    listed = [s for s in kenneld.sessions() if s["id"] == info["id"]]
+    assert listed and listed[0]["uss_bytes"] >= 4 << 20, listed
+    # create_request's reply does not measure: it is on every new session's path.
+    assert kenneld.create("new")["pss_bytes"] == 0
 
 
 def test_no_host_path_in_what_a_kernel_can_read_of_itself(kenneld, session):
