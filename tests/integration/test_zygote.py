@@ -79,15 +79,41 @@ def test_a_forked_kernels_first_cell_finds_what_a_cold_kernels_does(start_kennel
     assert seen["pooled"] == seen["cold"] and seen["forked"] == seen["cold"], seen
 
 
+def _cpu_share(pid):
+    """The cpu share of pid's cgroup (v1 cpu.shares, or v2 cpu.weight), or None."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        for line in f:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            if "cpu" in controllers.split(","):
+                for mount in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"):
+                    if os.path.exists(f"{mount}{path}/cpu.shares"):
+                        with open(f"{mount}{path}/cpu.shares") as g:
+                            return int(g.read())
+            if controllers == "" and os.path.exists(f"/sys/fs/cgroup/unified{path}/cpu.weight"):
+                with open(f"/sys/fs/cgroup/unified{path}/cpu.weight") as g:
+                    return int(g.read())
+    return None
+
+
 @pytest.mark.timeout_s(60)
 def test_pool_hands_over_kernels_and_refills(start_kenneld, connect):
     kenneld = start_kenneld(args=ZYGOTE + ["--pool", "2"])
     _pool_ready(kenneld, 2)
     stats = _stats(kenneld)["spawner"]
     assert stats["kind"] == "zygote" and stats["pool"] == 2 and stats["zygote_ready"] is True
+    pooled = [p for p in _kenneld_children(kenneld) if p != stats["zygote_pid"]]
+    assert len(pooled) == 2, pooled
     info = kenneld.create("a")
     kc = connect(info["connection_file"])
     assert run(kc, "6 * 7").result == "42"
+    # A waiting kernel starts on CPU time nobody else wants; the claimed one gets its share.
+    # (Without a cpu controller there are no shares to give: nothing to check then.)
+    assert info["kernel_pid"] in pooled
+    share = _cpu_share(info["kernel_pid"])
+    if share is not None:
+        assert share in (1024, 100), share
+        waiting = [p for p in pooled if p != info["kernel_pid"]]
+        assert [_cpu_share(p) for p in waiting] in ([2], [1]), waiting
     _pool_ready(kenneld, 2)  # refilled in the background
     # Walls other than the pool's: forked on demand, and the walls are the asked ones.
     other = kenneld.create("small", limits={"memory": 256 << 20, "tmp": 8 << 20})
