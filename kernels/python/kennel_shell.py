@@ -101,23 +101,25 @@ class KennelShell(InteractiveShell):
         self.profile_dir = ProfileDir.create_profile_dir_by_name(self.ipython_dir, "default")
         self.db = PickleShareDB(os.path.join(self.profile_dir.location, "db"))
 
-    def warm_up(self, run_cell=None):
-        """Run one throwaway cell, then forget it: the namespace, the result cache and the
-        execution count are as before. run_cell(code) runs it, by default the shell's own
-        run_cell with its output discarded; the kernel passes its whole execute path.
+    def warm_up(self, run_cell=None, code=None):
+        """Run one throwaway cell (code, by default `1 + 1`; it must bind no name), then
+        forget it: the namespace, the result cache and the execution count are as before.
+        run_cell(code) runs it, by default the shell's own run_cell with its output
+        discarded; the kernel passes its whole execute path.
 
         IPython makes much of its machinery on first use (the twelve display formatters, for
         one), and a forked kernel pays for every zygote page its first cell writes: both
         costs land here, before the session's first request rather than inside it."""
+        code = code or _WARM_UP_CELL
         hidden = set(self.user_ns_hidden)
         if run_cell is None:
             publish, self.publish = self.publish, _discard
             try:
-                self.run_cell(_WARM_UP_CELL, store_history=False)
+                self.run_cell(code, store_history=False)
             finally:
                 self.publish = publish
         else:
-            run_cell(_WARM_UP_CELL)
+            run_cell(code)
         self.displayhook.flush()  # drops _1, Out[1] and _ again
         for name in set(self.user_ns_hidden) - hidden:
             del self.user_ns_hidden[name]

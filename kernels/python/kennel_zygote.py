@@ -42,6 +42,8 @@ import time
 import kennel_kernel
 
 MAX_MESSAGE = 65536
+_WARM_UP_PLOT = ("__import__('matplotlib.pyplot').pyplot.plot([1, 2, 3]);"
+                 " __import__('matplotlib.pyplot').pyplot.show()")
 MAX_FDS = 16
 
 
@@ -174,6 +176,13 @@ def main(ctl, cfg, fds):
     # One throwaway cell makes, once and here, what every kernel's first cell would (IPython's
     # display formatters and the like); each kernel runs one more before its hello.
     shell.warm_up()
+    if "matplotlib.pyplot" in sys.modules:
+        # A first figure loads much of matplotlib's machinery (the Agg renderer, text layout,
+        # the inline backend's path to a PNG): once here, shared, rather than in every
+        # kernel's first plot. Its fonts are dropped again, so that no font file is open
+        # when a kernel is forked (a kernel's seal closes such descriptors).
+        shell.warm_up(code=_WARM_UP_PLOT)
+        sys.modules["matplotlib.font_manager"]._get_font.cache_clear()
     gc.collect()
     gc.freeze()  # a kernel's collections never touch (and so never copy) the zygote's pages
     threads = _threads()
