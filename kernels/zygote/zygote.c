@@ -26,6 +26,7 @@
 
 #include "reaper.h"
 #include "sandbox.h"
+#include "sysfilter.h"
 
 #define MAX_CGROUPS 8
 
@@ -141,5 +142,9 @@ static struct PyModuleDef s_module = {
 
 PyMODINIT_FUNC PyInit__kennel_zygote(void)
 {
+    /* The seccomp filter is compiled here, once: compiled in each session's init, libseccomp's
+     * allocations wrote to some 2.5 MiB of the zygote's heap, copied into every session. */
+    if (sysfilter_prepare() < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
     return PyModule_Create(&s_module);
 }
