@@ -130,9 +130,12 @@ def _become_kernel(ctl, cfg, req, stale):
 
 def _spawn(ctl, cfg, lifeline, init_fd, stale, req, fds):
     import _kennel_zygote
+    from kennel_shell import KennelShell
 
     if len(fds) < 2:
         raise ValueError("a spawn request carries the pipe and the workspace")
+    # Here, before the fork, so that every kernel shares what it sets.
+    KennelShell.instance().prepare_kernel_paths(req["env"])
     pid = _kennel_zygote.spawn(
         pipe_fd=fds[0], workspace_fd=fds[1], init_fd=init_fd, kernel_dir=cfg["kernel_dir"],
         lifeline=lifeline,

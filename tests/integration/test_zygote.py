@@ -160,3 +160,27 @@ def test_descriptors_the_preload_left_open_are_dev_null_in_kernels(kenneld, sess
                         "f.write('mine'); f.close()\n"
                         "print(os.readlink(f'/proc/self/fd/{iu.devnull.fileno()}'), open('mine.txt').read())")
     assert cell.stream("stdout").split() == ["/dev/null", "mine"], cell.content
+
+
+def test_ipython_paths_are_the_kernels_own(kenneld, session):
+    """The zygote sets the shell's paths for its kernels before it forks them (so that they
+    share those objects): every one must be what the kernel's own environment and working
+    directory give, with its directories made in the kernel's sandbox, none the zygote's."""
+    cell = run(session, "import os, json\n"
+                        "ip = get_ipython(); pd = ip.profile_dir\n"
+                        "ip.db['kn/x'] = 42\n"
+                        "paths = [ip.home_dir, ip.starting_dir, ip.ipython_dir, pd.location,\n"
+                        "         pd.security_dir, pd.log_dir, pd.pid_dir, pd.startup_dir,\n"
+                        "         str(ip.db.root), ip.logger.home_dir] + ip.history_manager.dir_hist\n"
+                        "print(json.dumps({'paths': paths, 'home': os.environ['HOME'],\n"
+                        "    'ipdir': os.environ['IPYTHONDIR'], 'cwd': os.getcwd(),\n"
+                        "    'dirs': all(os.path.isdir(p) for p in paths[2:9]),\n"
+                        "    'db': ip.db['kn/x']}))")
+    r = json.loads(cell.stream("stdout"))
+    home, ipdir = r["home"], r["ipdir"]
+    profile = os.path.join(ipdir, "profile_default")
+    assert r["cwd"] == home
+    assert r["paths"] == [home, home, ipdir, profile] + [
+        os.path.join(profile, d) for d in ("security", "log", "pid", "startup", "db")] + [
+        home, home], r
+    assert r["dirs"] and r["db"] == 42, r
