@@ -43,6 +43,7 @@ import kennel_kernel
 
 MAX_MESSAGE = 65536
 MAX_FDS = 16
+_MT19937_WORDS = 624  # the state of numpy's legacy generator, in 32-bit words
 
 
 def _threads():
@@ -89,7 +90,11 @@ def _reseed():
     random.seed()  # from os.urandom; random's own at-fork hook does it too
     numpy = sys.modules.get("numpy")
     if numpy is not None:
-        numpy.random.seed()  # the legacy global RandomState; default_rng() seeds itself
+        # The legacy global RandomState (default_rng() seeds itself): a whole MT19937 state
+        # from os.urandom. seed() would derive one from 128 bits through SeedSequence, and
+        # touch (so copy from the zygote) some 250 KiB more of numpy's objects doing it.
+        key = numpy.frombuffer(os.urandom(_MT19937_WORDS * 4), dtype=numpy.uint32)
+        numpy.random.set_state(("MT19937", key, _MT19937_WORDS))
     tempfile = sys.modules.get("tempfile")
     if tempfile is not None:
         tempfile._name_sequence = None  # its names come from a Random made on first use
