@@ -19,11 +19,11 @@ ever in its memory, so a kernel (a copy of that memory) finds none there.
 
 Messages (JSON, one per datagram):
   kenneld -> zygote  {"op": "config", "path": [...], "kernel_dir": D, "preload": [...],
-                      "env": {"MPLCONFIGDIR": D, "IPYTHONDIR": D/ipython}}
+                      "env": {"MPLCONFIGDIR": D, "IPYTHONDIR": D/ipython}, "merge_pages": B}
                      + [lifeline, kennel-init]   (first; the lifeline hangs up when kenneld
                      dies; each session's init execs kennel-init once it forked its kernel)
   zygote -> kenneld  {"op": "ready", "preloaded": [...], "failed": {module: error},
-                      "stale_fds": {fd: what}, "ms": N}
+                      "stale_fds": {fd: what}, "ms": N[, "merge_pages": what came of it]}
   kenneld -> zygote  {"op": "spawn", "ticket": T, "uid": U, "gid": G, "tmp": B, "as": B, "fsize": B,
                       "nproc": N, "nofile": N, "env": {...}}
                      + [pipe, workspace, cgroup.procs...]
@@ -167,7 +167,7 @@ def main(ctl, cfg, fds):
     t0 = time.monotonic()
     # Set here, not in the exec environment, which every kernel can read.
     os.environ.update(cfg.get("env", {}))
-    import _kennel_zygote  # noqa: F401  (fails here, loudly, rather than at the first spawn)
+    import _kennel_zygote  # fails here, loudly, rather than at the first spawn
     # The whole kernel runtime, IPython and all: a kernel cannot import from this host path
     # once it is in its sandbox.
     import kennel_server  # noqa: F401
@@ -192,9 +192,16 @@ def main(ctl, cfg, fds):
                     "preload; a multithreaded process cannot enter a user namespace"})
         sys.exit(1)
     stale = _open_fds({0, 1, 2, ctl.fileno(), lifeline, init_fd})
-    _send(ctl, {"op": "ready", "preloaded": preloaded, "failed": failed,
-                "stale_fds": {str(fd): target for fd, target in stale.items()},
-                "ms": round((time.monotonic() - t0) * 1000)})
+    ready = {"op": "ready", "preloaded": preloaded, "failed": failed,
+             "stale_fds": {str(fd): target for fd, target in stale.items()},
+             "ms": round((time.monotonic() - t0) * 1000)}
+    if cfg.get("merge_pages"):
+        try:
+            _kennel_zygote.merge_pages()  # inherited by every kernel forked from here
+            ready["merge_pages"] = "pages are offered to KSM"
+        except OSError as e:  # before Linux 6.4
+            ready["merge_pages"] = f"not available here: {e}"
+    _send(ctl, ready)
     while True:
         msg, fds, _flags, _addr = socket.recv_fds(ctl, MAX_MESSAGE, MAX_FDS)
         if not msg:

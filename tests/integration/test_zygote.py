@@ -184,3 +184,25 @@ def test_ipython_paths_are_the_kernels_own(kenneld, session):
         os.path.join(profile, d) for d in ("security", "log", "pid", "startup", "db")] + [
         home, home], r
     assert r["dirs"] and r["db"] == 42, r
+
+
+_MERGE_STATE = ("import ctypes\n"
+                "print(ctypes.CDLL(None).prctl(68, 0, 0, 0, 0))")  # PR_GET_MEMORY_MERGE
+
+
+@pytest.mark.timeout_s(60)
+def test_merge_pages_is_opt_in_and_reaches_every_kernel(start_kenneld, connect):
+    """--merge-pages marks the zygote's memory for KSM, and so that of every kernel forked
+    from it (pooled or on demand); without it no kernel is marked."""
+    plain = start_kenneld(args=ZYGOTE + ["--pool", "0"])
+    kc = connect(plain.create("plain")["connection_file"])
+    assert run(kc, _MERGE_STATE).stream("stdout").strip() in ("0", "-1")  # -1: before Linux 6.4
+    kenneld = start_kenneld(args=ZYGOTE + ["--pool", "1", "--merge-pages"])
+    _pool_ready(kenneld, 1)
+    log = open(kenneld.log_path, errors="replace").read()
+    if "--merge-pages: not available here" in log:
+        pytest.skip("this Linux has no PR_SET_MEMORY_MERGE (6.4)")
+    assert "--merge-pages: pages are offered to KSM" in log, log
+    for name, extra in (("pooled", {}), ("forked", {"limits": {"pids": 100}})):
+        kc = connect(kenneld.create(name, **extra)["connection_file"])
+        assert run(kc, _MERGE_STATE).stream("stdout").strip() == "1", name
