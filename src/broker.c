@@ -399,7 +399,7 @@ static int s_zygote_start(broker_t *b)
     if (init_fd < 0)
         return -1;
     spawner_zygote_cfg_t zc = {cfg->python, path, cfg->kernel_dir, cfg->preload, envp, cache,
-                               b->lifeline[0], init_fd};
+                               b->lifeline[0], init_fd, cfg->merge_pages};
     b->zygote = spawner_zygote_new(&zc);
     int saved = errno;
     close(init_fd);

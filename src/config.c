@@ -36,6 +36,11 @@ static const char s_usage[] =
     "  --preload LIST      modules the zygote imports, comma-separated (default\n"
     "                      " DEFAULT_PRELOAD ")\n"
     "  --pool N            sealed kernels kept ready for new sessions (zygote only; default 2)\n"
+    "  --merge-pages       let Linux's KSM merge identical pages of the zygote's sessions\n"
+    "                      (zygote only; off by default; needs /sys/kernel/mm/ksm/run = 1):\n"
+    "                      an idle session then owns ~1 MiB instead of ~5. Weakens isolation:\n"
+    "                      a session can time its own writes to learn whether another session\n"
+    "                      holds a page of content it can guess\n"
     "per-session defaults (a session may ask for others when it is created):\n"
     "  --memory SIZE       memory limit, cgroup and RLIMIT_AS (default 1G)\n"
     "  --pids N            processes and threads (default 256)\n"
@@ -160,7 +165,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"max-file", required_argument, NULL, 'X'}, {"disk", required_argument, NULL, 'D'},
         {"ttl", required_argument, NULL, 'L'},
         {"spawner", required_argument, NULL, 'Z'},   {"preload", required_argument, NULL, 'R'},
-        {"pool", required_argument, NULL, 'W'},
+        {"pool", required_argument, NULL, 'W'},      {"merge-pages", no_argument, NULL, 'K'},
         {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
@@ -222,6 +227,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         case 'F': rc = s_size(optarg, 64, 1u << 20, &cfg->nofile, "--nofile"); break;
         case 'U': rc = s_size(optarg, 1000, 4000000000u, &cfg->uid_base, "--uid-base"); break;
         case 'I': cfg->insecure_no_sandbox = 1; break;
+        case 'K': cfg->merge_pages = 1; break;
         case 'o':
         case 'g':
         case 'd':

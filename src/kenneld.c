@@ -129,6 +129,23 @@ static int s_size_for_sessions(size_t max_sessions)
     return 0;
 }
 
+/*  --merge-pages: say what it costs, and whether the host's KSM will do anything at all. */
+static void s_log_merge_pages(void)
+{
+    char run[4] = "";
+    int fd = open("/sys/kernel/mm/ksm/run", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)!read(fd, run, sizeof run - 1);
+        close(fd);
+    }
+    if (run[0] != '1')
+        LOG_W("--merge-pages: KSM is not running on this host (/sys/kernel/mm/ksm/run is not 1): "
+              "no page is merged until it is");
+    else
+        LOG_W("--merge-pages: identical pages of sessions are merged (KSM); a session can time "
+              "its writes to learn whether another holds a page of content it can guess");
+}
+
 int main(int argc, char **argv)
 {
     config_t cfg;
@@ -242,6 +259,8 @@ int main(int argc, char **argv)
                              : privileged ? "zygote (kernels fork from a warm Python)"
                                           : "exec: the zygote needs root (--spawner zygote ignored)");
     LOG_I("workspace caps: %s%s", disk_ok ? "" : "unavailable: ", probed);
+    if (cfg.merge_pages && strcmp(cfg.spawner, "zygote") == 0 && privileged)
+        s_log_merge_pages();
     for (const char *const *w = walls_list(&walls); *w; w++)
         LOG_W("lost wall: %s", *w);
 
@@ -270,6 +289,7 @@ int main(int argc, char **argv)
         .zygote_dir = cfg.zygote_dir,
         .preload = cfg.preload,
         .pool = cfg.pool,
+        .merge_pages = cfg.merge_pages,
         .uid_base = cfg.uid_base,
         .own_ids = !privileged,
         .disk_ok = disk_ok,

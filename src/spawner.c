@@ -347,9 +347,10 @@ spawner_zygote_t *spawner_zygote_new(const spawner_zygote_cfg_t *cfg)
     free(list);
     char ipython[PATH_MAX + 16];
     snprintf(ipython, sizeof ipython, "%s/ipython", cfg->cache_dir);
-    json_t *conf = json_pack("{s:s, s:o, s:s, s:o, s:{s:s, s:s}}", "op", "config", "path",
+    json_t *conf = json_pack("{s:s, s:o, s:s, s:o, s:{s:s, s:s}, s:b}", "op", "config", "path",
                              path, "kernel_dir", cfg->kernel_dir, "preload", preload, "env",
-                             "MPLCONFIGDIR", cfg->cache_dir, "IPYTHONDIR", ipython);
+                             "MPLCONFIGDIR", cfg->cache_dir, "IPYTHONDIR", ipython,
+                             "merge_pages", cfg->merge_pages);
     char *text = conf ? json_dumps(conf, JSON_COMPACT) : NULL;
     json_decref(conf);
     int fds[] = {cfg->lifeline, cfg->init_fd, -1};
@@ -441,6 +442,9 @@ static json_t *s_zygote_recv(spawner_zygote_t *self, int timeout_ms, char *why, 
                   json_string_value(v));
         LOG_I("zygote ready (pid %d) in %lld ms", (int)self->proc.pid,
               (long long)json_integer_value(json_object_get(msg, "ms")));
+        const char *merge = json_string_value(json_object_get(msg, "merge_pages"));
+        if (merge)
+            LOG_W("zygote: --merge-pages: %s", merge);
     }
     return msg;
 }

@@ -63,6 +63,7 @@ typedef struct {
                                  * set after exec, so no kernel sees the path */
     int lifeline;               /* a pipe read end that hangs up when kenneld dies */
     int init_fd;                /* kennel-init (O_PATH), which each session's init execs */
+    int merge_pages;            /* mark the zygote's memory, and so its kernels', for KSM */
 } spawner_zygote_cfg_t;
 
 /*  Start a zygote. It imports the runtime and the preload list in the background; requests

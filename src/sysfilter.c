@@ -7,10 +7,17 @@
 #include "sysfilter.h"
 
 #include <errno.h>
+#include <linux/filter.h>
 #include <linux/sched.h>
+#include <linux/seccomp.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <seccomp.h>
 
@@ -74,19 +81,77 @@ static int s_build(scmp_filter_ctx ctx)
     return 0;
 }
 
-int sysfilter_apply(void)
+/*  A filter context with the whole policy, or NULL (errno set). */
+static scmp_filter_ctx s_policy(void)
 {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (!ctx) {
         errno = ENOMEM;
-        return -1;
+        return NULL;
     }
     /* Syscalls of other architectures (x32, i386 on x86_64) kill the process. */
     int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
     if (rc == 0)
         rc = s_build(ctx);
-    if (rc == 0)
-        rc = seccomp_load(ctx);
+    if (rc < 0) {
+        seccomp_release(ctx);
+        errno = -rc;
+        return NULL;
+    }
+    return ctx;
+}
+
+/*  The program sysfilter_prepare compiled: the policy is fixed, so one copy serves every
+ *  process forked after it. */
+#define MAX_INSNS 4096
+static struct sock_filter s_prog[MAX_INSNS];
+static unsigned short s_prog_len;
+
+int sysfilter_prepare(void)
+{
+    if (s_prog_len)
+        return 0;
+    scmp_filter_ctx ctx = s_policy();
+    if (!ctx)
+        return -1;
+    /* libseccomp 2.5 exports only to an fd (seccomp_export_bpf_mem is 2.6's). */
+    int fd = (int)syscall(SYS_memfd_create, "sysfilter", MFD_CLOEXEC);
+    int rc = fd < 0 ? -errno : seccomp_export_bpf(ctx, fd);
+    seccomp_release(ctx);
+    if (rc < 0) {
+        if (fd >= 0)
+            close(fd);
+        errno = -rc;
+        return -1;
+    }
+    ssize_t n = pread(fd, s_prog, sizeof s_prog, 0);
+    off_t size = lseek(fd, 0, SEEK_END);
+    int saved = errno;
+    close(fd);
+    if (n < 0 || size < 0) {
+        errno = saved;
+        return -1;
+    }
+    if (n != size || n == 0 || n % (ssize_t)sizeof s_prog[0]) {
+        errno = E2BIG;
+        return -1;
+    }
+    s_prog_len = (unsigned short)(n / (ssize_t)sizeof s_prog[0]);
+    return 0;
+}
+
+int sysfilter_apply(void)
+{
+    if (s_prog_len) {
+        /* What seccomp_load does with this context's attributes (no flags; no_new_privs is
+         * the caller's), minus the compiling and its allocations. */
+        struct sock_fprog prog = {.len = s_prog_len, .filter = s_prog};
+        return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
+    }
+    scmp_filter_ctx ctx = s_policy();
+    if (!ctx)
+        return -1;
+    int rc = seccomp_load(ctx);
     seccomp_release(ctx);
     if (rc < 0) {
         errno = -rc;

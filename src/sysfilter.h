@@ -10,4 +10,10 @@
  *  Requires no_new_privs or CAP_SYS_ADMIN. 0, or -1 with errno. */
 int sysfilter_apply(void);
 
+/*  Compile the filter now, once, for every later sysfilter_apply in this process and its
+ *  forks: those then only load it (one syscall, no allocation). A zygote calls it before it
+ *  forks sessions, whose malloc calls would otherwise write to (and so copy) pages of the
+ *  zygote's heap. 0, or -1 with errno. */
+int sysfilter_prepare(void);
+
 #endif

@@ -8,6 +8,7 @@ The user namespace starts with CellTimeout, the exception of a cell past its dea
 """
 
 import os
+from pathlib import Path
 
 from IPython.core import page, payloadpage
 from IPython.core.displayhook import DisplayHook
@@ -79,7 +80,8 @@ class KennelShell(InteractiveShell):
         if cls.initialized():
             shell = cls.instance()
             shell.publish = publish
-            shell._settle_after_fork()
+            if not shell._settle_as_prepared():
+                shell._settle_after_fork()
             return shell
         config = Config()
         # A kernel's history lives as long as its process; a sqlite file in the profile
@@ -89,6 +91,65 @@ class KennelShell(InteractiveShell):
         # jedi costs hundreds of milliseconds on the first completion.
         config.IPCompleter.use_jedi = False
         return cls.instance(config=config, publish=publish)
+
+    # (home, ipython_dir, [(directory, mode)]) that prepare_kernel_paths set, or None.
+    _prepared = None
+
+    def prepare_kernel_paths(self, env):
+        """In a zygote, before it forks a kernel that will start with env, in its workspace
+        (its HOME): set what _settle_after_fork would learn in that kernel, now, without
+        making any directory here (the paths are the sandbox's). Kernels then share these
+        objects instead of each building its own: the traitlets machinery a ProfileDir runs
+        touches, and so copies, ~0.7 MiB of the zygote's pages per kernel. Done again only
+        when the paths change; the kernel checks the guess (_settle_as_prepared)."""
+        home, ipython_dir = env.get("HOME"), env.get("IPYTHONDIR")
+        if not (home and ipython_dir and os.path.isabs(home) and os.path.isabs(ipython_dir)):
+            self._prepared = None
+            return
+        home, ipython_dir = os.path.normpath(home), os.path.normpath(ipython_dir)
+        if self._prepared is not None and self._prepared[:2] == (home, ipython_dir):
+            return
+        location = os.path.join(ipython_dir, "profile_default")
+        profile_dir = ProfileDir()  # no location yet, so no directory made here
+        subdirs = {"security_dir": 0o700, "log_dir": 0o777, "pid_dir": 0o700,
+                   "startup_dir": 0o777}
+        # Set as ProfileDir's observers would, minus their mkdir calls; the kernel makes
+        # the directories. (_trait_values: traitlets' store, written without notifying.)
+        profile_dir._trait_values.update(location=location, _location_isset=True, **{
+            name: os.path.join(location, getattr(profile_dir, name + "_name")) for name in subdirs},
+            static_dir=os.path.join(location, "static"))
+        db = PickleShareDB.__new__(PickleShareDB)  # its __init__ would make the directory
+        db.root, db.cache = Path(location, "db"), {}
+        self.home_dir = home
+        self.init_logger()
+        self.starting_dir = home
+        self.history_manager.dir_hist[:] = [home]
+        self._trait_values.update(ipython_dir=ipython_dir, profile_dir=profile_dir)
+        self.db = db
+        dirs = [(ipython_dir, 0o777), (location, 0o777)]
+        dirs += [(getattr(profile_dir, name), mode) for name, mode in subdirs.items()]
+        self._prepared = (home, ipython_dir, dirs + [(str(db.root), 0o777)])
+
+    def _settle_as_prepared(self):
+        """In a kernel: True if prepare_kernel_paths guessed its paths right and their
+        directories now exist; False if _settle_after_fork must work them out."""
+        prepared = self._prepared
+        if prepared is None:
+            return False
+        home, ipython_dir, dirs = prepared
+        env = os.environ
+        if (os.path.normpath(env.get("HOME", "")) != home or os.getcwd() != home
+                or os.path.normpath(env.get("IPYTHONDIR", "")) != ipython_dir):
+            return False
+        try:
+            for path, mode in dirs:
+                try:
+                    os.mkdir(path, mode)
+                except FileExistsError:
+                    pass
+        except OSError:
+            return False  # unwritable, say: IPython's own way picks another directory
+        return True
 
     def _settle_after_fork(self):
         """What the shell learnt from the zygote's process, learnt again in the kernel's: its

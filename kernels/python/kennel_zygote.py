@@ -19,11 +19,11 @@ ever in its memory, so a kernel (a copy of that memory) finds none there.
 
 Messages (JSON, one per datagram):
   kenneld -> zygote  {"op": "config", "path": [...], "kernel_dir": D, "preload": [...],
-                      "env": {"MPLCONFIGDIR": D, "IPYTHONDIR": D/ipython}}
+                      "env": {"MPLCONFIGDIR": D, "IPYTHONDIR": D/ipython}, "merge_pages": B}
                      + [lifeline, kennel-init]   (first; the lifeline hangs up when kenneld
                      dies; each session's init execs kennel-init once it forked its kernel)
   zygote -> kenneld  {"op": "ready", "preloaded": [...], "failed": {module: error},
-                      "stale_fds": {fd: what}, "ms": N}
+                      "stale_fds": {fd: what}, "ms": N[, "merge_pages": what came of it]}
   kenneld -> zygote  {"op": "spawn", "ticket": T, "uid": U, "gid": G, "tmp": B, "as": B, "fsize": B,
                       "nproc": N, "nofile": N, "env": {...}}
                      + [pipe, workspace, cgroup.procs...]
@@ -45,6 +45,7 @@ MAX_MESSAGE = 65536
 _WARM_UP_PLOT = ("__import__('matplotlib.pyplot').pyplot.plot([1, 2, 3]);"
                  " __import__('matplotlib.pyplot').pyplot.show()")
 MAX_FDS = 16
+_MT19937_WORDS = 624  # the state of numpy's legacy generator, in 32-bit words
 
 
 def _threads():
@@ -91,7 +92,11 @@ def _reseed():
     random.seed()  # from os.urandom; random's own at-fork hook does it too
     numpy = sys.modules.get("numpy")
     if numpy is not None:
-        numpy.random.seed()  # the legacy global RandomState; default_rng() seeds itself
+        # The legacy global RandomState (default_rng() seeds itself): a whole MT19937 state
+        # from os.urandom. seed() would derive one from 128 bits through SeedSequence, and
+        # touch (so copy from the zygote) some 250 KiB more of numpy's objects doing it.
+        key = numpy.frombuffer(os.urandom(_MT19937_WORDS * 4), dtype=numpy.uint32)
+        numpy.random.set_state(("MT19937", key, _MT19937_WORDS))
     tempfile = sys.modules.get("tempfile")
     if tempfile is not None:
         tempfile._name_sequence = None  # its names come from a Random made on first use
@@ -132,9 +137,12 @@ def _become_kernel(ctl, cfg, req, stale):
 
 def _spawn(ctl, cfg, lifeline, init_fd, stale, req, fds):
     import _kennel_zygote
+    from kennel_shell import KennelShell
 
     if len(fds) < 2:
         raise ValueError("a spawn request carries the pipe and the workspace")
+    # Here, before the fork, so that every kernel shares what it sets.
+    KennelShell.instance().prepare_kernel_paths(req["env"])
     pid = _kennel_zygote.spawn(
         pipe_fd=fds[0], workspace_fd=fds[1], init_fd=init_fd, kernel_dir=cfg["kernel_dir"],
         lifeline=lifeline,
@@ -161,7 +169,7 @@ def main(ctl, cfg, fds):
     t0 = time.monotonic()
     # Set here, not in the exec environment, which every kernel can read.
     os.environ.update(cfg.get("env", {}))
-    import _kennel_zygote  # noqa: F401  (fails here, loudly, rather than at the first spawn)
+    import _kennel_zygote  # fails here, loudly, rather than at the first spawn
     # The whole kernel runtime, IPython and all: a kernel cannot import from this host path
     # once it is in its sandbox.
     import kennel_server  # noqa: F401
@@ -193,9 +201,16 @@ def main(ctl, cfg, fds):
                     "preload; a multithreaded process cannot enter a user namespace"})
         sys.exit(1)
     stale = _open_fds({0, 1, 2, ctl.fileno(), lifeline, init_fd})
-    _send(ctl, {"op": "ready", "preloaded": preloaded, "failed": failed,
-                "stale_fds": {str(fd): target for fd, target in stale.items()},
-                "ms": round((time.monotonic() - t0) * 1000)})
+    ready = {"op": "ready", "preloaded": preloaded, "failed": failed,
+             "stale_fds": {str(fd): target for fd, target in stale.items()},
+             "ms": round((time.monotonic() - t0) * 1000)}
+    if cfg.get("merge_pages"):
+        try:
+            _kennel_zygote.merge_pages()  # inherited by every kernel forked from here
+            ready["merge_pages"] = "pages are offered to KSM"
+        except OSError as e:  # before Linux 6.4
+            ready["merge_pages"] = f"not available here: {e}"
+    _send(ctl, ready)
     while True:
         msg, fds, _flags, _addr = socket.recv_fds(ctl, MAX_MESSAGE, MAX_FDS)
         if not msg:

@@ -1,4 +1,4 @@
-/*  _kennel_zygote: the zygote's C part, a CPython extension with one function.
+/*  _kennel_zygote: the zygote's C part, a CPython extension: spawn() and merge_pages().
  *
  *  spawn() turns the warm zygote into one sandboxed session, in three processes' worth of
  *  steps:
@@ -26,8 +26,13 @@
 
 #include "reaper.h"
 #include "sandbox.h"
+#include "sysfilter.h"
 
 #define MAX_CGROUPS 8
+
+#ifndef PR_SET_MEMORY_MERGE
+#define PR_SET_MEMORY_MERGE 67 /* Linux 6.4 */
+#endif
 
 #define INIT_FD 4 /* kennel-init in the session's init, kept through the seal */
 
@@ -127,7 +132,22 @@ static PyObject *s_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
     return PyLong_FromLong(0);
 }
 
+/*  merge_pages(): every page of this process and of its forks, now and later, may be merged by
+ *  KSM with an identical one (--merge-pages). Kernels forked from one zygote copy the same
+ *  pages and touch them alike (reference counts), so most of what an idle one owns is
+ *  identical to another's, or to the zygote's. */
+static PyObject *s_merge_pages(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    if (prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef s_methods[] = {
+    {"merge_pages", s_merge_pages, METH_NOARGS,
+     "merge_pages(): offer this process's pages, and its forks', to KSM"},
     {"spawn", (PyCFunction)(void (*)(void))s_spawn, METH_VARARGS | METH_KEYWORDS,
      "spawn(pipe_fd, workspace_fd, init_fd, kernel_dir, lifeline, cgroup_fds, uid, gid, tmp, as_bytes, "
      "fsize, nproc, nofile) -> pid in the zygote, 0 in the new session's kernel"},
@@ -141,5 +161,9 @@ static struct PyModuleDef s_module = {
 
 PyMODINIT_FUNC PyInit__kennel_zygote(void)
 {
+    /* The seccomp filter is compiled here, once: compiled in each session's init, libseccomp's
+     * allocations wrote to some 2.5 MiB of the zygote's heap, copied into every session. */
+    if (sysfilter_prepare() < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
     return PyModule_Create(&s_module);
 }

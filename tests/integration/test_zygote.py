@@ -214,3 +214,49 @@ def test_descriptors_the_preload_left_open_are_dev_null_in_kernels(kenneld, sess
                         "f.write('mine'); f.close()\n"
                         "print(os.readlink(f'/proc/self/fd/{iu.devnull.fileno()}'), open('mine.txt').read())")
     assert cell.stream("stdout").split() == ["/dev/null", "mine"], cell.content
+
+
+def test_ipython_paths_are_the_kernels_own(kenneld, session):
+    """The zygote sets the shell's paths for its kernels before it forks them (so that they
+    share those objects): every one must be what the kernel's own environment and working
+    directory give, with its directories made in the kernel's sandbox, none the zygote's."""
+    cell = run(session, "import os, json\n"
+                        "ip = get_ipython(); pd = ip.profile_dir\n"
+                        "ip.db['kn/x'] = 42\n"
+                        "paths = [ip.home_dir, ip.starting_dir, ip.ipython_dir, pd.location,\n"
+                        "         pd.security_dir, pd.log_dir, pd.pid_dir, pd.startup_dir,\n"
+                        "         str(ip.db.root), ip.logger.home_dir] + ip.history_manager.dir_hist\n"
+                        "print(json.dumps({'paths': paths, 'home': os.environ['HOME'],\n"
+                        "    'ipdir': os.environ['IPYTHONDIR'], 'cwd': os.getcwd(),\n"
+                        "    'dirs': all(os.path.isdir(p) for p in paths[2:9]),\n"
+                        "    'db': ip.db['kn/x']}))")
+    r = json.loads(cell.stream("stdout"))
+    home, ipdir = r["home"], r["ipdir"]
+    profile = os.path.join(ipdir, "profile_default")
+    assert r["cwd"] == home
+    assert r["paths"] == [home, home, ipdir, profile] + [
+        os.path.join(profile, d) for d in ("security", "log", "pid", "startup", "db")] + [
+        home, home], r
+    assert r["dirs"] and r["db"] == 42, r
+
+
+_MERGE_STATE = ("import ctypes\n"
+                "print(ctypes.CDLL(None).prctl(68, 0, 0, 0, 0))")  # PR_GET_MEMORY_MERGE
+
+
+@pytest.mark.timeout_s(60)
+def test_merge_pages_is_opt_in_and_reaches_every_kernel(start_kenneld, connect):
+    """--merge-pages marks the zygote's memory for KSM, and so that of every kernel forked
+    from it (pooled or on demand); without it no kernel is marked."""
+    plain = start_kenneld(args=ZYGOTE + ["--pool", "0"])
+    kc = connect(plain.create("plain")["connection_file"])
+    assert run(kc, _MERGE_STATE).stream("stdout").strip() in ("0", "-1")  # -1: before Linux 6.4
+    kenneld = start_kenneld(args=ZYGOTE + ["--pool", "1", "--merge-pages"])
+    _pool_ready(kenneld, 1)
+    log = open(kenneld.log_path, errors="replace").read()
+    if "--merge-pages: not available here" in log:
+        pytest.skip("this Linux has no PR_SET_MEMORY_MERGE (6.4)")
+    assert "--merge-pages: pages are offered to KSM" in log, log
+    for name, extra in (("pooled", {}), ("forked", {"limits": {"pids": 100}})):
+        kc = connect(kenneld.create(name, **extra)["connection_file"])
+        assert run(kc, _MERGE_STATE).stream("stdout").strip() == "1", name
