@@ -342,10 +342,11 @@ static int s_on_zygote(zloop_t *loop, zmq_pollitem_t *item, void *arg);
 
 static void s_pool_forget_pending(broker_t *b);
 static void s_sess_collect(broker_t *b);
+static void s_zygote_strays(broker_t *b);
 
 /*  Stop the zygote. Kernels it has not said the pid of are given up: pooled ones dropped, a
- *  session's failed as a kernel that could not start. (Should one exist all the same, it
- *  ends when its pipe closes, and its parent's death takes it along.) */
+ *  session's failed as a kernel that could not start; one cloned all the same is found
+ *  among kenneld's children and killed (s_zygote_strays). */
 static void s_zygote_stop(broker_t *b)
 {
     if (!b->zygote)
@@ -358,6 +359,7 @@ static void s_zygote_stop(broker_t *b)
     b->zygote_watch = -1;
     spawner_zygote_destroy(&b->zygote);
     s_sess_collect(b);
+    s_zygote_strays(b);
 }
 
 static void s_pool_fill(broker_t *b);
@@ -1115,6 +1117,55 @@ static void s_orphans_collect(broker_t *b)
     }
 }
 
+/*  1 if pid is a kernel (or zygote) kenneld knows of. */
+static int s_pid_known(broker_t *b, pid_t pid)
+{
+    if (!b->sessions || !b->closing || !b->pool || !b->orphans)
+        return 1; /* half made or half destroyed: claim nothing */
+    if (b->zygote && spawner_zygote_pid(b->zygote) == pid)
+        return 1;
+    for (sess_t *s = zlistx_first(b->sessions); s; s = zlistx_next(b->sessions))
+        if (s->has_proc && s->proc.pid == pid)
+            return 1;
+    for (sess_t *s = zlistx_first(b->closing); s; s = zlistx_next(b->closing))
+        if (s->has_proc && s->proc.pid == pid)
+            return 1;
+    for (pooled_t *p = zlistx_first(b->pool); p; p = zlistx_next(b->pool))
+        if (p->proc.pid == pid)
+            return 1;
+    for (orphan_t *o = zlistx_first(b->orphans); o; o = zlistx_next(b->orphans))
+        if (o->proc.pid == pid)
+            return 1;
+    return 0;
+}
+
+/*  Kernels a zygote cloned but never named (it died, or was killed, between a clone and its
+ *  answer) are kenneld's children (CLONE_PARENT) that nothing holds: killed and kept as
+ *  orphans, so that their pidfds reap them. Call once the zygote is reaped, so that no clone
+ *  can follow; every other child of kenneld is a kernel it knows. */
+static void s_zygote_strays(broker_t *b)
+{
+    pid_t kids[4096];
+    int n = spawner_children(kids, sizeof kids / sizeof kids[0]);
+    for (int i = 0; i < n; i++) {
+        if (s_pid_known(b, kids[i]))
+            continue;
+        orphan_t *o = calloc(1, sizeof *o);
+        if (!o || spawner_adopt(kids[i], &o->proc) < 0) {
+            if (o)
+                PLOG_W("a kernel the zygote never named (pid %d)", (int)kids[i]);
+            free(o);
+            continue;
+        }
+        LOG_W("a kernel the zygote never named (pid %d): killed", (int)kids[i]);
+        spawner_signal(&o->proc, SIGKILL);
+        zlistx_add_end(b->orphans, o);
+        zmq_pollitem_t item = {NULL, o->proc.pidfd, ZMQ_POLLIN, 0};
+        if (zloop_poller(b->loop, &item, s_on_orphan, b) == 0)
+            zloop_poller_set_tolerant(b->loop, &item);
+    }
+}
+
 /*  Unhook a session from the loop and the table now; free it on the next tick. The kernel is
  *  killed and becomes an orphan until reaped. `forget` removes its directory for good; without
  *  it the next kenneld restores the session. */
@@ -1745,6 +1796,8 @@ void broker_destroy(broker_t **self_p)
         s_close_sess(s, 0);
     while (self->closing && (s = zlistx_detach(self->closing, NULL)))
         s_free_sess(&s);
+    /* Before the orphans are reaped: the zygote's strays join them. */
+    s_zygote_stop(self);
     orphan_t *o;
     while (self->orphans && (o = zlistx_detach(self->orphans, NULL))) {
         zmq_pollitem_t item = {NULL, o->proc.pidfd, 0, 0};
@@ -1758,7 +1811,6 @@ void broker_destroy(broker_t **self_p)
     while (self->pool && (p = zlistx_detach(self->pool, NULL)))
         s_pool_drop(self, p);
     zlistx_destroy(&self->pool);
-    s_zygote_stop(self);
     for (int i = 0; i < 2; i++)
         if (self->lifeline[i] >= 0)
             close(self->lifeline[i]);

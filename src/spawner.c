@@ -3,6 +3,7 @@
  *  through the pidfd. */
 #include "spawner.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -536,6 +537,35 @@ int spawner_zygote_gone(const spawner_zygote_t *self)
 int spawner_zygote_stalled(const spawner_zygote_t *self, long long limit_ms)
 {
     return self->pending && util_now_ms() - self->progress_ms > limit_ms;
+}
+
+int spawner_children(pid_t *pids, size_t max)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    size_t n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300];
+        snprintf(path, sizeof path, "/proc/self/task/%s/children", e->d_name);
+        char *text = util_read_file(path, 1 << 20, NULL);
+        for (char *t = text ? strtok(text, " \n") : NULL; t && n < max; t = strtok(NULL, " \n"))
+            pids[n++] = (pid_t)atoi(t);
+        free(text);
+    }
+    closedir(d);
+    return (int)n;
+}
+
+int spawner_adopt(pid_t pid, spawner_proc_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->pipe_fd = -1;
+    out->pid = pid;
+    out->pidfd = s_pidfd_open(pid);
+    return out->pidfd < 0 ? -1 : 0;
 }
 
 int spawner_zygote_take(spawner_zygote_t *self, unsigned long ticket, spawner_proc_t *out,

@@ -28,6 +28,12 @@ typedef struct {
  *  0 and *out filled, or -1 with errno. */
 int spawner_spawn(char *const argv[], char *const envp[], const char *cwd,
                   char *const cgroup_procs[], spawner_proc_t *out);
+/*  The pids of kenneld's own children (all its threads'), at most max, into pids: how many,
+ *  or -1 with errno. */
+int spawner_children(pid_t *pids, size_t max);
+/*  Take over child pid of ours that nothing holds yet (a kernel a dead zygote never named):
+ *  *out gets its pid and a pidfd, no pipe. 0, or -1 with errno. */
+int spawner_adopt(pid_t pid, spawner_proc_t *out);
 /*  Send sig to the process group while the process is not reaped. 0, or -1 with errno. */
 int spawner_signal(spawner_proc_t *proc, int sig);
 /*  Collect the exit status without blocking: 1 and a description ("exited with status 1",

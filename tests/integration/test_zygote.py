@@ -9,11 +9,14 @@ The rest of the integration suite runs under both spawners (see the Makefile's c
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 
 import pytest
 
 from .itest_helpers import run, wait_for
+from .kenneld_proc import pid_alive
 
 ZYGOTE = ["--spawner", "zygote"]
 
@@ -154,6 +157,47 @@ def test_a_dead_zygote_and_a_dead_pooled_kernel_are_replaced(start_kenneld, conn
              and _stats(kenneld)["spawner"]["pool_ready"] == 1, timeout=30,
              what="the pooled kernel replaced")
     assert "pool: a kernel was lost" in kenneld.log()
+
+
+@pytest.mark.timeout_s(60)
+def test_a_kernel_the_zygote_cloned_but_never_named_is_killed_and_reaped(start_kenneld):
+    """The zygote dies between cloning a kernel and saying its pid: the kernel is kenneld's
+    child (CLONE_PARENT) that nothing holds. strace holds the zygote's answer back."""
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("needs strace to hold the zygote's answer back")
+    kenneld = start_kenneld(args=ZYGOTE + ["--pool", "0"])
+    wait_for(lambda: _stats(kenneld)["spawner"]["zygote_ready"], timeout=30, what="the zygote")
+    zygote = _stats(kenneld)["spawner"]["zygote_pid"]
+    tracer = subprocess.Popen([strace, "-qq", "-o", "/dev/null", "-p", str(zygote),
+                               "-e", "trace=sendto,sendmsg",
+                               "-e", "inject=sendto,sendmsg:delay_enter=30000000"],
+                              stderr=subprocess.DEVNULL)
+    try:
+        def traced():
+            with open(f"/proc/{zygote}/status") as f:
+                return any(line.startswith("TracerPid:") and line.split()[1] != "0"
+                           for line in f)
+        wait_for(traced, timeout=10, what="strace attached")
+        kenneld.create("held")
+        strays = []
+
+        def cloned():
+            strays[:] = [p for p in _kenneld_children(kenneld) if p != zygote]
+            return strays
+        wait_for(cloned, timeout=20, what="the kernel cloned")
+        assert kenneld.sessions()[0]["kernel_pid"] == 0  # not named: the answer is held
+        os.kill(zygote, signal.SIGKILL)  # a process our kenneld started
+        # A killed tracee is reported to its tracer first, then to kenneld: end strace too
+        # (after the kill, or the zygote would go on and answer).
+        tracer.kill()
+        wait_for(lambda: not any(pid_alive(p) for p in strays)
+                 and not set(strays) & set(_kenneld_children(kenneld)), timeout=20,
+                 what="the unnamed kernel killed and reaped")
+        assert "a kernel the zygote never named" in kenneld.log()
+    finally:
+        tracer.kill()
+        tracer.wait(10)
 
 
 def _kenneld_children(kenneld):
