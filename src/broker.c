@@ -1,4 +1,4 @@
-/*  broker: one zloop serves every session. Three rules keep it responsive:
+/*  broker: one loop (loop.h) serves every session. Three rules keep it responsive:
  *  - nothing blocks: sockets drop instead of blocking, the kernel pipe is non-blocking with a
  *    bounded outbound buffer, and a busy kernel's output is read in bounded slices per wakeup
  *    so a flood in one session cannot starve another;
@@ -27,6 +27,7 @@
 
 #include "channels.h"
 #include "disk.h"
+#include "loop.h"
 #include "sandbox.h"
 #include "log.h"
 #include "route.h"
@@ -43,12 +44,12 @@
 typedef struct sess sess_t;
 
 struct broker {
-    zloop_t *loop;
+    loop_t *loop;
     broker_cfg_t cfg;
     zlistx_t *sessions;      /* sess_t*, oldest first; owns them */
     zlistx_t *closing;       /* sess_t* unhooked, freed by the next tick */
     zlistx_t *orphans;       /* orphan_t* killed kernels waiting to be reaped */
-    int tick_armed;
+    int tick_timer;          /* the armed timer that frees closing sessions, or -1 */
     unsigned char *slots;    /* slots[n] = 1 while a session (or a pooled kernel) runs as
                               * uid_base + n; max_sessions + pool of them */
     size_t nslots;
@@ -78,7 +79,7 @@ struct sess {
     int has_proc;            /* proc is a live (unreaped) kernel */
     int adopting;            /* the next kernel start takes proc and cg from the pool */
     unsigned long ticket;    /* the zygote's answer (the kernel's pid) is still to come */
-    int timer_id[2];         /* the session's armed zloop timers (session_timer_t), or -1 */
+    int timer_id[2];         /* the session's armed loop timers (session_timer_t), or -1 */
     int pipe_open;           /* proc.pipe_fd is registered for reading */
     kpipe_t *decoder;
     uint8_t *out;            /* bytes waiting to be written to the kernel */
@@ -90,18 +91,17 @@ struct sess {
 
 /* ---- the kernel pipe --------------------------------------------------------------------- */
 
-static int s_on_pipe(zloop_t *loop, zmq_pollitem_t *item, void *arg);
+static int s_on_pipe(loop_t *loop, int fd, int revents, void *arg);
 
+/*  Watch the kernel pipe: always for reading, for writing while bytes wait (want_pollout). */
 static void s_pipe_poll(sess_t *s)
 {
-    zmq_pollitem_t item = {NULL, s->proc.pipe_fd, ZMQ_POLLIN, 0};
-    zloop_poller_end(s->broker->loop, &item);
     if (!s->pipe_open)
         return;
-    if (s->want_pollout)
-        item.events |= ZMQ_POLLOUT;
-    if (zloop_poller(s->broker->loop, &item, s_on_pipe, s) == 0)
-        zloop_poller_set_tolerant(s->broker->loop, &item);
+    int events = LOOP_IN | (s->want_pollout ? LOOP_OUT : 0);
+    if (loop_fd_events(s->broker->loop, s->proc.pipe_fd, events) < 0 &&
+        loop_fd(s->broker->loop, s->proc.pipe_fd, events, s_on_pipe, s) < 0)
+        PLOG_W("session=%s: cannot watch the kernel pipe", s->id);
 }
 
 static void s_pipe_close(sess_t *s)
@@ -110,8 +110,7 @@ static void s_pipe_close(sess_t *s)
         return;
     s->pipe_open = 0;
     s->want_pollout = 0;
-    zmq_pollitem_t item = {NULL, s->proc.pipe_fd, 0, 0};
-    zloop_poller_end(s->broker->loop, &item);
+    loop_fd_end(s->broker->loop, s->proc.pipe_fd);
     free(s->out);
     s->out = NULL;
     s->out_len = s->out_off = 0;
@@ -197,20 +196,21 @@ static void s_pipe_flush(sess_t *s)
     }
 }
 
-static int s_on_pipe(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+static int s_on_pipe(loop_t *loop, int fd, int revents, void *arg)
 {
     (void)loop;
+    (void)fd;
     sess_t *s = arg;
-    if (item->revents & ZMQ_POLLOUT)
+    if (revents & LOOP_OUT)
         s_pipe_flush(s);
-    if (item->revents & (ZMQ_POLLIN | ZMQ_POLLERR))
+    if (revents & (LOOP_IN | LOOP_ERR))
         s_pipe_read(s, READ_SLICE);
     return 0;
 }
 
 /* ---- session ops ------------------------------------------------------------------------- */
 
-static int s_on_pidfd(zloop_t *loop, zmq_pollitem_t *item, void *arg);
+static int s_on_pidfd(loop_t *loop, int fd, int revents, void *arg);
 
 static int s_op_to_kernel(void *ctx, const kpipe_iov_t *parts, size_t n)
 {
@@ -260,6 +260,11 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
     LOG_D("session=%s: -> %s %s", s->id, route_channel_name(channel), jmsg_type(*msg_p));
     if (channels_send(s->ch, i, msg_p) < 0 && log_allow(&s->broker->warn_limit, 5))
         LOG_W("session=%s: send on %s failed", s->id, route_channel_name(channel));
+    /* A send can swallow the wake-up of a request arriving on the same socket, and we often
+     * send from outside its reader (a kernel's reply, a timer): the loop must look again. This
+     * is the one place session sockets are sent on (the heartbeat echoes in its own reader). */
+    if (i != CHANNELS_IOPUB)
+        loop_reader_touch(s->broker->loop, channels_socket(s->ch, i));
 }
 
 /*  A kernel's environment: nothing of kenneld's, only this allowlist. */
@@ -338,7 +343,7 @@ static void s_launch_args(const sess_t *s, launch_t *l)
 
 #define ZYGOTE_STALL_MS 60000 /* a zygote that owes answers this long is hung (imports too) */
 
-static int s_on_zygote(zloop_t *loop, zmq_pollitem_t *item, void *arg);
+static int s_on_zygote(loop_t *loop, int fd, int revents, void *arg);
 
 static void s_pool_forget_pending(broker_t *b);
 static void s_sess_collect(broker_t *b);
@@ -352,10 +357,9 @@ static void s_zygote_stop(broker_t *b)
     if (!b->zygote)
         return;
     s_pool_forget_pending(b);
-    zmq_pollitem_t item = {NULL, spawner_zygote_fd(b->zygote), 0, 0};
-    zloop_poller_end(b->loop, &item);
+    loop_fd_end(b->loop, spawner_zygote_fd(b->zygote));
     if (b->zygote_watch >= 0)
-        zloop_timer_end(b->loop, b->zygote_watch);
+        loop_timer_end(b->loop, b->zygote_watch);
     b->zygote_watch = -1;
     spawner_zygote_destroy(&b->zygote);
     s_sess_collect(b);
@@ -366,7 +370,7 @@ static void s_pool_fill(broker_t *b);
 
 /*  A zygote that stopped answering (a hang in its imports, say) is replaced, and the
  *  kernels it owes fail instead of waiting for ever. */
-static int s_on_zygote_watch(zloop_t *loop, int timer_id, void *arg)
+static int s_on_zygote_watch(loop_t *loop, int timer_id, void *arg)
 {
     (void)loop;
     (void)timer_id;
@@ -408,10 +412,9 @@ static int s_zygote_start(broker_t *b)
     errno = saved;
     if (!b->zygote)
         return -1;
-    zmq_pollitem_t item = {NULL, spawner_zygote_fd(b->zygote), ZMQ_POLLIN, 0};
-    if (zloop_poller(b->loop, &item, s_on_zygote, b) == 0)
-        zloop_poller_set_tolerant(b->loop, &item);
-    b->zygote_watch = zloop_timer(b->loop, 2000, 0, s_on_zygote_watch, b);
+    if (loop_fd(b->loop, spawner_zygote_fd(b->zygote), LOOP_IN, s_on_zygote, b) < 0)
+        PLOG_W("cannot watch the zygote");
+    b->zygote_watch = loop_timer(b->loop, 2000, 0, s_on_zygote_watch, b);
     LOG_I("zygote started (pid %d), importing %s", (int)spawner_zygote_pid(b->zygote),
           cfg->preload);
     return 0;
@@ -420,10 +423,11 @@ static int s_zygote_start(broker_t *b)
 static void s_pool_collect(broker_t *b);
 
 /*  The zygote said something unasked: it is ready, or it is gone. */
-static int s_on_zygote(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+static int s_on_zygote(loop_t *loop, int fd, int revents, void *arg)
 {
     (void)loop;
-    (void)item;
+    (void)fd;
+    (void)revents;
     broker_t *b = arg;
     char why[256];
     int rc = spawner_zygote_poll(b->zygote, why, sizeof why);
@@ -594,9 +598,8 @@ static int s_kernel_started(sess_t *s)
 static void s_watch_pidfd(sess_t *s)
 {
     broker_t *b = s->broker;
-    zmq_pollitem_t item = {NULL, s->proc.pidfd, ZMQ_POLLIN, 0};
-    if (zloop_poller(b->loop, &item, s_on_pidfd, s) == 0)
-        zloop_poller_set_tolerant(b->loop, &item);
+    if (loop_fd(b->loop, s->proc.pidfd, LOOP_IN, s_on_pidfd, s) < 0)
+        PLOG_W("session=%s: cannot watch the kernel's pidfd", s->id);
     LOG_I("session=%s: kernel started, pid %d%s", s->id, (int)s->proc.pid,
           b->cfg.sandbox ? "" : " (NOT SANDBOXED)");
 }
@@ -670,8 +673,7 @@ static size_t s_free_slot(broker_t *b)
 static void s_pool_drop(broker_t *b, pooled_t *p)
 {
     if (p->proc.pidfd >= 0) {
-        zmq_pollitem_t item = {NULL, p->proc.pidfd, 0, 0};
-        zloop_poller_end(b->loop, &item);
+        loop_fd_end(b->loop, p->proc.pidfd);
         if (!p->proc.reaped) {
             spawner_signal(&p->proc, SIGKILL);
             siginfo_t info;
@@ -702,12 +704,13 @@ static void s_pool_failed(broker_t *b, pooled_t *p, const char *why)
     s_pool_fill(b);
 }
 
-static int s_on_pooled_exit(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+static int s_on_pooled_exit(loop_t *loop, int fd, int revents, void *arg)
 {
     (void)loop;
+    (void)revents;
     broker_t *b = arg;
     for (pooled_t *p = zlistx_first(b->pool); p; p = zlistx_next(b->pool)) {
-        if (p->proc.pidfd != item->fd)
+        if (p->proc.pidfd != fd)
             continue;
         char how[192];
         if (spawner_reap(&p->proc, how, sizeof how) != 0)
@@ -732,9 +735,8 @@ static void s_pool_collect(broker_t *b)
         } else if (rc > 0 && p->proc.pid && p->ticket) {
             p->ticket = 0;
             b->pool_failures = 0;
-            zmq_pollitem_t item = {NULL, p->proc.pidfd, ZMQ_POLLIN, 0};
-            if (zloop_poller(b->loop, &item, s_on_pooled_exit, b) == 0)
-                zloop_poller_set_tolerant(b->loop, &item);
+            if (loop_fd(b->loop, p->proc.pidfd, LOOP_IN, s_on_pooled_exit, b) < 0)
+                PLOG_W("pool: cannot watch a kernel's pidfd");
             LOG_D("pool: kernel %d ready for a session", (int)p->proc.pid);
         }
         /* the list may have changed under s_pool_failed: start over from what is left */
@@ -808,7 +810,7 @@ static void s_pool_forget_pending(broker_t *b)
     }
 }
 
-static int s_on_pool_timer(zloop_t *loop, int timer_id, void *arg)
+static int s_on_pool_timer(loop_t *loop, int timer_id, void *arg)
 {
     (void)loop;
     (void)timer_id;
@@ -839,7 +841,7 @@ static void s_pool_fill_after(broker_t *b, size_t delay)
         return;
     for (int i = 0; i < b->pool_failures && delay < 30000; i++)
         delay *= 2;
-    b->pool_timer = zloop_timer(b->loop, delay, 1, s_on_pool_timer, b);
+    b->pool_timer = loop_timer(b->loop, (long long)delay, 1, s_on_pool_timer, b);
 }
 
 static void s_pool_fill(broker_t *b)
@@ -874,8 +876,7 @@ static pooled_t *s_pool_take(broker_t *b, const broker_limits_t *limits)
         for (pooled_t *p = zlistx_first(b->pool); p; p = zlistx_next(b->pool)) {
             if (!p->proc.pid || p->proc.reaped || (pass == 0 && !s_pooled_ready(p)))
                 continue;
-            zmq_pollitem_t item = {NULL, p->proc.pidfd, 0, 0};
-            zloop_poller_end(b->loop, &item);
+            loop_fd_end(b->loop, p->proc.pidfd);
             zlistx_detach_cur(b->pool);
             return p;
         }
@@ -890,7 +891,7 @@ static void s_op_kernel_signal(void *ctx, int sig)
         PLOG_W("session=%s: signal %d", s->id, sig);
 }
 
-static int s_on_timer(zloop_t *loop, int timer_id, void *arg)
+static int s_on_timer(loop_t *loop, int timer_id, void *arg)
 {
     (void)loop;
     sess_t *s = arg;
@@ -905,16 +906,21 @@ static void s_op_timer_cancel(void *ctx, session_timer_t which)
 {
     sess_t *s = ctx;
     if (s->timer_id[which] >= 0)
-        zloop_timer_end(s->broker->loop, s->timer_id[which]);
+        loop_timer_end(s->broker->loop, s->timer_id[which]);
     s->timer_id[which] = -1;
 }
 
+/*  The idle clock is re-armed on every client message: an armed timer is moved, not ended
+ *  and made again. */
 static void s_op_timer_arm(void *ctx, session_timer_t which, long long delay_ms)
 {
     sess_t *s = ctx;
-    s_op_timer_cancel(s, which);
-    s->timer_id[which] =
-        zloop_timer(s->broker->loop, (size_t)(delay_ms > 0 ? delay_ms : 1), 1, s_on_timer, s);
+    long long ms = delay_ms > 0 ? delay_ms : 1;
+    if (s->timer_id[which] >= 0 && loop_timer_reset(s->broker->loop, s->timer_id[which], ms) == 0)
+        return;
+    s->timer_id[which] = loop_timer(s->broker->loop, ms, 1, s_on_timer, s);
+    if (s->timer_id[which] < 0)
+        PLOG_W("session=%s: cannot arm a timer", s->id);
 }
 
 /*  The snapshot of an evicted session lives in its directory, out of the kernel's reach. */
@@ -955,9 +961,10 @@ static void s_op_ended(void *ctx)
 }
 
 /*  The kernel exited: read what it wrote before dying, then tell the session. */
-static int s_on_pidfd(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+static int s_on_pidfd(loop_t *loop, int fd, int revents, void *arg)
 {
-    (void)item;
+    (void)fd;
+    (void)revents;
     sess_t *s = arg;
     char how[192];
     int rc = spawner_reap(&s->proc, how, sizeof how);
@@ -967,8 +974,7 @@ static int s_on_pidfd(zloop_t *loop, zmq_pollitem_t *item, void *arg)
         snprintf(how, sizeof how, "vanished (%s)", strerror(errno));
     s_pipe_read(s, SIZE_MAX);
     s_pipe_close(s);
-    zmq_pollitem_t pid_item = {NULL, s->proc.pidfd, 0, 0};
-    zloop_poller_end(loop, &pid_item);
+    loop_fd_end(loop, s->proc.pidfd);
     spawner_release(&s->proc);
     s->has_proc = 0;
     session_exit_t kind = SESSION_EXIT_CRASH;
@@ -991,7 +997,7 @@ static int s_on_pidfd(zloop_t *loop, zmq_pollitem_t *item, void *arg)
 
 /* ---- client sockets ---------------------------------------------------------------------- */
 
-static int s_on_socket(zloop_t *loop, zsock_t *sock, void *arg)
+static int s_on_socket(loop_t *loop, zsock_t *sock, void *arg)
 {
     (void)loop;
     sess_t *s = arg;
@@ -1018,7 +1024,7 @@ static int s_on_socket(zloop_t *loop, zsock_t *sock, void *arg)
 
 /* ---- session records --------------------------------------------------------------------- */
 
-static int s_tick(zloop_t *loop, int timer_id, void *arg);
+static int s_tick(loop_t *loop, int timer_id, void *arg);
 
 /*  Take a capped workspace's image off its directory. lazy: at once, even while a kernel
  *  still uses it (the filesystem goes with its last user); otherwise a real unmount, which
@@ -1071,15 +1077,16 @@ static void s_orphan_finish(orphan_t *o)
     free(o);
 }
 
-static int s_on_orphan(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+static int s_on_orphan(loop_t *loop, int fd, int revents, void *arg)
 {
+    (void)revents;
     broker_t *b = arg;
     for (orphan_t *o = zlistx_first(b->orphans); o; o = zlistx_next(b->orphans)) {
-        if (o->proc.pidfd != item->fd)
+        if (o->proc.pidfd != fd)
             continue;
         char how[128];
         if (spawner_reap(&o->proc, how, sizeof how) != 0) {
-            zloop_poller_end(loop, item);
+            loop_fd_end(loop, fd);
             zlistx_detach_cur(b->orphans);
             s_orphan_finish(o);
         }
@@ -1105,9 +1112,8 @@ static void s_orphans_collect(broker_t *b)
         o->ticket = 0;
         if (rc > 0) {
             spawner_signal(&o->proc, SIGKILL);
-            zmq_pollitem_t item = {NULL, o->proc.pidfd, ZMQ_POLLIN, 0};
-            if (zloop_poller(b->loop, &item, s_on_orphan, b) == 0)
-                zloop_poller_set_tolerant(b->loop, &item);
+            if (loop_fd(b->loop, o->proc.pidfd, LOOP_IN, s_on_orphan, b) < 0)
+                PLOG_W("cannot watch a killed kernel's pidfd");
             o = zlistx_next(b->orphans);
         } else {
             zlistx_detach_cur(b->orphans);
@@ -1181,7 +1187,7 @@ static void s_close_sess(sess_t *s, int forget)
     s_op_timer_cancel(s, SESSION_TIMER_IDLE);
     for (int i = 0; i < CHANNELS_N; i++)
         if (i != CHANNELS_IOPUB)
-            zloop_reader_end(b->loop, channels_socket(s->ch, (channels_index_t)i));
+            loop_reader_end(b->loop, channels_socket(s->ch, (channels_index_t)i));
     s_pipe_close(s);
     orphan_t *o = calloc(1, sizeof *o);
     if (!o) {
@@ -1212,32 +1218,35 @@ static void s_close_sess(sess_t *s, int forget)
         s->has_proc = 0;
         zlistx_add_end(b->orphans, o);
     } else if (s->has_proc) {
-        zmq_pollitem_t item = {NULL, s->proc.pidfd, ZMQ_POLLIN, 0};
-        zloop_poller_end(b->loop, &item);
+        loop_fd_end(b->loop, s->proc.pidfd);
         spawner_signal(&s->proc, SIGKILL);
         o->proc = s->proc; /* the orphan takes the pidfd */
         s->proc.pidfd = -1;
         s->has_proc = 0;
         zlistx_add_end(b->orphans, o);
-        if (zloop_poller(b->loop, &item, s_on_orphan, b) == 0)
-            zloop_poller_set_tolerant(b->loop, &item);
+        if (loop_fd(b->loop, o->proc.pidfd, LOOP_IN, s_on_orphan, b) < 0)
+            PLOG_W("session=%s: cannot watch its killed kernel's pidfd", s->id);
     } else {
         s_orphan_finish(o);
     }
     LOG_I("session=%s: %s", s->id, forget ? "ended" : "closed");
     zlistx_add_end(b->closing, s);
-    if (!b->tick_armed) {
-        b->tick_armed = 1;
-        zloop_timer(b->loop, 1, 1, s_tick, b);
+    if (b->tick_timer < 0) {
+        /* Delay 0: on the loop's next turn, once this one (and any callback for s) is over. */
+        b->tick_timer = loop_timer(b->loop, 0, 1, s_tick, b);
+        if (b->tick_timer < 0) {
+            LOG_E("out of memory");
+            exit(1);
+        }
     }
 }
 
-static int s_tick(zloop_t *loop, int timer_id, void *arg)
+static int s_tick(loop_t *loop, int timer_id, void *arg)
 {
     (void)loop;
     (void)timer_id;
     broker_t *b = arg;
-    b->tick_armed = 0;
+    b->tick_timer = -1;
     sess_t *s;
     while ((s = zlistx_detach(b->closing, NULL)))
         s_free_sess(&s);
@@ -1509,7 +1518,11 @@ static void s_serve(broker_t *self, sess_t *s)
 {
     for (int i = 0; i < CHANNELS_N; i++)
         if (i != CHANNELS_IOPUB)
-            zloop_reader(self->loop, channels_socket(s->ch, (channels_index_t)i), s_on_socket, s);
+            if (loop_reader(self->loop, channels_socket(s->ch, (channels_index_t)i), s_on_socket,
+                            s) < 0) {
+                LOG_E("out of memory");
+                exit(1);
+            }
     zlistx_add_end(self->sessions, s);
 }
 
@@ -1746,7 +1759,7 @@ size_t broker_size(const broker_t *self)
     return zlistx_size(self->sessions);
 }
 
-broker_t *broker_new(zloop_t *loop, const broker_cfg_t *cfg)
+broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
 {
     broker_t *self = calloc(1, sizeof *self);
     if (!self)
@@ -1761,6 +1774,7 @@ broker_t *broker_new(zloop_t *loop, const broker_cfg_t *cfg)
     self->pool = zlistx_new();
     self->pool_timer = -1;
     self->zygote_watch = -1;
+    self->tick_timer = -1;
     self->lifeline[0] = self->lifeline[1] = -1;
     if (!self->sessions || !self->closing || !self->orphans || !self->slots || !self->pool ||
         pipe2(self->lifeline, O_CLOEXEC) < 0) {
@@ -1800,13 +1814,14 @@ void broker_destroy(broker_t **self_p)
     s_zygote_stop(self);
     orphan_t *o;
     while (self->orphans && (o = zlistx_detach(self->orphans, NULL))) {
-        zmq_pollitem_t item = {NULL, o->proc.pidfd, 0, 0};
-        zloop_poller_end(self->loop, &item);
+        loop_fd_end(self->loop, o->proc.pidfd);
         s_reap_blocking(&o->proc);
         s_orphan_finish(o);
     }
     if (self->pool_timer >= 0)
-        zloop_timer_end(self->loop, self->pool_timer);
+        loop_timer_end(self->loop, self->pool_timer);
+    if (self->tick_timer >= 0)
+        loop_timer_end(self->loop, self->tick_timer);
     pooled_t *p;
     while (self->pool && (p = zlistx_detach(self->pool, NULL)))
         s_pool_drop(self, p);

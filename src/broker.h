@@ -1,5 +1,5 @@
 /*  broker: kenneld's table of live sessions and the glue around each one: its channels, its
- *  kernel process and pipe, all registered in one zloop. The session module decides; the
+ *  kernel process and pipe, all registered in one loop. The session module decides; the
  *  broker does the I/O it asks for. Used by kenneld's main and by the manager. */
 #ifndef KENNEL_BROKER_H
 #define KENNEL_BROKER_H
@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "cgroup.h"
+#include "loop.h"
 #include "session.h"
 #include "wire.h"
 
@@ -55,7 +56,7 @@ typedef struct {
 typedef struct broker broker_t;
 
 /*  A broker serving in loop. cfg strings must outlive the broker. NULL on failure. */
-broker_t *broker_new(zloop_t *loop, const broker_cfg_t *cfg);
+broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg);
 /*  Stop every kernel (killed and reaped) and free. Session directories are kept, so the next
  *  kenneld restores them; broker_end is what removes a session for good. */
 void broker_destroy(broker_t **self_p);

@@ -24,6 +24,7 @@
 #include "config.h"
 #include "disk.h"
 #include "log.h"
+#include "loop.h"
 #include "manager.h"
 #include "statedir.h"
 #include "util.h"
@@ -36,7 +37,7 @@
 static long long s_stop_deadline_ms; /* set once a stop signal came */
 
 /*  While stopping: end the loop once every save is done, or at the deadline. */
-static int s_on_stop_tick(zloop_t *loop, int timer_id, void *arg)
+static int s_on_stop_tick(loop_t *loop, int timer_id, void *arg)
 {
     (void)loop;
     (void)timer_id;
@@ -52,11 +53,12 @@ static int s_on_stop_tick(zloop_t *loop, int timer_id, void *arg)
 
 /*  SIGTERM, SIGINT, SIGHUP: save every idle session's state, then stop. A second signal stops
  *  at once. */
-static int s_on_signal(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+static int s_on_signal(loop_t *loop, int fd, int revents, void *arg)
 {
+    (void)revents;
     broker_t *broker = arg;
     struct signalfd_siginfo si;
-    if (read(item->fd, &si, sizeof si) != (ssize_t)sizeof si)
+    if (read(fd, &si, sizeof si) != (ssize_t)sizeof si)
         return 0;
     LOG_I("signal %u (SIG%s): shutting down", si.ssi_signo,
           sigabbrev_np((int)si.ssi_signo) ? sigabbrev_np((int)si.ssi_signo) : "?");
@@ -65,9 +67,10 @@ static int s_on_signal(zloop_t *loop, zmq_pollitem_t *item, void *arg)
     s_stop_deadline_ms = util_now_ms() + STOP_SAVE_MS;
     int pending = broker_save_all(broker);
     if (pending == 0)
-        return -1; /* ends zloop_start */
+        return -1; /* ends loop_run */
     LOG_I("saving the state of %d sessions", pending);
-    zloop_timer(loop, 20, 0, s_on_stop_tick, broker);
+    if (loop_timer(loop, 20, 0, s_on_stop_tick, broker) < 0)
+        return -1;
     return 0;
 }
 
@@ -272,7 +275,7 @@ int main(int argc, char **argv)
     else
         snprintf(manager_ep, sizeof manager_ep, "tcp://127.0.0.1:*");
 
-    zloop_t *loop = zloop_new();
+    loop_t *loop = loop_new();
     broker_cfg_t bcfg = {
         .state_dir = state_dir,
         .transport = cfg.transport,
@@ -306,18 +309,23 @@ int main(int argc, char **argv)
     };
     wire_limits_default(&bcfg.wire_limits);
     bcfg.wire_limits.max_msg_bytes = cfg.max_message_bytes;
-    broker_t *broker = broker_new(loop, &bcfg);
+    broker_t *broker = loop ? broker_new(loop, &bcfg) : NULL;
     char key[40];
     util_uuid(key);
     manager_t *manager = loop && broker ? manager_new(loop, broker, manager_ep, key, cfg.max_file, NULL) : NULL;
     if (!manager) {
         PLOG_E("cannot serve the manager on %s", manager_ep);
         broker_destroy(&broker);
-        zloop_destroy(&loop);
+        loop_destroy(&loop);
         return 1;
     }
-    zmq_pollitem_t sig_item = {NULL, sfd, ZMQ_POLLIN, 0};
-    zloop_poller(loop, &sig_item, s_on_signal, broker);
+    if (loop_fd(loop, sfd, LOOP_IN, s_on_signal, broker) < 0) {
+        PLOG_E("cannot watch the signalfd");
+        manager_destroy(&manager);
+        broker_destroy(&broker);
+        loop_destroy(&loop);
+        return 1;
+    }
     broker_restore(broker);
 
     json_t *info = json_pack("{s:{s:s, s:s, s:s}, s:I, s:s, s:s}", "manager", "endpoint",
@@ -329,19 +337,21 @@ int main(int argc, char **argv)
         json_decref(info);
         manager_destroy(&manager);
         broker_destroy(&broker);
-        zloop_destroy(&loop);
+        loop_destroy(&loop);
         return 1;
     }
     json_decref(info);
     LOG_I("serving: state %s, manager %s, sessions on %s", state_dir, manager_endpoint(manager),
           cfg.transport);
 
-    zloop_start(loop);
+    if (loop_run(loop) < 0)
+        PLOG_E("the loop failed (epoll_wait)");
 
     unlink(info_path);
     manager_destroy(&manager);
     broker_destroy(&broker);
-    zloop_destroy(&loop);
+    loop_fd_end(loop, sfd);
+    loop_destroy(&loop);
     close(sfd);
     sodium_memzero(key, sizeof key);
     LOG_I("stopped");

@@ -13,7 +13,7 @@
 #include "wsfile.h"
 
 struct manager {
-    zloop_t *loop;
+    loop_t *loop;
     broker_t *broker;
     zsock_t *sock;
     wire_t *wire;
@@ -194,7 +194,7 @@ static json_t *s_on_file(manager_t *self, const jmsg_t *req, const char *sess, v
     return json_pack("{s:s, s:s, s:I}", "status", "ok", "path", path, "size", (json_int_t)size);
 }
 
-static int s_on_request(zloop_t *loop, zsock_t *sock, void *arg)
+static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
 {
     (void)loop;
     manager_t *self = arg;
@@ -246,7 +246,7 @@ static int s_on_request(zloop_t *loop, zsock_t *sock, void *arg)
     return 0;
 }
 
-manager_t *manager_new(zloop_t *loop, broker_t *broker, const char *endpoint, const char *key,
+manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, const char *key,
                        size_t max_file, const wire_limits_t *limits)
 {
     manager_t *self = calloc(1, sizeof *self);
@@ -268,7 +268,7 @@ manager_t *manager_new(zloop_t *loop, broker_t *broker, const char *endpoint, co
         goto fail;
     char *last = zsock_last_endpoint(self->sock); /* czmq: caller owns it */
     self->endpoint = last ? last : strdup(endpoint);
-    if (!self->endpoint || zloop_reader(loop, self->sock, s_on_request, self) < 0)
+    if (!self->endpoint || loop_reader(loop, self->sock, s_on_request, self) < 0)
         goto fail;
     return self;
 fail:;
@@ -284,7 +284,7 @@ void manager_destroy(manager_t **self_p)
         return;
     manager_t *self = *self_p;
     if (self->sock)
-        zloop_reader_end(self->loop, self->sock);
+        loop_reader_end(self->loop, self->sock);
     zsock_destroy(&self->sock);
     wire_destroy(&self->wire);
     free(self->endpoint);

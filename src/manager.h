@@ -7,13 +7,14 @@
 #include <czmq.h>
 
 #include "broker.h"
+#include "loop.h"
 #include "wire.h"
 
 typedef struct manager manager_t;
 
 /*  Bind a ROUTER on endpoint (tcp "…:*" picks a port) and serve it in loop; files moved by
  *  the file API are at most max_file bytes. NULL with errno. */
-manager_t *manager_new(zloop_t *loop, broker_t *broker, const char *endpoint, const char *key,
+manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, const char *key,
                        size_t max_file, const wire_limits_t *limits);
 void manager_destroy(manager_t **self_p);
 /*  The endpoint clients connect to (with the real port). Borrowed. */
