@@ -1166,9 +1166,8 @@ static void s_zygote_strays(broker_t *b)
         LOG_W("a kernel the zygote never named (pid %d): killed", (int)kids[i]);
         spawner_signal(&o->proc, SIGKILL);
         zlistx_add_end(b->orphans, o);
-        zmq_pollitem_t item = {NULL, o->proc.pidfd, ZMQ_POLLIN, 0};
-        if (zloop_poller(b->loop, &item, s_on_orphan, b) == 0)
-            zloop_poller_set_tolerant(b->loop, &item);
+        if (loop_fd(b->loop, o->proc.pidfd, LOOP_IN, s_on_orphan, b) < 0)
+            PLOG_W("a kernel the zygote never named (pid %d): cannot watch it", (int)kids[i]);
     }
 }
 
