@@ -163,6 +163,7 @@ def test_idle_eviction_saves_and_revives_the_namespace(kenneld, connect):
     assert not os.path.exists(snapshot)
 
 
+@pytest.mark.own_kenneld
 def test_kenneld_restart_brings_sessions_back(kenneld, connect):
     info = kenneld.create("durable")
     kc = connect(info["connection_file"])
@@ -197,6 +198,7 @@ def _loops_backed_by(directory):
     return found
 
 
+@pytest.mark.own_kenneld
 @pytest.mark.parametrize("kenneld", [["--idle", "1", "--disk", "32M"]], indirect=True)
 def test_a_capped_workspace_survives_eviction_and_restart(kenneld, connect):
     """The workspace image stays mounted across eviction, is unmounted (its loop device freed)
