@@ -84,11 +84,19 @@ integration: all
 	$(PY) -m pytest -q -p no:cacheprovider tests/integration tests/hostile
 
 # The integration suite runs under both spawners: the zygote (the default) and exec
-# (test_zygote.py names its spawner itself, so it runs once).
+# (test_zygote.py names its spawner itself, so it runs once). The exec pass, mostly kernels'
+# cold starts (one core), runs beside the first (about one core on average), into
+# build/check-exec.log, shown when both are done; check fails if either failed.
+PYTEST    := $(PY) -m pytest -q -p no:cacheprovider
 check: all unit memcheck
-	$(PY) -m pytest -q -p no:cacheprovider tests/kernel tests/integration tests/hostile
-	KENNEL_SPAWNER=exec $(PY) -m pytest -q -p no:cacheprovider tests/integration \
-	    --ignore=tests/integration/test_zygote.py
+	@echo "== pytest: kernel, integration, hostile; beside it, integration with KENNEL_SPAWNER=exec"
+	@KENNEL_SPAWNER=exec $(PYTEST) tests/integration --ignore=tests/integration/test_zygote.py \
+	    > $(BUILD)/check-exec.log 2>&1 & exec_pass=$$!; \
+	$(PYTEST) tests/kernel tests/integration tests/hostile; first=$$?; \
+	wait $$exec_pass; second=$$?; \
+	echo "== pytest: integration with KENNEL_SPAWNER=exec (build/check-exec.log)"; \
+	cat $(BUILD)/check-exec.log; \
+	[ $$first = 0 ] && [ $$second = 0 ]
 
 memcheck: $(UNIT_BINS)
 	@for t in $(UNIT_BINS); do valgrind -q --error-exitcode=1 --leak-check=full $$t || exit 1; done

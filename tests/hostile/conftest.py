@@ -1,20 +1,99 @@
 """Fixtures for the hostile tests: a real kenneld (parametrize with extra arguments) that
-must exit cleanly leaving no kernel behind, and a ready session named victim."""
+must exit cleanly leaving no kernel behind, and a ready session named victim.
+
+The tests of one module share one kenneld per argument list (starting one costs its zygote's
+warm-up, a second of CPU): each test gets it with no session, and at its teardown (also
+after a failed test) every session is ended and kennel_hostile.release_checked asserts that
+kenneld still runs and nothing of those sessions outlived them; a kenneld that fails that is
+retired (stopped, what it left killed), and the next test gets a fresh one. At the module's
+end each is stopped: it must exit 0 and leave no kernel running (stop_checked). Mark a test
+@pytest.mark.own_kenneld when it needs a kenneld of its own (on its tmp_path), e.g. when it
+depends on kenneld's state at start."""
 import json
+import shutil
+import tempfile
 
 import pytest
 
-from kennel_hostile import Client, Kenneld, stop_checked
+from kennel_hostile import Client, Kenneld, release_checked, stop_checked
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "own_kenneld: the test's kenneld is its own, not shared")
+
+
+def _reap(root, k):
+    """Whatever happened: kenneld and the kernels it left are killed, its directory removed."""
+    try:
+        if k.proc.poll() is None:
+            k.proc.kill()
+            k.proc.wait(5)
+        stop_checked(k)  # kills the kernels it left
+    except Exception:
+        pass  # already failing: this only cleans up
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class SharedKennelds:
+    """One kenneld per argument list, for the tests of one module."""
+
+    def __init__(self):
+        self.running = {}  # args -> (root, Kenneld)
+
+    def get(self, args):
+        if args not in self.running:
+            root = tempfile.mkdtemp(prefix="kn-h-", dir="/tmp")
+            try:
+                self.running[args] = (root, Kenneld(f"{root}/state", *args))
+            except BaseException:
+                shutil.rmtree(root, ignore_errors=True)
+                raise
+        return self.running[args][1]
+
+    def retire(self, k):
+        for args, (root, kk) in list(self.running.items()):
+            if kk is k:
+                del self.running[args]
+                _reap(root, k)
+
+    def stop_all(self):
+        try:
+            for _, k in self.running.values():
+                stop_checked(k)
+        finally:
+            for root, k in self.running.values():
+                if k.proc.poll() is None:
+                    _reap(root, k)
+                shutil.rmtree(root, ignore_errors=True)
+            self.running.clear()
+
+
+@pytest.fixture(scope="module")
+def _shared_kennelds():
+    shared = SharedKennelds()
+    yield shared
+    shared.stop_all()
 
 
 @pytest.fixture
-def kenneld(tmp_path, request):
-    args = getattr(request, "param", ())
-    k = Kenneld(str(tmp_path / "state"), *args)
+def kenneld(tmp_path, request, _shared_kennelds):
+    args = tuple(getattr(request, "param", ()))
+    if request.node.get_closest_marker("own_kenneld"):
+        k = Kenneld(str(tmp_path / "state"), *args)
+        try:
+            yield k
+        finally:
+            stop_checked(k)
+        return
+    k = _shared_kennelds.get(args)
+    before = set(k.kernels)
+    yield k
     try:
-        yield k
-    finally:
-        stop_checked(k)
+        release_checked(k, before)
+    except BaseException:
+        _shared_kennelds.retire(k)
+        raise
 
 
 @pytest.fixture

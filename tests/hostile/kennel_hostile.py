@@ -26,10 +26,16 @@ class Kenneld:
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env)
         info_path = os.path.join(state_dir, "kenneld.json")
         deadline = time.monotonic() + 10
-        while not os.path.exists(info_path):
-            assert self.proc.poll() is None, "kenneld exited at start"
-            assert time.monotonic() < deadline, "kenneld did not write kenneld.json"
-            time.sleep(0.02)
+        try:
+            while not os.path.exists(info_path):
+                assert self.proc.poll() is None, "kenneld exited at start"
+                assert time.monotonic() < deadline, "kenneld did not write kenneld.json"
+                time.sleep(0.02)
+        except BaseException:
+            self.proc.kill()
+            self.proc.wait()
+            self.log.close()
+            raise
         with open(info_path) as f:
             info = json.load(f)["manager"]
         self.ctx = zmq.Context()
@@ -37,18 +43,30 @@ class Kenneld:
         self.mgr.linger = 0
         self.mgr.connect(info["endpoint"])
         self.mgr_session = Session(key=info["key"].encode(), signature_scheme="hmac-sha256")
-        self.kernel_pids = set()
+        self.kernels = set()  # every kernel_pid a manager reply named: {(pid, starttime)}
+
+    @property
+    def kernel_pids(self):
+        return {pid for pid, _ in self.kernels}
 
     def call(self, msg_type, content=None, timeout=10):
-        self.mgr_session.send(self.mgr, msg_type, content or {})
-        if not self.mgr.poll(timeout * 1000):
-            raise TimeoutError(msg_type)
-        _, msg = self.mgr_session.feed_identities(self.mgr.recv_multipart())
-        reply = self.mgr_session.deserialize(msg)["content"]
+        sent = self.mgr_session.send(self.mgr, msg_type, content or {})
+        deadline = time.monotonic() + timeout
+        while True:  # (a reply to an earlier request that timed out is skipped)
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.mgr.poll(max(1, int(left * 1000))):
+                raise TimeoutError(msg_type)
+            _, msg = self.mgr_session.feed_identities(self.mgr.recv_multipart())
+            msg = self.mgr_session.deserialize(msg)
+            if msg["parent_header"].get("msg_id") == sent["header"]["msg_id"]:
+                break
+        reply = msg["content"]
         sessions = reply.get("sessions")
         for s in [reply.get("session")] + (sessions if isinstance(sessions, list) else []):
             if s and s.get("kernel_pid"):
-                self.kernel_pids.add(s["kernel_pid"])
+                st = _stat(s["kernel_pid"])  # with its start time: pids are reused
+                if st:
+                    self.kernels.add((s["kernel_pid"], st[2]))
         return reply
 
     def stop(self):
@@ -110,24 +128,82 @@ class Client:
             s.close()
 
 
-def alive(pid):
-    """pid runs (and is not a zombie)."""
+def _stat(pid):
+    """(state, ppid, starttime) from /proc/PID/stat, or None if there is no such process."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is not running
-        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def alive(pid, starttime=None):
+    """pid runs (and is not a zombie); with starttime, it is still the same process."""
+    st = _stat(pid)
+    return st is not None and st[0] != "Z" and (starttime is None or st[2] == starttime)
+
+
+def descendants(root_pid):
+    """{pid: starttime} of every live process below root_pid."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _stat(entry)
+            if st and st[0] != "Z":
+                children.setdefault(st[1], []).append((int(entry), st[2]))
+    found, todo = {}, [root_pid]
+    while todo:
+        for pid, start in children.get(todo.pop(), []):
+            found[pid] = start
+            todo.append(pid)
+    return found
 
 
 def stop_checked(k):
     """Stop kenneld; kill any kernel it left; assert it exited 0 and left none."""
     rc = k.stop()
-    leftovers = [pid for pid in k.kernel_pids if alive(pid)]
+    leftovers = [pid for pid, start in k.kernels if alive(pid, start)]
     for pid in leftovers:
         os.kill(pid, signal.SIGKILL)
     assert rc == 0, f"kenneld exited with {rc}"
     assert not leftovers, f"kernels left running: {leftovers}"
+
+
+RELEASE_TIMEOUT_S = 5
+
+
+def release_checked(k, kernels_before):
+    """Take a shared kenneld back from a test: end every session the test left, and assert
+    that kenneld still runs and nothing of those sessions outlives them (within 5 s): no
+    kernel a manager reply named during the test, nor anything below kenneld but its zygote
+    and its pool (the children of kenneld no reply named). kernels_before: k.kernels when
+    the test began."""
+    assert k.proc.poll() is None, f"kenneld exited with {k.proc.returncode} during the test"
+    sessions = k.call("list_request")["sessions"]  # (which adds their kernels to k.kernels)
+    stats = k.call("stats_request")
+    zygote = stats.get("spawner", {}).get("zygote_pid")
+    named = k.kernels - kernels_before
+    tree = descendants(k.proc.pid)
+    kept = set()
+    with open(f"/proc/{k.proc.pid}/task/{k.proc.pid}/children") as f:
+        children = [int(p) for p in f.read().split()]
+    for child in children:
+        if child == zygote or (child, tree.get(child)) not in named:
+            kept |= {child} | set(descendants(child))
+    doomed = {pid: start for pid, start in tree.items() if pid not in kept}
+    for s in sessions:
+        reply = k.call("end_request", {"session": s["id"]})
+        assert reply["status"] == "ok" or reply.get("ename") == "NoSuchSession", reply
+
+    def survivors():
+        return sorted(pid for pid, start in doomed.items() if alive(pid, start))
+
+    deadline = time.monotonic() + RELEASE_TIMEOUT_S
+    while survivors() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not survivors(), f"processes outlived their ended sessions: {survivors()}"
+    assert k.call("list_request")["sessions"] == []
 
 
 def assert_healthy(client, kenneld, value_code="kennel_marker"):

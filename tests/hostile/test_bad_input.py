@@ -201,6 +201,7 @@ def test_manager_abuse(kenneld):
     assert kenneld.call("list_request")["sessions"] == []  # the forged create did nothing
 
 
+@pytest.mark.own_kenneld  # a fresh one: no session directory yet, not even a pooled kernel's
 def test_port_already_in_use(kenneld):
     busy = zmq.Context.instance().socket(zmq.ROUTER)
     port = busy.bind_to_random_port("tcp://127.0.0.1")

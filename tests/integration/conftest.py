@@ -1,13 +1,23 @@
-"""Fixtures for the integration tests: a real bin/kenneld per test, driven by real clients.
+"""Fixtures for the integration tests: a real bin/kenneld, driven by real clients.
 
-- `kenneld`: starts bin/kenneld (kenneld_proc.Kenneld) on a fresh state directory and waits
-  for STATE/kenneld.json; `call()` speaks the manager API, `cli()` runs bin/kennel.
-  Parametrize it indirectly with "ipc" for ipc:// session channels, or with a list of extra
-  kenneld arguments. `start_kenneld` starts more, or with arguments known only at run time.
-  Teardown (also after a failed test) sends SIGTERM and asserts that kenneld exited 0 within
-  10 s, removed kenneld.json, and left nothing running: no process that was below kenneld
-  just before the SIGTERM, no kernel_pid any manager reply named, and no process whose
-  working directory or command line is in the state directory.
+- `kenneld`: a running bin/kenneld (kenneld_proc.Kenneld); `call()` speaks the manager API,
+  `cli()` runs bin/kennel. Parametrize it indirectly with "ipc" for ipc:// session channels,
+  or with a list of extra kenneld arguments.
+  By default the tests of one module share one kenneld per configuration (transport and
+  arguments): starting one costs its zygote's warm-up, a second of CPU. A shared kenneld is
+  handed to each test with no session, and taken back at its teardown (also after a failed
+  test): every session is ended, every process of theirs must be gone within 5 s (the
+  kernel_pids manager replies named, and everything below kenneld but its zygote and its
+  pool), and kenneld must still run. A kenneld that fails that check is retired, and the
+  next test gets a fresh one. At the module's end each is stopped and checked as below.
+  Mark a test @pytest.mark.own_kenneld when it needs a kenneld of its own: it stops or
+  restarts kenneld, reads its log or counters, or depends on its state at start.
+- `start_kenneld` starts more, or with arguments known only at run time; they, and every
+  own kenneld, are the test's own. Their teardown (also after a failed test) sends SIGTERM
+  and asserts that kenneld exited 0 within 10 s, removed kenneld.json, and left nothing
+  running: no process that was below kenneld just before the SIGTERM, no kernel_pid any
+  manager reply named, and no process whose working directory or command line is in the
+  state directory.
 - `session`: one session created through the manager, as a ready BlockingKernelClient
   (`.session_info` is the create_reply's INFO). Ready means itest_helpers.wait_ready(),
   a faster equivalent of kc.wait_for_ready(timeout=10), which test_wait_for_ready uses.
@@ -24,13 +34,15 @@ import time
 import pytest
 
 from .itest_helpers import make_client
-from .kenneld_proc import new_kenneld
+from .kenneld_proc import descendants, new_kenneld, pid_alive, processes_in
 
 TEST_TIMEOUT_S = 30
+RELEASE_TIMEOUT_S = 5
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "timeout_s(n): per-test deadline in seconds")
+    config.addinivalue_line("markers", "own_kenneld: the test's kenneld is its own, not shared")
 
 
 class DeadlineExceeded(Exception):
@@ -74,37 +86,145 @@ def _stop_and_check(k):
     assert not k.survivors(), f"processes survived kenneld: {k.survivors()}\n{log}"
 
 
+def _reap(root, k):
+    """Whatever happened: kenneld and everything it left are killed, its directory removed."""
+    if k.proc is not None and k.proc.poll() is None:
+        k.proc.kill()
+        k.proc.wait(5)
+    _kill_leftovers(k.survivors())
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _start(transport, args):
+    root, k = new_kenneld(transport, args)
+    try:
+        k.start()
+    except BaseException:
+        _reap(root, k)
+        raise
+    return root, k
+
+
 @pytest.fixture
 def start_kenneld():
     """start_kenneld(transport="tcp", args=()) -> a started Kenneld, checked and reaped at
     teardown (also when the test failed)."""
     started = []
 
-    def _start(transport="tcp", args=()):
+    def _start_one(transport="tcp", args=()):
         root, k = new_kenneld(transport, args)
         started.append((root, k))
         k.start()
         return k
 
-    yield _start
+    yield _start_one
     try:
         for _, k in started:
             _stop_and_check(k)
     finally:
         for root, k in started:
-            if k.proc is not None and k.proc.poll() is None:
-                k.proc.kill()
-                k.proc.wait(5)
-            _kill_leftovers(k.survivors())
-            shutil.rmtree(root, ignore_errors=True)
+            _reap(root, k)
+
+
+def _children(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def _release(k, named_before):
+    """End every session a test left on a shared kenneld; assert that kenneld still runs and
+    that nothing of those sessions outlives them. named_before: k.kernels when the test
+    began (kernels of earlier tests, whose pids may since name other processes)."""
+    assert k.proc.poll() is None, \
+        f"kenneld exited with {k.proc.returncode} during the test:\n{k.log()}"
+    sessions = k.sessions()  # (which adds their kernels to k.kernels)
+    spawner = k.ok("stats_request")["spawner"]
+    # Everything below kenneld must go with the sessions, but for the zygote and the pool:
+    # kenneld's children no manager reply named as a kernel during the test (and what runs
+    # below them).
+    named = k.kernels - named_before
+    tree = descendants(k.proc.pid)
+    kept = set()
+    for child in _children(k.proc.pid):
+        if child == spawner.get("zygote_pid") or (child, tree.get(child)) not in named:
+            kept |= {child} | set(descendants(child))
+    doomed = {pid: start for pid, start in tree.items() if pid not in kept}
+    dirs = [os.path.dirname(s["connection_file"]) for s in sessions]
+    for s in sessions:
+        reply = k.call("end_request", {"session": s["id"]})
+        assert reply["status"] == "ok" or reply.get("ename") == "NoSuchSession", reply
+
+    def survivors():
+        left = {pid for pid, start in doomed.items() if pid_alive(pid, start)}
+        for d in dirs:
+            left |= set(processes_in(d))
+        return sorted(left)
+
+    deadline = time.monotonic() + RELEASE_TIMEOUT_S
+    while survivors() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not survivors(), \
+        f"processes outlived their ended sessions: {survivors()}\n{k.log()}"
+    assert k.sessions() == [], k.sessions()
+    assert [d for d in dirs if os.path.exists(d)] == [], "session directories left"
+
+
+class SharedKennelds:
+    """One kenneld per (transport, arguments), for the tests of one module."""
+
+    def __init__(self):
+        self.running = {}  # (transport, args) -> (root, Kenneld)
+
+    def get(self, transport, args):
+        key = (transport, tuple(args))
+        if key not in self.running:
+            self.running[key] = _start(transport, args)
+        return self.running[key][1]
+
+    def retire(self, k):
+        for key, (root, kk) in list(self.running.items()):
+            if kk is k:
+                del self.running[key]
+                try:
+                    k.stop()
+                except Exception:
+                    pass  # the test failed already; _reap kills what is left
+                finally:
+                    _reap(root, k)
+
+    def stop_all(self):
+        try:
+            for _, k in self.running.values():
+                _stop_and_check(k)
+        finally:
+            for root, k in self.running.values():
+                _reap(root, k)
+            self.running.clear()
+
+
+@pytest.fixture(scope="module")
+def _shared_kennelds():
+    shared = SharedKennelds()
+    yield shared
+    shared.stop_all()
 
 
 @pytest.fixture
-def kenneld(request, start_kenneld):
+def kenneld(request, start_kenneld, _shared_kennelds):
     """Parametrize indirectly with "tcp", "ipc" or a list of extra kenneld arguments."""
     param = getattr(request, "param", "tcp")
     transport, args = (param, []) if isinstance(param, str) else ("tcp", param)
-    return start_kenneld(transport, args)
+    if request.node.get_closest_marker("own_kenneld"):
+        yield start_kenneld(transport, args)
+        return
+    k = _shared_kennelds.get(transport, args)
+    named_before = set(k.kernels)
+    yield k
+    try:
+        _release(k, named_before)
+    except BaseException:
+        _shared_kennelds.retire(k)
+        raise
 
 
 @pytest.fixture

@@ -86,11 +86,15 @@ class Kenneld:
         self.args = list(args)
         self.log_path = log_path
         self.proc = None
-        self.kernel_pids = set()  # every kernel_pid a manager reply named
+        self.kernels = set()  # every kernel_pid a manager reply named: {(pid, starttime)}
         self.tree = {}  # kenneld's descendants just before it was stopped: {pid: starttime}
         self._ctx = zmq.Context()
         self._sock = None
         self._session = None
+
+    @property
+    def kernel_pids(self):
+        return {pid for pid, _ in self.kernels}
 
     @property
     def info_path(self):
@@ -142,7 +146,9 @@ class Kenneld:
         sessions = reply["content"].get("sessions")
         for s in [reply["content"].get("session")] + (sessions if isinstance(sessions, list) else []):
             if isinstance(s, dict) and s.get("kernel_pid"):
-                self.kernel_pids.add(s["kernel_pid"])
+                st = _stat(s["kernel_pid"])  # with its start time: pids are reused
+                if st:
+                    self.kernels.add((s["kernel_pid"], st[2]))
         return reply
 
     def call(self, msg_type, content=None):
@@ -191,7 +197,7 @@ class Kenneld:
 
     def survivors(self):
         """Processes kenneld started that are still alive (after stop())."""
-        left = {pid for pid in self.kernel_pids if pid_alive(pid)}
+        left = {pid for pid, start in self.kernels if pid_alive(pid, start)}
         left |= {pid for pid, start in self.tree.items() if pid_alive(pid, start)}
         left |= set(processes_in(self.state_dir))
         return sorted(left)

@@ -48,6 +48,11 @@ def test_console_existing(kenneld, tmp_path):
     assert r.stdout == "42\n"
 
 
+# A kenneld of its own: jupyter console connects to the ports of its connection file before
+# `kennel kernel -f` has made the session, so its iopub socket joins only when libzmq next
+# reconnects, and console waits for the first cell's idle status on iopub. A fresh kenneld's
+# first kernel takes longer than that to start; a warm pool's does not.
+@pytest.mark.own_kenneld
 def test_console_launches_kennel_kernelspec(kenneld, tmp_path, monkeypatch):
     prefix = tmp_path / "prefix"
     r = kenneld.cli("kernelspec", "install", "--prefix", str(prefix))

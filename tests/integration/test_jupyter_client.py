@@ -482,8 +482,10 @@ def test_end_kills_kernel_children(kenneld, session):
     wait_for(lambda: not pid_alive(child), what="the kernel's child to be killed")
 
 
+@pytest.mark.own_kenneld
 def test_kenneld_stops_with_busy_kernel(kenneld, session):
-    """The fixture's teardown checks that the busy kernel and its child are gone."""
+    """The fixture's teardown (kenneld's stop) checks that the busy kernel and its child are
+    gone."""
     msg_id = session.execute("import subprocess, time\n"
                              "subprocess.Popen(['sleep', '60'])\ntime.sleep(30)")
     wait_iopub(session, msg_id, "execute_input")
