@@ -84,18 +84,20 @@ integration: all
 	$(PY) -m pytest -q -p no:cacheprovider tests/integration tests/hostile
 
 # The integration suite runs under both spawners: the zygote (the default) and exec
-# (test_zygote.py names its spawner itself, so it runs once). The exec pass, mostly kernels'
-# cold starts (one core), runs beside the first (about one core on average), into
-# build/check-exec.log, shown when both are done; check fails if either failed.
+# (test_zygote.py names its spawner itself, so it runs once). Two pytest runs side by side,
+# each about one core: the integration and hostile suites; and the kernel suite, then the
+# integration suite with KENNEL_SPAWNER=exec (mostly kernels' cold starts), into
+# build/check-side.log, shown when both are done. check fails if either failed.
 PYTEST    := $(PY) -m pytest -q -p no:cacheprovider
 check: all unit memcheck
-	@echo "== pytest: kernel, integration, hostile; beside it, integration with KENNEL_SPAWNER=exec"
-	@KENNEL_SPAWNER=exec $(PYTEST) tests/integration --ignore=tests/integration/test_zygote.py \
-	    > $(BUILD)/check-exec.log 2>&1 & exec_pass=$$!; \
-	$(PYTEST) tests/kernel tests/integration tests/hostile; first=$$?; \
-	wait $$exec_pass; second=$$?; \
-	echo "== pytest: integration with KENNEL_SPAWNER=exec (build/check-exec.log)"; \
-	cat $(BUILD)/check-exec.log; \
+	@echo "== pytest: integration, hostile (beside it: kernel, integration with KENNEL_SPAWNER=exec)"
+	@{ $(PYTEST) tests/kernel; k=$$?; \
+	   KENNEL_SPAWNER=exec $(PYTEST) tests/integration --ignore=tests/integration/test_zygote.py; \
+	   e=$$?; [ $$k = 0 ] && [ $$e = 0 ]; } > $(BUILD)/check-side.log 2>&1 & side=$$!; \
+	$(PYTEST) tests/integration tests/hostile; first=$$?; \
+	wait $$side; second=$$?; \
+	echo "== pytest: kernel; integration with KENNEL_SPAWNER=exec (build/check-side.log)"; \
+	cat $(BUILD)/check-side.log; \
 	[ $$first = 0 ] && [ $$second = 0 ]
 
 memcheck: $(UNIT_BINS)

@@ -8,14 +8,19 @@ kenneld still runs and nothing of those sessions outlived them; a kenneld that f
 retired (stopped, what it left killed), and the next test gets a fresh one. At the module's
 end each is stopped: it must exit 0 and leave no kernel running (stop_checked). Mark a test
 @pytest.mark.own_kenneld when it needs a kenneld of its own (on its tmp_path), e.g. when it
-depends on kenneld's state at start."""
+depends on kenneld's state at start. KENNEL_TEST_OWN_KENNELD=1 gives every test its own
+(slower; it pins a failed final check on the test that caused it)."""
 import json
+import os
 import shutil
 import tempfile
 
 import pytest
 
 from kennel_hostile import Client, Kenneld, release_checked, stop_checked
+
+
+OWN_KENNELD = os.environ.get("KENNEL_TEST_OWN_KENNELD", "") not in ("", "0")
 
 
 def pytest_configure(config):
@@ -79,7 +84,7 @@ def _shared_kennelds():
 @pytest.fixture
 def kenneld(tmp_path, request, _shared_kennelds):
     args = tuple(getattr(request, "param", ()))
-    if request.node.get_closest_marker("own_kenneld"):
+    if request.node.get_closest_marker("own_kenneld") or OWN_KENNELD:
         k = Kenneld(str(tmp_path / "state"), *args)
         try:
             yield k

@@ -12,6 +12,8 @@
   next test gets a fresh one. At the module's end each is stopped and checked as below.
   Mark a test @pytest.mark.own_kenneld when it needs a kenneld of its own: it stops or
   restarts kenneld, reads its log or counters, or depends on its state at start.
+  KENNEL_TEST_OWN_KENNELD=1 gives every test its own (slower; it pins a leftover that a
+  module's final check found on the test that left it).
 - `start_kenneld` starts more, or with arguments known only at run time; they, and every
   own kenneld, are the test's own. Their teardown (also after a failed test) sends SIGTERM
   and asserts that kenneld exited 0 within 10 s, removed kenneld.json, and left nothing
@@ -38,6 +40,7 @@ from .kenneld_proc import descendants, new_kenneld, pid_alive, processes_in
 
 TEST_TIMEOUT_S = 30
 RELEASE_TIMEOUT_S = 5
+OWN_KENNELD = os.environ.get("KENNEL_TEST_OWN_KENNELD", "") not in ("", "0")
 
 
 def pytest_configure(config):
@@ -214,7 +217,7 @@ def kenneld(request, start_kenneld, _shared_kennelds):
     """Parametrize indirectly with "tcp", "ipc" or a list of extra kenneld arguments."""
     param = getattr(request, "param", "tcp")
     transport, args = (param, []) if isinstance(param, str) else ("tcp", param)
-    if request.node.get_closest_marker("own_kenneld"):
+    if request.node.get_closest_marker("own_kenneld") or OWN_KENNELD:
         yield start_kenneld(transport, args)
         return
     k = _shared_kennelds.get(transport, args)

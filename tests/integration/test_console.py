@@ -50,8 +50,10 @@ def test_console_existing(kenneld, tmp_path):
 
 # A kenneld of its own: jupyter console connects to the ports of its connection file before
 # `kennel kernel -f` has made the session, so its iopub socket joins only when libzmq next
-# reconnects, and console waits for the first cell's idle status on iopub. A fresh kenneld's
-# first kernel takes longer than that to start; a warm pool's does not.
+# reconnects; console (6.4) waits for the kernel_info reply but not for iopub (nbclient's
+# wait_for_ready does), then for the first cell's idle status on iopub. A warm pool answers
+# that cell before the reconnect, and console waits for ever; a fresh kenneld's first kernel
+# starts later than that.
 @pytest.mark.own_kenneld
 def test_console_launches_kennel_kernelspec(kenneld, tmp_path, monkeypatch):
     prefix = tmp_path / "prefix"

@@ -15,12 +15,6 @@ from .kenneld_proc import KENNEL, PYTHON
 
 DATA = Path(__file__).parent / "data"
 
-# A kenneld of their own: nbclient connects to the ports of the connection file it wrote
-# before `kennel kernel -f` has made the session, so its iopub socket joins only when libzmq
-# next reconnects, while it waits for each cell's idle status on iopub. A fresh kenneld's
-# first kernel takes longer than that to start; a warm pool's does not.
-pytestmark = pytest.mark.own_kenneld
-
 
 @pytest.fixture
 def jupyter_env(kenneld, tmp_path, monkeypatch):
