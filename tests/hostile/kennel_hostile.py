@@ -4,11 +4,17 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 
 import zmq
 from jupyter_client.session import Session
+
+# The process helpers the integration suite uses (a plain module there: no package import).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from kenneld_proc import _stat, descendants  # noqa: E402
+from kenneld_proc import pid_alive as alive  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KENNELD = os.path.join(ROOT, "bin", "kenneld")
@@ -126,38 +132,6 @@ class Client:
     def close(self):
         for s in self.sockets.values():
             s.close()
-
-
-def _stat(pid):
-    """(state, ppid, starttime) from /proc/PID/stat, or None if there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return fields[0], int(fields[1]), int(fields[19])
-
-
-def alive(pid, starttime=None):
-    """pid runs (and is not a zombie); with starttime, it is still the same process."""
-    st = _stat(pid)
-    return st is not None and st[0] != "Z" and (starttime is None or st[2] == starttime)
-
-
-def descendants(root_pid):
-    """{pid: starttime} of every live process below root_pid."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            st = _stat(entry)
-            if st and st[0] != "Z":
-                children.setdefault(st[1], []).append((int(entry), st[2]))
-    found, todo = {}, [root_pid]
-    while todo:
-        for pid, start in children.get(todo.pop(), []):
-            found[pid] = start
-            todo.append(pid)
-    return found
 
 
 def stop_checked(k):
