@@ -780,9 +780,9 @@ static int s_pool_add(broker_t *b)
         p->disk_mounted = disk > 0;
         if (!(p->cg = cgroup_create(p->id, &b->cfg.limits.cg)))
             snprintf(why, sizeof err.evalue, "cgroup: %s", strerror(errno));
-        else if (cgroup_set_background(p->cg, 1) < 0)
-            snprintf(why, sizeof err.evalue, "cgroup cpu share: %s", strerror(errno));
-        else if (s_zygote_request(b, p->workspace, p->slot, &b->cfg.limits, p->cg, &p->proc,
+        else if (cgroup_set_background(p->cg, 1) < 0 && log_allow(&b->warn_limit, 5))
+            PLOG_W("pool: a waiting kernel keeps the default cpu share");
+        if (p->cg && s_zygote_request(b, p->workspace, p->slot, &b->cfg.limits, p->cg, &p->proc,
                                   &p->ticket, why, sizeof err.evalue) == 0) {
             zlistx_add_end(b->pool, p);
             return 0;

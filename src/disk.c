@@ -251,8 +251,12 @@ int disk_create(const char *image, unsigned long long bytes, const char **step)
         return s_mkfs(image, bytes, step);
     int in = open(tpl, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (in < 0) {
-        *step = "open the workspace image template";
-        return -1;
+        /* Removed under us (a state directory cleaned by hand): made again next time. */
+        PLOG_W("disk: template %s", tpl);
+        for (int i = 0; i < TEMPLATES_MAX; i++)
+            if (s_sizes[i] == bytes)
+                s_sizes[i] = 0;
+        return s_mkfs(image, bytes, step);
     }
     int out = open(image, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (out < 0) {

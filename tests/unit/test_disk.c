@@ -134,6 +134,14 @@ TEST(images_copied_from_a_template_are_independent)
         CHECK(stat(odd, &st) == 0 && st.st_size == (off_t)(DISK_MIN_BYTES + (i << 20)));
         unlink(odd);
     }
+    /* A template removed under kenneld: that image is made by mke2fs, the template again. */
+    unlink(made);
+    snprintf(odd, sizeof odd, "%s/after.img", s_dir);
+    CHECK_EQ_INT(disk_create(odd, DISK_MIN_BYTES, &step), 0);
+    unlink(odd);
+    CHECK_EQ_INT(disk_create(odd, DISK_MIN_BYTES, &step), 0);
+    CHECK(stat(made, &st) == 0);
+    unlink(odd);
     CHECK_EQ_INT(disk_mount(a, s_mnt, 0, 0, 0, &step), 0); /* and checked clean (e2fsck -p) */
     CHECK_EQ_INT(disk_unmount(s_mnt, 0), 0);
     /* A new kenneld starts with no templates: an old one's may come from another mke2fs. */
