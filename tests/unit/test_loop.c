@@ -65,12 +65,14 @@ TEST(timers_fire_in_deadline_order_ties_in_arming_order)
     loop_t *loop = s_new_loop();
     trace_t tr = {{0}, 0};
     tagged_t t30 = {&tr, 30}, t10a = {&tr, 10}, t20 = {&tr, 20}, t10b = {&tr, 11}, t0 = {&tr, 0};
-    CHECK(loop_timer(loop, 30, 1, s_record, &t30) >= 0);
-    CHECK(loop_timer(loop, 10, 1, s_record, &t10a) >= 0);
-    CHECK(loop_timer(loop, 20, 1, s_record, &t20) >= 0);
-    CHECK(loop_timer(loop, 10, 1, s_record, &t10b) >= 0);
+    /* Delays 200 ms apart: under valgrind on a busy machine, arming the first timers can
+     * take tens of milliseconds (code translated on first use), which must not reorder them. */
+    CHECK(loop_timer(loop, 600, 1, s_record, &t30) >= 0);
+    CHECK(loop_timer(loop, 200, 1, s_record, &t10a) >= 0);
+    CHECK(loop_timer(loop, 400, 1, s_record, &t20) >= 0);
+    CHECK(loop_timer(loop, 200, 1, s_record, &t10b) >= 0);
     CHECK(loop_timer(loop, 0, 1, s_record, &t0) >= 0);
-    CHECK(loop_timer(loop, 50, 1, s_stop, NULL) >= 0);
+    CHECK(loop_timer(loop, 800, 1, s_stop, NULL) >= 0);
     CHECK_EQ_INT(loop_run(loop), 0);
     CHECK_EQ_INT(tr.n, 5);
     int want[] = {0, 10, 11, 20, 30};
