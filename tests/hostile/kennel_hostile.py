@@ -70,8 +70,10 @@ class Kenneld:
         sessions = reply.get("sessions")
         for s in [reply.get("session")] + (sessions if isinstance(sessions, list) else []):
             if s and s.get("kernel_pid"):
-                st = _stat(s["kernel_pid"])  # with its start time: pids are reused
-                if st:
+                # With its start time, and only while it is kenneld's child (kernels are):
+                # pids are reused, and a kernel that is gone is no kernel to check or kill.
+                st = _stat(s["kernel_pid"])
+                if st and st[1] == self.proc.pid:
                     self.kernels.add((s["kernel_pid"], st[2]))
         return reply
 
