@@ -13,7 +13,7 @@ from jupyter_client.session import Session
 
 # The process helpers the integration suite uses (a plain module there: no package import).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from kenneld_proc import _stat, descendants  # noqa: E402
+from kenneld_proc import _stat, session_processes  # noqa: E402
 from kenneld_proc import pid_alive as alive  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -159,15 +159,7 @@ def release_checked(k, kernels_before):
     sessions = k.call("list_request")["sessions"]  # (which adds their kernels to k.kernels)
     stats = k.call("stats_request")
     zygote = stats.get("spawner", {}).get("zygote_pid")
-    named = k.kernels - kernels_before
-    tree = descendants(k.proc.pid)
-    kept = set()
-    with open(f"/proc/{k.proc.pid}/task/{k.proc.pid}/children") as f:
-        children = [int(p) for p in f.read().split()]
-    for child in children:
-        if child == zygote or (child, tree.get(child)) not in named:
-            kept |= {child} | set(descendants(child))
-    doomed = {pid: start for pid, start in tree.items() if pid not in kept}
+    doomed = session_processes(k.proc.pid, zygote, k.kernels - kernels_before)
     for s in sessions:
         reply = k.call("end_request", {"session": s["id"]})
         assert reply["status"] == "ok" or reply.get("ename") == "NoSuchSession", reply

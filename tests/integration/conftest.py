@@ -36,7 +36,7 @@ import time
 import pytest
 
 from .itest_helpers import make_client
-from .kenneld_proc import descendants, new_kenneld, pid_alive, processes_in
+from .kenneld_proc import new_kenneld, pid_alive, processes_in, session_processes
 
 TEST_TIMEOUT_S = 30
 RELEASE_TIMEOUT_S = 5
@@ -129,11 +129,6 @@ def start_kenneld():
             _reap(root, k)
 
 
-def _children(pid):
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return [int(p) for p in f.read().split()]
-
-
 def _release(k, named_before):
     """End every session a test left on a shared kenneld; assert that kenneld still runs and
     that nothing of those sessions outlives them. named_before: k.kernels when the test
@@ -145,13 +140,7 @@ def _release(k, named_before):
     # Everything below kenneld must go with the sessions, but for the zygote and the pool:
     # kenneld's children no manager reply named as a kernel during the test (and what runs
     # below them).
-    named = k.kernels - named_before
-    tree = descendants(k.proc.pid)
-    kept = set()
-    for child in _children(k.proc.pid):
-        if child == spawner.get("zygote_pid") or (child, tree.get(child)) not in named:
-            kept |= {child} | set(descendants(child))
-    doomed = {pid: start for pid, start in tree.items() if pid not in kept}
+    doomed = session_processes(k.proc.pid, spawner.get("zygote_pid"), k.kernels - named_before)
     dirs = [os.path.dirname(s["connection_file"]) for s in sessions]
     for s in sessions:
         reply = k.call("end_request", {"session": s["id"]})

@@ -52,6 +52,24 @@ def descendants(root_pid):
     return found
 
 
+def children(pid):
+    """The pids of pid's children (its main thread's: kenneld's kernels are)."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def session_processes(kenneld_pid, zygote_pid, named):
+    """{pid: starttime} of what runs below kenneld for its sessions: everything but the
+    zygote, the pool's kernels (kenneld's children that named, a set of (pid, starttime) that
+    manager replies gave as kernel_pid, does not hold) and what runs below those."""
+    tree = descendants(kenneld_pid)
+    kept = set()
+    for child in children(kenneld_pid):
+        if child == zygote_pid or (child, tree.get(child)) not in named:
+            kept |= {child} | set(descendants(child))
+    return {pid: start for pid, start in tree.items() if pid not in kept}
+
+
 def processes_in(directory):
     """Live processes whose working directory or command line is inside `directory`: an
     unsandboxed kernel runs in STATE/sessions/ID/workspace, kennel-init gets it as

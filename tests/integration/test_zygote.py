@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from .itest_helpers import run, wait_for
-from .kenneld_proc import pid_alive
+from .kenneld_proc import children, pid_alive
 
 ZYGOTE = ["--spawner", "zygote"]
 
@@ -204,8 +204,7 @@ def test_a_kernel_the_zygote_cloned_but_never_named_is_killed_and_reaped(start_k
 def _kenneld_children(kenneld, zombies=False):
     """kenneld's children; without zombies unless asked (a kernel the zygote was cloning when
     it was killed is a zombie until kenneld's sweep has reaped it)."""
-    with open(f"/proc/{kenneld.proc.pid}/task/{kenneld.proc.pid}/children") as f:
-        return [int(p) for p in f.read().split() if zombies or pid_alive(int(p))]
+    return [p for p in children(kenneld.proc.pid) if zombies or pid_alive(p)]
 
 
 def test_preload_failures_are_reported_and_harmless(start_kenneld, connect):
