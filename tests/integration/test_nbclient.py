@@ -4,12 +4,15 @@ DataFrame, an SVG repr, a display update, clear_output) must give the same MIME 
 the same order."""
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import nbclient
 import nbformat
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
+from traitlets.config import Config
 
 from .kenneld_proc import KENNEL, PYTHON
 
@@ -44,10 +47,20 @@ def jupyter_env(kenneld, tmp_path, monkeypatch):
 
 
 def _execute(kernel_name, notebook="sample.ipynb"):
+    """Runs the notebook on kernel_name. The reference ipykernel talks over ipc:// sockets
+    in a short private directory: jupyter_client picks free TCP ports, lets go of them and
+    lets the kernel bind them later, and a kenneld of the suite running beside this one
+    could take one in between (seen in CI as ipykernel's "Address already in use")."""
     nb = nbformat.read(DATA / notebook, as_version=4)
-    client = nbclient.NotebookClient(nb, kernel_name=kernel_name, timeout=30, allow_errors=True,
-                                     startup_timeout=20)
-    return client.execute()
+    options = dict(kernel_name=kernel_name, timeout=30, allow_errors=True, startup_timeout=20)
+    if kernel_name != "python3":
+        return nbclient.NotebookClient(nb, **options).execute()
+    sockets = tempfile.mkdtemp(prefix="kennel-nb-", dir="/tmp")
+    try:
+        config = Config({"KernelManager": {"transport": "ipc", "ip": sockets + "/k"}})
+        return nbclient.NotebookClient(nb, config=config, **options).execute()
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def _summary(output):
