@@ -40,7 +40,8 @@ Measurements
      /usr/bin/true (BENCH_SANDBOX_N pairs).
   8. a burst (issue #6: "20 sessions created at once all answer within 0.5 s"): BENCH_BURST
      create_requests sent at once to a default kenneld, each session executes `1+1` as soon as
-     it exists; time until the last answer. ipykernel: BENCH_IPY_BURST kernels started at once.
+     it exists; time until the last answer. Then the same against `kenneld --pool BENCH_BURST`
+     (a pool as large as the burst). ipykernel: BENCH_IPY_BURST kernels started at once.
 
 Environment knobs (defaults in brackets; BENCH_QUICK=1 shrinks every N to a smoke-test size):
   BENCH_QUICK           1: tiny N's everywhere, for a smoke run (~1 min)                [0]
@@ -1237,10 +1238,10 @@ def smaps_tree_pss(root):
 
 # ---- 8: a burst of new sessions ----------------------------------------------------------------
 
-def bench_burst(res):
-    log(f"burst: {N['burst']} kennel sessions created at once, {N['ipy_burst']} ipykernels")
-    ctx = zmq.Context()
-    (k,) = start_kennelds([("burst", ["--max-sessions", str(N["burst"] + 8)])])
+def _kennel_burst(ctx, label, args):
+    """BENCH_BURST create_requests at once to a kenneld started with args, each session
+    executing 1+1 as soon as its create reply comes; the timings."""
+    (k,) = start_kennelds([(label, ["--max-sessions", str(N["burst"] + 8), *args])])
     try:
         k.wait_pool()
         settle([k.proc.pid])
@@ -1279,14 +1280,26 @@ def bench_burst(res):
         finally:
             for c in clients:
                 c.close()
-        kennel = {"sessions": len(names), "all_answered_ms": max(answered),
-                  "answered_ms": summary(answered), "create_replied_ms": summary(created),
-                  "from_pool": k.stats()["spawner"]["pool"]}
+        out = {"sessions": len(names), "kenneld_args": args, "all_answered_ms": max(answered),
+               "answered_ms": summary(answered), "create_replied_ms": summary(created),
+               "from_pool": k.stats()["spawner"]["pool"]}
     finally:
         stop(k)
+    log(f"  kennel{' ' + ' '.join(args) if args else ''}: all {len(names)} answered after "
+        f"{out['all_answered_ms']:.0f} ms (create replies from {min(created):.0f} to "
+        f"{max(created):.0f} ms)")
+    return out
+
+
+def bench_burst(res):
+    log(f"burst: {N['burst']} kennel sessions created at once (default pool, then a pool of "
+        f"{N['burst']}), {N['ipy_burst']} ipykernels")
+    ctx = zmq.Context()
+    try:
+        kennel = _kennel_burst(ctx, "burst", [])
+        pooled = _kennel_burst(ctx, "burst-pool", ["--pool", str(N["burst"])])
+    finally:
         ctx.term()
-    log(f"  kennel: all {len(names)} answered after {kennel['all_answered_ms']:.0f} ms (create_replies"
-        f" from {min(created):.0f} to {max(created):.0f} ms)")
     ctx = zmq.Context()
     ipys, clients = [], []
     try:
@@ -1322,8 +1335,9 @@ def bench_burst(res):
             stop(i)
     log(f"  ipykernel: all {len(ipys)} answered after {ipy['all_answered_ms']:.0f} ms")
     res["burst"] = {"what": "sessions asked for at once, each executing 1+1 as soon as it "
-                            "exists (jupyter's 20-at-once target)",
-                    "kennel": kennel, "ipykernel": ipy}
+                            "exists (jupyter's 20-at-once target); kennel_pooled: kenneld "
+                            "--pool N, a pool as large as the burst",
+                    "kennel": kennel, "kennel_pooled": pooled, "ipykernel": ipy}
 
 
 # ---- report ------------------------------------------------------------------------------------
@@ -1449,6 +1463,9 @@ def table(res):
                      f"{b['ipykernel']['kernels']} at once, all answered",
                      fmt_ms(b["kennel"]["all_answered_ms"]),
                      fmt_ms(b["ipykernel"]["all_answered_ms"]), ""))
+        if "kennel_pooled" in b:
+            rows.append((f"  the same with kenneld --pool {b['kennel_pooled']['sessions']}",
+                         fmt_ms(b["kennel_pooled"]["all_answered_ms"]), "", ""))
     return rows
 
 
@@ -1487,6 +1504,11 @@ def targets(res):
         out.append((f"20 sessions created at once all answer within 0.5 s{note}",
                     fmt_ms(kb["all_answered_ms"]), kb["all_answered_ms"] <= 500
                     and kb["sessions"] >= 20))
+        kp = b.get("kennel_pooled")
+        if kp:
+            out.append((f"  the same with --pool {kp['sessions']} (a pool as large as the burst)",
+                        fmt_ms(kp["all_answered_ms"]), kp["all_answered_ms"] <= 500
+                        and kp["sessions"] >= 20))
     many = res.get("many_sessions")
     if many and "error" not in many:
         note = "" if many["sessions"] >= 500 else f" (only {many['sessions']} sessions)"

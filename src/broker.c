@@ -34,6 +34,7 @@
 #include "spawner.h"
 #include "statedir.h"
 #include "util.h"
+#include "worker.h"
 
 #define READ_SLICE (256u << 10) /* bytes read from one kernel per wakeup */
 /* A new session usually runs its first cell within milliseconds of being made: the pool's
@@ -42,6 +43,7 @@
 #define POOL_REFILL_AFTER_TAKE_MS 150
 
 typedef struct sess sess_t;
+typedef struct disk_job disk_job_t;
 
 struct broker {
     loop_t *loop;
@@ -59,6 +61,7 @@ struct broker {
     spawner_zygote_t *zygote; /* NULL with --spawner exec, or until (re)started on demand */
     int zygote_watch;        /* its watchdog timer, or -1 */
     int lifeline[2];         /* the zygote's kernels hold [0]; it hangs up when kenneld dies */
+    worker_t *worker;        /* makes and mounts new workspace images, off the loop */
     session_ops_t ops;
     log_limit_t warn_limit;
 };
@@ -73,6 +76,7 @@ struct sess {
     char workspace[PATH_MAX];
     size_t slot;             /* index into broker slots: the kernel's host uid */
     int disk_mounted;        /* the workspace is a mounted image (limits.disk_bytes) */
+    disk_job_t *disk_job;    /* that image is being made and mounted; the kernel waits */
     broker_limits_t limits;
     cgroup_t *cg;            /* the running kernel's cgroup, or NULL */
     spawner_proc_t proc;
@@ -533,20 +537,106 @@ static int s_zygote_spawn(broker_t *b, sess_t *s, spawner_proc_t *out)
     return 0;
 }
 
+/* ---- workspace images, made and mounted on the worker thread ----------------------------- */
+
+/*  A fresh workspace image (a template copy, a loop device, an ext4 mount: 20-90 ms, mostly
+ *  waiting on I/O and kernel locks) made off the loop for a new session or a pooled kernel.
+ *  Its owner may go first (the session ended, the pool was emptied): the job is then
+ *  abandoned, and its done callback undoes what it did. */
+struct disk_job {
+    sess_t *sess;            /* whose it is: a session's, */
+    void *pooled;            /* or a pooled kernel's (pooled_t); neither once abandoned */
+    broker_t *broker;
+    int keep;                /* abandoned by a session kept for the next kenneld */
+    char dir[PATH_MAX];
+    char workspace[PATH_MAX + 16];
+    unsigned long long bytes;
+    uid_t uid;
+    gid_t gid;
+    int rc, err;             /* the outcome: 0, or -1 with errno err at step */
+    const char *step;
+    long long ms;
+};
+
+/*  On the worker thread: touches nothing but the job. */
+static void s_disk_run(void *arg)
+{
+    disk_job_t *j = arg;
+    char image[PATH_MAX + 32];
+    snprintf(image, sizeof image, "%s/workspace.img", j->dir);
+    long long t0 = util_now_ms();
+    /* A job's workspace was never mounted: an image there is a failed try's. */
+    (void)unlink(image);
+    j->rc = disk_create(image, j->bytes, &j->step) < 0 ||
+                    disk_mount(image, j->workspace, 1, j->uid, j->gid, &j->step) < 0
+                ? -1
+                : 0;
+    j->err = j->rc < 0 ? errno : 0;
+    j->ms = util_now_ms() - t0;
+}
+
+static void s_sess_disk_ready(sess_t *s, const disk_job_t *j);
+static void s_pool_disk_ready(broker_t *b, void *pooled, const disk_job_t *j);
+
+static void s_disk_done(void *arg)
+{
+    disk_job_t *j = arg;
+    if (j->sess) {
+        j->sess->disk_job = NULL;
+        s_sess_disk_ready(j->sess, j);
+    } else if (j->pooled) {
+        s_pool_disk_ready(j->broker, j->pooled, j);
+    } else {
+        /* Abandoned: nothing runs on the image; a session kept for the next kenneld keeps
+         * its directory (that kenneld mounts the image again). */
+        if (j->rc == 0 && disk_unmount(j->workspace, !j->keep) < 0)
+            PLOG_W("umount(%s)", j->workspace);
+        if (!j->keep && statedir_remove_tree(j->dir) < 0)
+            PLOG_W("remove %s", j->dir);
+    }
+    free(j);
+}
+
+/*  Queue the making of a fresh image of `bytes` in dir, mounted on workspace for slot's uid.
+ *  The caller sets its owner. NULL with errno. */
+static disk_job_t *s_disk_submit(broker_t *b, const char *dir, const char *workspace,
+                                 unsigned long long bytes, size_t slot)
+{
+    disk_job_t *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->broker = b;
+    snprintf(j->dir, sizeof j->dir, "%s", dir);
+    snprintf(j->workspace, sizeof j->workspace, "%s", workspace);
+    j->bytes = bytes;
+    s_kernel_ids(b, slot, &j->uid, &j->gid);
+    if (worker_submit(b->worker, s_disk_run, s_disk_done, j) < 0) {
+        int saved = errno;
+        free(j);
+        errno = saved;
+        return NULL;
+    }
+    return j;
+}
+
+/*  The owner goes before its image is ready: the job's done callback unmounts it and, unless
+ *  keep, removes the directory (the owner must not: the worker may still be writing there). */
+static void s_disk_abandon(disk_job_t *j, int keep)
+{
+    j->sess = NULL;
+    j->pooled = NULL;
+    j->keep = keep;
+}
+
 static int s_kernel_started(sess_t *s);
 static void s_watch_pidfd(sess_t *s);
 static void s_sess_collect(broker_t *b);
 static void s_orphans_collect(broker_t *b);
 
-static int s_op_kernel_start(void *ctx)
+/*  Start s's kernel now that its workspace is ready. 0, or -1 with errno. */
+static int s_kernel_spawn(sess_t *s)
 {
-    sess_t *s = ctx;
     broker_t *b = s->broker;
-    if (s->adopting) {
-        /* A new session's kernel from the pool: already sealed, its hello waiting. */
-        s->adopting = 0;
-        return s_kernel_started(s);
-    }
     launch_t launch;
     s_launch_args(s, &launch);
     cgroup_destroy(&s->cg);
@@ -568,6 +658,57 @@ static int s_op_kernel_start(void *ctx)
         return -1;
     }
     return s_kernel_started(s);
+}
+
+/*  A new session's workspace image is made and mounted off the loop; its kernel starts when
+ *  that is done (s_sess_disk_ready). Until then the session is starting, as it would be
+ *  waiting for its kernel's hello. 0, or -1 with errno. */
+static int s_sess_disk_start(sess_t *s)
+{
+    if (s->disk_job)
+        return 0;
+    s->disk_job = s_disk_submit(s->broker, s->dir, s->workspace, s->limits.disk_bytes, s->slot);
+    if (!s->disk_job) {
+        char why[200];
+        snprintf(why, sizeof why, "cannot set up the workspace's disk: %s", strerror(errno));
+        session_start_failed(s->core, why);
+        return -1;
+    }
+    s->disk_job->sess = s;
+    return 0;
+}
+
+static void s_sess_disk_ready(sess_t *s, const disk_job_t *j)
+{
+    char why[300];
+    if (j->rc < 0) {
+        snprintf(why, sizeof why, "cannot set up the workspace's disk: %s: %s", j->step,
+                 strerror(j->err));
+        session_start_failed(s->core, why);
+        session_on_kernel_exit(s->core, "could not start", SESSION_EXIT_CRASH);
+        return;
+    }
+    s->disk_mounted = 1;
+    LOG_D("session=%s: workspace image (%llu MiB) made and mounted in %lld ms", s->id,
+          s->limits.disk_bytes >> 20, j->ms);
+    if (s_kernel_spawn(s) < 0) {
+        if (!session_start_error(s->core)[0])
+            session_start_failed(s->core, strerror(errno));
+        session_on_kernel_exit(s->core, "could not start", SESSION_EXIT_CRASH);
+    }
+}
+
+static int s_op_kernel_start(void *ctx)
+{
+    sess_t *s = ctx;
+    if (s->adopting) {
+        /* A new session's kernel from the pool: already sealed, its hello waiting. */
+        s->adopting = 0;
+        return s_kernel_started(s);
+    }
+    if (s->limits.disk_bytes && !s->disk_mounted)
+        return s_sess_disk_start(s);
+    return s_kernel_spawn(s);
 }
 
 /*  s->proc runs: read its pipe, watch its pidfd. 0, or -1 with errno. */
@@ -658,6 +799,7 @@ typedef struct {
     spawner_proc_t proc;     /* pid 0 until the zygote has answered */
     unsigned long ticket;
     int disk_mounted;        /* its workspace is a mounted image (the default --disk) */
+    disk_job_t *disk_job;    /* that image is being made; the zygote is asked afterwards */
 } pooled_t;
 
 static size_t s_free_slot(broker_t *b)
@@ -672,6 +814,12 @@ static size_t s_free_slot(broker_t *b)
  *  its cgroup and directory removed. */
 static void s_pool_drop(broker_t *b, pooled_t *p)
 {
+    if (p->disk_job) {
+        /* Its image is still being made: the job removes it, directory and all. */
+        s_disk_abandon(p->disk_job, 0);
+        p->disk_job = NULL;
+        p->dir[0] = '\0';
+    }
     if (p->proc.pidfd >= 0) {
         loop_fd_end(b->loop, p->proc.pidfd);
         if (!p->proc.reaped) {
@@ -728,6 +876,10 @@ static void s_pool_collect(broker_t *b)
     pooled_t *p = zlistx_first(b->pool);
     while (p) {
         pooled_t *next = zlistx_next(b->pool);
+        if (p->disk_job) { /* the zygote is not asked yet */
+            p = next;
+            continue;
+        }
         char why[256];
         int rc = p->proc.pid ? 1 : spawner_zygote_take(b->zygote, p->ticket, &p->proc, why, sizeof why);
         if (rc < 0) {
@@ -748,11 +900,41 @@ static void s_pool_collect(broker_t *b)
     }
 }
 
-static int s_disk_setup(broker_t *self, const char *dir, const char *workspace,
-                        unsigned long long bytes, int is_new, uid_t uid, gid_t gid,
-                        broker_error_t *err);
+static int s_disk_check(const broker_t *self, unsigned long long bytes, broker_error_t *err);
 
-/*  Ask the zygote for one more pooled kernel. 0, or -1 (logged). */
+/*  The pooled kernel's workspace is ready: its cgroup, then the zygote's fork. 0, or -1 with
+ *  why. */
+static int s_pool_spawn(broker_t *b, pooled_t *p, char *why, size_t why_len)
+{
+    if (!(p->cg = cgroup_create(p->id, &b->cfg.limits.cg))) {
+        snprintf(why, why_len, "cgroup: %s", strerror(errno));
+        return -1;
+    }
+    if (cgroup_set_background(p->cg, 1) < 0 && log_allow(&b->warn_limit, 5))
+        PLOG_W("pool: a waiting kernel keeps the default cpu share");
+    return s_zygote_request(b, p->workspace, p->slot, &b->cfg.limits, p->cg, &p->proc,
+                            &p->ticket, why, why_len);
+}
+
+static void s_pool_disk_ready(broker_t *b, void *pooled, const disk_job_t *j)
+{
+    pooled_t *p = pooled;
+    p->disk_job = NULL;
+    char why[300];
+    if (j->rc < 0) {
+        snprintf(why, sizeof why, "workspace image: %s: %s", j->step, strerror(j->err));
+    } else {
+        p->disk_mounted = 1;
+        LOG_D("pool: workspace image made and mounted in %lld ms", j->ms);
+        if (s_pool_spawn(b, p, why, sizeof why) == 0)
+            return;
+    }
+    s_pool_failed(b, p, why);
+    s_zygote_check(b);
+}
+
+/*  One more pooled kernel: its directory now, its image on the worker thread, then the
+ *  zygote's fork. 0, or -1 (logged). */
 static int s_pool_add(broker_t *b)
 {
     pooled_t *p = calloc(1, sizeof *p);
@@ -776,17 +958,17 @@ static int s_pool_add(broker_t *b)
         snprintf(p->workspace, sizeof p->workspace, "%s/workspace", p->dir) >= PATH_MAX ||
         chown(p->workspace, uid, gid) < 0) {
         snprintf(why, sizeof err.evalue, "session directory: %s", strerror(errno));
-    } else if (s_disk_setup(b, p->dir, p->workspace, disk, 1, uid, gid, &err) == 0) {
-        p->disk_mounted = disk > 0;
-        if (!(p->cg = cgroup_create(p->id, &b->cfg.limits.cg)))
-            snprintf(why, sizeof err.evalue, "cgroup: %s", strerror(errno));
-        else if (cgroup_set_background(p->cg, 1) < 0 && log_allow(&b->warn_limit, 5))
-            PLOG_W("pool: a waiting kernel keeps the default cpu share");
-        if (p->cg && s_zygote_request(b, p->workspace, p->slot, &b->cfg.limits, p->cg, &p->proc,
-                                  &p->ticket, why, sizeof err.evalue) == 0) {
+    } else if (disk && s_disk_check(b, disk, &err) == 0) {
+        p->disk_job = s_disk_submit(b, p->dir, p->workspace, disk, p->slot);
+        if (p->disk_job) {
+            p->disk_job->pooled = p;
             zlistx_add_end(b->pool, p);
             return 0;
         }
+        snprintf(why, sizeof err.evalue, "workspace image: %s", strerror(errno));
+    } else if (!disk && s_pool_spawn(b, p, why, sizeof err.evalue) == 0) {
+        zlistx_add_end(b->pool, p);
+        return 0;
     }
     if (log_allow(&b->warn_limit, 5))
         LOG_W("pool: cannot prepare a kernel: %s", why);
@@ -1043,6 +1225,10 @@ static void s_free_sess(sess_t **s_p)
     sess_t *s = *s_p;
     if (!s)
         return;
+    if (s->disk_job) { /* not closed first (a failed create): the job undoes itself */
+        s_disk_abandon(s->disk_job, 0);
+        s->disk_job = NULL;
+    }
     s_disk_unmount(s, 1);
     session_destroy(&s->core);
     channels_destroy(&s->ch);
@@ -1197,7 +1383,12 @@ static void s_close_sess(sess_t *s, int forget)
     o->proc.pidfd = o->proc.pipe_fd = -1;
     o->cg = s->cg;
     s->cg = NULL;
-    if (forget) {
+    if (s->disk_job) {
+        /* Its image is still being made (so no kernel runs yet): the job finishes, then
+         * undoes itself, removing the directory unless the session is kept. */
+        s_disk_abandon(s->disk_job, !forget);
+        s->disk_job = NULL;
+    } else if (forget) {
         /* Off our tree first, so the removal below never walks the kernel's filesystem
          * (the image file goes with the directory; its space, with the last user). */
         s_disk_unmount(s, 1);
@@ -1368,46 +1559,44 @@ static int s_write_meta(const sess_t *s, int launched)
 }
 
 /*  A capped workspace is an ext4 image loop-mounted over the workspace directory: made and
- *  mounted for a new session, mounted again (after a check) for a restored one. Fails closed:
- *  a session never runs uncapped because its cap could not be built. 0, or -1 with *err
- *  ("DiskUnavailable": the image, if any, is kept). */
-/*  Make (is_new) or check, then mount, the workspace image of a session directory; nothing
- *  when bytes is 0. 0, or -1 with err. Used for sessions and for pooled kernels alike. */
-static int s_disk_setup(broker_t *self, const char *dir, const char *workspace,
-                        unsigned long long bytes, int is_new, uid_t uid, gid_t gid,
-                        broker_error_t *err)
+ *  mounted for a new session on the worker thread (s_disk_submit), mounted again (after a
+ *  check) for a restored one here. Fails closed: a session never runs uncapped because its
+ *  cap could not be built.
+ *  A workspace cap of `bytes` (0: none) this machine cannot enforce is refused, never ignored.
+ *  0, or -1 with err ("DiskUnavailable"). */
+static int s_disk_check(const broker_t *self, unsigned long long bytes, broker_error_t *err)
 {
-    if (!bytes)
+    if (!bytes || self->cfg.disk_ok)
         return 0;
     err->ename = "DiskUnavailable";
-    if (!self->cfg.disk_ok) {
-        snprintf(err->evalue, sizeof err->evalue,
-                 "the session's workspace cap (disk %llu MiB) cannot be enforced here (%s); "
-                 "create it with disk 0, or start kenneld with --disk 0, to run without one",
-                 bytes >> 20, self->cfg.disk_desc);
+    snprintf(err->evalue, sizeof err->evalue,
+             "the session's workspace cap (disk %llu MiB) cannot be enforced here (%s); "
+             "create it with disk 0, or start kenneld with --disk 0, to run without one",
+             bytes >> 20, self->cfg.disk_desc);
+    return -1;
+}
+
+/*  Mount a restored session's image again (checked first), here and now: kenneld is starting
+ *  and serves nobody yet. 0, or -1 with err. */
+static int s_disk_remount(broker_t *self, sess_t *s, uid_t uid, gid_t gid, broker_error_t *err)
+{
+    if (!s->limits.disk_bytes)
+        return 0;
+    if (s_disk_check(self, s->limits.disk_bytes, err) < 0)
         return -1;
-    }
     char image[PATH_MAX + 16];
-    snprintf(image, sizeof image, "%s/workspace.img", dir);
+    snprintf(image, sizeof image, "%s/workspace.img", s->dir);
     const char *step = NULL;
     long long t0 = util_now_ms();
-    if ((is_new && disk_create(image, bytes, &step) < 0) ||
-        disk_mount(image, workspace, is_new, uid, gid, &step) < 0) {
+    if (disk_mount(image, s->workspace, 0, uid, gid, &step) < 0) {
+        err->ename = "DiskUnavailable";
         snprintf(err->evalue, sizeof err->evalue, "cannot set up the workspace's disk: %s: %s",
                  step, strerror(errno));
         return -1;
     }
-    LOG_D("%s: workspace image (%llu MiB) %s in %lld ms", dir, bytes >> 20,
-          is_new ? "made and mounted" : "checked and mounted", util_now_ms() - t0);
-    return 0;
-}
-
-static int s_disk_attach(broker_t *self, sess_t *s, int is_new, uid_t uid, gid_t gid,
-                         broker_error_t *err)
-{
-    if (s_disk_setup(self, s->dir, s->workspace, s->limits.disk_bytes, is_new, uid, gid, err) < 0)
-        return -1;
-    s->disk_mounted = s->limits.disk_bytes > 0;
+    s->disk_mounted = 1;
+    LOG_D("session=%s: workspace image checked and mounted in %lld ms", s->id,
+          util_now_ms() - t0);
     return 0;
 }
 
@@ -1464,7 +1653,8 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     }
     if (disk_ready) /* a pooled kernel's workspace: its image is mounted already */
         s->disk_mounted = s->limits.disk_bytes > 0;
-    else if (s_disk_attach(self, s, id == NULL, uid, gid, err) < 0)
+    else if (!id ? s_disk_check(self, s->limits.disk_bytes, err) < 0 /* made as it starts */
+                 : s_disk_remount(self, s, uid, gid, err) < 0)
         goto fail;
     if (!connection && strcmp(cc.transport, "ipc") == 0) {
         /* sun_path holds 107 bytes; the sockets are <prefix>-1 … <prefix>-5. */
@@ -1743,11 +1933,27 @@ json_t *broker_stats(const broker_t *self)
 }
 
 int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t out_len,
-                     uid_t *uid, gid_t *gid)
+                     uid_t *uid, gid_t *gid, broker_error_t *err)
 {
     sess_t *s = s_find(self, id_or_name);
-    if (!s)
+    /* A new session's image may still be in the making (a client that creates a session and
+     * puts its files at once): files go into the image, never under it, so this waits. */
+    while (s && s->disk_job && worker_pending(self->worker)) {
+        worker_wait(self->worker);
+        s = s_find(self, id_or_name);
+    }
+    if (!s) {
+        err->ename = "NoSuchSession";
+        snprintf(err->evalue, sizeof err->evalue, "no session has that id or name");
         return -1;
+    }
+    if (s->limits.disk_bytes && !s->disk_mounted) {
+        err->ename = "DiskUnavailable";
+        snprintf(err->evalue, sizeof err->evalue, "the session's workspace is not mounted: %s",
+                 session_start_error(s->core)[0] ? session_start_error(s->core)
+                                                 : "its kernel has not started");
+        return -1;
+    }
     snprintf(out, out_len, "%s", s->workspace);
     s_kernel_ids(self, s->slot, uid, gid);
     return 0;
@@ -1775,8 +1981,9 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->zygote_watch = -1;
     self->tick_timer = -1;
     self->lifeline[0] = self->lifeline[1] = -1;
+    self->worker = worker_new(loop);
     if (!self->sessions || !self->closing || !self->orphans || !self->slots || !self->pool ||
-        pipe2(self->lifeline, O_CLOEXEC) < 0) {
+        !self->worker || pipe2(self->lifeline, O_CLOEXEC) < 0) {
         broker_destroy(&self);
         return NULL;
     }
@@ -1825,6 +2032,8 @@ void broker_destroy(broker_t **self_p)
     while (self->pool && (p = zlistx_detach(self->pool, NULL)))
         s_pool_drop(self, p);
     zlistx_destroy(&self->pool);
+    /* Every job is abandoned by now: their callbacks only unmount and remove. */
+    worker_destroy(&self->worker);
     for (int i = 0; i < 2; i++)
         if (self->lifeline[i] >= 0)
             close(self->lifeline[i]);

@@ -3,7 +3,9 @@
  *  blocks; its root is given to the kernel's host ids once mounted) and loop-mounted by kenneld at the
  *  workspace directory, nosuid and nodev. Loop devices are attached with LO_FLAGS_AUTOCLEAR:
  *  a device is freed when its last mount goes, so none outlives the mounts that use it.
- *  Needs root; it does not decide which session gets a cap (the broker does). */
+ *  Needs root; it does not decide which session gets a cap (the broker does).
+ *  Threads: kenneld calls disk_create and disk_mount for new workspaces from its worker
+ *  thread only (disk_create's templates are not locked), and the rest from its loop. */
 #ifndef KENNEL_DISK_H
 #define KENNEL_DISK_H
 

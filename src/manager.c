@@ -162,8 +162,9 @@ static json_t *s_on_file(manager_t *self, const jmsg_t *req, const char *sess, v
     char ws[PATH_MAX];
     uid_t uid;
     gid_t gid;
-    if (broker_workspace(self->broker, sess, ws, sizeof ws, &uid, &gid) < 0)
-        return s_error("NoSuchSession", "no session has that id or name");
+    broker_error_t err = {0};
+    if (broker_workspace(self->broker, sess, ws, sizeof ws, &uid, &gid, &err) < 0)
+        return s_error(err.ename, err.evalue);
     if (strcmp(type, "file_list_request") == 0)
         return json_pack("{s:s, s:o}", "status", "ok", "files", wsfile_list(ws, 10000));
     if (!path)

@@ -140,11 +140,14 @@ class Kenneld:
         self._sock.linger = 0
         self._sock.connect(mgr["endpoint"])
 
-    def log(self):
+    def log(self, tail=4000):
+        """The log's last `tail` characters (for failure messages), or all of it (None: for
+        what must be found in it, which debug lines of polling may have pushed far back)."""
         try:
-            return Path(self.log_path).read_text(errors="replace")[-4000:]
+            text = Path(self.log_path).read_text(errors="replace")
         except OSError:
             return ""
+        return text if tail is None else text[-tail:]
 
     # -- manager API -----------------------------------------------------------------
 

@@ -3,10 +3,13 @@ round trips, files shared with the cell, and paths that try to leave the workspa
 
 import hashlib
 import os
+import shutil
+import subprocess
+import time
 
 import pytest
 
-from .itest_helpers import run
+from .itest_helpers import run, wait_for
 
 
 def _sha(path):
@@ -110,3 +113,107 @@ def test_put_into_a_full_workspace_fails_cleanly(kenneld, connect, tmp_path):
     small.write_bytes(b"s" * (1 << 20))
     assert kenneld.cli("put", "files", str(small)).returncode == 0
     assert run(kc, "len(open('small', 'rb').read())").result == str(1 << 20)
+
+
+# ---- a new session's workspace image is made off kenneld's loop ---------------------------------
+
+NO_POOL = ["--pool", "0"]  # every session's image is then made as it is created
+
+
+def _pipelined(kenneld, *requests):
+    """Send every (msg_type, content, buffers) on the manager socket before reading any reply
+    (kenneld takes them in one go); their reply contents, in order."""
+    sock, session = kenneld._sock, kenneld._session
+    ids = [session.send(sock, t, c, buffers=b)["header"]["msg_id"] for t, c, b in requests]
+    replies = {}
+    deadline = time.monotonic() + 30
+    while len(replies) < len(ids):
+        assert sock.poll(max(int((deadline - time.monotonic()) * 1000), 1)), "no manager reply"
+        _, frames = session.feed_identities(sock.recv_multipart())
+        msg = session.deserialize(frames)
+        replies[msg["parent_header"]["msg_id"]] = msg["content"]
+    return [replies[i] for i in ids]
+
+
+def _caps(kenneld):
+    if not kenneld.ok("stats_request")["sandbox"]["disk"]["caps"]:
+        pytest.skip("no workspace caps on this machine")
+
+
+def _workspace_mounts(kenneld):
+    """Workspace images mounted in kenneld's mount namespace (it has its own)."""
+    with open(f"/proc/{kenneld.proc.pid}/mountinfo") as f:
+        return [line.split()[4] for line in f if str(kenneld.state_dir) in line.split()[4]]
+
+
+@pytest.mark.parametrize("kenneld", [NO_POOL], indirect=True)
+def test_a_put_right_after_create_lands_in_the_new_workspace(kenneld, connect):
+    """The create reply goes out while the session's image is still being made: a put that
+    follows at once waits for the image, so the file is in it (not in the directory under
+    the mount, where neither the kernel nor a later get would find it)."""
+    _caps(kenneld)
+    for i in range(3):
+        created, put, listed = _pipelined(
+            kenneld, ("create_request", {"name": f"early{i}"}, None),
+            ("file_put_request", {"session": f"early{i}", "path": "early.txt"}, [b"early"]),
+            ("file_list_request", {"session": f"early{i}"}, None))
+        assert created["status"] == "ok" and put["status"] == "ok", (created, put)
+        assert [f["path"] for f in listed["files"]] == ["early.txt"]
+        kc = connect(created["session"]["connection_file"])
+        assert run(kc, "open('early.txt').read()").result == "'early'"
+        kenneld.ok("end_request", {"session": f"early{i}"})
+
+
+@pytest.mark.parametrize("kenneld", [NO_POOL], indirect=True)
+def test_a_session_ended_while_its_image_is_made_leaves_nothing(kenneld):
+    """Ended before its workspace image is ready: the image is still finished off the loop,
+    then unmounted and removed with the session's directory; kenneld goes on serving."""
+    _caps(kenneld)
+    before = set(os.listdir(kenneld.state_dir / "sessions"))
+    for i in range(3):
+        created, ended = _pipelined(kenneld, ("create_request", {"name": f"brief{i}"}, None),
+                                    ("end_request", {"session": f"brief{i}"}, None))
+        assert created["status"] == "ok" and ended["status"] == "ok", (created, ended)
+    wait_for(lambda: set(os.listdir(kenneld.state_dir / "sessions")) == before
+             and not _workspace_mounts(kenneld), timeout=20, what="the images undone")
+    assert kenneld.sessions() == []
+    assert kenneld.ok("info_request", {"session": kenneld.create("after")["id"]})
+
+
+@pytest.mark.own_kenneld
+@pytest.mark.parametrize("kenneld", [NO_POOL], indirect=True)
+def test_a_workspace_image_that_cannot_be_mounted_fails_the_start_not_kenneld(kenneld, connect,
+                                                                             tmp_path):
+    """strace makes kenneld's mount(2) calls fail: the session is still created; its first
+    cell gets an error naming the failed step, a file request gets DiskUnavailable (never a
+    file under the mount point), and once mounts work again the next cell starts a kernel."""
+    _caps(kenneld)
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("needs strace to make mount(2) fail")
+    tids = os.listdir(f"/proc/{kenneld.proc.pid}/task")  # the worker thread is one of them
+    tracer = subprocess.Popen([strace, "-qq", "-o", "/dev/null", *sum((["-p", t] for t in tids), []),
+                               "-e", "trace=mount", "-e", "inject=mount:error=ENOSPC"],
+                              stderr=subprocess.DEVNULL)
+    try:
+        def traced():
+            with open(f"/proc/{kenneld.proc.pid}/task/{tids[-1]}/status") as f:
+                return any(line.startswith("TracerPid:") and line.split()[1] != "0"
+                           for line in f)
+        wait_for(traced, timeout=10, what="strace attached")
+        info = kenneld.create("unmounted")
+        kc = connect(info["connection_file"], ready=False)
+        cell = run(kc, "1+1")
+        assert cell.content["status"] == "error", cell.content
+        assert "cannot set up the workspace's disk: mount the workspace image: No space left" \
+            in cell.content["evalue"], cell.content
+        r = kenneld.cli("put", "unmounted", "/etc/hostname", "x")
+        assert r.returncode != 0 and "DiskUnavailable" in r.stderr, r.stderr
+        assert not os.listdir(kenneld.state_dir / "sessions" / info["id"] / "workspace")
+    finally:
+        tracer.kill()
+        tracer.wait()
+    cell = run(kc, "import os; os.listdir('.')", timeout=30)
+    assert cell.content["status"] == "ok" and cell.result == "[]", cell.content
+    assert kenneld.cli("put", "unmounted", "/etc/hostname", "x").returncode == 0
+    assert run(kc, "os.listdir('.')").result == "['x']"

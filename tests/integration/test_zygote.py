@@ -156,7 +156,7 @@ def test_a_dead_zygote_and_a_dead_pooled_kernel_are_replaced(start_kenneld, conn
     wait_for(lambda: pooled[0] not in _kenneld_children(kenneld)
              and _stats(kenneld)["spawner"]["pool_ready"] == 1, timeout=30,
              what="the pooled kernel replaced")
-    assert "pool: a kernel was lost" in kenneld.log()
+    assert "pool: a kernel was lost" in kenneld.log(tail=None)
 
 
 @pytest.mark.timeout_s(60)
@@ -195,7 +195,7 @@ def test_a_kernel_the_zygote_cloned_but_never_named_is_killed_and_reaped(start_k
                  and not set(strays) & set(_kenneld_children(kenneld, zombies=True)),
                  timeout=20,
                  what="the unnamed kernel killed and reaped")
-        assert "a kernel the zygote never named" in kenneld.log()
+        assert "a kernel the zygote never named" in kenneld.log(tail=None)
     finally:
         tracer.kill()
         tracer.wait(10)
@@ -212,7 +212,7 @@ def test_preload_failures_are_reported_and_harmless(start_kenneld, connect):
     kc = connect(kenneld.create()["connection_file"])
     assert run(kc, "import sys; 'json' in sys.modules").result == "True"
     assert _stats(kenneld)["spawner"]["preload"] == "json,no_such_module_kn"
-    wait_for(lambda: "could not preload no_such_module_kn" in kenneld.log(), timeout=10,
+    wait_for(lambda: "could not preload no_such_module_kn" in kenneld.log(tail=None), timeout=10,
              what="the preload failure logged")
 
 
