@@ -1115,7 +1115,7 @@ static int s_op_snapshot_store(void *ctx, const void *data, size_t len)
 {
     char path[PATH_MAX + 16];
     s_snapshot_path(ctx, path, sizeof path);
-    return statedir_write_file(path, data, len);
+    return statedir_write_file(path, data, len, STATEDIR_DURABLE);
 }
 
 static int s_op_snapshot_load(void *ctx, void **data, size_t *len)
@@ -1553,7 +1553,7 @@ static int s_write_meta(const sess_t *s, int launched)
                              l->cg.cpus, "tmp", (json_int_t)l->tmp_bytes, "nofile",
                              (json_int_t)l->nofile, "timeout_ms", (json_int_t)l->timeout_ms,
                              "idle_ms", (json_int_t)l->idle_ms, "disk", (json_int_t)l->disk_bytes);
-    int rc = meta ? statedir_write_json(path, meta) : -1;
+    int rc = meta ? statedir_write_json(path, meta, STATEDIR_ATOMIC) : -1;
     json_decref(meta);
     return rc;
 }
@@ -1685,7 +1685,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
         exit(1);
     }
     json_t *conn = channels_connection(s->ch);
-    int wrote = statedir_write_json(s->conn_path, conn);
+    int wrote = statedir_write_json(s->conn_path, conn, STATEDIR_ATOMIC);
     json_decref(conn);
     if (wrote < 0 || s_write_meta(s, launched) < 0) {
         err->ename = "SpawnFailed";

@@ -332,7 +332,7 @@ int main(int argc, char **argv)
                              manager_endpoint(manager), "key", key, "signature_scheme",
                              "hmac-sha256", "pid", (json_int_t)getpid(), "version",
                              KENNEL_VERSION, "state_dir", state_dir);
-    if (statedir_write_json(info_path, info) < 0) {
+    if (statedir_write_json(info_path, info, STATEDIR_DURABLE) < 0) {
         PLOG_E("write %s", info_path);
         json_decref(info);
         manager_destroy(&manager);

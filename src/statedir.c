@@ -1,5 +1,5 @@
 /*  statedir: files other processes read (the CLI, Jupyter clients) must never be seen half
- *  written, hence temporary file + fsync + rename. */
+ *  written, hence temporary file + rename (+ fsync, for what must survive the host). */
 #include "statedir.h"
 
 #include <errno.h>
@@ -100,7 +100,7 @@ int statedir_session_create(const char *dir, const char *id, char *out, size_t o
     return 0;
 }
 
-int statedir_write_file(const char *path, const void *data, size_t len)
+int statedir_write_file(const char *path, const void *data, size_t len, statedir_sync_t sync)
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
@@ -110,7 +110,9 @@ int statedir_write_file(const char *path, const void *data, size_t len)
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return -1;
-    int rc = util_write_all(fd, data, len) == 0 && fsync(fd) == 0 ? 0 : -1;
+    int rc = util_write_all(fd, data, len) == 0 && (sync != STATEDIR_DURABLE || fsync(fd) == 0)
+                 ? 0
+                 : -1;
     int saved = errno;
     close(fd);
     if (rc == 0 && rename(tmp, path) < 0) {
@@ -123,7 +125,7 @@ int statedir_write_file(const char *path, const void *data, size_t len)
     return rc;
 }
 
-int statedir_write_json(const char *path, const json_t *obj)
+int statedir_write_json(const char *path, const json_t *obj, statedir_sync_t sync)
 {
     char *text = json_dumps(obj, JSON_INDENT(1) | JSON_SORT_KEYS);
     if (!text) {
@@ -132,7 +134,7 @@ int statedir_write_json(const char *path, const json_t *obj)
     }
     size_t len = strlen(text);
     text[len] = '\n'; /* json_dumps leaves room for the NUL this overwrites */
-    int rc = statedir_write_file(path, text, len + 1);
+    int rc = statedir_write_file(path, text, len + 1, sync);
     int saved = errno;
     free(text);
     errno = saved;
