@@ -41,6 +41,10 @@
  * refill waits this long after a hand-over, so that its work (kenneld's and the new kernel's
  * start) does not compete with that cell. */
 #define POOL_REFILL_AFTER_TAKE_MS 150
+/* How long a launched session's shell waits for a client on its iopub (s_serve says why).
+ * Jupyter's clients join within a reconnect interval (100-200 ms); a client that never
+ * subscribes is served after this. */
+#define LAUNCHED_IOPUB_WAIT_MS 10000
 
 typedef struct sess sess_t;
 typedef struct disk_job disk_job_t;
@@ -84,6 +88,8 @@ struct sess {
     int adopting;            /* the next kernel start takes proc and cg from the pool */
     unsigned long ticket;    /* the zygote's answer (the kernel's pid) is still to come */
     int timer_id[2];         /* the session's armed loop timers (session_timer_t), or -1 */
+    int shell_held;          /* launched: shell is not read until a client is on iopub */
+    int hold_timer;          /* the armed LAUNCHED_IOPUB_WAIT_MS timer, or -1 */
     int pipe_open;           /* proc.pipe_fd is registered for reading */
     kpipe_t *decoder;
     uint8_t *out;            /* bytes waiting to be written to the kernel */
@@ -266,9 +272,9 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
         LOG_W("session=%s: send on %s failed", s->id, route_channel_name(channel));
     /* A send can swallow the wake-up of a request arriving on the same socket, and we often
      * send from outside its reader (a kernel's reply, a timer): the loop must look again. This
-     * is the one place session sockets are sent on (the heartbeat echoes in its own reader). */
-    if (i != CHANNELS_IOPUB)
-        loop_reader_touch(s->broker->loop, channels_socket(s->ch, i));
+     * is the one place session sockets are sent on (the heartbeat echoes in its own reader).
+     * A watched iopub's subscriptions arrive the same way; a plain PUB has no reader (a no-op). */
+    loop_reader_touch(s->broker->loop, channels_socket(s->ch, i));
 }
 
 /*  A kernel's environment: nothing of kenneld's, only this allowlist. */
@@ -1370,9 +1376,10 @@ static void s_close_sess(sess_t *s, int forget)
     session_end(s->core);
     s_op_timer_cancel(s, SESSION_TIMER_CELL);
     s_op_timer_cancel(s, SESSION_TIMER_IDLE);
+    loop_timer_end(b->loop, s->hold_timer);
+    s->hold_timer = -1;
     for (int i = 0; i < CHANNELS_N; i++)
-        if (i != CHANNELS_IOPUB)
-            loop_reader_end(b->loop, channels_socket(s->ch, (channels_index_t)i));
+        loop_reader_end(b->loop, channels_socket(s->ch, (channels_index_t)i));
     s_pipe_close(s);
     orphan_t *o = calloc(1, sizeof *o);
     if (!o) {
@@ -1616,6 +1623,8 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     s->broker = self;
     s->proc.pidfd = s->proc.pipe_fd = -1;
     s->timer_id[0] = s->timer_id[1] = -1;
+    s->hold_timer = -1;
+    s->shell_held = launched;
     s->limits = limits ? *limits : self->cfg.limits;
     if (slot >= 0 && (size_t)slot < self->nslots && !self->slots[slot])
         s->slot = (size_t)slot;
@@ -1628,7 +1637,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     else
         util_uuid(s->id);
     char key[40], ipc_prefix[PATH_MAX];
-    channels_cfg_t cc = {self->cfg.transport, self->cfg.ip, {0}, util_uuid(key)};
+    channels_cfg_t cc = {self->cfg.transport, self->cfg.ip, {0}, util_uuid(key), launched};
     if (connection && s_parse_connection(connection, &cc, err) < 0)
         goto fail;
     if (statedir_session_create(self->cfg.state_dir, s->id, s->dir, sizeof s->dir) < 0 ||
@@ -1702,16 +1711,68 @@ fail:
     return NULL;
 }
 
-/*  Start serving a made session's sockets. */
+static void s_read(sess_t *s, channels_index_t i, loop_reader_fn *handler)
+{
+    if (loop_reader(s->broker->loop, channels_socket(s->ch, i), handler, s) < 0) {
+        LOG_E("out of memory");
+        exit(1);
+    }
+}
+
+static void s_release_shell(sess_t *s)
+{
+    s->shell_held = 0;
+    loop_timer_end(s->broker->loop, s->hold_timer);
+    s->hold_timer = -1;
+    s_read(s, CHANNELS_SHELL, s_on_socket);
+}
+
+/*  A launched session's iopub (an XPUB), read for the session's life: libzmq keeps every
+ *  subscription message we do not read. */
+static int s_on_iopub(loop_t *loop, zsock_t *sock, void *arg)
+{
+    (void)loop;
+    (void)sock;
+    sess_t *s = arg;
+    if (channels_read_subscription(s->ch) == 1 && s->shell_held) {
+        LOG_D("session=%s: a client is on iopub; serving shell", s->id);
+        s_release_shell(s);
+    }
+    return 0;
+}
+
+static int s_on_hold_expired(loop_t *loop, int timer_id, void *arg)
+{
+    (void)loop;
+    (void)timer_id;
+    sess_t *s = arg;
+    s->hold_timer = -1; /* fired: its id may be reused */
+    LOG_I("session=%s: no client on iopub after %d ms; serving shell without one", s->id,
+          LAUNCHED_IOPUB_WAIT_MS);
+    s_release_shell(s);
+    return 0;
+}
+
+/*  Start serving a made session's sockets.
+ *  A launched session's client (Jupyter's KernelManager) connected to its ports before they
+ *  were bound, and each of its sockets joins at its own reconnect, so shell may join before
+ *  iopub. A request answered then publishes its busy and idle to no one: jupyter console runs
+ *  its first cell as soon as kernel_info is answered, then waits for that cell's idle for
+ *  ever. So shell is not read until a client has subscribed to iopub (or LAUNCHED_IOPUB_WAIT_MS
+ *  passed): its requests wait in the socket. Control, stdin and heartbeat are served at once. */
 static void s_serve(broker_t *self, sess_t *s)
 {
+    if (s->shell_held) {
+        s_read(s, CHANNELS_IOPUB, s_on_iopub);
+        s->hold_timer = loop_timer(self->loop, LAUNCHED_IOPUB_WAIT_MS, 1, s_on_hold_expired, s);
+        if (s->hold_timer < 0) {
+            LOG_E("out of memory");
+            exit(1);
+        }
+    }
     for (int i = 0; i < CHANNELS_N; i++)
-        if (i != CHANNELS_IOPUB)
-            if (loop_reader(self->loop, channels_socket(s->ch, (channels_index_t)i), s_on_socket,
-                            s) < 0) {
-                LOG_E("out of memory");
-                exit(1);
-            }
+        if (i != CHANNELS_IOPUB && !(i == CHANNELS_SHELL && s->shell_held))
+            s_read(s, (channels_index_t)i, s_on_socket);
     zlistx_add_end(self->sessions, s);
 }
 

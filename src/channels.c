@@ -20,9 +20,12 @@ struct channels {
 static const char *s_port_names[CHANNELS_N] = {"shell_port", "iopub_port", "stdin_port",
                                                "control_port", "hb_port"};
 
-static zsock_t *s_socket(channels_index_t i, size_t max_msg)
+static zsock_t *s_socket(channels_index_t i, size_t max_msg, int watch_iopub)
 {
-    zsock_t *s = zsock_new(i == CHANNELS_IOPUB ? ZMQ_PUB : ZMQ_ROUTER);
+    /* An XPUB publishes as a PUB does (dropping for subscribers that lag) and also hands us
+     * each new subscription, once libzmq has recorded it: what we publish after reading one
+     * reaches that subscriber. */
+    zsock_t *s = zsock_new(i != CHANNELS_IOPUB ? ZMQ_ROUTER : watch_iopub ? ZMQ_XPUB : ZMQ_PUB);
     if (!s)
         return NULL;
     zsock_set_linger(s, 0);
@@ -71,7 +74,7 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
         goto fail;
     int is_ipc = strcmp(cfg->transport, "ipc") == 0;
     for (int i = 0; i < CHANNELS_N; i++) {
-        self->sock[i] = s_socket((channels_index_t)i, lim.max_msg_bytes);
+        self->sock[i] = s_socket((channels_index_t)i, lim.max_msg_bytes, cfg->watch_iopub);
         if (!self->sock[i])
             goto fail;
         int port = cfg->ports[i];
@@ -143,6 +146,24 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
         return -1;
     }
     return 0;
+}
+
+int channels_read_subscription(channels_t *self)
+{
+    void *sock = zsock_resolve(self->sock[CHANNELS_IOPUB]);
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    if (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&msg);
+        return -1;
+    }
+    /* ZMTP subscriptions: byte 1 then the topic; byte 0 then a topic to forget. An XSUB
+     * client may send other messages, of several frames: read them whole, and ignore them. */
+    int subscribed = zmq_msg_size(&msg) > 0 && *(const unsigned char *)zmq_msg_data(&msg) == 1;
+    while (zmq_msg_more(&msg) && zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) >= 0)
+        subscribed = 0;
+    zmq_msg_close(&msg);
+    return subscribed;
 }
 
 void channels_hb_echo(channels_t *self)

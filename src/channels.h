@@ -1,7 +1,7 @@
 /*  channels: one session's five Jupyter sockets: shell, control and stdin ROUTERs, the iopub
- *  PUB and the heartbeat (a ROUTER that echoes). Binds them, signs what goes out and
- *  verifies what comes in (through its own wire_t), and describes them as a connection file.
- *  Knows nothing of sessions or kernels. */
+ *  PUB (an XPUB when its subscriptions are watched) and the heartbeat (a ROUTER that echoes).
+ *  Binds them, signs what goes out and verifies what comes in (through its own wire_t), and
+ *  describes them as a connection file. Knows nothing of sessions or kernels. */
 #ifndef KENNEL_CHANNELS_H
 #define KENNEL_CHANNELS_H
 
@@ -19,6 +19,8 @@ typedef struct {
     const char *ip;          /* tcp: the address to bind; ipc: the path prefix of the sockets */
     int ports[CHANNELS_N];   /* 0 picks a free port (tcp) or 1..5 (ipc) */
     const char *key;         /* the session's HMAC key (non-empty) */
+    int watch_iopub;         /* iopub is an XPUB whose subscriptions the caller reads
+                              * (channels_read_subscription) */
 } channels_cfg_t;
 
 typedef struct channels channels_t;
@@ -33,6 +35,10 @@ int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out);
 /*  Sign and send msg on socket i without blocking (ROUTER and PUB drop rather than block).
  *  Takes *msg_p. 0 or -1. */
 int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p);
+/*  Read one message from a watched iopub (cfg.watch_iopub). Read whenever the socket is
+ *  readable: libzmq keeps what is not read. 1: a client subscribed (to a topic no one had
+ *  subscribed to), 0: anything else (the last subscriber of a topic left), -1: nothing there. */
+int channels_read_subscription(channels_t *self);
 /*  Echo one heartbeat message. */
 void channels_hb_echo(channels_t *self);
 /*  A new JSON object: the standard connection file (ports, ip, transport, key,

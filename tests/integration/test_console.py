@@ -4,10 +4,15 @@ again and leaves."""
 
 import os
 import subprocess
+import time
+import uuid
 
 import pytest
+from jupyter_client import BlockingKernelClient
+from jupyter_client.connect import write_connection_file
 
-from .kenneld_proc import PYTHON
+from .itest_helpers import collect_iopub, shell_reply
+from .kenneld_proc import KENNEL, PYTHON
 
 CODE = "x = 6 * 7\nprint('printed', x + 1)\nx\n1 / 0\nx - 2\n"
 
@@ -17,16 +22,20 @@ def _console(args, env_dir, input_text, timeout=20):
                JUPYTER_RUNTIME_DIR=str(env_dir / "runtime"),
                JUPYTER_CONFIG_DIR=str(env_dir / "config"),
                IPYTHONDIR=str(env_dir / "ipython"))
-    proc = subprocess.Popen([PYTHON, "-m", "jupyter_console", *args, "--simple-prompt"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+    # Output to a file, not a pipe: a kernelspec launcher inherits it and outlives a console
+    # killed here (until the fixture ends its session), so a pipe would not reach EOF.
+    out_path = env_dir / "console.out"
+    with open(out_path, "w") as out_file:
+        proc = subprocess.Popen([PYTHON, "-m", "jupyter_console", *args, "--simple-prompt"],
+                                stdin=subprocess.PIPE, stdout=out_file,
+                                stderr=subprocess.STDOUT, text=True, env=env)
     try:
-        out, _ = proc.communicate(input_text, timeout=timeout)
+        proc.communicate(input_text, timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, _ = proc.communicate(timeout=5)
-        pytest.fail(f"jupyter console did not finish in {timeout} s:\n{out}")
-    return proc.returncode, out
+        proc.wait(5)
+        pytest.fail(f"jupyter console did not finish in {timeout} s:\n{out_path.read_text()}")
+    return proc.returncode, out_path.read_text()
 
 
 def _check_output(out):
@@ -48,13 +57,8 @@ def test_console_existing(kenneld, tmp_path):
     assert r.stdout == "42\n"
 
 
-# A kenneld of its own: jupyter console connects to the ports of its connection file before
-# `kennel kernel -f` has made the session, so its iopub socket joins only when libzmq next
-# reconnects; console (6.4) waits for the kernel_info reply but not for iopub (nbclient's
-# wait_for_ready does), then for the first cell's idle status on iopub. A warm pool answers
-# that cell before the reconnect, and console waits for ever; a fresh kenneld's first kernel
-# starts later than that.
-@pytest.mark.own_kenneld
+# On the module's kenneld, whose pool has kernels ready: the hardest case for the race that
+# the next test pins down (a warm kernel answers the first cell at once).
 def test_console_launches_kennel_kernelspec(kenneld, tmp_path, monkeypatch):
     prefix = tmp_path / "prefix"
     r = kenneld.cli("kernelspec", "install", "--prefix", str(prefix))
@@ -65,3 +69,67 @@ def test_console_launches_kennel_kernelspec(kenneld, tmp_path, monkeypatch):
     _check_output(out)
     assert "Shutting down kernel" in out
     assert kenneld.sessions() == []  # the console shut the launched session down
+
+
+def _launch(kenneld, tmp_path):
+    """`kennel kernel -f` on a connection file written as Jupyter's KernelManager writes one
+    (free ports, a key): (a client of it, no channel started yet; the launcher)."""
+    conn_file = str(tmp_path / "kernel-launched.json")
+    write_connection_file(conn_file, ip="127.0.0.1", key=str(uuid.uuid4()).encode())
+    launcher = subprocess.Popen([str(KENNEL), "--state-dir", str(kenneld.state_dir), "kernel",
+                                 "-f", conn_file], stdin=subprocess.DEVNULL)
+    kc = BlockingKernelClient(connection_file=conn_file)
+    kc.load_connection_file()
+    return kc, launcher
+
+
+def _stop(kc, launcher):
+    kc.stop_channels()
+    launcher.terminate()  # it ends its session
+    assert launcher.wait(10) == 0
+
+
+# jupyter console's hang, made deterministic. A kernelspec client connects before
+# `kennel kernel -f` has made the session, and each of its sockets joins at its own libzmq
+# reconnect (every 100-200 ms), so shell can join first and iopub some time later. console
+# (6.4) waits for the kernel_info reply on shell, runs its first cell, then waits for that
+# cell's idle status on iopub for ever. Here shell joins once the session's kernel is ready
+# and iopub two seconds later: until iopub listens, the session must not answer shell, or the
+# cell's busy/idle go to no one.
+def test_launched_session_answers_shell_once_its_iopub_listens(kenneld, tmp_path):
+    kc, launcher = _launch(kenneld, tmp_path)
+    try:
+        deadline = time.monotonic() + 15
+        while [s["state"] for s in kenneld.sessions()] != ["idle"]:  # the kernel is ready
+            assert launcher.poll() is None and time.monotonic() < deadline, kenneld.log()
+            time.sleep(0.05)
+        kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+        msg_id = kc.execute("x = 6 * 7")
+        try:  # time for the cell to run, had it not to wait for iopub
+            reply = shell_reply(kc, msg_id, timeout=2)
+        except AssertionError:
+            reply = None
+        kc.iopub_channel.start()
+        states = [m["content"]["execution_state"] for m in collect_iopub(kc, msg_id)
+                  if m["msg_type"] == "status"]
+        assert states == ["busy", "idle"]
+        assert (reply or shell_reply(kc, msg_id))["content"]["status"] == "ok"
+    finally:
+        _stop(kc, launcher)
+
+
+# The wait has a bound: a client that never subscribes to iopub is served 10 s after the
+# session was made (LAUNCHED_IOPUB_WAIT_MS).
+@pytest.mark.timeout_s(45)
+def test_launched_session_serves_a_client_without_iopub_after_10_s(kenneld, tmp_path):
+    kc, launcher = _launch(kenneld, tmp_path)
+    try:
+        kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+        sent = time.monotonic()  # before the session is made, as Jupyter's clients connect
+        msg_id = kc.kernel_info()
+        reply = shell_reply(kc, msg_id, timeout=30)
+        waited = time.monotonic() - sent
+        assert reply["content"]["status"] == "ok"
+        assert 9 < waited < 30, waited
+    finally:
+        _stop(kc, launcher)
