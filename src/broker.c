@@ -89,6 +89,7 @@ struct sess {
     unsigned long ticket;    /* the zygote's answer (the kernel's pid) is still to come */
     int timer_id[2];         /* the session's armed loop timers (session_timer_t), or -1 */
     int shell_held;          /* launched: shell is not read until a client is on iopub */
+    int launcher_fd;         /* launched: a pidfd of the launcher, whose exit ends it; or -1 */
     int hold_timer;          /* the armed LAUNCHED_IOPUB_WAIT_MS timer, or -1 */
     int pipe_open;           /* proc.pipe_fd is registered for reading */
     kpipe_t *decoder;
@@ -1241,6 +1242,8 @@ static void s_free_sess(sess_t **s_p)
     cgroup_destroy(&s->cg);
     s->broker->slots[s->slot] = 0;
     kpipe_destroy(&s->decoder);
+    if (s->launcher_fd >= 0)
+        close(s->launcher_fd);
     free(s->out);
     free(s);
     *s_p = NULL;
@@ -1378,6 +1381,8 @@ static void s_close_sess(sess_t *s, int forget)
     s_op_timer_cancel(s, SESSION_TIMER_IDLE);
     loop_timer_end(b->loop, s->hold_timer);
     s->hold_timer = -1;
+    if (s->launcher_fd >= 0)
+        loop_fd_end(b->loop, s->launcher_fd);
     for (int i = 0; i < CHANNELS_N; i++)
         loop_reader_end(b->loop, channels_socket(s->ch, (channels_index_t)i));
     s_pipe_close(s);
@@ -1624,6 +1629,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     s->proc.pidfd = s->proc.pipe_fd = -1;
     s->timer_id[0] = s->timer_id[1] = -1;
     s->hold_timer = -1;
+    s->launcher_fd = -1;
     s->shell_held = launched;
     s->limits = limits ? *limits : self->cfg.limits;
     if (slot >= 0 && (size_t)slot < self->nslots && !self->slots[slot])
@@ -1776,16 +1782,24 @@ static void s_serve(broker_t *self, sess_t *s)
     zlistx_add_end(self->sessions, s);
 }
 
-json_t *broker_create(broker_t *self, const char *name, const json_t *connection,
-                      const broker_limits_t *limits, int launched, int *created,
-                      broker_error_t *err)
+/*  A launched session's launcher is gone (killed, say, with its front end's process group):
+ *  nothing will ever shut the session down, so it ends now. */
+static int s_on_launcher_exit(loop_t *loop, int fd, int revents, void *arg)
 {
-    *created = 0;
-    if (name) {
-        sess_t *existing = s_find(self, name);
-        if (existing)
-            return s_info(existing);
-    }
+    (void)loop;
+    (void)fd;
+    (void)revents;
+    sess_t *s = arg;
+    LOG_I("session=%s: its launcher is gone; ending it", s->id);
+    s_close_sess(s, 1);
+    return 0;
+}
+
+/*  A new session, its kernel starting (from the pool when one fits), not served yet. NULL
+ *  with err. */
+static sess_t *s_create(broker_t *self, const char *name, const json_t *connection,
+                        const broker_limits_t *limits, int launched, broker_error_t *err)
+{
     if (zlistx_size(self->sessions) >= self->cfg.max_sessions) {
         err->ename = "TooManySessions";
         snprintf(err->evalue, sizeof err->evalue, "kenneld serves at most %zu sessions",
@@ -1827,7 +1841,38 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
         s_free_sess(&s);
         return NULL;
     }
+    return s;
+}
+
+json_t *broker_create(broker_t *self, const char *name, const json_t *connection,
+                      const broker_limits_t *limits, int launched, pid_t launcher, int *created,
+                      broker_error_t *err)
+{
+    *created = 0;
+    if (name) {
+        sess_t *existing = s_find(self, name);
+        if (existing)
+            return s_info(existing);
+    }
+    int launcher_fd = -1;
+    if (launched && launcher && (launcher_fd = spawner_watch(launcher)) < 0) {
+        err->ename = "BadRequest";
+        snprintf(err->evalue, sizeof err->evalue, "launcher_pid %ld: %s", (long)launcher,
+                 strerror(errno));
+        return NULL;
+    }
+    sess_t *s = s_create(self, name, connection, limits, launched, err);
+    if (!s) {
+        if (launcher_fd >= 0)
+            close(launcher_fd);
+        return NULL;
+    }
     s_serve(self, s);
+    if (launcher_fd >= 0) {
+        s->launcher_fd = launcher_fd;
+        if (loop_fd(self->loop, launcher_fd, LOOP_IN, s_on_launcher_exit, s) < 0)
+            PLOG_W("session=%s: cannot watch its launcher", s->id);
+    }
     LOG_I("session=%s: created (name %s)", s->id, session_name(s->core));
     *created = 1;
     return s_info(s);

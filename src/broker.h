@@ -71,11 +71,12 @@ typedef struct {
 /*  Create a session named name (NULL: named after its id), or return the existing one of that
  *  name (*created = 0). connection (borrowed, may be NULL) asks for exact endpoints and key;
  *  limits (may be NULL) replaces the defaults.
- *  launched: the session belongs to a kernelspec launcher, so any shutdown ends it.
+ *  launched: the session belongs to a kernelspec launcher, so any shutdown ends it; launcher
+ *  (0: unknown) is that launcher's pid, and the session ends when that process does.
  *  Returns a new reference to the session's info, or NULL with *err filled. */
 json_t *broker_create(broker_t *self, const char *name, const json_t *connection,
-                      const broker_limits_t *limits, int launched, int *created,
-                      broker_error_t *err);
+                      const broker_limits_t *limits, int launched, pid_t launcher,
+                      int *created, broker_error_t *err);
 /*  Bring back the sessions an earlier kenneld left in the state directory. Call once, before
  *  serving. */
 void broker_restore(broker_t *self);

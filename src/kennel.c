@@ -501,32 +501,55 @@ static int s_cmd_exec(const char *name, const char *code_arg)
 
 /*  The kernelspec launcher: Jupyter starts it with a connection file it wrote; kenneld serves
  *  a session on exactly those ports and key. It lives as long as the session: it ends the
- *  session on SIGTERM/SIGINT, and exits when the session ends (shutdown_request). */
+ *  session on SIGTERM, or when the process that started it (the front end) is gone, and exits
+ *  when the session ends (shutdown_request). SIGINT is a front end's interrupt in "signal"
+ *  mode (kernelspecs written before interrupt_mode "message"): it becomes an
+ *  interrupt_request for the running cell, never the end of the session. */
 static int s_cmd_kernel(const char *file)
 {
     json_t *conn = s_load_connection(file);
     if (!conn)
         return 1;
-    json_t *r = s_call("create_request", json_pack("{s:o, s:b}", "connection", conn, "launched", 1));
-    if (!r)
+    pid_t parent = getppid();
+    /* kenneld watches this process: should it be killed (with its front end's process group,
+     * say), the session ends with it. */
+    json_t *r = s_call("create_request", json_pack("{s:O, s:b, s:I}", "connection", conn, "launched", 1,
+                                                   "launcher_pid", (json_int_t)getpid()));
+    if (!r) {
+        json_decref(conn);
         return 1;
+    }
     char id[64];
     snprintf(id, sizeof id, "%s", json_string_value(json_object_get(json_object_get(r, "session"), "id")) ?: "");
     json_decref(r);
     s_handle(SIGTERM, s_on_stop);
-    s_handle(SIGINT, s_on_stop);
+    s_handle(SIGINT, s_on_sigint);
+    client_t *cl = NULL;
+    int interrupts = 0, ended = 0;
     while (!s_stop) {
-        usleep(200 * 1000);
+        usleep(200 * 1000); /* a signal cuts it short */
+        if (s_sigint > interrupts) {
+            interrupts = s_sigint;
+            if (!cl)
+                cl = client_connect(conn);
+            if (!cl || client_send(cl, CLIENT_CONTROL, "interrupt_request", json_object(), NULL) < 0)
+                fprintf(stderr, "kennel: cannot pass the interrupt on to session %s\n", id);
+        }
+        if (getppid() != parent)
+            break; /* reparented: the front end died without shutting the session down */
         char err[256];
         json_t *info = client_manager_call(s_state_dir, "info_request", json_pack("{s:s}", "session", id),
                                            CALL_TIMEOUT_MS, err, sizeof err);
         const char *status = json_string_value(json_object_get(info, "status"));
-        int gone = !info || !status || strcmp(status, "ok") != 0;
+        ended = !info || !status || strcmp(status, "ok") != 0;
         json_decref(info);
-        if (gone)
-            return 0;
+        if (ended)
+            break;
     }
-    json_decref(s_call("end_request", json_pack("{s:s}", "session", id)));
+    if (!ended)
+        json_decref(s_call("end_request", json_pack("{s:s}", "session", id)));
+    client_destroy(&cl);
+    json_decref(conn);
     return 0;
 }
 
@@ -567,10 +590,10 @@ static int s_cmd_kernelspec(int argc, char **argv)
             *p = '/';
         }
     mkdir(dir, 0755);
-    json_t *spec = json_pack("{s:[s,s,s,s,s,s], s:s, s:s, s:{s:b}}", "argv", self_path,
+    json_t *spec = json_pack("{s:[s,s,s,s,s,s], s:s, s:s, s:s, s:{s:b}}", "argv", self_path,
                              "--state-dir", s_state_dir, "kernel", "-f", "{connection_file}",
                              "display_name", "Python 3 (kennel)", "language", "python",
-                             "metadata", "debugger", 0);
+                             "interrupt_mode", "message", "metadata", "debugger", 0);
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/kernel.json", dir);
     int rc = json_dump_file(spec, path, JSON_INDENT(1));

@@ -142,10 +142,15 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
     if (bad)
         return s_error("BadRequest", bad);
     int launched = json_is_true(json_object_get(content, "launched"));
+    json_t *jpid = json_object_get(content, "launcher_pid");
+    if (jpid && (!json_is_integer(jpid) || json_integer_value(jpid) <= 0 ||
+                 json_integer_value(jpid) > INT_MAX || !launched))
+        return s_error("BadRequest", "launcher_pid must be a positive pid, with launched");
+    pid_t launcher = jpid ? (pid_t)json_integer_value(jpid) : 0;
     int created = 0;
     broker_error_t err = {0};
     json_t *info = broker_create(self->broker, name, json_is_object(conn) ? conn : NULL,
-                                 &limits, launched, &created, &err);
+                                 &limits, launched, launcher, &created, &err);
     if (!info)
         return s_error(err.ename, err.evalue);
     json_t *reply = s_ok_session(info);

@@ -32,6 +32,15 @@ static int s_pidfd_open(pid_t pid)
     return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
+int spawner_watch(pid_t pid)
+{
+    if (pid <= 0) {
+        errno = ESRCH;
+        return -1;
+    }
+    return s_pidfd_open(pid); /* a pidfd is always close-on-exec */
+}
+
 /*  In the child: only async-signal-safe calls. On failure, the errno goes up the status pipe
  *  and the child exits 127. */
 static void s_child(int pipe_fd, int null_fd, int status_fd, const char *cwd, char *const argv[],

@@ -31,6 +31,9 @@ int spawner_spawn(char *const argv[], char *const envp[], const char *cwd,
 /*  The pids of kenneld's own children (all its threads'), at most max, into pids: how many,
  *  or -1 with errno. */
 int spawner_children(pid_t *pids, size_t max);
+/*  A pidfd for any process (not necessarily ours), readable once it has exited. -1 with errno
+ *  (ESRCH: it is gone already). */
+int spawner_watch(pid_t pid);
 /*  Take over child pid of ours that nothing holds yet (a kernel a dead zygote never named):
  *  *out gets its pid and a pidfd, no pipe. 0, or -1 with errno. */
 int spawner_adopt(pid_t pid, spawner_proc_t *out);

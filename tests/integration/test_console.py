@@ -3,6 +3,7 @@ reads a pipe fine; no pty needed). At EOF it asks "Do you really want to exit", 
 again and leaves."""
 
 import os
+import signal
 import subprocess
 import time
 import uuid
@@ -11,8 +12,8 @@ import pytest
 from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from .itest_helpers import collect_iopub, shell_reply
-from .kenneld_proc import KENNEL, PYTHON
+from .itest_helpers import collect_iopub, shell_reply, wait_for
+from .kenneld_proc import KENNEL, PYTHON, pid_alive
 
 CODE = "x = 6 * 7\nprint('printed', x + 1)\nx\n1 / 0\nx - 2\n"
 
@@ -133,3 +134,87 @@ def test_launched_session_serves_a_client_without_iopub_after_10_s(kenneld, tmp_
         assert 9 < waited < 30, waited
     finally:
         _stop(kc, launcher)
+
+
+def _kennel_kernelspec(kenneld, tmp_path, monkeypatch):
+    prefix = tmp_path / "prefix"
+    assert kenneld.cli("kernelspec", "install", "--prefix", str(prefix)).returncode == 0
+    monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+
+
+def _interrupted(kc, interrupt):
+    """Run a long cell, call interrupt() once it runs; the cell's reply content."""
+    msg_id = kc.execute("import time\nfor _ in range(600): time.sleep(0.05)")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        m = kc.get_iopub_msg(timeout=10)
+        if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "execute_input":
+            break
+    time.sleep(0.3)
+    interrupt()
+    return shell_reply(kc, msg_id, timeout=10)["content"]
+
+
+def test_a_front_ends_interrupt_reaches_the_cell_not_the_session(kenneld, tmp_path,
+                                                                  monkeypatch):
+    """A front end's "interrupt kernel" through the kennel kernelspec stops the running cell
+    with KeyboardInterrupt, and the session and its state live on: as an interrupt_request
+    (the kernelspec's interrupt_mode is "message"), and as a SIGINT to the launcher (what a
+    kernelspec without interrupt_mode gets; it used to end the session). A launcher killed
+    outright (shutdown_kernel(now=True) kills its process group) takes its session along."""
+    from jupyter_client.manager import KernelManager
+
+    _kennel_kernelspec(kenneld, tmp_path, monkeypatch)
+    km = KernelManager(kernel_name="kennel")
+    assert km.kernel_spec.interrupt_mode == "message"
+    km.start_kernel()
+    try:
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=30)
+        assert shell_reply(kc, kc.execute("kept = 7"))["content"]["status"] == "ok"
+        for interrupt in (km.interrupt_kernel, lambda: km.signal_kernel(signal.SIGINT)):
+            reply = _interrupted(kc, interrupt)
+            assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+            assert km.is_alive()
+        after = kc.execute("kept * 6")
+        assert shell_reply(kc, after)["content"]["status"] == "ok"
+        results = [m for m in collect_iopub(kc, after) if m["msg_type"] == "execute_result"]
+        assert results[0]["content"]["data"]["text/plain"] == "42"
+        assert len(kenneld.sessions()) == 1
+        kc.stop_channels()
+    finally:
+        km.shutdown_kernel(now=True)
+    wait_for(lambda: kenneld.sessions() == [], timeout=10, what="the session ended")
+    assert "its launcher is gone; ending it" in kenneld.log(tail=None)
+
+
+FRONT_END = """
+import sys, time
+from jupyter_client.manager import KernelManager
+km = KernelManager(kernel_name="kennel")
+km.start_kernel()
+kc = km.client()
+kc.start_channels()
+kc.wait_for_ready(timeout=30)
+print(km.provisioner.process.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_launcher_whose_front_end_died_ends_its_session(kenneld, tmp_path, monkeypatch):
+    """The front end that started the launcher is killed (no shutdown_request, no signal to
+    the launcher): the launcher notices it was orphaned, ends the session and exits."""
+    _kennel_kernelspec(kenneld, tmp_path, monkeypatch)
+    front = subprocess.Popen([PYTHON, "-c", FRONT_END], stdout=subprocess.PIPE, text=True)
+    try:
+        launcher = int(front.stdout.readline())
+        assert len(kenneld.sessions()) == 1
+        front.kill()  # a process this test started
+        front.wait(10)
+        wait_for(lambda: kenneld.sessions() == [], timeout=10, what="the session ended")
+        wait_for(lambda: not pid_alive(launcher), timeout=10, what="the launcher gone")
+    finally:
+        front.kill()
+        front.wait(10)
