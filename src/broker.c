@@ -18,6 +18,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -81,6 +82,8 @@ struct sess {
     size_t slot;             /* index into broker slots: the kernel's host uid */
     int disk_mounted;        /* the workspace is a mounted image (limits.disk_bytes) */
     disk_job_t *disk_job;    /* that image is being made and mounted; the kernel waits */
+    int kill_pending;        /* a SIGKILL came before the kernel had a pid (a restart asked
+                              * for while it started): delivered once it has one */
     broker_limits_t limits;
     cgroup_t *cg;            /* the running kernel's cgroup, or NULL */
     spawner_proc_t proc;
@@ -555,6 +558,7 @@ struct disk_job {
     void *pooled;            /* or a pooled kernel's (pooled_t); neither once abandoned */
     broker_t *broker;
     int keep;                /* abandoned by a session kept for the next kenneld */
+    atomic_int cancelled;    /* abandoned before it ran: the worker skips it */
     char dir[PATH_MAX];
     char workspace[PATH_MAX + 16];
     unsigned long long bytes;
@@ -569,6 +573,12 @@ struct disk_job {
 static void s_disk_run(void *arg)
 {
     disk_job_t *j = arg;
+    if (atomic_load(&j->cancelled)) {
+        j->rc = -1;
+        j->err = ECANCELED;
+        j->step = "cancelled";
+        return;
+    }
     char image[PATH_MAX + 32];
     snprintf(image, sizeof image, "%s/workspace.img", j->dir);
     long long t0 = util_now_ms();
@@ -626,13 +636,22 @@ static disk_job_t *s_disk_submit(broker_t *b, const char *dir, const char *works
     return j;
 }
 
-/*  The owner goes before its image is ready: the job's done callback unmounts it and, unless
- *  keep, removes the directory (the owner must not: the worker may still be writing there). */
+/*  The owner goes before its image is ready: a job not yet run is skipped; the done callback
+ *  unmounts what was made and, unless keep, removes the directory (the owner must not: the
+ *  worker may still be writing there). A session not kept loses its meta.json at once, so
+ *  that a kenneld that dies before the job is done does not bring the session back. */
 static void s_disk_abandon(disk_job_t *j, int keep)
 {
     j->sess = NULL;
     j->pooled = NULL;
     j->keep = keep;
+    atomic_store(&j->cancelled, 1);
+    if (!keep) {
+        char meta[PATH_MAX + 16];
+        snprintf(meta, sizeof meta, "%s/meta.json", j->dir);
+        if (unlink(meta) < 0 && errno != ENOENT)
+            PLOG_W("unlink(%s)", meta);
+    }
 }
 
 static int s_kernel_started(sess_t *s);
@@ -689,6 +708,7 @@ static void s_sess_disk_ready(sess_t *s, const disk_job_t *j)
 {
     char why[300];
     if (j->rc < 0) {
+        s->kill_pending = 0;
         snprintf(why, sizeof why, "cannot set up the workspace's disk: %s: %s", j->step,
                  strerror(j->err));
         session_start_failed(s->core, why);
@@ -698,6 +718,13 @@ static void s_sess_disk_ready(sess_t *s, const disk_job_t *j)
     s->disk_mounted = 1;
     LOG_D("session=%s: workspace image (%llu MiB) made and mounted in %lld ms", s->id,
           s->limits.disk_bytes >> 20, j->ms);
+    if (s->kill_pending) {
+        /* Killed before it started (a restart): as if this kernel had run and been killed;
+         * the session starts the next one, on the image now mounted. */
+        s->kill_pending = 0;
+        session_on_kernel_exit(s->core, "was killed before it started", SESSION_EXIT_CRASH);
+        return;
+    }
     if (s_kernel_spawn(s) < 0) {
         if (!session_start_error(s->core)[0])
             session_start_failed(s->core, strerror(errno));
@@ -750,6 +777,10 @@ static void s_watch_pidfd(sess_t *s)
         PLOG_W("session=%s: cannot watch the kernel's pidfd", s->id);
     LOG_I("session=%s: kernel started, pid %d%s", s->id, (int)s->proc.pid,
           b->cfg.sandbox ? "" : " (NOT SANDBOXED)");
+    if (s->kill_pending) {
+        s->kill_pending = 0;
+        spawner_signal(&s->proc, SIGKILL); /* its exit comes through the pidfd */
+    }
 }
 
 /*  The zygote's answers for sessions' kernels (and for kernels of sessions closed while they
@@ -786,6 +817,7 @@ static void s_sess_collect(broker_t *b)
         s_pipe_close(s);
         spawner_release(&s->proc);
         s->has_proc = 0;
+        s->kill_pending = 0;
         cgroup_destroy(&s->cg);
         session_start_failed(s->core, why);
         session_on_kernel_exit(s->core, why, SESSION_EXIT_CRASH);
@@ -927,14 +959,21 @@ static void s_pool_disk_ready(broker_t *b, void *pooled, const disk_job_t *j)
 {
     pooled_t *p = pooled;
     p->disk_job = NULL;
+    /* Out of the pool while the zygote is asked: a zygote found dead then is stopped, which
+     * drops every pooled kernel it has not named yet (this one included, were it listed). */
+    void *handle = zlistx_find(b->pool, p);
+    if (handle)
+        zlistx_detach(b->pool, handle);
     char why[300];
     if (j->rc < 0) {
         snprintf(why, sizeof why, "workspace image: %s: %s", j->step, strerror(j->err));
     } else {
         p->disk_mounted = 1;
         LOG_D("pool: workspace image made and mounted in %lld ms", j->ms);
-        if (s_pool_spawn(b, p, why, sizeof why) == 0)
+        if (s_pool_spawn(b, p, why, sizeof why) == 0) {
+            zlistx_add_end(b->pool, p);
             return;
+        }
     }
     s_pool_failed(b, p, why);
     s_zygote_check(b);
@@ -1076,7 +1115,13 @@ static pooled_t *s_pool_take(broker_t *b, const broker_limits_t *limits)
 static void s_op_kernel_signal(void *ctx, int sig)
 {
     sess_t *s = ctx;
-    if (s->has_proc && spawner_signal(&s->proc, sig) < 0 && errno != ESRCH)
+    if (!s->has_proc || !s->proc.pid) {
+        /* Starting: its image is being made, or the zygote has not said its pid. A kill (a
+         * restart) must still reach it, or its hello would wait for an exit for ever. */
+        s->kill_pending |= sig == SIGKILL && (s->disk_job || s->ticket);
+        return;
+    }
+    if (spawner_signal(&s->proc, sig) < 0 && errno != ESRCH)
         PLOG_W("session=%s: signal %d", s->id, sig);
 }
 
@@ -1598,6 +1643,12 @@ static int s_disk_remount(broker_t *self, sess_t *s, uid_t uid, gid_t gid, broke
         return -1;
     char image[PATH_MAX + 16];
     snprintf(image, sizeof image, "%s/workspace.img", s->dir);
+    if (access(image, F_OK) < 0 && errno == ENOENT) {
+        /* Its image was never made (kenneld stopped first, or making it failed): made fresh
+         * when its kernel starts, as for a new session. */
+        LOG_I("session=%s: no workspace image yet; it is made when the kernel starts", s->id);
+        return 0;
+    }
     const char *step = NULL;
     long long t0 = util_now_ms();
     if (disk_mount(image, s->workspace, 0, uid, gid, &step) < 0) {
@@ -1878,6 +1929,13 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
     return s_info(s);
 }
 
+static int s_has_file(const char *dir, const char *name)
+{
+    char path[PATH_MAX + 64];
+    int n = snprintf(path, sizeof path, "%s/%s", dir, name);
+    return n > 0 && (size_t)n < sizeof path && access(path, F_OK) == 0;
+}
+
 /*  Bring back one session of an earlier kenneld from its directory: same id, name, limits,
  *  uid slot and connection file. It comes back evicted when it has a snapshot (state
  *  restored on first use), else with no kernel (a fresh one starts on first use). */
@@ -1918,6 +1976,12 @@ static void s_restore_one(broker_t *self, const char *dir)
     } else if (err.ename && strcmp(err.ename, "DiskUnavailable") == 0) {
         /* Its files are in the image: keep them for a kenneld that can mount it. */
         LOG_E("cannot restore the session in %s: %s; it is kept, not served", dir, err.evalue);
+    } else if (!err.ename && (s_has_file(dir, "workspace.img") || s_has_file(dir, "snapshot"))) {
+        /* Its files are cut short (the host crashed soon after they were written: they are
+         * not fsynced), but it holds the user's files or saved state: never removed here. */
+        LOG_E("cannot restore the session in %s: its meta.json or connection.json is missing "
+              "or unreadable; kept, not served (it holds a workspace image or saved state)",
+              dir);
     } else {
         LOG_W("cannot restore the session in %s (%s); removing it", dir,
               err.ename ? err.evalue : "its files are incomplete");
@@ -2042,17 +2106,15 @@ int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t o
                      uid_t *uid, gid_t *gid, broker_error_t *err)
 {
     sess_t *s = s_find(self, id_or_name);
-    /* A new session's image may still be in the making (a client that creates a session and
-     * puts its files at once): files go into the image, never under it, so this waits. */
-    while (s && s->disk_job && worker_pending(self->worker)) {
-        worker_wait(self->worker);
-        s = s_find(self, id_or_name);
-    }
     if (!s) {
         err->ename = "NoSuchSession";
         snprintf(err->evalue, sizeof err->evalue, "no session has that id or name");
         return -1;
     }
+    /* A new session's image may still be in the making (a client that creates a session and
+     * puts its files at once): files go into the image, never under it. */
+    if (s->disk_job)
+        return 1;
     if (s->limits.disk_bytes && !s->disk_mounted) {
         err->ename = "DiskUnavailable";
         snprintf(err->evalue, sizeof err->evalue, "the session's workspace is not mounted: %s",

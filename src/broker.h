@@ -94,9 +94,9 @@ int broker_end(broker_t *self, const char *id_or_name);
 broker_limits_t broker_default_limits(const broker_t *self);
 /*  A new JSON object for stats_reply: status, sessions, max_sessions, sandbox layers, limits. */
 json_t *broker_stats(const broker_t *self);
-/*  The workspace directory (into out) and the kernel's host ids of a session. Waits for a new
- *  session's workspace image if it is still being made. 0, or -1 with err (NoSuchSession, or
- *  DiskUnavailable when its image could not be mounted). */
+/*  The workspace directory (into out) and the kernel's host ids of a session. 0; 1 when the
+ *  session's workspace image is still being made (ask again soon); or -1 with err
+ *  (NoSuchSession, or DiskUnavailable when its image could not be mounted). */
 int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t out_len,
                      uid_t *uid, gid_t *gid, broker_error_t *err);
 /*  Number of live sessions. */

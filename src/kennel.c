@@ -499,6 +499,35 @@ static int s_cmd_exec(const char *name, const char *code_arg)
     return status;
 }
 
+/*  Pass a SIGINT on to the session as an interrupt_request, through a client made for it and
+ *  gone once the reply comes (a client kept would hold an iopub subscription nobody reads,
+ *  whose backlog kenneld would keep). */
+static void s_interrupt(const json_t *conn, const char *id)
+{
+    client_t *cl = client_connect(conn);
+    char msg_id[40] = "";
+    if (!cl || client_send(cl, CLIENT_CONTROL, "interrupt_request", json_object(), msg_id) < 0) {
+        fprintf(stderr, "kennel: cannot pass the interrupt on to session %s\n", id);
+        client_destroy(&cl);
+        return;
+    }
+    long long deadline = util_now_ms() + 5000; /* kenneld answers an interrupt itself */
+    for (long long left; (left = deadline - util_now_ms()) > 0;) {
+        client_channel_t ch;
+        jmsg_t *m = NULL;
+        int rc = client_recv(cl, (int)left, &ch, &m);
+        if (rc < 0 && errno != EINTR)
+            break;
+        const char *parent =
+            m ? json_string_value(json_object_get(jmsg_json(m, JMSG_PARENT), "msg_id")) : NULL;
+        int done = m && ch == CLIENT_CONTROL && parent && strcmp(parent, msg_id) == 0;
+        jmsg_destroy(&m);
+        if (done || rc == 0)
+            break;
+    }
+    client_destroy(&cl);
+}
+
 /*  The kernelspec launcher: Jupyter starts it with a connection file it wrote; kenneld serves
  *  a session on exactly those ports and key. It lives as long as the session: it ends the
  *  session on SIGTERM, or when the process that started it (the front end) is gone, and exits
@@ -524,16 +553,12 @@ static int s_cmd_kernel(const char *file)
     json_decref(r);
     s_handle(SIGTERM, s_on_stop);
     s_handle(SIGINT, s_on_sigint);
-    client_t *cl = NULL;
     int interrupts = 0, ended = 0;
     while (!s_stop) {
         usleep(200 * 1000); /* a signal cuts it short */
         if (s_sigint > interrupts) {
             interrupts = s_sigint;
-            if (!cl)
-                cl = client_connect(conn);
-            if (!cl || client_send(cl, CLIENT_CONTROL, "interrupt_request", json_object(), NULL) < 0)
-                fprintf(stderr, "kennel: cannot pass the interrupt on to session %s\n", id);
+            s_interrupt(conn, id);
         }
         if (getppid() != parent)
             break; /* reparented: the front end died without shutting the session down */
@@ -541,14 +566,14 @@ static int s_cmd_kernel(const char *file)
         json_t *info = client_manager_call(s_state_dir, "info_request", json_pack("{s:s}", "session", id),
                                            CALL_TIMEOUT_MS, err, sizeof err);
         const char *status = json_string_value(json_object_get(info, "status"));
-        ended = !info || !status || strcmp(status, "ok") != 0;
+        /* No answer because a signal cut the call short is no answer: ask again. */
+        ended = info ? !status || strcmp(status, "ok") != 0 : s_sigint == interrupts && !s_stop;
         json_decref(info);
         if (ended)
             break;
     }
     if (!ended)
         json_decref(s_call("end_request", json_pack("{s:s}", "session", id)));
-    client_destroy(&cl);
     json_decref(conn);
     return 0;
 }

@@ -21,7 +21,12 @@ struct manager {
     char session[40];     /* the `session` field of our reply headers */
     size_t max_file;      /* largest file the file API moves */
     log_limit_t warn_limit;
+    jmsg_t *parked;       /* a file request waiting for its session's new workspace image;
+                           * the socket is not read meanwhile, so requests keep their order */
+    int park_timer;       /* retries the parked request, or -1 */
 };
+
+#define PARK_RETRY_MS 5
 
 /*  Reply to req with content (stolen) and, when data is not NULL, one binary buffer. */
 static void s_reply_data(manager_t *self, const jmsg_t *req, json_t *content, const void *data,
@@ -158,7 +163,8 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
     return reply;
 }
 
-/*  The workspace file API. Returns the reply content; a get also sets *data (caller frees). */
+/*  The workspace file API. Returns the reply content; a get also sets *data (caller frees).
+ *  NULL: the session's workspace image is still being made; ask again. */
 static json_t *s_on_file(manager_t *self, const jmsg_t *req, const char *sess, void **data,
                          size_t *len)
 {
@@ -168,8 +174,11 @@ static json_t *s_on_file(manager_t *self, const jmsg_t *req, const char *sess, v
     uid_t uid;
     gid_t gid;
     broker_error_t err = {0};
-    if (broker_workspace(self->broker, sess, ws, sizeof ws, &uid, &gid, &err) < 0)
+    int rc_ws = broker_workspace(self->broker, sess, ws, sizeof ws, &uid, &gid, &err);
+    if (rc_ws < 0)
         return s_error(err.ename, err.evalue);
+    if (rc_ws > 0)
+        return NULL;
     if (strcmp(type, "file_list_request") == 0)
         return json_pack("{s:s, s:o}", "status", "ok", "files", wsfile_list(ws, 10000));
     if (!path)
@@ -200,25 +209,13 @@ static json_t *s_on_file(manager_t *self, const jmsg_t *req, const char *sess, v
     return json_pack("{s:s, s:s, s:I}", "status", "ok", "path", path, "size", (json_int_t)size);
 }
 
-static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
+/*  Answer req, taking it; 0, or 1 when it is a file request that must wait (req kept). */
+static int s_handle(manager_t *self, jmsg_t *req)
 {
-    (void)loop;
-    manager_t *self = arg;
-    zmsg_t *z = zmsg_recv(sock);
-    if (!z)
-        return 0;
-    jmsg_t *req = NULL;
-    int rc = wire_decode(self->wire, &z, &req);
-    if (rc != 0) {
-        if (log_allow(&self->warn_limit, 5))
-            LOG_W("manager: dropped a message: %s", wire_strerror(rc));
-        return 0;
-    }
     const char *type = jmsg_type(req);
     const route_t *r = route_on(type, ROUTE_MANAGER);
     json_t *content;
     const char *sess = s_session_arg(req);
-    LOG_D("manager: <- %s", type);
     if (!r) {
         content = s_error("BadRequest", "unknown manager request");
     } else if (strcmp(type, "create_request") == 0) {
@@ -233,6 +230,8 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
         void *data = NULL;
         size_t len = 0;
         content = s_on_file(self, req, sess, &data, &len);
+        if (!content)
+            return 1;
         if (data) {
             s_reply_data(self, req, content, data, len);
             free(data);
@@ -252,6 +251,53 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
     return 0;
 }
 
+static int s_on_request(loop_t *loop, zsock_t *sock, void *arg);
+
+/*  Try the parked request again; once answered, read the socket again. */
+static int s_on_park_timer(loop_t *loop, int timer_id, void *arg)
+{
+    (void)timer_id;
+    manager_t *self = arg;
+    if (s_handle(self, self->parked) == 1)
+        return 0;
+    self->parked = NULL;
+    loop_timer_end(loop, self->park_timer);
+    self->park_timer = -1;
+    if (loop_reader(loop, self->sock, s_on_request, self) < 0) {
+        LOG_E("out of memory");
+        exit(1);
+    }
+    return 0;
+}
+
+static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
+{
+    manager_t *self = arg;
+    zmsg_t *z = zmsg_recv(sock);
+    if (!z)
+        return 0;
+    jmsg_t *req = NULL;
+    int rc = wire_decode(self->wire, &z, &req);
+    if (rc != 0) {
+        if (log_allow(&self->warn_limit, 5))
+            LOG_W("manager: dropped a message: %s", wire_strerror(rc));
+        return 0;
+    }
+    LOG_D("manager: <- %s", jmsg_type(req));
+    if (s_handle(self, req) == 1) {
+        /* Its session's workspace image is being made (tens of ms, on kenneld's worker
+         * thread): later requests wait in the socket, so that a list after a put sees it. */
+        self->parked = req;
+        loop_reader_end(loop, sock);
+        self->park_timer = loop_timer(loop, PARK_RETRY_MS, 0, s_on_park_timer, self);
+        if (self->park_timer < 0) {
+            LOG_E("out of memory");
+            exit(1);
+        }
+    }
+    return 0;
+}
+
 manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, const char *key,
                        size_t max_file, const wire_limits_t *limits)
 {
@@ -260,6 +306,7 @@ manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, con
         return NULL;
     self->loop = loop;
     self->broker = broker;
+    self->park_timer = -1;
     util_uuid(self->session);
     self->wire = wire_new(key, strlen(key), limits);
     self->sock = zsock_new(ZMQ_ROUTER);
@@ -289,6 +336,9 @@ void manager_destroy(manager_t **self_p)
     if (!self_p || !*self_p)
         return;
     manager_t *self = *self_p;
+    if (self->park_timer >= 0)
+        loop_timer_end(self->loop, self->park_timer);
+    jmsg_destroy(&self->parked);
     if (self->sock)
         loop_reader_end(self->loop, self->sock);
     zsock_destroy(&self->sock);

@@ -28,8 +28,9 @@ typedef struct {
  *  0 and *out filled, or -1 with errno. */
 int spawner_spawn(char *const argv[], char *const envp[], const char *cwd,
                   char *const cgroup_procs[], spawner_proc_t *out);
-/*  The pids of kenneld's own children (all its threads'), at most max, into pids: how many,
- *  or -1 with errno. */
+/*  The pids of the children of kenneld's main thread (the loop's, which starts the zygote;
+ *  the zygote's clones are its children too), at most max, into pids: how many, or -1 with
+ *  errno. Helpers another thread runs (the worker's mke2fs) are not among them. */
 int spawner_children(pid_t *pids, size_t max);
 /*  A pidfd for any process (not necessarily ours), readable once it has exited. -1 with errno
  *  (ESRCH: it is gone already). */

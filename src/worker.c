@@ -28,10 +28,8 @@ struct worker {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;     /* the thread: a job was queued, or stop */
-    pthread_cond_t finished; /* worker_wait: a job has run */
     queue_t todo;      /* waiting for the thread */
     queue_t done;      /* run; their done callbacks wait for the loop */
-    int running;       /* the thread is inside a job's run */
     int stopping;      /* the thread exits once todo is empty */
     int efd;           /* counts finished jobs: readable while done has any */
     size_t pending;    /* submitted, done callback not yet called (loop's thread only) */
@@ -70,13 +68,10 @@ static void *s_thread(void *arg)
             pthread_cond_wait(&self->wake, &self->lock);
             continue;
         }
-        self->running = 1;
         pthread_mutex_unlock(&self->lock);
         j->run(j->arg);
         pthread_mutex_lock(&self->lock);
-        self->running = 0;
         s_push(&self->done, j);
-        pthread_cond_broadcast(&self->finished);
         uint64_t one = 1;
         /* Cannot fail short of 2^64 - 1 unread jobs. */
         if (write(self->efd, &one, sizeof one) < 0)
@@ -126,7 +121,6 @@ worker_t *worker_new(loop_t *loop)
     }
     pthread_mutex_init(&self->lock, NULL);
     pthread_cond_init(&self->wake, NULL);
-    pthread_cond_init(&self->finished, NULL);
     /* Signals are kenneld's signalfd's: the thread is born with all of them blocked. */
     sigset_t all, old;
     sigfillset(&all);
@@ -143,7 +137,6 @@ worker_t *worker_new(loop_t *loop)
             pthread_join(self->thread, NULL);
         }
         close(self->efd);
-        pthread_cond_destroy(&self->finished);
         pthread_cond_destroy(&self->wake);
         pthread_mutex_destroy(&self->lock);
         free(self);
@@ -182,15 +175,6 @@ size_t worker_pending(const worker_t *self)
     return self->pending;
 }
 
-void worker_wait(worker_t *self)
-{
-    pthread_mutex_lock(&self->lock);
-    while (!self->done.head && (self->todo.head || self->running))
-        pthread_cond_wait(&self->finished, &self->lock);
-    pthread_mutex_unlock(&self->lock);
-    s_finish(self);
-}
-
 void worker_destroy(worker_t **self_p)
 {
     if (!self_p || !*self_p)
@@ -204,7 +188,6 @@ void worker_destroy(worker_t **self_p)
     s_finish(self);
     loop_fd_end(self->loop, self->efd);
     close(self->efd);
-    pthread_cond_destroy(&self->finished);
     pthread_cond_destroy(&self->wake);
     pthread_mutex_destroy(&self->lock);
     free(self);

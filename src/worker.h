@@ -24,10 +24,6 @@ worker_t *worker_new(loop_t *loop);
 int worker_submit(worker_t *self, worker_run_fn *run, worker_done_fn *done, void *arg);
 /*  Jobs submitted whose done callback has not run yet. */
 size_t worker_pending(const worker_t *self);
-/*  Block until a job has run (at once if one has, or if none is pending), then call the done
- *  callbacks of every job that has run. For the rare request that cannot be answered before a
- *  job's result; not from inside a done callback. */
-void worker_wait(worker_t *self);
 /*  Let every queued job run, call their done callbacks here, stop the thread and free the
  *  worker. No-op on NULL. Not from inside a done callback. */
 void worker_destroy(worker_t **self_p);

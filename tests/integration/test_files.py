@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from .itest_helpers import run, wait_for
+from .itest_helpers import control, run, wait_for
 
 
 def _sha(path):
@@ -180,27 +180,44 @@ def test_a_session_ended_while_its_image_is_made_leaves_nothing(kenneld):
     assert kenneld.ok("info_request", {"session": kenneld.create("after")["id"]})
 
 
+class _MountsTraced:
+    """strace on every thread of kenneld (the worker thread among them), doing `inject` to
+    its mount(2) calls while the block runs."""
+
+    def __init__(self, kenneld, inject):
+        self.kenneld, self.inject, self.tracer = kenneld, inject, None
+
+    def __enter__(self):
+        strace = shutil.which("strace")
+        if strace is None:
+            pytest.skip("needs strace to act on mount(2)")
+        pid = self.kenneld.proc.pid
+        tids = os.listdir(f"/proc/{pid}/task")
+        self.tracer = subprocess.Popen([strace, "-qq", "-o", "/dev/null",
+                                        *sum((["-p", t] for t in tids), []),
+                                        "-e", "trace=mount", "-e", f"inject=mount:{self.inject}"],
+                                       stderr=subprocess.DEVNULL)
+
+        def traced():
+            with open(f"/proc/{pid}/task/{tids[-1]}/status") as f:
+                return any(line.startswith("TracerPid:") and line.split()[1] != "0"
+                           for line in f)
+        wait_for(traced, timeout=10, what="strace attached")
+        return self
+
+    def __exit__(self, *exc):
+        self.tracer.kill()
+        self.tracer.wait()
+
+
 @pytest.mark.own_kenneld
 @pytest.mark.parametrize("kenneld", [NO_POOL], indirect=True)
-def test_a_workspace_image_that_cannot_be_mounted_fails_the_start_not_kenneld(kenneld, connect,
-                                                                             tmp_path):
+def test_a_workspace_image_that_cannot_be_mounted_fails_the_start_not_kenneld(kenneld, connect):
     """strace makes kenneld's mount(2) calls fail: the session is still created; its first
     cell gets an error naming the failed step, a file request gets DiskUnavailable (never a
     file under the mount point), and once mounts work again the next cell starts a kernel."""
     _caps(kenneld)
-    strace = shutil.which("strace")
-    if strace is None:
-        pytest.skip("needs strace to make mount(2) fail")
-    tids = os.listdir(f"/proc/{kenneld.proc.pid}/task")  # the worker thread is one of them
-    tracer = subprocess.Popen([strace, "-qq", "-o", "/dev/null", *sum((["-p", t] for t in tids), []),
-                               "-e", "trace=mount", "-e", "inject=mount:error=ENOSPC"],
-                              stderr=subprocess.DEVNULL)
-    try:
-        def traced():
-            with open(f"/proc/{kenneld.proc.pid}/task/{tids[-1]}/status") as f:
-                return any(line.startswith("TracerPid:") and line.split()[1] != "0"
-                           for line in f)
-        wait_for(traced, timeout=10, what="strace attached")
+    with _MountsTraced(kenneld, "error=ENOSPC"):
         info = kenneld.create("unmounted")
         kc = connect(info["connection_file"], ready=False)
         cell = run(kc, "1+1")
@@ -210,10 +227,24 @@ def test_a_workspace_image_that_cannot_be_mounted_fails_the_start_not_kenneld(ke
         r = kenneld.cli("put", "unmounted", "/etc/hostname", "x")
         assert r.returncode != 0 and "DiskUnavailable" in r.stderr, r.stderr
         assert not os.listdir(kenneld.state_dir / "sessions" / info["id"] / "workspace")
-    finally:
-        tracer.kill()
-        tracer.wait()
     cell = run(kc, "import os; os.listdir('.')", timeout=30)
     assert cell.content["status"] == "ok" and cell.result == "[]", cell.content
     assert kenneld.cli("put", "unmounted", "/etc/hostname", "x").returncode == 0
     assert run(kc, "os.listdir('.')").result == "['x']"
+
+
+@pytest.mark.own_kenneld
+@pytest.mark.parametrize("kenneld", [NO_POOL], indirect=True)
+def test_a_restart_asked_for_while_the_image_is_made_is_carried_out(kenneld, connect):
+    """A client restarts the kernel (shutdown_request, restart) while its session's image is
+    still being made (strace holds mount(2) for a second): the restart is answered, the
+    kernel that starts afterwards serves, and the session is not left waiting for ever."""
+    _caps(kenneld)
+    with _MountsTraced(kenneld, "delay_enter=1000000"):
+        info = kenneld.create("restarted")
+        kc = connect(info["connection_file"], ready=False)
+        reply = control(kc, "shutdown_request", {"restart": True})
+        assert reply["content"] == {"status": "ok", "restart": True}, reply["content"]
+        cell = run(kc, "1+1", timeout=30)
+    assert cell.content["status"] == "ok" and cell.result == "2", cell.content
+    assert run(kc, "1+2").result == "3"

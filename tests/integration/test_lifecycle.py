@@ -269,3 +269,65 @@ def test_a_crashed_kenneld_leaks_no_loop_device_and_loses_no_file(connect):
         shutil.rmtree(root, ignore_errors=True)
     assert second.proc.returncode == 0
     assert _loops_backed_by(first.state_dir) == []
+
+
+def test_a_kept_session_without_its_image_gets_a_fresh_one(connect):
+    """A session kept without a workspace image (kenneld stopped before the image was made,
+    or making it failed) is restored, and its kernel gets a fresh image when it starts."""
+    root, first = new_kenneld("tcp", ["--disk", "32M", "--pool", "0"])
+    second = None
+    try:
+        first.start()
+        info = first.create("imageless")
+        if not first.ok("stats_request")["sandbox"]["disk"]["caps"]:
+            pytest.skip("no workspace caps on this machine")
+        first.stop()
+        os.unlink(os.path.join(os.path.dirname(info["connection_file"]), "workspace.img"))
+        second = Kenneld(first.state_dir, "tcp", str(first.state_dir) + "-2.log",
+                         ["--disk", "32M", "--pool", "0"])
+        second.start()
+        assert [s["name"] for s in second.sessions()] == ["imageless"]
+        kc = connect(info["connection_file"])
+        cell = run(kc, "import os\nopen('new.txt', 'w').write('x')\nsorted(os.listdir('.'))",
+                   timeout=30)
+        assert cell.result == "['new.txt']", cell.content
+        assert "new.txt" in second.cli("files", "imageless").stdout
+        assert "no workspace image yet" in second.log(tail=None)
+    finally:
+        for k in (first, second):
+            if k and k.proc and k.proc.poll() is None:
+                k.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_session_whose_files_were_cut_short_keeps_its_workspace(connect):
+    """meta.json is written whole but not fsynced: after a host crash it may be empty. The
+    next kenneld cannot serve that session, but never removes the workspace image (the
+    user's files) with it; a session with nothing of the user's is removed."""
+    root, first = new_kenneld("tcp", ["--disk", "32M", "--pool", "0"])
+    second = None
+    try:
+        first.start()
+        info = first.create("cut")
+        if not first.ok("stats_request")["sandbox"]["disk"]["caps"]:
+            pytest.skip("no workspace caps on this machine")
+        kc = connect(info["connection_file"])
+        run(kc, "open('precious.txt', 'w').write('keep me')")
+        kc.stop_channels()
+        bare = first.create("bare", limits={"disk": 0})
+        first.stop()
+        cut, gone = (os.path.dirname(i["connection_file"]) for i in (info, bare))
+        for d in (cut, gone):
+            open(os.path.join(d, "meta.json"), "w").close()  # what a crash can leave
+        second = Kenneld(first.state_dir, "tcp", str(first.state_dir) + "-2.log",
+                         ["--disk", "32M", "--pool", "0"])
+        second.start()
+        assert second.sessions() == []
+        assert os.path.exists(os.path.join(cut, "workspace.img"))
+        assert not os.path.exists(gone)
+        assert "kept, not served" in second.log(tail=None)
+    finally:
+        for k in (first, second):
+            if k and k.proc and k.proc.poll() is None:
+                k.stop()
+        shutil.rmtree(root, ignore_errors=True)

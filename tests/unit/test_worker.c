@@ -1,6 +1,6 @@
 /*  Unit tests of the worker: jobs run off the loop's thread, one at a time and in order; their
  *  done callbacks run on the loop's thread, in the same order, after their run; the loop keeps
- *  turning while a job blocks; worker_wait blocks until one has run; a done callback may queue another job; destroy lets queued
+ *  turning while a job blocks; a done callback may queue another job; destroy lets queued
  *  jobs finish and calls their callbacks, and refuses jobs from then on. */
 #include <errno.h>
 #include <pthread.h>
@@ -248,36 +248,6 @@ TEST(a_submit_during_destroy_is_refused)
     loop_destroy(&loop);
 }
 
-/*  worker_wait blocks the caller (no loop turning) until the job has run, and calls its done
- *  callback; with nothing pending it returns at once. */
-TEST(wait_returns_once_a_job_has_finished)
-{
-    loop_t *loop = loop_new();
-    worker_t *w = worker_new(loop);
-    static trace_t t;
-    t.loop_thread = pthread_self();
-    static item_t items[2];
-    for (int i = 0; i < 2; i++) {
-        items[i] = (item_t){&t, i, 0, 100000};
-        CHECK_EQ_INT(worker_submit(w, s_run, s_done, &items[i]), 0);
-    }
-    long long t0 = util_now_ms();
-    worker_wait(w);
-    CHECK(util_now_ms() - t0 >= 90);
-    CHECK(t.ndone >= 1);
-    CHECK_EQ_INT(t.done[0], 0);
-    worker_wait(w);
-    CHECK_EQ_INT(t.ndone, 2);
-    CHECK_EQ_INT(worker_pending(w), 0);
-    t0 = util_now_ms();
-    worker_wait(w);
-    CHECK(util_now_ms() - t0 < 50);
-    CHECK_EQ_INT(t.wrong_thread, 0);
-    CHECK_EQ_INT(t.done_before_run, 0);
-    worker_destroy(&w);
-    loop_destroy(&loop);
-}
-
 int main(void)
 {
     RUN(jobs_run_in_order_off_the_loop_and_finish_on_it);
@@ -285,6 +255,5 @@ int main(void)
     RUN(destroy_finishes_queued_jobs);
     RUN(a_done_callback_may_submit);
     RUN(a_submit_during_destroy_is_refused);
-    RUN(wait_returns_once_a_job_has_finished);
     return harness_done();
 }
