@@ -238,6 +238,14 @@ def test_a_capped_workspace_survives_eviction_and_restart(kenneld, connect):
     assert _loops_backed_by(kenneld.state_dir) == []
 
 
+def _stop_all(root, *kennelds):
+    """Stop whichever of kennelds still run, then remove their root."""
+    for k in kennelds:
+        if k and k.proc and k.proc.poll() is None:
+            k.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def test_a_crashed_kenneld_leaks_no_loop_device_and_loses_no_file(connect):
     """kill -9: the workspace mounts live in kenneld's own mount namespace, so they go with it
     and the loop devices clear themselves; the next kenneld checks the image and mounts it."""
@@ -263,10 +271,7 @@ def test_a_crashed_kenneld_leaks_no_loop_device_and_loses_no_file(connect):
         kc2 = connect(info["connection_file"])
         assert run(kc2, "open('kept.txt').read()", timeout=20).result == "'written'"
     finally:
-        for k in (first, second):
-            if k and k.proc and k.proc.poll() is None:
-                k.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        _stop_all(root, first, second)
     assert second.proc.returncode == 0
     assert _loops_backed_by(first.state_dir) == []
 
@@ -294,10 +299,7 @@ def test_a_kept_session_without_its_image_gets_a_fresh_one(connect):
         assert "new.txt" in second.cli("files", "imageless").stdout
         assert "no workspace image yet" in second.log(tail=None)
     finally:
-        for k in (first, second):
-            if k and k.proc and k.proc.poll() is None:
-                k.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        _stop_all(root, first, second)
 
 
 def test_a_session_whose_files_were_cut_short_keeps_its_workspace(connect):
@@ -327,7 +329,4 @@ def test_a_session_whose_files_were_cut_short_keeps_its_workspace(connect):
         assert not os.path.exists(gone)
         assert "kept, not served" in second.log(tail=None)
     finally:
-        for k in (first, second):
-            if k and k.proc and k.proc.poll() is None:
-                k.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        _stop_all(root, first, second)
