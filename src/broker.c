@@ -1441,8 +1441,8 @@ static void s_close_sess(sess_t *s, int forget)
     o->cg = s->cg;
     s->cg = NULL;
     if (s->disk_job) {
-        /* Its image is still being made (so no kernel runs yet): the job finishes, then
-         * undoes itself, removing the directory unless the session is kept. */
+        /* Its image is still being made (so no kernel runs yet): the job (skipped if it has
+         * not begun) undoes itself, removing the directory unless the session is kept. */
         s_disk_abandon(s->disk_job, !forget);
         s->disk_job = NULL;
     } else if (forget) {
