@@ -32,7 +32,6 @@ struct worker {
     queue_t done;      /* run; their done callbacks wait for the loop */
     int stopping;      /* the thread exits once todo is empty */
     int efd;           /* counts finished jobs: readable while done has any */
-    size_t pending;    /* submitted, done callback not yet called (loop's thread only) */
 };
 
 static void s_push(queue_t *q, job_t *j)
@@ -93,7 +92,6 @@ static void s_finish(worker_t *self)
         pthread_mutex_unlock(&self->lock);
         if (!j)
             break;
-        self->pending--;
         j->done(j->arg);
         free(j);
     }
@@ -166,13 +164,7 @@ int worker_submit(worker_t *self, worker_run_fn *run, worker_done_fn *done, void
         errno = ECANCELED;
         return -1;
     }
-    self->pending++;
     return 0;
-}
-
-size_t worker_pending(const worker_t *self)
-{
-    return self->pending;
 }
 
 void worker_destroy(worker_t **self_p)

@@ -22,8 +22,6 @@ worker_t *worker_new(loop_t *loop);
 /*  Queue run(arg), then done(arg). 0, or -1 with errno (ENOMEM; ECANCELED once
  *  worker_destroy has begun). */
 int worker_submit(worker_t *self, worker_run_fn *run, worker_done_fn *done, void *arg);
-/*  Jobs submitted whose done callback has not run yet. */
-size_t worker_pending(const worker_t *self);
 /*  Let every queued job run, call their done callbacks here, stop the thread and free the
  *  worker. No-op on NULL. Not from inside a done callback. */
 void worker_destroy(worker_t **self_p);
