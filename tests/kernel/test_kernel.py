@@ -79,6 +79,29 @@ def test_state_across_executes(kernel):
                            "metadata": {}}
 
 
+def test_builtin_results_match_ipython_formatting(kernel):
+    """KennelDisplayFormatter's shortcut for builtin values gives what IPython's own
+    DisplayFormatter gives, printers registered for a type (or its base) included."""
+    values = "[2, 2.5, True, 'a', b'b', [1, (2, 3)], {'k': {1}}, frozenset(), range(3), None, 1j]"
+    reply, iopub = kernel.execute(
+        "from IPython.core.formatters import DisplayFormatter as _DF\n"
+        "_ip, _ref = get_ipython(), _DF()\n"
+        "_ref.formatters['text/plain'] = _ip.display_formatter.formatters['text/plain']\n"
+        f"_same = [_ip.display_formatter.format(v) == _ref.format(v) for v in {values}]\n"
+        "_html = _ip.display_formatter.formatters['text/html']\n"
+        "_html.for_type(int, lambda n: f'<i>{n}</i>')\n"
+        "_same, _ip.display_formatter.format(True)")
+    assert reply["status"] == "ok", reply
+    same, bool_bundle = eval(only(iopub, "execute_result")["data"]["text/plain"])
+    assert same == [True] * 11
+    # A printer for int reaches a bool (a subclass) as in IPython: the shortcut stands aside.
+    assert bool_bundle == ({"text/plain": "True", "text/html": "<i>True</i>"}, {})
+    _, iopub = kernel.execute("7")
+    assert only(iopub, "execute_result")["data"] == {"text/plain": "7", "text/html": "<i>7</i>"}
+    _, iopub = kernel.execute("_html.pop(int); 7")
+    assert only(iopub, "execute_result")["data"] == {"text/plain": "7"}
+
+
 def test_user_namespace_is_clean(kernel):
     _, iopub = kernel.execute("sorted(k for k in globals() if not k.startswith('_'))")
     names = eval(only(iopub, "execute_result")["data"]["text/plain"])

@@ -6,6 +6,7 @@
 #include <czmq.h>
 #include <jansson.h>
 #include <sodium.h>
+#include <uuid/uuid.h>
 
 #include "../harness.h"
 #include "hmac.h"
@@ -230,6 +231,31 @@ TEST(reply_reuses_raw_parent)
     wire_destroy(&w);
 }
 
+static int s_cmp_id(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+/*  Message ids come from a pool of random bytes refilled every 256 ids: across refills they
+ *  stay distinct, version-4 UUIDs. */
+TEST(msg_ids_are_distinct_uuids)
+{
+    enum { N = 1000 };
+    static char ids[N][37];
+    for (int i = 0; i < N; i++) {
+        jmsg_t *m = jmsg_new("status", "s");
+        snprintf(ids[i], sizeof ids[i], "%s", jmsg_id(m));
+        jmsg_destroy(&m);
+        uuid_t u;
+        CHECK_EQ_INT(uuid_parse(ids[i], u), 0);
+        CHECK_EQ_INT(uuid_type(u), UUID_TYPE_DCE_RANDOM);
+        CHECK_EQ_INT(uuid_variant(u), UUID_VARIANT_DCE);
+    }
+    qsort(ids, N, sizeof ids[0], s_cmp_id);
+    for (int i = 1; i < N; i++)
+        CHECK(strcmp(ids[i - 1], ids[i]) != 0);
+}
+
 int main(void)
 {
     zsys_handler_set(NULL);
@@ -241,5 +267,6 @@ int main(void)
     RUN(limits);
     RUN(hmac_known_answer);
     RUN(reply_reuses_raw_parent);
+    RUN(msg_ids_are_distinct_uuids);
     return harness_done();
 }
