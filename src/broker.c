@@ -71,6 +71,14 @@ struct broker {
     log_limit_t warn_limit;
 };
 
+/*  A launched session's launcher: its pid (0: not known) and start time (clock ticks after
+ *  boot), which meta.json keeps so that a later kenneld can tell that process from one that
+ *  reused its pid. */
+typedef struct {
+    pid_t pid;
+    unsigned long long start;
+} launcher_t;
+
 struct sess {
     broker_t *broker;
     session_t *core;
@@ -92,6 +100,8 @@ struct sess {
     unsigned long ticket;    /* the zygote's answer (the kernel's pid) is still to come */
     int timer_id[2];         /* the session's armed loop timers (session_timer_t), or -1 */
     int shell_held;          /* launched: shell is not read until a client is on iopub */
+    int launched;            /* made by a kernelspec launcher: lives as long as it */
+    launcher_t launcher;
     int launcher_fd;         /* launched: a pidfd of the launcher, whose exit ends it; or -1 */
     int hold_timer;          /* the armed LAUNCHED_IOPUB_WAIT_MS timer, or -1 */
     int pipe_open;           /* proc.pipe_fd is registered for reading */
@@ -1598,18 +1608,22 @@ static int s_parse_connection(const json_t *conn, channels_cfg_t *cfg, broker_er
 }
 
 /*  What a session needs to come back after kenneld restarts: written at creation. */
-static int s_write_meta(const sess_t *s, int launched)
+static int s_write_meta(const sess_t *s)
 {
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/meta.json", s->dir);
     const broker_limits_t *l = &s->limits;
     json_t *meta = json_pack("{s:s, s:s, s:b, s:I, s:{s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I}}", "id",
-                             s->id, "name", session_name(s->core), "launched", launched, "slot",
+                             s->id, "name", session_name(s->core), "launched", s->launched, "slot",
                              (json_int_t)s->slot, "limits", "memory",
                              (json_int_t)l->cg.memory_bytes, "pids", (json_int_t)l->cg.pids, "cpu",
                              l->cg.cpus, "tmp", (json_int_t)l->tmp_bytes, "nofile",
                              (json_int_t)l->nofile, "timeout_ms", (json_int_t)l->timeout_ms,
                              "idle_ms", (json_int_t)l->idle_ms, "disk", (json_int_t)l->disk_bytes);
+    if (meta && s->launcher.pid > 0)
+        json_object_set_new(meta, "launcher", json_pack("{s:I, s:I}", "pid",
+                                                        (json_int_t)s->launcher.pid, "start",
+                                                        (json_int_t)s->launcher.start));
     int rc = meta ? statedir_write_json(path, meta, STATEDIR_ATOMIC) : -1;
     json_decref(meta);
     return rc;
@@ -1665,11 +1679,11 @@ static int s_disk_remount(broker_t *self, sess_t *s, uid_t uid, gid_t gid, broke
 
 /*  Build a session record, bind its sockets and write its connection file; no kernel yet.
  *  id NULL makes a new session; otherwise it is one kenneld restores, keeping its id, slot,
- *  directory and connection. NULL with *err on failure (nothing is left behind for a new
- *  session). */
+ *  directory and connection. launched: NULL, or the launcher of a kernelspec's session (pid
+ *  0 when not known). NULL with *err on failure (nothing is left behind for a new session). */
 static sess_t *s_make(broker_t *self, const char *id, const char *name, const json_t *connection,
-                      const broker_limits_t *limits, int launched, long slot, int disk_ready,
-                      broker_error_t *err)
+                      const broker_limits_t *limits, const launcher_t *launched, long slot,
+                      int disk_ready, broker_error_t *err)
 {
     sess_t *s = calloc(1, sizeof *s);
     if (!s) {
@@ -1681,7 +1695,10 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     s->timer_id[0] = s->timer_id[1] = -1;
     s->hold_timer = -1;
     s->launcher_fd = -1;
-    s->shell_held = launched;
+    s->launched = launched != NULL;
+    if (launched)
+        s->launcher = *launched;
+    s->shell_held = s->launched;
     s->limits = limits ? *limits : self->cfg.limits;
     if (slot >= 0 && (size_t)slot < self->nslots && !self->slots[slot])
         s->slot = (size_t)slot;
@@ -1694,7 +1711,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     else
         util_uuid(s->id);
     char key[40], ipc_prefix[PATH_MAX];
-    channels_cfg_t cc = {self->cfg.transport, self->cfg.ip, {0}, util_uuid(key), launched};
+    channels_cfg_t cc = {self->cfg.transport, self->cfg.ip, {0}, util_uuid(key), s->launched};
     if (connection && s_parse_connection(connection, &cc, err) < 0)
         goto fail;
     if (statedir_session_create(self->cfg.state_dir, s->id, s->dir, sizeof s->dir) < 0 ||
@@ -1741,7 +1758,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
         goto fail;
     }
     session_limits_t lim = self->cfg.session_limits;
-    lim.end_on_shutdown = launched;
+    lim.end_on_shutdown = s->launched;
     lim.timeout_ms = s->limits.timeout_ms;
     lim.idle_timeout_ms = s->limits.idle_ms;
     lim.ttl_ms = self->cfg.ttl_ms;
@@ -1753,7 +1770,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     json_t *conn = channels_connection(s->ch);
     int wrote = statedir_write_json(s->conn_path, conn, STATEDIR_ATOMIC);
     json_decref(conn);
-    if (wrote < 0 || s_write_meta(s, launched) < 0) {
+    if (wrote < 0 || s_write_meta(s) < 0) {
         err->ename = "SpawnFailed";
         snprintf(err->evalue, sizeof err->evalue, "cannot write the session's files: %s",
                  strerror(errno));
@@ -1846,10 +1863,19 @@ static int s_on_launcher_exit(loop_t *loop, int fd, int revents, void *arg)
     return 0;
 }
 
+/*  End a served session when the launcher it was made by exits. fd: a pidfd of it. */
+static void s_watch_launcher(sess_t *s, int fd)
+{
+    s->launcher_fd = fd;
+    if (loop_fd(s->broker->loop, fd, LOOP_IN, s_on_launcher_exit, s) < 0)
+        PLOG_W("session=%s: cannot watch its launcher", s->id);
+}
+
 /*  A new session, its kernel starting (from the pool when one fits), not served yet. NULL
  *  with err. */
 static sess_t *s_create(broker_t *self, const char *name, const json_t *connection,
-                        const broker_limits_t *limits, int launched, broker_error_t *err)
+                        const broker_limits_t *limits, const launcher_t *launched,
+                        broker_error_t *err)
 {
     if (zlistx_size(self->sessions) >= self->cfg.max_sessions) {
         err->ename = "TooManySessions";
@@ -1906,24 +1932,22 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
             return s_info(existing);
     }
     int launcher_fd = -1;
-    if (launched && launcher && (launcher_fd = spawner_watch(launcher)) < 0) {
+    launcher_t l = {launched ? launcher : 0, 0};
+    if (l.pid && (launcher_fd = spawner_watch(l.pid, &l.start)) < 0) {
         err->ename = "BadRequest";
         snprintf(err->evalue, sizeof err->evalue, "launcher_pid %ld: %s", (long)launcher,
                  strerror(errno));
         return NULL;
     }
-    sess_t *s = s_create(self, name, connection, limits, launched, err);
+    sess_t *s = s_create(self, name, connection, limits, launched ? &l : NULL, err);
     if (!s) {
         if (launcher_fd >= 0)
             close(launcher_fd);
         return NULL;
     }
     s_serve(self, s);
-    if (launcher_fd >= 0) {
-        s->launcher_fd = launcher_fd;
-        if (loop_fd(self->loop, launcher_fd, LOOP_IN, s_on_launcher_exit, s) < 0)
-            PLOG_W("session=%s: cannot watch its launcher", s->id);
-    }
+    if (launcher_fd >= 0)
+        s_watch_launcher(s, launcher_fd);
     LOG_I("session=%s: created (name %s)", s->id, session_name(s->core));
     *created = 1;
     return s_info(s);
@@ -1952,6 +1976,22 @@ static void s_restore_one(broker_t *self, const char *dir)
     const char *name = json_string_value(json_object_get(meta, "name"));
     broker_error_t err = {0};
     sess_t *s = NULL;
+    /* A kernelspec's session lives as long as its launcher: one that ended while no kenneld
+     * ran would have ended the session, so it ends now. One still running is watched again. */
+    int launched = json_is_true(json_object_get(meta, "launched"));
+    const json_t *jl = json_object_get(meta, "launcher");
+    launcher_t launcher = {(pid_t)json_integer_value(json_object_get(jl, "pid")),
+                           (unsigned long long)json_integer_value(json_object_get(jl, "start"))};
+    int launcher_fd = -1;
+    if (launched && launcher.pid > 0 && launcher.start > 0 &&
+        (launcher_fd = spawner_watch(launcher.pid, &launcher.start)) < 0) {
+        LOG_I("session %s in %s: its launcher (pid %ld) ended while no kenneld ran; removing it",
+              id ? id : "?", dir, (long)launcher.pid);
+        statedir_remove_tree(dir);
+        json_decref(meta);
+        json_decref(conn);
+        return;
+    }
     if (id && name && conn && json_is_object(l) && zlistx_size(self->sessions) < self->cfg.max_sessions) {
         broker_limits_t lim = {
             {(unsigned long long)json_integer_value(json_object_get(l, "memory")),
@@ -1962,7 +2002,7 @@ static void s_restore_one(broker_t *self, const char *dir)
             json_integer_value(json_object_get(l, "timeout_ms")),
             json_integer_value(json_object_get(l, "idle_ms")),
             (unsigned long long)json_integer_value(json_object_get(l, "disk"))};
-        s = s_make(self, id, name, conn, &lim, json_is_true(json_object_get(meta, "launched")),
+        s = s_make(self, id, name, conn, &lim, launched ? &launcher : NULL,
                    (long)json_integer_value(json_object_get(meta, "slot")), 0, &err);
     }
     if (s) {
@@ -1971,6 +2011,8 @@ static void s_restore_one(broker_t *self, const char *dir)
         if (has_state)
             session_start_evicted(s->core);
         s_serve(self, s);
+        if (launcher_fd >= 0)
+            s_watch_launcher(s, launcher_fd);
         LOG_I("session=%s: restored (name %s)%s", s->id, name,
               has_state ? ", state on first use" : ", without saved state");
     } else if (err.ename && strcmp(err.ename, "DiskUnavailable") == 0) {
@@ -1987,6 +2029,8 @@ static void s_restore_one(broker_t *self, const char *dir)
               err.ename ? err.evalue : "its files are incomplete");
         statedir_remove_tree(dir);
     }
+    if (!s && launcher_fd >= 0)
+        close(launcher_fd);
     json_decref(meta);
     json_decref(conn);
 }

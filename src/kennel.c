@@ -20,6 +20,7 @@
 #include "util.h"
 
 #define CALL_TIMEOUT_MS 30000
+#define LAUNCHER_OUTAGE_MS 30000 /* a launcher waits this long for a stopped kenneld */
 
 static const char s_usage[] =
     "usage: kennel [--state-dir DIR] COMMAND [ARGS]\n"
@@ -533,7 +534,9 @@ static void s_interrupt(const json_t *conn, const char *id)
  *  session on SIGTERM, or when the process that started it (the front end) is gone, and exits
  *  when the session ends (shutdown_request). SIGINT is a front end's interrupt in "signal"
  *  mode (kernelspecs written before interrupt_mode "message"): it becomes an
- *  interrupt_request for the running cell, never the end of the session. */
+ *  interrupt_request for the running cell, never the end of the session. A kenneld that
+ *  stops is waited for, LAUNCHER_OUTAGE_MS at most: the next one brings the session back on
+ *  the same ports (and watches this process again), and the front end carries on. */
 static int s_cmd_kernel(const char *file)
 {
     json_t *conn = s_load_connection(file);
@@ -554,6 +557,7 @@ static int s_cmd_kernel(const char *file)
     s_handle(SIGTERM, s_on_stop);
     s_handle(SIGINT, s_on_sigint);
     int interrupts = 0, ended = 0;
+    long long unanswered_since = 0; /* kenneld has not answered since then; 0: it has */
     while (!s_stop) {
         usleep(200 * 1000); /* a signal cuts it short */
         if (s_sigint > interrupts) {
@@ -566,8 +570,18 @@ static int s_cmd_kernel(const char *file)
         json_t *info = client_manager_call(s_state_dir, "info_request", json_pack("{s:s}", "session", id),
                                            CALL_TIMEOUT_MS, err, sizeof err);
         const char *status = json_string_value(json_object_get(info, "status"));
-        /* No answer because a signal cut the call short is no answer: ask again. */
-        ended = info ? !status || strcmp(status, "ok") != 0 : s_sigint == interrupts && !s_stop;
+        if (info) {
+            unanswered_since = 0;
+            ended = !status || strcmp(status, "ok") != 0;
+        } else if (s_sigint == interrupts && !s_stop) { /* not cut short by a signal */
+            long long now = util_now_ms();
+            if (!unanswered_since) {
+                unanswered_since = now;
+                fprintf(stderr, "kennel: %s; waiting up to %d s for kenneld to come back\n",
+                        err, LAUNCHER_OUTAGE_MS / 1000);
+            }
+            ended = now - unanswered_since >= LAUNCHER_OUTAGE_MS;
+        }
         json_decref(info);
         if (ended)
             break;

@@ -31,13 +31,50 @@ static int s_pidfd_open(pid_t pid)
     return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
-int spawner_watch(pid_t pid)
+/*  When pid started, in clock ticks after boot: field 22 of /proc/PID/stat, after the
+ *  command name (which may hold spaces and parentheses, hence the last ')'). */
+static int s_start_time(pid_t pid, unsigned long long *ticks)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    /* Each turn finds the space before field `field`: state (3) is the first after ")". */
+    for (int field = 3; p && field <= 22; field++)
+        p = strchr(p + 1, ' ');
+    if (!p || sscanf(p + 1, "%llu", ticks) != 1)
+        return -1;
+    return 0;
+}
+
+int spawner_watch(pid_t pid, unsigned long long *start)
 {
     if (pid <= 0) {
         errno = ESRCH;
         return -1;
     }
-    return s_pidfd_open(pid); /* a pidfd is always close-on-exec */
+    int fd = s_pidfd_open(pid); /* a pidfd is always close-on-exec */
+    if (fd < 0 || !start)
+        return fd;
+    /* The pidfd names the process that had pid when it was opened; the time read after it
+     * is that process's if the pidfd then shows it still running (it held the pid all the
+     * while), and of no use otherwise (it is gone: ESRCH all the same). */
+    unsigned long long ticks;
+    struct pollfd pfd = {fd, POLLIN, 0};
+    if (s_start_time(pid, &ticks) < 0 || poll(&pfd, 1, 0) != 0 || (*start && ticks != *start)) {
+        close(fd);
+        errno = ESRCH;
+        return -1;
+    }
+    *start = ticks;
+    return fd;
 }
 
 /*  In the child: only async-signal-safe calls. On failure, the errno goes up the status pipe

@@ -3,6 +3,7 @@ reads a pipe fine; no pty needed). At EOF it asks "Do you really want to exit", 
 again and leaves."""
 
 import os
+import queue
 import signal
 import subprocess
 import time
@@ -12,8 +13,8 @@ import pytest
 from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from .itest_helpers import collect_iopub, shell_reply, wait_for
-from .kenneld_proc import KENNEL, PYTHON, pid_alive
+from .itest_helpers import collect_iopub, run, shell_reply, wait_for
+from .kenneld_proc import KENNEL, PYTHON, Kenneld, pid_alive
 
 CODE = "x = 6 * 7\nprint('printed', x + 1)\nx\n1 / 0\nx - 2\n"
 
@@ -218,3 +219,83 @@ def test_a_launcher_whose_front_end_died_ends_its_session(kenneld, tmp_path, mon
     finally:
         front.kill()
         front.wait(10)
+
+
+def _read_iopub(kc):
+    """What a front end does all the while: read iopub (nothing is expected). True."""
+    try:
+        kc.get_iopub_msg(timeout=0.1)
+    except queue.Empty:
+        pass
+    return True
+
+
+def _wait_idle(kenneld, launcher):
+    wait_for(lambda: launcher.poll() is not None or
+             [s["state"] for s in kenneld.sessions()] == ["idle"], timeout=20,
+             what="the launched session's kernel ready")
+    assert launcher.poll() is None, kenneld.log()
+
+
+@pytest.mark.own_kenneld
+@pytest.mark.timeout_s(90)
+def test_a_launched_session_outlives_a_kenneld_restart_and_ends_with_its_launcher(kenneld,
+                                                                                  tmp_path):
+    """kenneld stops and a new one starts on the same state directory: the launcher waits for
+    it, the front end's client carries on with the session's state on the same ports, and the
+    new kenneld watches the launcher again (it used to forget it: the session outlived it)."""
+    kc, launcher = _launch(kenneld, tmp_path)
+    second = None
+    try:
+        _wait_idle(kenneld, launcher)
+        kc.start_channels()
+        assert run(kc, "kept = 6 * 7").reply["content"]["status"] == "ok"
+        kenneld.stop()
+        assert kenneld.proc.returncode == 0
+        time.sleep(0.5)  # two of the launcher's polls find no kenneld
+        assert launcher.poll() is None
+        second = Kenneld(kenneld.state_dir, "tcp", str(kenneld.state_dir) + "-2.log")
+        second.start()
+        # A front end reads iopub all the while (console's loop, JupyterLab's server): reading
+        # is what has libzmq send the subscription again, on the new connection, and the
+        # restored session serves shell once a client is subscribed.
+        wait_for(lambda: _read_iopub(kc) and "a client is on iopub" in second.log(tail=None),
+                 timeout=10, what="the client's subscription on the new kenneld")
+        assert run(kc, "kept", timeout=30).result == "42"
+        assert launcher.poll() is None
+        launcher.kill()  # a process this test started
+        launcher.wait(10)
+        wait_for(lambda: second.sessions() == [], timeout=10, what="the session ended")
+        assert "its launcher is gone; ending it" in second.log(tail=None)
+    finally:
+        kc.stop_channels()
+        launcher.kill()
+        launcher.wait(10)
+        if second:
+            second.stop()
+
+
+@pytest.mark.own_kenneld
+@pytest.mark.timeout_s(60)
+def test_a_launched_session_whose_launcher_died_with_kenneld_down_is_not_restored(kenneld,
+                                                                                  tmp_path):
+    kc, launcher = _launch(kenneld, tmp_path)
+    second = None
+    try:
+        _wait_idle(kenneld, launcher)
+        (session,) = kenneld.sessions()
+        session_dir = os.path.join(kenneld.state_dir, "sessions", session["id"])
+        assert os.path.isdir(session_dir)
+        kenneld.stop()
+        launcher.kill()  # while no kenneld runs
+        launcher.wait(10)
+        second = Kenneld(kenneld.state_dir, "tcp", str(kenneld.state_dir) + "-2.log")
+        second.start()
+        assert second.sessions() == []
+        assert not os.path.exists(session_dir)
+        assert "ended while no kenneld ran; removing it" in second.log(tail=None)
+    finally:
+        launcher.kill()
+        launcher.wait(10)
+        if second:
+            second.stop()
