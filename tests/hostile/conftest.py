@@ -16,6 +16,7 @@ import shutil
 import tempfile
 
 import pytest
+from kennel_shared import SharedKennelds
 
 from kennel_hostile import Client, Kenneld, release_checked, stop_checked
 
@@ -40,43 +41,18 @@ def _reap(root, k):
         shutil.rmtree(root, ignore_errors=True)
 
 
-class SharedKennelds:
-    """One kenneld per argument list, for the tests of one module."""
-
-    def __init__(self):
-        self.running = {}  # args -> (root, Kenneld)
-
-    def get(self, args):
-        if args not in self.running:
-            root = tempfile.mkdtemp(prefix="kn-h-", dir="/tmp")
-            try:
-                self.running[args] = (root, Kenneld(f"{root}/state", *args))
-            except BaseException:
-                shutil.rmtree(root, ignore_errors=True)
-                raise
-        return self.running[args][1]
-
-    def retire(self, k):
-        for args, (root, kk) in list(self.running.items()):
-            if kk is k:
-                del self.running[args]
-                _reap(root, k)
-
-    def stop_all(self):
-        try:
-            for _, k in self.running.values():
-                stop_checked(k)
-        finally:
-            for root, k in self.running.values():
-                if k.proc.poll() is None:
-                    _reap(root, k)
-                shutil.rmtree(root, ignore_errors=True)
-            self.running.clear()
+def _start(args):
+    root = tempfile.mkdtemp(prefix="kn-h-", dir="/tmp")
+    try:
+        return root, Kenneld(f"{root}/state", *args)  # started by its constructor
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
 
 
 @pytest.fixture(scope="module")
 def _shared_kennelds():
-    shared = SharedKennelds()
+    shared = SharedKennelds(_start, stop_checked, _reap)
     yield shared
     shared.stop_all()
 

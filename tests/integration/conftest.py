@@ -34,6 +34,7 @@ import signal
 import time
 
 import pytest
+from kennel_shared import SharedKennelds
 
 from .itest_helpers import make_client
 from .kenneld_proc import new_kenneld, pid_alive, processes_in, session_processes
@@ -166,42 +167,9 @@ def _release(k, named_before):
     assert dirs_left() == [], "session directories left"
 
 
-class SharedKennelds:
-    """One kenneld per (transport, arguments), for the tests of one module."""
-
-    def __init__(self):
-        self.running = {}  # (transport, args) -> (root, Kenneld)
-
-    def get(self, transport, args):
-        key = (transport, tuple(args))
-        if key not in self.running:
-            self.running[key] = _start(transport, args)
-        return self.running[key][1]
-
-    def retire(self, k):
-        for key, (root, kk) in list(self.running.items()):
-            if kk is k:
-                del self.running[key]
-                try:
-                    k.stop()
-                except Exception:
-                    pass  # the test failed already; _reap kills what is left
-                finally:
-                    _reap(root, k)
-
-    def stop_all(self):
-        try:
-            for _, k in self.running.values():
-                _stop_and_check(k)
-        finally:
-            for root, k in self.running.values():
-                _reap(root, k)
-            self.running.clear()
-
-
 @pytest.fixture(scope="module")
 def _shared_kennelds():
-    shared = SharedKennelds()
+    shared = SharedKennelds(lambda key: _start(*key), _stop_and_check, _reap)
     yield shared
     shared.stop_all()
 
@@ -214,7 +182,7 @@ def kenneld(request, start_kenneld, _shared_kennelds):
     if request.node.get_closest_marker("own_kenneld") or OWN_KENNELD:
         yield start_kenneld(transport, args)
         return
-    k = _shared_kennelds.get(transport, args)
+    k = _shared_kennelds.get((transport, tuple(args)))
     named_before = set(k.kernels)
     yield k
     try:
