@@ -71,12 +71,13 @@ struct broker {
     log_limit_t warn_limit;
 };
 
-/*  A launched session's launcher: its pid (0: not known) and start time (clock ticks after
- *  boot), which meta.json keeps so that a later kenneld can tell that process from one that
- *  reused its pid. */
+/*  A launched session's launcher: its pid (0: not known), start time (clock ticks after boot)
+ *  and the boot's id, which meta.json keeps so that a later kenneld can tell that process from
+ *  one that reused its pid, in this boot or after a reboot. */
 typedef struct {
     pid_t pid;
     unsigned long long start;
+    char boot[40]; /* empty: not known */
 } launcher_t;
 
 struct sess {
@@ -1621,9 +1622,10 @@ static int s_write_meta(const sess_t *s)
                              (json_int_t)l->nofile, "timeout_ms", (json_int_t)l->timeout_ms,
                              "idle_ms", (json_int_t)l->idle_ms, "disk", (json_int_t)l->disk_bytes);
     if (meta && s->launcher.pid > 0)
-        json_object_set_new(meta, "launcher", json_pack("{s:I, s:I}", "pid",
-                                                        (json_int_t)s->launcher.pid, "start",
-                                                        (json_int_t)s->launcher.start));
+        json_object_set_new(meta, "launcher",
+                            json_pack("{s:I, s:I, s:s}", "pid", (json_int_t)s->launcher.pid,
+                                      "start", (json_int_t)s->launcher.start, "boot",
+                                      s->launcher.boot));
     int rc = meta ? statedir_write_json(path, meta, STATEDIR_ATOMIC) : -1;
     json_decref(meta);
     return rc;
@@ -1863,6 +1865,14 @@ static int s_on_launcher_exit(loop_t *loop, int fd, int revents, void *arg)
     return 0;
 }
 
+/*  This boot's id (/proc/sys/kernel/random/boot_id) into out, or "" if unreadable. */
+static void s_boot_id(char out[40])
+{
+    char *text = util_read_file("/proc/sys/kernel/random/boot_id", 64, NULL);
+    snprintf(out, 40, "%.*s", text ? (int)strcspn(text, "\n") : 0, text ? text : "");
+    free(text);
+}
+
 /*  End a served session when the launcher it was made by exits. fd: a pidfd of it. */
 static void s_watch_launcher(sess_t *s, int fd)
 {
@@ -1932,7 +1942,9 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
             return s_info(existing);
     }
     int launcher_fd = -1;
-    launcher_t l = {launched ? launcher : 0, 0};
+    launcher_t l = {launched ? launcher : 0, 0, ""};
+    if (l.pid)
+        s_boot_id(l.boot);
     if (l.pid && (launcher_fd = spawner_watch(l.pid, &l.start)) < 0) {
         err->ename = "BadRequest";
         snprintf(err->evalue, sizeof err->evalue, "launcher_pid %ld: %s", (long)launcher,
@@ -1977,20 +1989,34 @@ static void s_restore_one(broker_t *self, const char *dir)
     broker_error_t err = {0};
     sess_t *s = NULL;
     /* A kernelspec's session lives as long as its launcher: one that ended while no kenneld
-     * ran would have ended the session, so it ends now. One still running is watched again. */
+     * ran (or before a reboot) would have ended the session, so it ends now. One still
+     * running is watched again. */
     int launched = json_is_true(json_object_get(meta, "launched"));
     const json_t *jl = json_object_get(meta, "launcher");
     launcher_t launcher = {(pid_t)json_integer_value(json_object_get(jl, "pid")),
-                           (unsigned long long)json_integer_value(json_object_get(jl, "start"))};
+                           (unsigned long long)json_integer_value(json_object_get(jl, "start")),
+                           ""};
     int launcher_fd = -1;
-    if (launched && launcher.pid > 0 && launcher.start > 0 &&
-        (launcher_fd = spawner_watch(launcher.pid, &launcher.start)) < 0) {
-        LOG_I("session %s in %s: its launcher (pid %ld) ended while no kenneld ran; removing it",
-              id ? id : "?", dir, (long)launcher.pid);
-        statedir_remove_tree(dir);
-        json_decref(meta);
-        json_decref(conn);
-        return;
+    if (launched && launcher.pid > 0 && launcher.start > 0) {
+        s_boot_id(launcher.boot);
+        const char *boot = json_string_value(json_object_get(jl, "boot"));
+        if (boot && launcher.boot[0] && strcmp(boot, launcher.boot) != 0)
+            errno = ESRCH;
+        else
+            launcher_fd = spawner_watch(launcher.pid, &launcher.start);
+        if (launcher_fd < 0 && errno == ESRCH) {
+            LOG_I("session %s in %s: its launcher (pid %ld) ended while no kenneld ran; "
+                  "removing it", id ? id : "?", dir, (long)launcher.pid);
+            snprintf(path, sizeof path, "%s/workspace", dir);
+            disk_unmount(path, 1); /* mounted still only if kenneld had no namespace of its own */
+            statedir_remove_tree(dir);
+            json_decref(meta);
+            json_decref(conn);
+            return;
+        }
+        if (launcher_fd < 0)
+            PLOG_W("session %s: cannot watch its launcher (pid %ld); restored without that watch",
+                   id ? id : "?", (long)launcher.pid);
     }
     if (id && name && conn && json_is_object(l) && zlistx_size(self->sessions) < self->cfg.max_sessions) {
         broker_limits_t lim = {

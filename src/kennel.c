@@ -21,6 +21,7 @@
 
 #define CALL_TIMEOUT_MS 30000
 #define LAUNCHER_OUTAGE_MS 30000 /* a launcher waits this long for a stopped kenneld */
+#define LAUNCHER_POLL_TIMEOUT_MS 2000 /* one status poll of the launcher's */
 
 static const char s_usage[] =
     "usage: kennel [--state-dir DIR] COMMAND [ARGS]\n"
@@ -523,8 +524,13 @@ static void s_interrupt(const json_t *conn, const char *id)
             m ? json_string_value(json_object_get(jmsg_json(m, JMSG_PARENT), "msg_id")) : NULL;
         int done = m && ch == CLIENT_CONTROL && parent && strcmp(parent, msg_id) == 0;
         jmsg_destroy(&m);
-        if (done || rc == 0)
+        if (done)
             break;
+        if (rc == 0) {
+            fprintf(stderr, "kennel: session %s did not answer the interrupt (kenneld stopped?)\n",
+                    id);
+            break;
+        }
     }
     client_destroy(&cl);
 }
@@ -556,7 +562,7 @@ static int s_cmd_kernel(const char *file)
     json_decref(r);
     s_handle(SIGTERM, s_on_stop);
     s_handle(SIGINT, s_on_sigint);
-    int interrupts = 0, ended = 0;
+    int interrupts = 0, ended = 0, gave_up = 0;
     long long unanswered_since = 0; /* kenneld has not answered since then; 0: it has */
     while (!s_stop) {
         usleep(200 * 1000); /* a signal cuts it short */
@@ -567,20 +573,24 @@ static int s_cmd_kernel(const char *file)
         if (getppid() != parent)
             break; /* reparented: the front end died without shutting the session down */
         char err[256];
+        long long asked = util_now_ms();
         json_t *info = client_manager_call(s_state_dir, "info_request", json_pack("{s:s}", "session", id),
-                                           CALL_TIMEOUT_MS, err, sizeof err);
+                                           LAUNCHER_POLL_TIMEOUT_MS, err, sizeof err);
         const char *status = json_string_value(json_object_get(info, "status"));
         if (info) {
             unanswered_since = 0;
             ended = !status || strcmp(status, "ok") != 0;
         } else if (s_sigint == interrupts && !s_stop) { /* not cut short by a signal */
-            long long now = util_now_ms();
             if (!unanswered_since) {
-                unanswered_since = now;
+                unanswered_since = asked;
                 fprintf(stderr, "kennel: %s; waiting up to %d s for kenneld to come back\n",
                         err, LAUNCHER_OUTAGE_MS / 1000);
             }
-            ended = now - unanswered_since >= LAUNCHER_OUTAGE_MS;
+            if (util_now_ms() - unanswered_since >= LAUNCHER_OUTAGE_MS) {
+                fprintf(stderr, "kennel: no kenneld for %d s; session %s is given up\n",
+                        LAUNCHER_OUTAGE_MS / 1000, id);
+                gave_up = ended = 1;
+            }
         }
         json_decref(info);
         if (ended)
@@ -589,7 +599,7 @@ static int s_cmd_kernel(const char *file)
     if (!ended)
         json_decref(s_call("end_request", json_pack("{s:s}", "session", id)));
     json_decref(conn);
-    return 0;
+    return gave_up ? 1 : 0;
 }
 
 static int s_cmd_kernelspec(int argc, char **argv)

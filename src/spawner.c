@@ -41,16 +41,21 @@ static int s_start_time(pid_t pid, unsigned long long *ticks)
     if (fd < 0)
         return -1;
     ssize_t n = read(fd, buf, sizeof buf - 1);
+    int saved = errno;
     close(fd);
-    if (n <= 0)
+    if (n <= 0) {
+        errno = n < 0 ? saved : EIO;
         return -1;
+    }
     buf[n] = '\0';
     char *p = strrchr(buf, ')');
     /* Each turn finds the space before field `field`: state (3) is the first after ")". */
     for (int field = 3; p && field <= 22; field++)
         p = strchr(p + 1, ' ');
-    if (!p || sscanf(p + 1, "%llu", ticks) != 1)
+    if (!p || sscanf(p + 1, "%llu", ticks) != 1) {
+        errno = EPROTO;
         return -1;
+    }
     return 0;
 }
 
@@ -65,12 +70,20 @@ int spawner_watch(pid_t pid, unsigned long long *start)
         return fd;
     /* The pidfd names the process that had pid when it was opened; the time read after it
      * is that process's if the pidfd then shows it still running (it held the pid all the
-     * while), and of no use otherwise (it is gone: ESRCH all the same). */
+     * while), and of no use otherwise (it is gone: ESRCH all the same). Any other failure
+     * keeps its errno: it says nothing about the process. */
     unsigned long long ticks;
-    struct pollfd pfd = {fd, POLLIN, 0};
-    if (s_start_time(pid, &ticks) < 0 || poll(&pfd, 1, 0) != 0 || (*start && ticks != *start)) {
+    int err = 0;
+    if (s_start_time(pid, &ticks) < 0) {
+        err = errno == ENOENT ? ESRCH : errno;
+    } else {
+        struct pollfd pfd = {fd, POLLIN, 0};
+        int ready = poll(&pfd, 1, 0);
+        err = ready < 0 ? errno : ready > 0 || (*start && ticks != *start) ? ESRCH : 0;
+    }
+    if (err) {
         close(fd);
-        errno = ESRCH;
+        errno = err;
         return -1;
     }
     *start = ticks;

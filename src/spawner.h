@@ -33,9 +33,9 @@ int spawner_spawn(char *const argv[], char *const envp[], const char *cwd,
  *  errno. Helpers another thread runs (the worker's mke2fs) are not among them. */
 int spawner_children(pid_t *pids, size_t max);
 /*  A pidfd for any process (not necessarily ours), readable once it has exited. -1 with errno
- *  (ESRCH: it is gone already). start, unless NULL, is the process's start time (clock ticks
- *  after boot): 0 asks for it to be filled in; any other value must match, or the pid names
- *  some later process and the call fails with ESRCH. */
+ *  (ESRCH: it is gone already; anything else, such as EMFILE, says nothing about it). start,
+ *  unless NULL, is the process's start time (clock ticks after boot): 0 asks for it to be
+ *  filled in; any other value must match, or the pid names some later process: ESRCH. */
 int spawner_watch(pid_t pid, unsigned long long *start);
 /*  Take over child pid of ours that nothing holds yet (a kernel a dead zygote never named):
  *  *out gets its pid and a pidfd, no pipe. 0, or -1 with errno. */

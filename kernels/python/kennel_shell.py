@@ -88,11 +88,10 @@ class KennelDisplayFormatter(DisplayFormatter):
         others = [self.ipython_display_formatter, self.mimebundle_formatter]
         others += [f for t, f in self.formatters.items() if t != "text/plain"]
         for f in others:
-            printers = getattr(f, "type_printers", None)
-            deferred = getattr(f, "deferred_printers", None)
-            if not isinstance(printers, dict) or not isinstance(deferred, dict):
-                return False  # not one of IPython's formatters: let IPython ask it
-            if any(c in printers for c in mro) or any(k in deferred for k in keys):
+            if type(f).__module__ != "IPython.core.formatters":
+                return False  # a formatter of the user's, which may show anything: ask it
+            if (id(obj) in f.singleton_printers or any(c in f.type_printers for c in mro)
+                    or any(k in f.deferred_printers for k in keys)):
                 return False
         return "text/plain" in self.formatters
 

@@ -100,6 +100,20 @@ def test_builtin_results_match_ipython_formatting(kernel):
     assert only(iopub, "execute_result")["data"] == {"text/plain": "7", "text/html": "<i>7</i>"}
     _, iopub = kernel.execute("_html.pop(int); 7")
     assert only(iopub, "execute_result")["data"] == {"text/plain": "7"}
+    # A printer for one object (IPython's singleton_printers, by id), and a formatter class
+    # of the user's (it may answer for anything): both are asked, as IPython would.
+    _, iopub = kernel.execute("_html.singleton_printers[id(None)] = lambda o: '<b>none</b>'\n"
+                              "_ip.display_formatter.format(None)")
+    assert eval(only(iopub, "execute_result")["data"]["text/plain"]) == (
+        {"text/plain": "None", "text/html": "<b>none</b>"}, {})
+    _, iopub = kernel.execute(
+        "from IPython.core.formatters import BaseFormatter as _BF\n"
+        "class _Any(_BF):\n"
+        "    format_type = 'text/x-any'\n"
+        "    def __call__(self, obj): return 'any'\n"
+        "_ip.display_formatter.formatters['text/x-any'] = _Any(parent=_ip.display_formatter)\n"
+        "8")
+    assert only(iopub, "execute_result")["data"] == {"text/plain": "8", "text/x-any": "any"}
 
 
 def test_user_namespace_is_clean(kernel):
