@@ -20,7 +20,7 @@
 #include "util.h"
 
 #define CALL_TIMEOUT_MS 30000
-#define LAUNCHER_OUTAGE_MS 30000 /* a launcher waits this long for a stopped kenneld */
+#define LAUNCHER_WAIT_S 30 /* a launcher waits this long for a stopped kenneld (default) */
 #define LAUNCHER_POLL_TIMEOUT_MS 2000 /* one status poll of the launcher's */
 
 static const char s_usage[] =
@@ -535,14 +535,29 @@ static void s_interrupt(const json_t *conn, const char *id)
     client_destroy(&cl);
 }
 
+/*  How long a launcher waits for a stopped kenneld: $KENNEL_LAUNCHER_WAIT (whole seconds,
+ *  0 to 86400), else LAUNCHER_WAIT_S. */
+static int s_launcher_wait_s(void)
+{
+    const char *v = getenv("KENNEL_LAUNCHER_WAIT");
+    char *end = NULL;
+    long n = v && *v ? strtol(v, &end, 10) : -1;
+    if (v && *v && (*end || n < 0 || n > 86400)) {
+        fprintf(stderr, "kennel: KENNEL_LAUNCHER_WAIT=%s is not 0-86400 seconds; using %d\n", v,
+                LAUNCHER_WAIT_S);
+        n = -1;
+    }
+    return n < 0 ? LAUNCHER_WAIT_S : (int)n;
+}
+
 /*  The kernelspec launcher: Jupyter starts it with a connection file it wrote; kenneld serves
  *  a session on exactly those ports and key. It lives as long as the session: it ends the
  *  session on SIGTERM, or when the process that started it (the front end) is gone, and exits
  *  when the session ends (shutdown_request). SIGINT is a front end's interrupt in "signal"
  *  mode (kernelspecs written before interrupt_mode "message"): it becomes an
  *  interrupt_request for the running cell, never the end of the session. A kenneld that
- *  stops is waited for, LAUNCHER_OUTAGE_MS at most: the next one brings the session back on
- *  the same ports (and watches this process again), and the front end carries on. */
+ *  stops is waited for, s_launcher_wait_s() seconds at most: the next one brings the session
+ *  back on the same ports (and watches this process again), and the front end carries on. */
 static int s_cmd_kernel(const char *file)
 {
     json_t *conn = s_load_connection(file);
@@ -562,7 +577,7 @@ static int s_cmd_kernel(const char *file)
     json_decref(r);
     s_handle(SIGTERM, s_on_stop);
     s_handle(SIGINT, s_on_sigint);
-    int interrupts = 0, ended = 0, gave_up = 0;
+    int interrupts = 0, ended = 0, gave_up = 0, wait_s = s_launcher_wait_s();
     long long unanswered_since = 0; /* kenneld has not answered since then; 0: it has */
     while (!s_stop) {
         usleep(200 * 1000); /* a signal cuts it short */
@@ -584,11 +599,11 @@ static int s_cmd_kernel(const char *file)
             if (!unanswered_since) {
                 unanswered_since = asked;
                 fprintf(stderr, "kennel: %s; waiting up to %d s for kenneld to come back\n",
-                        err, LAUNCHER_OUTAGE_MS / 1000);
+                        err, wait_s);
             }
-            if (util_now_ms() - unanswered_since >= LAUNCHER_OUTAGE_MS) {
+            if (util_now_ms() - unanswered_since >= wait_s * 1000LL) {
                 fprintf(stderr, "kennel: no kenneld for %d s; session %s is given up\n",
-                        LAUNCHER_OUTAGE_MS / 1000, id);
+                        wait_s, id);
                 gave_up = ended = 1;
             }
         }

@@ -73,13 +73,15 @@ def test_console_launches_kennel_kernelspec(kenneld, tmp_path, monkeypatch):
     assert kenneld.sessions() == []  # the console shut the launched session down
 
 
-def _launch(kenneld, tmp_path):
+def _launch(kenneld, tmp_path, env=None, **popen):
     """`kennel kernel -f` on a connection file written as Jupyter's KernelManager writes one
-    (free ports, a key): (a client of it, no channel started yet; the launcher)."""
+    (free ports, a key): (a client of it, no channel started yet; the launcher). env: more
+    environment for the launcher."""
     conn_file = str(tmp_path / "kernel-launched.json")
     write_connection_file(conn_file, ip="127.0.0.1", key=str(uuid.uuid4()).encode())
     launcher = subprocess.Popen([str(KENNEL), "--state-dir", str(kenneld.state_dir), "kernel",
-                                 "-f", conn_file], stdin=subprocess.DEVNULL)
+                                 "-f", conn_file], stdin=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})}, **popen)
     kc = BlockingKernelClient(connection_file=conn_file)
     kc.load_connection_file()
     return kc, launcher
@@ -299,3 +301,23 @@ def test_a_launched_session_whose_launcher_died_with_kenneld_down_is_not_restore
         launcher.wait(10)
         if second:
             second.stop()
+
+
+@pytest.mark.own_kenneld
+def test_a_launcher_gives_up_on_a_kenneld_that_does_not_come_back(kenneld, tmp_path):
+    """The wait has a bound: KENNEL_LAUNCHER_WAIT seconds (30 by default), then the launcher
+    exits 1 saying so, and the front end sees its kernel die."""
+    kc, launcher = _launch(kenneld, tmp_path, env={"KENNEL_LAUNCHER_WAIT": "1"},
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_idle(kenneld, launcher)
+        kenneld.stop()
+        stopped = time.monotonic()
+        assert launcher.wait(15) == 1
+        assert time.monotonic() - stopped < 10  # (its clock may start while kenneld stops)
+        err = launcher.stderr.read()
+        assert "waiting up to 1 s for kenneld to come back" in err, err
+        assert "no kenneld for 1 s" in err and "given up" in err, err
+    finally:
+        launcher.kill()
+        launcher.wait(10)
