@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +24,8 @@
 #define CALL_TIMEOUT_MS 30000
 #define LAUNCHER_WAIT_S 30 /* a launcher waits this long for a stopped kenneld (default) */
 #define LAUNCHER_POLL_TIMEOUT_MS 2000 /* one status poll of the launcher's */
+#define LAUNCHER_TURN_MS 200           /* how often it checks its front end and kenneld */
+#define LAUNCHER_ASK_MS 5000           /* how often it asks the manager, given a dir watch */
 
 static const char s_usage[] =
     "usage: kennel [--state-dir DIR] COMMAND [ARGS]\n"
@@ -550,6 +554,33 @@ static int s_launcher_wait_s(void)
     return n < 0 ? LAUNCHER_WAIT_S : (int)n;
 }
 
+/*  An inotify watch on session id's directory, which kenneld removes when the session ends:
+ *  the launcher hears of that at once, without asking the manager. -1 if it cannot watch it
+ *  (not readable by this user, say, or gone already). */
+static int s_watch_session_dir(const char *id)
+{
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s/sessions/%s", s_state_dir, id) >= (int)sizeof dir)
+        return -1;
+    int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd >= 0 && inotify_add_watch(fd, dir, IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR) < 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/*  Wait up to ms (a signal cuts it short): 1 if the watched directory went, else 0. */
+static int s_session_dir_gone(int watch, int ms)
+{
+    if (watch < 0) {
+        usleep((useconds_t)ms * 1000);
+        return 0;
+    }
+    struct pollfd pfd = {watch, POLLIN, 0};
+    return poll(&pfd, 1, ms) > 0;
+}
+
 /*  The kernelspec launcher: Jupyter starts it with a connection file it wrote; kenneld serves
  *  a session on exactly those ports and key. It lives as long as the session: it ends the
  *  session on SIGTERM, or when the process that started it (the front end) is gone, and exits
@@ -557,7 +588,10 @@ static int s_launcher_wait_s(void)
  *  mode (kernelspecs written before interrupt_mode "message"): it becomes an
  *  interrupt_request for the running cell, never the end of the session. A kenneld that
  *  stops is waited for, s_launcher_wait_s() seconds at most: the next one brings the session
- *  back on the same ports (and watches this process again), and the front end carries on. */
+ *  back on the same ports (and watches this process again), and the front end carries on.
+ *  It learns of the session's end from its directory's removal (inotify), checks kenneld's
+ *  pid locally, and asks the manager only every LAUNCHER_ASK_MS (every turn without a
+ *  watch): a hundred launchers would otherwise cost kenneld 500 requests a second. */
 static int s_cmd_kernel(const char *file)
 {
     json_t *conn = s_load_connection(file);
@@ -579,16 +613,26 @@ static int s_cmd_kernel(const char *file)
     s_handle(SIGINT, s_on_sigint);
     int interrupts = 0, ended = 0, gave_up = 0, wait_s = s_launcher_wait_s();
     long long unanswered_since = 0; /* kenneld has not answered since then; 0: it has */
+    long long next_ask = 0;         /* when to ask the manager again */
+    int watch = s_watch_session_dir(id);
     while (!s_stop) {
-        usleep(200 * 1000); /* a signal cuts it short */
+        if (s_session_dir_gone(watch, LAUNCHER_TURN_MS)) {
+            ended = 1; /* kenneld removed it: the session ended */
+            break;
+        }
         if (s_sigint > interrupts) {
             interrupts = s_sigint;
             s_interrupt(conn, id);
         }
         if (getppid() != parent)
             break; /* reparented: the front end died without shutting the session down */
-        char err[256];
         long long asked = util_now_ms();
+        if (statedir_kenneld_pid(s_state_dir) > 0 && asked < next_ask) {
+            unanswered_since = 0; /* kenneld runs; the watch tells of the session's end */
+            continue;
+        }
+        next_ask = asked + (watch >= 0 ? LAUNCHER_ASK_MS : 0);
+        char err[256];
         json_t *info = client_manager_call(s_state_dir, "info_request", json_pack("{s:s}", "session", id),
                                            LAUNCHER_POLL_TIMEOUT_MS, err, sizeof err);
         const char *status = json_string_value(json_object_get(info, "status"));
@@ -611,6 +655,8 @@ static int s_cmd_kernel(const char *file)
         if (ended)
             break;
     }
+    if (watch >= 0)
+        close(watch);
     if (!ended)
         json_decref(s_call("end_request", json_pack("{s:s}", "session", id)));
     json_decref(conn);

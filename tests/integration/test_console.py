@@ -321,3 +321,27 @@ def test_a_launcher_gives_up_on_a_kenneld_that_does_not_come_back(kenneld, tmp_p
     finally:
         launcher.kill()
         launcher.wait(10)
+
+
+@pytest.mark.own_kenneld
+def test_a_launcher_learns_of_its_sessions_end_without_polling_the_manager(kenneld,
+                                                                            tmp_path):
+    """The launcher watches the session's directory (inotify) rather than ask the manager
+    every 200 ms: at most one info_request in 2.5 s (it asks every 5 s as a backstop), and
+    an end_request from elsewhere has it exit well before its next question."""
+    kc, launcher = _launch(kenneld, tmp_path)
+    try:
+        _wait_idle(kenneld, launcher)
+        time.sleep(0.5)  # past its first question
+        before = kenneld.log(tail=None).count("manager: <- info_request")
+        time.sleep(2.5)
+        asked = kenneld.log(tail=None).count("manager: <- info_request") - before
+        assert asked <= 1, f"{asked} info_requests in 2.5 s"
+        (session,) = kenneld.sessions()
+        kenneld.ok("end_request", {"session": session["id"]})
+        ended = time.monotonic()
+        assert launcher.wait(10) == 0
+        assert time.monotonic() - ended < 1.5
+    finally:
+        launcher.kill()
+        launcher.wait(10)
