@@ -563,6 +563,9 @@ static int s_watch_session_dir(const char *id)
     if (snprintf(dir, sizeof dir, "%s/sessions/%s", s_state_dir, id) >= (int)sizeof dir)
         return -1;
     int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd < 0) /* EMFILE: fs.inotify.max_user_instances (128) are in use */
+        fprintf(stderr, "kennel: no inotify (%s); asking kenneld every %d ms instead\n",
+                strerror(errno), LAUNCHER_TURN_MS);
     if (fd >= 0 && inotify_add_watch(fd, dir, IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR) < 0) {
         close(fd);
         fd = -1;
@@ -627,10 +630,10 @@ static int s_cmd_kernel(const char *file)
         if (getppid() != parent)
             break; /* reparented: the front end died without shutting the session down */
         long long asked = util_now_ms();
-        if (statedir_kenneld_pid(s_state_dir) > 0 && asked < next_ask) {
-            unanswered_since = 0; /* kenneld runs; the watch tells of the session's end */
+        /* kenneld answered last time and still runs: the watch tells of the session's end.
+         * Once a question went unanswered, every turn asks until one is (or time is up). */
+        if (!unanswered_since && asked < next_ask && statedir_kenneld_pid(s_state_dir) > 0)
             continue;
-        }
         next_ask = asked + (watch >= 0 ? LAUNCHER_ASK_MS : 0);
         char err[256];
         json_t *info = client_manager_call(s_state_dir, "info_request", json_pack("{s:s}", "session", id),

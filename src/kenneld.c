@@ -328,10 +328,14 @@ int main(int argc, char **argv)
     }
     broker_restore(broker);
 
-    json_t *info = json_pack("{s:{s:s, s:s, s:s}, s:I, s:s, s:s}", "manager", "endpoint",
+    unsigned long long started = 0; /* with the pid, names this process (statedir_kenneld_pid) */
+    if (util_start_time(getpid(), &started) < 0)
+        PLOG_W("cannot read this process's start time");
+    json_t *info = json_pack("{s:{s:s, s:s, s:s}, s:I, s:I, s:s, s:s}", "manager", "endpoint",
                              manager_endpoint(manager), "key", key, "signature_scheme",
-                             "hmac-sha256", "pid", (json_int_t)getpid(), "version",
-                             KENNEL_VERSION, "state_dir", state_dir);
+                             "hmac-sha256", "pid", (json_int_t)getpid(), "start",
+                             (json_int_t)started, "version", KENNEL_VERSION, "state_dir",
+                             state_dir);
     if (statedir_write_json(info_path, info, STATEDIR_DURABLE) < 0) {
         PLOG_E("write %s", info_path);
         json_decref(info);

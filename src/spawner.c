@@ -31,34 +31,6 @@ static int s_pidfd_open(pid_t pid)
     return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
-/*  When pid started, in clock ticks after boot: field 22 of /proc/PID/stat, after the
- *  command name (which may hold spaces and parentheses, hence the last ')'). */
-static int s_start_time(pid_t pid, unsigned long long *ticks)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    int saved = errno;
-    close(fd);
-    if (n <= 0) {
-        errno = n < 0 ? saved : EIO;
-        return -1;
-    }
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    /* Each turn finds the space before field `field`: state (3) is the first after ")". */
-    for (int field = 3; p && field <= 22; field++)
-        p = strchr(p + 1, ' ');
-    if (!p || sscanf(p + 1, "%llu", ticks) != 1) {
-        errno = EPROTO;
-        return -1;
-    }
-    return 0;
-}
-
 int spawner_watch(pid_t pid, unsigned long long *start)
 {
     if (pid <= 0) {
@@ -74,7 +46,7 @@ int spawner_watch(pid_t pid, unsigned long long *start)
      * keeps its errno: it says nothing about the process. */
     unsigned long long ticks;
     int err = 0;
-    if (s_start_time(pid, &ticks) < 0) {
+    if (util_start_time(pid, &ticks) < 0) {
         err = errno == ENOENT ? ESRCH : errno;
     } else {
         struct pollfd pfd = {fd, POLLIN, 0};

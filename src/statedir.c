@@ -43,6 +43,7 @@ long statedir_kenneld_pid(const char *dir)
     json_t *info = json_loads(text, 0, NULL);
     free(text);
     json_int_t pid = json_integer_value(json_object_get(info, "pid"));
+    json_int_t start = json_integer_value(json_object_get(info, "start"));
     json_decref(info);
     if (pid <= 0)
         return 0;
@@ -50,6 +51,11 @@ long statedir_kenneld_pid(const char *dir)
     char *comm = util_read_file(path, 64, NULL);
     int alive = comm && strncmp(comm, "kenneld", 7) == 0;
     free(comm);
+    /* A kenneld that crashed leaves its file; its pid may be another kenneld's since. */
+    unsigned long long ticks;
+    if (alive && start > 0 && util_start_time((pid_t)pid, &ticks) == 0 &&
+        ticks != (unsigned long long)start)
+        alive = 0;
     return alive ? (long)pid : 0;
 }
 

@@ -11,8 +11,8 @@
 /*  The default state directory: $KENNEL_STATE_DIR, else $HOME/.local/state/kennel. Writes
  *  into out; 0, or -1 with errno (ENAMETOOLONG, ENOENT without HOME). */
 int statedir_default(char *out, size_t out_len);
-/*  The pid of the kenneld that wrote the kenneld.json in dir, if that process still runs and
- *  is a kenneld; else 0 (no file, or a stale one). */
+/*  The pid of the kenneld that wrote the kenneld.json in dir, if that process still runs (the
+ *  same process: a kenneld, started when the file says); else 0 (no file, or a stale one). */
 long statedir_kenneld_pid(const char *dir);
 /*  Create dir and dir/sessions (0700; parents as needed). 0, or -1 with errno. */
 int statedir_prepare(const char *dir);

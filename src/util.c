@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,4 +128,32 @@ fail:;
     close(fd);
     errno = saved;
     return NULL;
+}
+
+/*  Field 22 of /proc/PID/stat, after the command name (which may hold spaces and
+ *  parentheses, hence the last ')'). */
+int util_start_time(pid_t pid, unsigned long long *ticks)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    int saved = errno;
+    close(fd);
+    if (n <= 0) {
+        errno = n < 0 ? saved : EIO;
+        return -1;
+    }
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    /* Each turn finds the space before field `field`: state (3) is the first after ")". */
+    for (int field = 3; p && field <= 22; field++)
+        p = strchr(p + 1, ' ');
+    if (!p || sscanf(p + 1, "%llu", ticks) != 1) {
+        errno = EPROTO;
+        return -1;
+    }
+    return 0;
 }

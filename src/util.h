@@ -3,6 +3,7 @@
 #define KENNEL_UTIL_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 /*  Write all len bytes, retrying on EINTR and short writes. 0, or -1 with errno. */
 int util_write_all(int fd, const void *buf, size_t len);
@@ -22,5 +23,8 @@ char *util_uuid(char *out);
 /*  Read a whole small file into a NUL-terminated malloc'd buffer (at most max bytes).
  *  Caller owns the result. NULL with errno on failure (EFBIG when larger than max). */
 char *util_read_file(const char *path, size_t max, size_t *len_out);
+/*  When process pid started, in clock ticks after boot (/proc/PID/stat): with a pid, it names
+ *  one process for as long as the system runs. 0, or -1 with errno (ENOENT: no such pid). */
+int util_start_time(pid_t pid, unsigned long long *ticks);
 
 #endif

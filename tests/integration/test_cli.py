@@ -140,6 +140,25 @@ def test_not_running_stale_kenneld_json(tmp_path):
     assert "not running" in r.stderr
 
 
+def test_stale_kenneld_json_naming_another_live_kenneld(kenneld, tmp_path):
+    """A kenneld.json left by a crash whose pid now belongs to another kenneld (of another
+    state directory): the start time it records tells them apart, so kennel says "not
+    running" at once instead of waiting on a socket nobody serves, and a launcher would not
+    take it for its kenneld."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "kenneld.json").write_text(json.dumps({
+        "manager": {"endpoint": f"ipc://{state}/manager", "key": "stale",
+                    "signature_scheme": "hmac-sha256"},
+        "pid": kenneld.proc.pid, "start": 1, "version": "0.1"}))
+    try:
+        r = run_kennel("--state-dir", str(state), "ls", timeout=STALE_NOTICE_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail("kennel ls took another state directory's kenneld for this one's")
+    assert r.returncode != 0
+    assert "not running" in r.stderr
+
+
 def test_usage_errors():
     r = run_kennel("bogus", timeout=10)
     assert r.returncode == 2
