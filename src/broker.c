@@ -67,6 +67,8 @@ struct broker {
     int zygote_watch;        /* its watchdog timer, or -1 */
     int lifeline[2];         /* the zygote's kernels hold [0]; it hangs up when kenneld dies */
     worker_t *worker;        /* makes and mounts new workspace images, off the loop */
+    broker_notify_fn *workspace_ready; /* a session's workspace is no longer being made */
+    void *workspace_ready_arg;
     session_ops_t ops;
     log_limit_t warn_limit;
 };
@@ -606,12 +608,21 @@ static void s_disk_run(void *arg)
 static void s_sess_disk_ready(sess_t *s, const disk_job_t *j);
 static void s_pool_disk_ready(broker_t *b, void *pooled, const disk_job_t *j);
 
+/*  A session's workspace is mounted, failed, or its session ended: broker_workspace answers
+ *  now (see broker_on_workspace_ready). */
+static void s_workspace_settled(broker_t *b)
+{
+    if (b->workspace_ready)
+        b->workspace_ready(b->workspace_ready_arg);
+}
+
 static void s_disk_done(void *arg)
 {
     disk_job_t *j = arg;
     if (j->sess) {
         j->sess->disk_job = NULL;
         s_sess_disk_ready(j->sess, j);
+        s_workspace_settled(j->broker);
     } else if (j->pooled) {
         s_pool_disk_ready(j->broker, j->pooled, j);
     } else {
@@ -1456,6 +1467,7 @@ static void s_close_sess(sess_t *s, int forget)
          * not begun) undoes itself, removing the directory unless the session is kept. */
         s_disk_abandon(s->disk_job, !forget);
         s->disk_job = NULL;
+        s_workspace_settled(b);
     } else if (forget) {
         /* Off our tree first, so the removal below never walks the kernel's filesystem
          * (the image file goes with the directory; its space, with the last user). */
@@ -2195,6 +2207,12 @@ int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t o
     snprintf(out, out_len, "%s", s->workspace);
     s_kernel_ids(self, s->slot, uid, gid);
     return 0;
+}
+
+void broker_on_workspace_ready(broker_t *self, broker_notify_fn *fn, void *arg)
+{
+    self->workspace_ready = fn;
+    self->workspace_ready_arg = arg;
 }
 
 size_t broker_size(const broker_t *self)

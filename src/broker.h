@@ -99,6 +99,12 @@ json_t *broker_stats(const broker_t *self);
  *  (NoSuchSession, or DiskUnavailable when its image could not be mounted). */
 int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t out_len,
                      uid_t *uid, gid_t *gid, broker_error_t *err);
+/*  fn(arg) is called whenever a workspace that broker_workspace answered 1 for may answer
+ *  otherwise: its image is mounted or failed, or its session ended. It may run inside a broker
+ *  call (broker_end), so it must not call the broker: it schedules. One listener; NULL for
+ *  none. */
+typedef void broker_notify_fn(void *arg);
+void broker_on_workspace_ready(broker_t *self, broker_notify_fn *fn, void *arg);
 /*  Number of live sessions. */
 size_t broker_size(const broker_t *self);
 

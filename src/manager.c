@@ -26,7 +26,7 @@ struct manager {
     int park_timer;       /* retries the parked request, or -1 */
 };
 
-#define PARK_RETRY_MS 5
+#define PARK_RETRY_MS 1000 /* in case a word from the broker was missed; it should not be */
 
 /*  Reply to req with content (stolen) and, when data is not NULL, one binary buffer. */
 static void s_reply_data(manager_t *self, const jmsg_t *req, json_t *content, const void *data,
@@ -252,17 +252,40 @@ static int s_handle(manager_t *self, jmsg_t *req)
 }
 
 static int s_on_request(loop_t *loop, zsock_t *sock, void *arg);
+static int s_on_park_timer(loop_t *loop, int timer_id, void *arg);
 
-/*  Try the parked request again; once answered, read the socket again. */
+/*  (Re)arm the one retry of the parked request, in ms. */
+static void s_park_retry(manager_t *self, long long ms)
+{
+    loop_timer_end(self->loop, self->park_timer);
+    self->park_timer = loop_timer(self->loop, ms, 1, s_on_park_timer, self);
+    if (self->park_timer < 0) {
+        LOG_E("out of memory");
+        exit(1);
+    }
+}
+
+/*  The broker's word that a workspace settled: try the parked request on the next turn. */
+static void s_on_workspace_ready(void *arg)
+{
+    manager_t *self = arg;
+    if (!self->parked)
+        return;
+    s_park_retry(self, 0);
+}
+
+/*  Try the parked request again (the broker said its workspace settled, or PARK_RETRY_MS
+ *  passed); once answered, read the socket again. */
 static int s_on_park_timer(loop_t *loop, int timer_id, void *arg)
 {
     (void)timer_id;
     manager_t *self = arg;
-    if (s_handle(self, self->parked) == 1)
+    self->park_timer = -1; /* it fired its one time */
+    if (s_handle(self, self->parked) == 1) {
+        s_park_retry(self, PARK_RETRY_MS);
         return 0;
+    }
     self->parked = NULL;
-    loop_timer_end(loop, self->park_timer);
-    self->park_timer = -1;
     if (loop_reader(loop, self->sock, s_on_request, self) < 0) {
         LOG_E("out of memory");
         exit(1);
@@ -289,11 +312,7 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
          * thread): later requests wait in the socket, so that a list after a put sees it. */
         self->parked = req;
         loop_reader_end(loop, sock);
-        self->park_timer = loop_timer(loop, PARK_RETRY_MS, 0, s_on_park_timer, self);
-        if (self->park_timer < 0) {
-            LOG_E("out of memory");
-            exit(1);
-        }
+        s_park_retry(self, PARK_RETRY_MS); /* or sooner: s_on_workspace_ready */
     }
     return 0;
 }
@@ -323,6 +342,7 @@ manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, con
     self->endpoint = last ? last : strdup(endpoint);
     if (!self->endpoint || loop_reader(loop, self->sock, s_on_request, self) < 0)
         goto fail;
+    broker_on_workspace_ready(broker, s_on_workspace_ready, self);
     return self;
 fail:;
     int saved = errno;
@@ -336,6 +356,8 @@ void manager_destroy(manager_t **self_p)
     if (!self_p || !*self_p)
         return;
     manager_t *self = *self_p;
+    if (self->broker)
+        broker_on_workspace_ready(self->broker, NULL, NULL);
     if (self->park_timer >= 0)
         loop_timer_end(self->loop, self->park_timer);
     jmsg_destroy(&self->parked);

@@ -3,6 +3,7 @@ round trips, files shared with the cell, and paths that try to leave the workspa
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -153,11 +154,19 @@ def test_a_put_right_after_create_lands_in_the_new_workspace(kenneld, connect):
     the mount, where neither the kernel nor a later get would find it)."""
     _caps(kenneld)
     for i in range(3):
+        sent = time.monotonic()
         created, put, listed = _pipelined(
             kenneld, ("create_request", {"name": f"early{i}"}, None),
             ("file_put_request", {"session": f"early{i}", "path": "early.txt"}, [b"early"]),
             ("file_list_request", {"session": f"early{i}"}, None))
+        waited_ms = (time.monotonic() - sent) * 1000
         assert created["status"] == "ok" and put["status"] == "ok", (created, put)
+        # The put is answered once the image is mounted (the broker tells the manager), not
+        # at the manager's next retry a second later.
+        made = re.search(rf"session={created['session']['id']}: workspace image \(\d+ MiB\) "
+                         r"made and mounted in (\d+) ms", kenneld.log(tail=None))
+        assert made, kenneld.log()
+        assert waited_ms < int(made.group(1)) + 500, (waited_ms, made.group(0))
         assert [f["path"] for f in listed["files"]] == ["early.txt"]
         kc = connect(created["session"]["connection_file"])
         assert run(kc, "open('early.txt').read()").result == "'early'"
