@@ -281,11 +281,15 @@ static int s_on_park_timer(loop_t *loop, int timer_id, void *arg)
     (void)timer_id;
     manager_t *self = arg;
     self->park_timer = -1; /* it fired its one time */
+    if (!self->parked)
+        return 0;
     if (s_handle(self, self->parked) == 1) {
         s_park_retry(self, PARK_RETRY_MS);
         return 0;
     }
     self->parked = NULL;
+    loop_timer_end(loop, self->park_timer); /* one the broker's word armed meanwhile */
+    self->park_timer = -1;
     if (loop_reader(loop, self->sock, s_on_request, self) < 0) {
         LOG_E("out of memory");
         exit(1);
