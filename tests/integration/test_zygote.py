@@ -250,6 +250,26 @@ def test_no_host_path_in_what_a_kernel_can_read_of_itself(kenneld, session):
         assert repo not in text and str(kenneld.state_dir) not in text, (where, text)
 
 
+ENV_CELL = "import os, json; print(json.dumps(dict(os.environ)))"
+
+
+@pytest.mark.parametrize("kenneld", [ZYGOTE + ["--pool", "1"], ["--spawner", "exec"]],
+                         indirect=True)
+def test_a_kernels_environment_is_its_own_whichever_spawner(kenneld, connect):
+    """A kernel's environment is kenneld's short allowlist (plus the two settings the kernel
+    adds for matplotlib), nothing of kenneld's or of the zygote's own (the zygote imports
+    with settings of its own), for pooled and on-demand kernels alike."""
+    envs = []
+    for name in ("first", "second", "third"):  # the pool's, then forked on demand
+        kc = connect(kenneld.create(name)["connection_file"])
+        envs.append(json.loads(run(kc, ENV_CELL, timeout=30).stream("stdout")))
+    for env in envs:
+        assert set(env) == {"PATH", "LANG", "HOME", "IPYTHONDIR", "MPLCONFIGDIR", "MPLBACKEND",
+                            "FONTCONFIG_FILE"}, env
+        assert env["HOME"] == "/workspace" and env["IPYTHONDIR"] == "/tmp/.ipython", env
+    assert envs[0] == envs[1] == envs[2]
+
+
 def test_descriptors_the_preload_left_open_are_dev_null_in_kernels(kenneld, session):
     """IPython keeps /dev/null open from import time; the seal closes that fd in every kernel.
     Left so, the stale object would write into (and at exit close) whatever file the kernel
