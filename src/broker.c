@@ -67,6 +67,7 @@ struct broker {
     int zygote_watch;        /* its watchdog timer, or -1 */
     int lifeline[2];         /* the zygote's kernels hold [0]; it hangs up when kenneld dies */
     worker_t *worker;        /* makes and mounts new workspace images, off the loop */
+    char boot_id[40];        /* this boot's (/proc/sys/kernel/random/boot_id), or "" */
     broker_notify_fn *workspace_ready; /* a session's workspace is no longer being made */
     void *workspace_ready_arg;
     session_ops_t ops;
@@ -1877,14 +1878,6 @@ static int s_on_launcher_exit(loop_t *loop, int fd, int revents, void *arg)
     return 0;
 }
 
-/*  This boot's id (/proc/sys/kernel/random/boot_id) into out, or "" if unreadable. */
-static void s_boot_id(char out[40])
-{
-    char *text = util_read_file("/proc/sys/kernel/random/boot_id", 64, NULL);
-    snprintf(out, 40, "%.*s", text ? (int)strcspn(text, "\n") : 0, text ? text : "");
-    free(text);
-}
-
 /*  End a served session when the launcher it was made by exits. fd: a pidfd of it. */
 static void s_watch_launcher(sess_t *s, int fd)
 {
@@ -1955,8 +1948,7 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
     }
     int launcher_fd = -1;
     launcher_t l = {launched ? launcher : 0, 0, ""};
-    if (l.pid)
-        s_boot_id(l.boot);
+    snprintf(l.boot, sizeof l.boot, "%s", self->boot_id);
     if (l.pid && (launcher_fd = spawner_watch(l.pid, &l.start)) < 0) {
         err->ename = "BadRequest";
         snprintf(err->evalue, sizeof err->evalue, "launcher_pid %ld: %s", (long)launcher,
@@ -2010,7 +2002,7 @@ static void s_restore_one(broker_t *self, const char *dir)
                            ""};
     int launcher_fd = -1;
     if (launched && launcher.pid > 0 && launcher.start > 0) {
-        s_boot_id(launcher.boot);
+        snprintf(launcher.boot, sizeof launcher.boot, "%s", self->boot_id);
         const char *boot = json_string_value(json_object_get(jl, "boot"));
         if (boot && launcher.boot[0] && strcmp(boot, launcher.boot) != 0)
             errno = ESRCH;
@@ -2227,6 +2219,10 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
         return NULL;
     self->loop = loop;
     self->cfg = *cfg;
+    char *boot = util_read_file("/proc/sys/kernel/random/boot_id", 64, NULL);
+    snprintf(self->boot_id, sizeof self->boot_id, "%.*s",
+             boot ? (int)strcspn(boot, "\n") : 0, boot ? boot : "");
+    free(boot);
     self->sessions = zlistx_new();
     self->closing = zlistx_new();
     self->orphans = zlistx_new();

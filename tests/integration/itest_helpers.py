@@ -4,6 +4,7 @@ import queue
 import struct
 import time
 
+import pytest
 from jupyter_client import BlockingKernelClient
 
 REPLY_TIMEOUT_S = 10
@@ -179,3 +180,9 @@ def png_size(data):
     length, kind = struct.unpack(">I4s", data[8:16])
     assert kind == b"IHDR" and length == 13, (length, kind)
     return struct.unpack(">II", data[16:24])
+
+
+def skip_without_disk_caps(kenneld):
+    """Skip the test where kenneld cannot cap workspaces (not root, no loop devices)."""
+    if not kenneld.ok("stats_request")["sandbox"]["disk"]["caps"]:
+        pytest.skip("no workspace caps on this machine")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from .itest_helpers import control, run, wait_for
+from .itest_helpers import control, run, skip_without_disk_caps, wait_for
 
 
 def _sha(path):
@@ -102,8 +102,7 @@ def test_put_into_a_full_workspace_fails_cleanly(kenneld, connect, tmp_path):
     """kenneld writes into a capped workspace as root, yet within the cap: a file larger than
     the workspace is refused with ENOSPC, leaves nothing behind, and the session goes on."""
     info = kenneld.create("files")
-    if not kenneld.ok("stats_request")["sandbox"]["disk"]["caps"]:
-        pytest.skip("no workspace caps on this machine")
+    skip_without_disk_caps(kenneld)
     kc = connect(info["connection_file"])
     big = tmp_path / "big"
     big.write_bytes(b"b" * (20 << 20))
@@ -136,11 +135,6 @@ def _pipelined(kenneld, *requests):
     return [replies[i] for i in ids]
 
 
-def _caps(kenneld):
-    if not kenneld.ok("stats_request")["sandbox"]["disk"]["caps"]:
-        pytest.skip("no workspace caps on this machine")
-
-
 def _workspace_mounts(kenneld):
     """Workspace images mounted in kenneld's mount namespace (it has its own)."""
     with open(f"/proc/{kenneld.proc.pid}/mountinfo") as f:
@@ -152,7 +146,7 @@ def test_a_put_right_after_create_lands_in_the_new_workspace(kenneld, connect):
     """The create reply goes out while the session's image is still being made: a put that
     follows at once waits for the image, so the file is in it (not in the directory under
     the mount, where neither the kernel nor a later get would find it)."""
-    _caps(kenneld)
+    skip_without_disk_caps(kenneld)
     for i in range(3):
         sent = time.monotonic()
         created, put, listed = _pipelined(
@@ -177,7 +171,7 @@ def test_a_put_right_after_create_lands_in_the_new_workspace(kenneld, connect):
 def test_a_session_ended_while_its_image_is_made_leaves_nothing(kenneld):
     """Ended before its workspace image is ready: the image is still finished off the loop,
     then unmounted and removed with the session's directory; kenneld goes on serving."""
-    _caps(kenneld)
+    skip_without_disk_caps(kenneld)
     before = set(os.listdir(kenneld.state_dir / "sessions"))
     for i in range(3):
         created, ended = _pipelined(kenneld, ("create_request", {"name": f"brief{i}"}, None),
@@ -225,7 +219,7 @@ def test_a_workspace_image_that_cannot_be_mounted_fails_the_start_not_kenneld(ke
     """strace makes kenneld's mount(2) calls fail: the session is still created; its first
     cell gets an error naming the failed step, a file request gets DiskUnavailable (never a
     file under the mount point), and once mounts work again the next cell starts a kernel."""
-    _caps(kenneld)
+    skip_without_disk_caps(kenneld)
     with _MountsTraced(kenneld, "error=ENOSPC"):
         info = kenneld.create("unmounted")
         kc = connect(info["connection_file"], ready=False)
@@ -248,7 +242,7 @@ def test_a_restart_asked_for_while_the_image_is_made_is_carried_out(kenneld, con
     """A client restarts the kernel (shutdown_request, restart) while its session's image is
     still being made (strace holds mount(2) for a second): the restart is answered, the
     kernel that starts afterwards serves, and the session is not left waiting for ever."""
-    _caps(kenneld)
+    skip_without_disk_caps(kenneld)
     with _MountsTraced(kenneld, "delay_enter=1000000"):
         info = kenneld.create("restarted")
         kc = connect(info["connection_file"], ready=False)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from .itest_helpers import control, finish, run, shell_reply, wait_for
+from .itest_helpers import control, finish, run, shell_reply, skip_without_disk_caps, wait_for
 from .kenneld_proc import Kenneld, new_kenneld
 
 GRACE = ["--grace", "1"]
@@ -206,8 +206,7 @@ def test_a_capped_workspace_survives_eviction_and_restart(kenneld, connect):
     """The workspace image stays mounted across eviction, is unmounted (its loop device freed)
     when kenneld stops, mounted again by the next kenneld, and removed with the session."""
     info = kenneld.create("disk")
-    if not kenneld.ok("stats_request")["sandbox"]["disk"]["caps"]:
-        pytest.skip("no workspace caps on this machine")
+    skip_without_disk_caps(kenneld)
     assert info["limits"]["disk"] == 32 << 20
     kc = connect(info["connection_file"])
     run(kc, "open('kept.txt', 'w').write('on disk')\nimport os\n"
@@ -254,8 +253,7 @@ def test_a_crashed_kenneld_leaks_no_loop_device_and_loses_no_file(connect):
     try:
         first.start()
         info = first.create("crash")
-        if not first.ok("stats_request")["sandbox"]["disk"]["caps"]:
-            pytest.skip("no workspace caps on this machine")
+        skip_without_disk_caps(first)
         kc = connect(info["connection_file"])
         run(kc, "import os\nwith open('kept.txt', 'w') as f:\n    f.write('written')\n"
                 "    f.flush()\n    os.fsync(f.fileno())")
@@ -284,8 +282,7 @@ def test_a_kept_session_without_its_image_gets_a_fresh_one(connect):
     try:
         first.start()
         info = first.create("imageless")
-        if not first.ok("stats_request")["sandbox"]["disk"]["caps"]:
-            pytest.skip("no workspace caps on this machine")
+        skip_without_disk_caps(first)
         first.stop()
         os.unlink(os.path.join(os.path.dirname(info["connection_file"]), "workspace.img"))
         second = Kenneld(first.state_dir, "tcp", str(first.state_dir) + "-2.log",
@@ -311,8 +308,7 @@ def test_a_session_whose_files_were_cut_short_keeps_its_workspace(connect):
     try:
         first.start()
         info = first.create("cut")
-        if not first.ok("stats_request")["sandbox"]["disk"]["caps"]:
-            pytest.skip("no workspace caps on this machine")
+        skip_without_disk_caps(first)
         kc = connect(info["connection_file"])
         run(kc, "open('precious.txt', 'w').write('keep me')")
         kc.stop_channels()
