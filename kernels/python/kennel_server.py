@@ -69,8 +69,8 @@ class Kernel:
         messages dropped; see KennelShell.warm_up."""
         pipe, self._pipe = self._pipe, _Muted(self._pipe)
         try:
-            self._shell.warm_up(lambda code: self._execute({"code": code,
-                                                            "store_history": False}))
+            self._shell.warm_up(lambda code, store_history: self._execute(
+                {"code": code, "store_history": store_history}))
         finally:
             self._pipe = pipe
 

@@ -201,27 +201,28 @@ class KennelShell(InteractiveShell):
         self.db = PickleShareDB(os.path.join(self.profile_dir.location, "db"))
 
     def warm_up(self, run_cell=None, code=None):
-        """Run one throwaway cell (code, by default `1 + 1`; it must bind no name), then
-        forget it: the namespace, the result cache and the execution count are as before.
-        run_cell(code) runs it, by default the shell's own run_cell with its output
+        """Run one throwaway cell (code, by default `1 + 1`; it must bind no name), with
+        history as a user's cell has it, then forget it: the namespace, the result cache,
+        In/Out, the history and the execution count are as before. run_cell(code,
+        store_history) runs it, by default the shell's own run_cell with its output
         discarded; the kernel passes its whole execute path.
 
         IPython makes much of its machinery on first use (the twelve display formatters, for
         one), and a forked kernel pays for every zygote page its first cell writes: both
-        costs land here, before the session's first request rather than inside it."""
+        costs land here, before the session's first request rather than inside it. The
+        history's path (In, _i1, Out, _1, the history caches) is part of a user's first
+        cell, so it runs here too: ~1.5 ms of a pooled session's first cell."""
         code = code or _WARM_UP_CELL
-        hidden = set(self.user_ns_hidden)
+        before = _ShellState(self)
         if run_cell is None:
             publish, self.publish = self.publish, _discard
             try:
-                self.run_cell(code, store_history=False)
+                self.run_cell(code, store_history=True)
             finally:
                 self.publish = publish
         else:
-            run_cell(code)
-        self.displayhook.flush()  # drops _1, Out[1] and _ again
-        for name in set(self.user_ns_hidden) - hidden:
-            del self.user_ns_hidden[name]
+            run_cell(code, True)
+        before.restore()
 
     def init_user_ns(self):
         # Also run by %reset. Hidden like In and Out: %who does not list it.
@@ -262,6 +263,54 @@ class KennelShell(InteractiveShell):
 
 
 _WARM_UP_CELL = "1 + 1"
+
+
+class _ShellState:
+    """What a cell with history changes in a shell, kept so that restore() undoes one:
+    user_ns and user_ns_hidden (_, _i, _i1, _1, ...), the execution count, In (the history's
+    input lists), Out and its reprs, the history's caches waiting for its database and its
+    _i/_ii/_iii chain, and the displayhook's _, __, ___."""
+
+    _HISTORY_ATTRS = ("_i00", "_i", "_ii", "_iii")
+    _HOOK_ATTRS = ("_", "__", "___")
+
+    def __init__(self, shell):
+        hm = shell.history_manager
+        self._shell = shell
+        self._ns = dict(shell.user_ns)
+        self._hidden = dict(shell.user_ns_hidden)
+        self._count = shell.execution_count
+        self._inputs = (len(hm.input_hist_parsed), len(hm.input_hist_raw))
+        self._caches = (list(hm.db_input_cache), list(hm.db_output_cache))
+        self._outputs = (dict(hm.output_hist), dict(hm.output_hist_reprs))
+        self._save_flag = hm.save_flag.is_set()
+        self._hm_attrs = [getattr(hm, a) for a in self._HISTORY_ATTRS]
+        self._hook_attrs = [getattr(shell.displayhook, a) for a in self._HOOK_ATTRS]
+        self._last = (shell.last_execution_succeeded, shell.last_execution_result)
+
+    def restore(self):
+        shell = self._shell
+        hm = shell.history_manager
+        for ns, saved in ((shell.user_ns, self._ns), (shell.user_ns_hidden, self._hidden)):
+            ns.clear()  # the same dicts: In, Out and the shell's frames refer to them
+            ns.update(saved)
+        shell.execution_count = self._count
+        del hm.input_hist_parsed[self._inputs[0]:]
+        del hm.input_hist_raw[self._inputs[1]:]
+        with hm.db_input_cache_lock:
+            hm.db_input_cache[:] = self._caches[0]
+        with hm.db_output_cache_lock:
+            hm.db_output_cache[:] = self._caches[1]
+        for now, saved in zip((hm.output_hist, hm.output_hist_reprs), self._outputs):
+            now.clear()
+            now.update(saved)
+        if not self._save_flag:
+            hm.save_flag.clear()
+        for attr, value in zip(self._HISTORY_ATTRS, self._hm_attrs):
+            setattr(hm, attr, value)
+        for attr, value in zip(self._HOOK_ATTRS, self._hook_attrs):
+            setattr(shell.displayhook, attr, value)
+        shell.last_execution_succeeded, shell.last_execution_result = self._last
 
 
 def _discard(msg_type, content):

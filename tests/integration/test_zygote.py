@@ -59,16 +59,19 @@ def test_sessions_forked_from_one_zygote_draw_different_random_numbers(start_ken
             assert len(set(column)) == len(column), (pool, i, draws)
 
 
-CENSUS = ("ip = get_ipython()\n"
+CENSUS = ("ip = get_ipython(); hm = ip.history_manager\n"
           "print(sorted(globals()), sorted(ip.user_ns_hidden), dict(Out), repr(_), repr(__),\n"
-          "      repr(___), len(In), ip.execution_count, ip.history_manager.get_tail(5))")
+          "      repr(___), In, ip.execution_count, hm.get_tail(5), [_i, _ii, _iii],\n"
+          "      list(hm.get_range(output=True)), hm.output_hist_reprs, hm.db_input_cache,\n"
+          "      hm.db_output_cache, ip.displayhook.___)")
 
 
 @pytest.mark.timeout_s(90)
 def test_a_forked_kernels_first_cell_finds_what_a_cold_kernels_does(start_kenneld, connect):
-    """The zygote and each forked kernel run a throwaway cell before the kernel says hello.
-    It must leave nothing behind: names, result cache, In/Out, history and execution count
-    are those of a cold kernel (--spawner exec), pooled or forked on demand."""
+    """The zygote and each forked kernel run a throwaway cell, with history, before the kernel
+    says hello. It must leave nothing behind: names, result cache, In/Out, history (its lists
+    and caches) and execution count are those of a cold kernel (--spawner exec), pooled or
+    forked on demand, in the first cell and after a cell with a result."""
     seen = {}
     for label, args in (("cold", ["--spawner", "exec"]), ("pooled", ZYGOTE + ["--pool", "1"]),
                         ("forked", ZYGOTE + ["--pool", "0"])):
@@ -78,7 +81,11 @@ def test_a_forked_kernels_first_cell_finds_what_a_cold_kernels_does(start_kennel
         kc = connect(kenneld.create("census")["connection_file"])
         cell = run(kc, CENSUS, timeout=30)
         assert cell.content["status"] == "ok" and cell.content["execution_count"] == 1, cell.content
-        seen[label] = cell.stream("stdout")
+        # And after a cell with a result: Out, _2, _i2 and the history's caches.
+        assert run(kc, "40 + 2").result == "42"
+        later = run(kc, CENSUS)
+        assert later.content["execution_count"] == 3, later.content
+        seen[label] = cell.stream("stdout") + later.stream("stdout")
     assert seen["pooled"] == seen["cold"] and seen["forked"] == seen["cold"], seen
 
 
