@@ -7,7 +7,9 @@ It adds no magics and no GUI event loops (%gui and %matplotlib <gui> fail; inlin
 The user namespace starts with CellTimeout, the exception of a cell past its deadline.
 """
 
+import linecache
 import os
+import sys
 from pathlib import Path
 
 from IPython.core import page, payloadpage
@@ -214,15 +216,17 @@ class KennelShell(InteractiveShell):
         cell, so it runs here too: ~1.5 ms of a pooled session's first cell."""
         code = code or _WARM_UP_CELL
         before = _ShellState(self)
-        if run_cell is None:
-            publish, self.publish = self.publish, _discard
-            try:
-                self.run_cell(code, store_history=True)
-            finally:
-                self.publish = publish
-        else:
-            run_cell(code, True)
-        before.restore()
+        try:
+            if run_cell is None:
+                publish, self.publish = self.publish, _discard
+                try:
+                    self.run_cell(code, store_history=True)
+                finally:
+                    self.publish = publish
+            else:
+                run_cell(code, True)
+        finally:
+            before.restore()
 
     def init_user_ns(self):
         # Also run by %reset. Hidden like In and Out: %who does not list it.
@@ -269,10 +273,14 @@ class _ShellState:
     """What a cell with history changes in a shell, kept so that restore() undoes one:
     user_ns and user_ns_hidden (_, _i, _i1, _1, ...), the execution count, In (the history's
     input lists), Out and its reprs, the history's caches waiting for its database and its
-    _i/_ii/_iii chain, and the displayhook's _, __, ___."""
+    _i/_ii/_iii chain, the displayhook's _, __, ___, the last execution's outcome, the cells
+    the compiler cached (for tracebacks and linecache), the last line prefiltered,
+    sys.stdout's softspace and an error's sys.last_type/value/traceback."""
 
     _HISTORY_ATTRS = ("_i00", "_i", "_ii", "_iii")
     _HOOK_ATTRS = ("_", "__", "___")
+    _SYS_ATTRS = ("last_type", "last_value", "last_traceback")
+    _ABSENT = object()
 
     def __init__(self, shell):
         hm = shell.history_manager
@@ -287,6 +295,11 @@ class _ShellState:
         self._hm_attrs = [getattr(hm, a) for a in self._HISTORY_ATTRS]
         self._hook_attrs = [getattr(shell.displayhook, a) for a in self._HOOK_ATTRS]
         self._last = (shell.last_execution_succeeded, shell.last_execution_result)
+        self._compiled = set(shell.compile._filename_map)
+        self._line = shell.__dict__.get("_last_input_line", self._ABSENT)
+        self._stdout = sys.stdout
+        self._softspace = getattr(sys.stdout, "softspace", self._ABSENT)
+        self._sys = [getattr(sys, a, self._ABSENT) for a in self._SYS_ATTRS]
 
     def restore(self):
         shell = self._shell
@@ -311,6 +324,32 @@ class _ShellState:
         for attr, value in zip(self._HOOK_ATTRS, self._hook_attrs):
             setattr(shell.displayhook, attr, value)
         shell.last_execution_succeeded, shell.last_execution_result = self._last
+        for name in set(shell.compile._filename_map) - self._compiled:
+            del shell.compile._filename_map[name]
+            linecache.cache.pop(name, None)
+            getattr(linecache, "_ipython_cache", {}).pop(name, None)
+        self._put(shell.__dict__, "_last_input_line", self._line)
+        if sys.stdout is self._stdout:
+            self._set(sys.stdout, "softspace", self._softspace)
+        for attr, value in zip(self._SYS_ATTRS, self._sys):
+            self._set(sys, attr, value)
+
+    @classmethod
+    def _put(cls, mapping, key, value):
+        if value is cls._ABSENT:
+            mapping.pop(key, None)
+        else:
+            mapping[key] = value
+
+    @classmethod
+    def _set(cls, obj, attr, value):
+        try:
+            if value is not cls._ABSENT:
+                setattr(obj, attr, value)
+            elif hasattr(obj, attr):
+                delattr(obj, attr)
+        except (AttributeError, TypeError):
+            pass  # a stream that takes no attributes never had one set
 
 
 def _discard(msg_type, content):

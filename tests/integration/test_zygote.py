@@ -59,11 +59,18 @@ def test_sessions_forked_from_one_zygote_draw_different_random_numbers(start_ken
             assert len(set(column)) == len(column), (pool, i, draws)
 
 
-CENSUS = ("ip = get_ipython(); hm = ip.history_manager\n"
+CENSUS = ("import sys, linecache\n"
+          "ip = get_ipython(); hm = ip.history_manager\n"
+          "caches = (list(hm.db_input_cache), list(hm.db_output_cache))  # get_tail empties them\n"
           "print(sorted(globals()), sorted(ip.user_ns_hidden), dict(Out), repr(_), repr(__),\n"
           "      repr(___), In, ip.execution_count, hm.get_tail(5), [_i, _ii, _iii],\n"
-          "      list(hm.get_range(output=True)), hm.output_hist_reprs, hm.db_input_cache,\n"
-          "      hm.db_output_cache, ip.displayhook.___)")
+          "      list(hm.get_range(output=True)), hm.output_hist_reprs, caches,\n"
+          "      ip.displayhook.___, ip.last_execution_succeeded,\n"
+          "      getattr(ip.last_execution_result, 'result', None),\n"
+          "      sorted(ip.compile._filename_map.items()),\n"
+          "      sorted(k for k in linecache.cache if k.startswith('<ipython-input')),\n"
+          "      getattr(ip, '_last_input_line', None), getattr(sys.stdout, 'softspace', None),\n"
+          "      [hasattr(sys, a) for a in ('last_type', 'last_value', 'last_traceback')])")
 
 
 @pytest.mark.timeout_s(90)

@@ -122,6 +122,23 @@ def test_user_namespace_is_clean(kernel):
     assert set(names) <= {"In", "Out", "exit", "quit", "get_ipython", "CellTimeout"}
 
 
+def test_a_warm_up_cell_that_fails_leaves_nothing_behind(kernel):
+    """KennelShell.warm_up undoes a throwaway cell whole, an error's traces too: %tb and
+    %debug must not find one, nor the history the cell, nor the count its number. (The
+    zygote's warm-up cells do not fail; this is the one way to make one fail.)"""
+    reply, iopub = kernel.execute(
+        "import sys\n"
+        "ip = get_ipython()\n"
+        "before = (ip.execution_count, len(In), sorted(Out), hasattr(sys, 'last_value'))\n"
+        "ip.warm_up(code='1 / 0')\n"
+        "print(before == (ip.execution_count, len(In), sorted(Out), hasattr(sys, 'last_value')))")
+    assert reply["status"] == "ok" and streams(iopub) == "True\n", (reply, iopub)
+    reply, iopub = kernel.execute("print('after')")
+    assert reply["execution_count"] == 2, reply
+    reply, iopub = kernel.execute("import sys; print(hasattr(sys, 'last_value'))")
+    assert streams(iopub) == "False\n", iopub
+
+
 def test_stream_order_with_displays(kernel):
     code = (
         "import sys\n"
