@@ -193,7 +193,7 @@ int config_load(config_t *cfg, int argc, char **argv)
             }
             break;
         case 'y': {
-            size_t v;
+            size_t v = 0;
             rc = s_size(optarg, 64u << 20, (size_t)1 << 40, &v, "--memory");
             cfg->memory_bytes = v;
             break;
@@ -209,13 +209,13 @@ int config_load(config_t *cfg, int argc, char **argv)
             break;
         }
         case 'T': {
-            size_t v;
+            size_t v = 0;
             rc = s_size(optarg, 1u << 20, (size_t)1 << 40, &v, "--tmp");
             cfg->tmp_bytes = v;
             break;
         }
         case 'D': {
-            size_t v;
+            size_t v = 0;
             rc = s_size(optarg, 0, (size_t)1 << 40, &v, "--disk");
             if (rc == 0 && v && v < (16u << 20)) { /* disk.h DISK_MIN_BYTES */
                 fprintf(stderr, "kenneld: --disk must be 0 (no cap) or at least 16M\n");
