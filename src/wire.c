@@ -7,15 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "hmac.h"
+#include "replay.h"
 
 struct wire {
     hmac_t *hmac;
     wire_limits_t limits;
-    zhashx_t *seen;      /* signature hex -> (unused) for the replay guard */
-    char (*ring)[HMAC_HEX_LEN + 1]; /* the same signatures, oldest evicted first */
-    size_t ring_next;
-    size_t ring_used;
+    replay_t *seen; /* the replay guard: the last signatures received; NULL when off */
 };
 
 void wire_limits_default(wire_limits_t *limits)
@@ -39,9 +39,8 @@ wire_t *wire_new(const void *key, size_t key_len, const wire_limits_t *limits)
     if (!self->hmac)
         goto fail;
     if (self->limits.replay_window && key_len) {
-        self->seen = zhashx_new();
-        self->ring = calloc(self->limits.replay_window, sizeof *self->ring);
-        if (!self->seen || !self->ring)
+        self->seen = replay_new(self->limits.replay_window);
+        if (!self->seen)
             goto fail;
     }
     return self;
@@ -56,28 +55,21 @@ void wire_destroy(wire_t **self_p)
         return;
     wire_t *self = *self_p;
     hmac_destroy(&self->hmac);
-    zhashx_destroy(&self->seen);
-    free(self->ring);
+    replay_destroy(&self->seen);
     free(self);
     *self_p = NULL;
 }
 
-/*  1 when sig was seen within the window; otherwise remembers it and returns 0. */
+/*  1 when the verified signature sig (lowercase hex) was seen within the window; otherwise
+ *  remembers it and returns 0. -1 when out of memory. */
 static int s_replayed(wire_t *self, const char *sig)
 {
     if (!self->seen)
         return 0;
-    if (zhashx_lookup(self->seen, sig))
-        return 1;
-    char *slot = self->ring[self->ring_next];
-    if (self->ring_used == self->limits.replay_window)
-        zhashx_delete(self->seen, slot);
-    else
-        self->ring_used++;
-    memcpy(slot, sig, HMAC_HEX_LEN + 1);
-    zhashx_insert(self->seen, slot, (void *)1);
-    self->ring_next = (self->ring_next + 1) % self->limits.replay_window;
-    return 0;
+    unsigned char key[REPLAY_KEY_BYTES];
+    if (sodium_hex2bin(key, sizeof key, sig, 2 * sizeof key, NULL, NULL, NULL) != 0)
+        return -1; /* not hex: hmac_verify let it through, which it never does */
+    return replay_check(self->seen, key);
 }
 
 int wire_decode(wire_t *self, zmsg_t **msg_p, jmsg_t **out)
@@ -133,8 +125,9 @@ int wire_decode(wire_t *self, zmsg_t **msg_p, jmsg_t **out)
         char hex[HMAC_HEX_LEN + 1];
         memcpy(hex, zframe_data(sig), HMAC_HEX_LEN);
         hex[HMAC_HEX_LEN] = '\0';
-        if (s_replayed(self, hex)) {
-            rc = WIRE_EREPLAY;
+        int replayed = s_replayed(self, hex);
+        if (replayed != 0) {
+            rc = replayed > 0 ? WIRE_EREPLAY : WIRE_ENOMEM;
             goto done;
         }
     }
