@@ -1434,6 +1434,8 @@ def table(res):
                      f"{ipf['n']} measured, x{ipf['extrapolated_to'] / ipf['n']:g})",
                      fmt_mib(kf["total_pss_bytes"]), fmt_mib(ipf["extrapolated_total_pss_bytes"]),
                      ratio(ipf["extrapolated_total_pss_bytes"], kf["total_pss_bytes"])))
+        rows.append(("  kenneld's own PSS with them (not in the total)",
+                     fmt_mib(kf["kenneld_pss_bytes"]), "", ""))
     c = res.get("concurrent")
     if c:
         kc, ic = c["kennel"], c["ipykernel"]
