@@ -649,6 +649,18 @@ class IPy:
     def conn(self):
         return self.km.get_connection_info()
 
+    def ready(self, timeout):
+        """True once the kernel answers kernel_info; False if it died first or timed out."""
+        kc = self.km.client()
+        kc.start_channels()
+        try:
+            kc.wait_for_ready(timeout=timeout)
+            return True
+        except (RuntimeError, TimeoutError):
+            return False
+        finally:
+            kc.stop_channels()
+
     def stop(self):
         if self in LIVE:
             LIVE.remove(self)
@@ -658,6 +670,23 @@ class IPy:
         finally:
             if self.pid and self.stat:
                 kill_tree({self.pid: self.stat})
+
+
+def ipys_ready(count, attempts=3, timeout=120):
+    """count ipykernels, started at once, each answering. jupyter_client picks a kernel's
+    ports by binding and releasing them; another process can take one before the kernel
+    binds it, and the kernel then dies with EADDRINUSE: such a kernel is started again."""
+    ipys = [IPy().start() for _ in range(count)]
+    for i in range(count):
+        for _ in range(attempts):
+            if ipys[i].ready(timeout):
+                break
+            log("  an ipykernel did not come up (a port taken meanwhile?); starting another")
+            stop(ipys[i])
+            ipys[i] = IPy().start()
+        else:
+            raise BenchError(f"an ipykernel did not come up in {attempts} attempts")
+    return ipys
 
 
 def stop(obj):
@@ -1176,13 +1205,12 @@ def bench_fleet(res):
     ipys, clients = [], []
     try:
         # A lone kernel first, as kennel's probe session was alone (with its zygote).
-        ipys.append(IPy().start())
+        ipys += ipys_ready(1)
         if not exec_all(ctx, [ipys[0].conn()], IMPORT_CELL, timeout=120):
             raise BenchError("the ipykernel did not run the imports")
         time.sleep(1)
         ipy_single = smaps(ipys[0].pid)
-        for _ in range(N["ipy_idle_n"] - 1):
-            ipys.append(IPy().start())  # all at once: start_kernel does not wait for the kernel
+        ipys += ipys_ready(N["ipy_idle_n"] - 1)
         if not exec_all(ctx, [i.conn() for i in ipys[1:]], IMPORT_CELL, timeout=180):
             raise BenchError("ipykernels did not run the imports")
         time.sleep(2)
@@ -1193,8 +1221,7 @@ def bench_fleet(res):
                     "total_pss_bytes": sum(m["pss"] for m in mems),
                     "extrapolated_to": N["idle_n"],
                     "extrapolated_total_pss_bytes": per_pss * N["idle_n"]}
-        while len(ipys) < N["ipy_conc"]:
-            ipys.append(IPy().start())
+        ipys += ipys_ready(max(0, N["ipy_conc"] - len(ipys)))
         cc = [Raw(ctx, i.conn()) for i in ipys[:N["ipy_conc"]]]
         clients += cc
         for c in cc:
