@@ -1,9 +1,11 @@
 /*  replay: a FIFO ring of keys and an open-addressing index over it (linear probing, deletion
- *  by backward shift, so no tombstones pile up as the window slides). The index hashes with
- *  a random seed per guard: a peer who holds the key, and so can choose its digests, still
- *  cannot aim them at one chain of kenneld's table. */
+ *  by backward shift, so no tombstones pile up as the window slides). The index hashes both
+ *  halves of a key by multiply-add-shift with random odd multipliers per guard: a peer who
+ *  holds the HMAC key, and so can choose its digests, still cannot aim them at one chain of
+ *  kenneld's table. */
 #include "replay.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,10 +23,10 @@ struct replay {
     size_t next;                             /* where the next key goes once used == window */
     uint32_t *index;                         /* slot -> ring position + 1; 0: empty */
     unsigned bits;                           /* the index has 1 << bits slots */
-    uint64_t seed;
+    uint64_t mul[2];                         /* odd: for the key's two 8-byte halves */
 };
 
-replay_t *replay_new(size_t window)
+replay_t *replay_new_seeded(size_t window, uint64_t seed)
 {
     if (window < 1 || window > REPLAY_MAX_WINDOW) {
         errno = EINVAL;
@@ -36,8 +38,16 @@ replay_t *replay_new(size_t window)
         return NULL;
     }
     self->window = window;
-    randombytes_buf(&self->seed, sizeof self->seed);
+    self->mul[0] = seed | 1;
+    self->mul[1] = (seed * 0x9e3779b97f4a7c15u + 0xd1b54a32d192ed03u) | 1; /* another odd */
     return self;
+}
+
+replay_t *replay_new(size_t window)
+{
+    uint64_t seed;
+    randombytes_buf(&seed, sizeof seed);
+    return replay_new_seeded(window, seed);
 }
 
 void replay_destroy(replay_t **self_p)
@@ -63,9 +73,10 @@ size_t replay_capacity(const replay_t *self)
 
 static size_t s_home(const replay_t *self, const unsigned char *key)
 {
-    uint64_t x;
-    memcpy(&x, key, sizeof x);
-    return (size_t)(((x ^ self->seed) * 0x9e3779b97f4a7c15u) >> (64 - self->bits));
+    uint64_t lo, hi;
+    memcpy(&lo, key, sizeof lo);
+    memcpy(&hi, key + 8, sizeof hi);
+    return (size_t)((lo * self->mul[0] + hi * self->mul[1]) >> (64 - self->bits));
 }
 
 /*  The slot holding key, or the empty slot where the probe for it ends. */
@@ -139,8 +150,11 @@ static int s_grow(replay_t *self)
 int replay_check(replay_t *self, const unsigned char *key)
 {
     int found = 0;
-    if (self->used && (s_probe(self, key, &found), found))
-        return 1;
+    if (self->used) { /* else no index yet */
+        s_probe(self, key, &found);
+        if (found)
+            return 1;
+    }
     size_t pos;
     if (self->used < self->window) {
         if (self->used == self->capacity && s_grow(self) < 0) {
@@ -151,7 +165,9 @@ int replay_check(replay_t *self, const unsigned char *key)
     } else {
         pos = self->next;
         self->next = (self->next + 1) % self->window;
-        s_unlink(self, s_probe(self, self->keys[pos], &found));
+        size_t slot = s_probe(self, self->keys[pos], &found);
+        assert(found); /* every key in the ring is in the index */
+        s_unlink(self, slot);
     }
     memcpy(self->keys[pos], key, REPLAY_KEY_BYTES);
     self->index[s_probe(self, key, &found)] = (uint32_t)(pos + 1);

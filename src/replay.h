@@ -1,13 +1,14 @@
 /*  replay: the replay guard's memory. The last `window` signatures a peer's messages carried,
  *  each kept as the first REPLAY_KEY_BYTES of its digest; a signature seen again within the
  *  window is a replay. Memory grows with use (a session that received 40 messages holds 64
- *  entries) up to ~24 bytes an entry: 192 KiB for the default window of 8192, where a hash
- *  table of hex strings held ~1.8 MiB per busy session in kenneld. Knows nothing of HMAC:
- *  wire hands it a verified digest. */
+ *  entries) up to 16 bytes an entry plus 8 to 16 in the index: 192 KiB for the default window
+ *  of 8192, where a hash table of hex strings held ~1.8 MiB per busy session in kenneld.
+ *  Knows nothing of HMAC: wire hands it a verified digest. */
 #ifndef KENNEL_REPLAY_H
 #define KENNEL_REPLAY_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /*  Bytes of a digest that are kept and compared: 128 bits of an HMAC-SHA256 a peer had to
  *  sign, so two different messages collide with probability ~2^-128 per pair. */
@@ -17,9 +18,12 @@
 
 typedef struct replay replay_t;
 
-/*  A guard remembering the last window keys (1 .. REPLAY_MAX_WINDOW). NULL with errno EINVAL
- *  for another window, ENOMEM when out of memory. Nothing is allocated for entries yet. */
+/*  A guard remembering the last window keys (1 .. REPLAY_MAX_WINDOW), its hash seeded from
+ *  libsodium (call sodium_init() first). NULL with errno EINVAL for another window, ENOMEM
+ *  when out of memory. Nothing is allocated for entries yet. */
 replay_t *replay_new(size_t window);
+/*  The same with a given seed: for tests, which need to know where keys land. */
+replay_t *replay_new_seeded(size_t window, uint64_t seed);
 /*  Free *self_p and set it to NULL. No-op on NULL. */
 void replay_destroy(replay_t **self_p);
 /*  1 when key (REPLAY_KEY_BYTES bytes) is among the last window keys remembered; otherwise
