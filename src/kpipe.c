@@ -112,7 +112,8 @@ int kpipe_feed(kpipe_t *self, const void *data, size_t len)
     if (self->in_len + len > self->in_cap) {
         /* Compact first; grow only when the unconsumed bytes really need it. */
         size_t live = self->in_len - self->in_off;
-        memmove(self->in, self->in + self->in_off, live);
+        if (live) /* else in may still be NULL: memmove takes no NULL, even for 0 bytes */
+            memmove(self->in, self->in + self->in_off, live);
         self->in_off = 0;
         self->in_len = live;
         if (live + len > self->in_cap) {

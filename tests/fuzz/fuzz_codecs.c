@@ -67,9 +67,14 @@ static void s_mutate(zmsg_t *msg)
             zframe_data(f)[s_rand((unsigned)zframe_size(f))] ^= (uint8_t)(1 + s_rand(255));
         return;
     }
-    case 1: { /* truncate a frame */
+    case 1: { /* truncate a frame (zframe_reset frees the old bytes before it copies) */
         size_t len = zframe_size(f) ? s_rand((unsigned)zframe_size(f)) : 0;
-        zframe_reset(f, zframe_data(f), len);
+        unsigned char *prefix = malloc(len ? len : 1);
+        if (!prefix)
+            abort();
+        memcpy(prefix, zframe_data(f), len);
+        zframe_reset(f, prefix, len);
+        free(prefix);
         return;
     }
     case 2: { /* drop a frame */
