@@ -110,6 +110,11 @@ class Kenneld:
         self._sock = None
         self._session = None
 
+    def successor(self, args=()):
+        """The next kenneld on this one's state directory and transport (not started yet), its
+        log beside this one's: what a restart starts."""
+        return Kenneld(self.state_dir, self.transport, str(self.state_dir) + "-2.log", args)
+
     @property
     def kernel_pids(self):
         return {pid for pid, _ in self.kernels}

@@ -14,7 +14,7 @@ from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
 from .itest_helpers import collect_iopub, run, shell_reply, wait_for
-from .kenneld_proc import KENNEL, PYTHON, Kenneld, pid_alive
+from .kenneld_proc import KENNEL, PYTHON, pid_alive
 
 CODE = "x = 6 * 7\nprint('printed', x + 1)\nx\n1 / 0\nx - 2\n"
 
@@ -256,7 +256,7 @@ def test_a_launched_session_outlives_a_kenneld_restart_and_ends_with_its_launche
         assert kenneld.proc.returncode == 0
         time.sleep(0.5)  # two of the launcher's polls find no kenneld
         assert launcher.poll() is None
-        second = Kenneld(kenneld.state_dir, "tcp", str(kenneld.state_dir) + "-2.log")
+        second = kenneld.successor()
         second.start()
         # A front end reads iopub all the while (console's loop, JupyterLab's server): reading
         # is what has libzmq send the subscription again, on the new connection, and the
@@ -291,7 +291,7 @@ def test_a_launched_session_whose_launcher_died_with_kenneld_down_is_not_restore
         kenneld.stop()
         launcher.kill()  # while no kenneld runs
         launcher.wait(10)
-        second = Kenneld(kenneld.state_dir, "tcp", str(kenneld.state_dir) + "-2.log")
+        second = kenneld.successor()
         second.start()
         assert second.sessions() == []
         assert not os.path.exists(session_dir)

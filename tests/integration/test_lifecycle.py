@@ -12,7 +12,7 @@ import time
 import pytest
 
 from .itest_helpers import control, finish, run, shell_reply, skip_without_disk_caps, wait_for
-from .kenneld_proc import Kenneld, new_kenneld
+from .kenneld_proc import new_kenneld
 
 GRACE = ["--grace", "1"]
 
@@ -174,7 +174,7 @@ def test_kenneld_restart_brings_sessions_back(kenneld, connect):
     kenneld.stop()  # SIGTERM: every idle session saves its state
     assert kenneld.proc.returncode == 0
     assert os.path.exists(info["connection_file"])
-    second = Kenneld(kenneld.state_dir, "tcp", str(kenneld.state_dir) + "-2.log")
+    second = kenneld.successor()
     second.start()
     try:
         back = second.ok("info_request", {"session": "durable"})["session"]
@@ -221,7 +221,7 @@ def test_a_capped_workspace_survives_eviction_and_restart(kenneld, connect):
     kenneld.stop()
     assert kenneld.proc.returncode == 0
     assert _loops_backed_by(kenneld.state_dir) == [], "kenneld left its loop devices attached"
-    second = Kenneld(kenneld.state_dir, "tcp", str(kenneld.state_dir) + "-2.log", ["--disk", "32M"])
+    second = kenneld.successor(["--disk", "32M"])
     second.start()
     try:
         kc2 = connect(info["connection_file"])
@@ -264,7 +264,7 @@ def test_a_crashed_kenneld_leaks_no_loop_device_and_loses_no_file(connect):
         wait_for(lambda: not _loops_backed_by(first.state_dir), timeout=5,
                  what="the loop device of a killed kenneld to clear")
         first.info_path.unlink()  # stale: SIGKILL left it
-        second = Kenneld(first.state_dir, "tcp", str(first.state_dir) + "-2.log", ["--disk", "32M"])
+        second = first.successor(["--disk", "32M"])
         second.start()
         kc2 = connect(info["connection_file"])
         assert run(kc2, "open('kept.txt').read()", timeout=20).result == "'written'"
@@ -285,8 +285,7 @@ def test_a_kept_session_without_its_image_gets_a_fresh_one(connect):
         skip_without_disk_caps(first)
         first.stop()
         os.unlink(os.path.join(os.path.dirname(info["connection_file"]), "workspace.img"))
-        second = Kenneld(first.state_dir, "tcp", str(first.state_dir) + "-2.log",
-                         ["--disk", "32M", "--pool", "0"])
+        second = first.successor(["--disk", "32M", "--pool", "0"])
         second.start()
         assert [s["name"] for s in second.sessions()] == ["imageless"]
         kc = connect(info["connection_file"])
@@ -317,8 +316,7 @@ def test_a_session_whose_files_were_cut_short_keeps_its_workspace(connect):
         cut, gone = (os.path.dirname(i["connection_file"]) for i in (info, bare))
         for d in (cut, gone):
             open(os.path.join(d, "meta.json"), "w").close()  # what a crash can leave
-        second = Kenneld(first.state_dir, "tcp", str(first.state_dir) + "-2.log",
-                         ["--disk", "32M", "--pool", "0"])
+        second = first.successor(["--disk", "32M", "--pool", "0"])
         second.start()
         assert second.sessions() == []
         assert os.path.exists(os.path.join(cut, "workspace.img"))
