@@ -296,7 +296,7 @@ class _ShellState:
         self._hook_attrs = [getattr(shell.displayhook, a) for a in self._HOOK_ATTRS]
         self._last = (shell.last_execution_succeeded, shell.last_execution_result)
         self._compiled = set(shell.compile._filename_map)
-        self._line = shell.__dict__.get("_last_input_line", self._ABSENT)
+        self._line = getattr(shell, "_last_input_line", self._ABSENT)
         self._stdout = sys.stdout
         self._softspace = getattr(sys.stdout, "softspace", self._ABSENT)
         self._sys = [getattr(sys, a, self._ABSENT) for a in self._SYS_ATTRS]
@@ -328,18 +328,11 @@ class _ShellState:
             del shell.compile._filename_map[name]
             linecache.cache.pop(name, None)
             getattr(linecache, "_ipython_cache", {}).pop(name, None)
-        self._put(shell.__dict__, "_last_input_line", self._line)
+        self._set(shell, "_last_input_line", self._line)
         if sys.stdout is self._stdout:
             self._set(sys.stdout, "softspace", self._softspace)
         for attr, value in zip(self._SYS_ATTRS, self._sys):
             self._set(sys, attr, value)
-
-    @classmethod
-    def _put(cls, mapping, key, value):
-        if value is cls._ABSENT:
-            mapping.pop(key, None)
-        else:
-            mapping[key] = value
 
     @classmethod
     def _set(cls, obj, attr, value):
@@ -349,7 +342,7 @@ class _ShellState:
             elif hasattr(obj, attr):
                 delattr(obj, attr)
         except (AttributeError, TypeError):
-            pass  # a stream that takes no attributes never had one set
+            pass  # an object that takes no attributes (a stream, say) never had one set
 
 
 def _discard(msg_type, content):
