@@ -2158,11 +2158,12 @@ json_t *broker_stats(const broker_t *self)
     for (pooled_t *p = zlistx_first(self->pool); p; p = zlistx_next(self->pool))
         pooled += s_pooled_ready(p);
     int zygote = self->cfg.sandbox && self->cfg.zygote;
-    json_t *spawner = json_pack("{s:s, s:I, s:I, s:b, s:I, s:s}", "kind",
+    json_t *spawner = json_pack("{s:s, s:I, s:I, s:b, s:I, s:I, s:s}", "kind",
                                 zygote ? "zygote" : "exec", "pool", (json_int_t)(zygote ? self->cfg.pool : 0),
                                 "pool_ready", (json_int_t)pooled, "zygote_ready",
                                 self->zygote && spawner_zygote_ready(self->zygote), "zygote_pid",
                                 (json_int_t)(self->zygote ? spawner_zygote_pid(self->zygote) : 0),
+                                "page_hint", (json_int_t)(self->zygote ? spawner_zygote_hint_pages(self->zygote) : 0),
                                 "preload", zygote ? self->cfg.preload : "");
     json_t *lost = json_array();
     for (size_t i = 0; self->cfg.lost && self->cfg.lost[i]; i++)

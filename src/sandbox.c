@@ -378,14 +378,34 @@ int sandbox_enter(const sandbox_cfg_t *cfg, int lifeline, const char **step)
 
 int sandbox_seal(const char **step)
 {
-    return sandbox_seal_keep(-1, step);
+    return sandbox_seal_keep(NULL, 0, step);
 }
 
-int sandbox_seal_keep(int keep, const char **step)
+int sandbox_seal_keep(const int *keep, size_t n, const char **step)
 {
-    if (keep > 4)
-        STEP("close fds", (int)syscall(SYS_close_range, 4, (unsigned)keep - 1, 0));
-    STEP("close fds", (int)syscall(SYS_close_range, keep >= 4 ? (unsigned)keep + 1 : 4, ~0U, 0));
+    if (n > SANDBOX_MAX_KEEP) {
+        errno = EINVAL;
+        *step = "close fds";
+        return -1;
+    }
+    int kept[SANDBOX_MAX_KEEP];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (keep[i] < 4)
+            continue;
+        size_t j = k++;
+        for (; j > 0 && kept[j - 1] > keep[i]; j--) /* insertion: ascending */
+            kept[j] = kept[j - 1];
+        kept[j] = keep[i];
+    }
+    unsigned from = 4;
+    for (size_t i = 0; i < k; i++) {
+        if ((unsigned)kept[i] > from)
+            STEP("close fds", (int)syscall(SYS_close_range, from, (unsigned)kept[i] - 1, 0));
+        if ((unsigned)kept[i] >= from)
+            from = (unsigned)kept[i] + 1;
+    }
+    STEP("close fds", (int)syscall(SYS_close_range, from, ~0U, 0));
     for (int cap = 0; cap <= CAP_LAST_CAP; cap++)
         if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) {
             *step = "drop bounding capabilities";

@@ -57,8 +57,9 @@ int sandbox_enter(const sandbox_cfg_t *cfg, int lifeline, const char **step);
 /*  Close fds above 3, drop every capability, set no_new_privs, load the seccomp filter.
  *  0, or -1 with errno and *step. */
 int sandbox_seal(const char **step);
-/*  The same, keeping one more fd (>= 4) open: the zygote's session init execs kennel-init
- *  through it once the kernel is forked. */
-int sandbox_seal_keep(int keep, const char **step);
+/*  The same, keeping the fds in keep[0..n) (those >= 4; n <= SANDBOX_MAX_KEEP) open: the
+ *  zygote's session init execs kennel-init through one once the kernel is forked. */
+#define SANDBOX_MAX_KEEP 4
+int sandbox_seal_keep(const int *keep, size_t n, const char **step);
 
 #endif

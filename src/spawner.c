@@ -310,6 +310,7 @@ struct spawner_zygote {
     size_t ndone;
     size_t pending;          /* requests sent and not answered */
     long long progress_ms;   /* when it last answered (or was asked, with none pending) */
+    long hint_pages;         /* the page hint's size, from its latest answer (0: not learned) */
 };
 
 /*  The zygote's first lines, run by `python3 -I -c`: read the configuration, find the kernel
@@ -416,6 +417,11 @@ int spawner_zygote_fd(const spawner_zygote_t *self)
     return self->proc.pipe_fd;
 }
 
+long spawner_zygote_hint_pages(const spawner_zygote_t *self)
+{
+    return self->hint_pages;
+}
+
 pid_t spawner_zygote_pid(const spawner_zygote_t *self)
 {
     return self->proc.pid;
@@ -498,6 +504,12 @@ static void s_zygote_keep(spawner_zygote_t *self, json_t *msg)
     json_int_t pid = json_integer_value(json_object_get(msg, "pid"));
     const char *err = json_string_value(json_object_get(msg, "error"));
     d->pid = strcmp(op, "spawned") == 0 && pid > 1 ? (long)pid : 0;
+    json_int_t hint = json_integer_value(json_object_get(msg, "hint_pages"));
+    if (d->pid && hint != self->hint_pages) {
+        LOG_I("zygote: the page hint has %lld pages, asked for by each kernel at its fork",
+              (long long)hint);
+        self->hint_pages = (long)hint;
+    }
     snprintf(d->why, sizeof d->why, "%s", d->pid ? "" : err ? err : "the zygote spoke nonsense");
 }
 

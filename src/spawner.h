@@ -86,6 +86,9 @@ void spawner_zygote_destroy(spawner_zygote_t **self_p);
 /*  Its control socket: readable when it has something to say unasked (ready, or gone). */
 int spawner_zygote_fd(const spawner_zygote_t *self);
 pid_t spawner_zygote_pid(const spawner_zygote_t *self);
+/*  Pages each kernel asks for right after its fork (the zygote's page hint; 0 until one
+ *  kernel has reported them). */
+long spawner_zygote_hint_pages(const spawner_zygote_t *self);
 int spawner_zygote_ready(const spawner_zygote_t *self);
 /*  Read what it said unasked, without blocking: 1 when it just became ready, 0 otherwise, -1
  *  when it is gone (why filled; destroy it and make another). */

@@ -85,11 +85,12 @@ def _runtime_file(name):
     return None
 
 
-def serve(pipe, gate, runtime_dirs, hello=False):
+def serve(pipe, gate, runtime_dirs, hello=False, before_hello=None):
     """Serve kenneld's requests until it hangs up. runtime_dirs: the kernel runtime's entries
     on sys.path, taken off it so that user code does not see them. hello: say hello here,
     once the kernel is built and has run a throwaway cell (a kernel forked from the zygote:
-    kenneld counts it ready, in its pool, only when its first cell will be fast)."""
+    kenneld counts it ready, in its pool, only when its first cell will be fast).
+    before_hello: called just before that hello (the zygote's page-hint learner)."""
     # Figures show inline at the end of a cell, as in Jupyter, unless the user chose a
     # backend; setting the variable costs nothing until matplotlib is imported. matplotlib
     # runs fc-list for fonts, which needs a configuration the sandbox's /etc lacks.
@@ -108,6 +109,8 @@ def serve(pipe, gate, runtime_dirs, hello=False):
     kernel = kennel_server.Kernel(pipe, gate)
     if hello:
         kernel.warm_up()
+        if before_hello:
+            before_hello()
         _hello(pipe)
     try:
         kernel.serve()

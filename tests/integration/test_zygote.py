@@ -215,6 +215,36 @@ def test_a_kernel_the_zygote_cloned_but_never_named_is_killed_and_reaped(start_k
         tracer.wait(10)
 
 
+_HINT_CELL = ("import _kennel_zygote, os, json\n"
+              "print(json.dumps([_kennel_zygote.populated(), sorted(os.listdir('/proc/self/fd'))]))")
+
+
+@pytest.mark.timeout_s(90)
+def test_the_page_hint_is_learned_from_two_kernels_and_asked_for_by_the_next(start_kenneld,
+                                                                             connect):
+    """The first two kernels (forked on demand here, in order) report the pages they wrote by
+    their hello, through a pipe each has until then; every later kernel asks for the pages
+    both reported right after its fork. No kernel sees a descriptor of this: the learners'
+    open fds are the others'."""
+    kenneld = start_kenneld(args=ZYGOTE + ["--pool", "0"])
+    seen = []
+    for name in ("learner-1", "learner-2", "hinted-1", "hinted-2"):
+        kc = connect(kenneld.create(name)["connection_file"])
+        cell = run(kc, _HINT_CELL, timeout=30)
+        assert cell.content["status"] == "ok", cell.content
+        seen.append(json.loads(cell.stream("stdout")))
+    hint = _stats(kenneld)["spawner"]["page_hint"]
+    # A kernel writes ~1400 zygote pages by its hello here; the hint is at most 4096.
+    assert 200 < hint <= 4096, hint
+    populated = [p for p, _ in seen]
+    assert populated[:2] == [0, 0], populated  # the learners are forked without a hint
+    for p in populated[2:]:
+        assert 0.9 * hint <= p <= hint, (populated, hint)
+    fds = [f for _, f in seen]
+    assert all(f == fds[0] for f in fds), fds
+    assert f"the page hint has {hint} pages" in kenneld.log(tail=None)
+
+
 def _kenneld_children(kenneld, zombies=False):
     """kenneld's children; without zombies unless asked (a kernel the zygote was cloning when
     it was killed is a zombie until kenneld's sweep has reaped it)."""
