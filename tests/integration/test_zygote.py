@@ -245,6 +245,33 @@ def test_the_page_hint_is_learned_from_two_kernels_and_asked_for_by_the_next(sta
     assert f"the page hint has {hint} pages" in kenneld.log(tail=None)
 
 
+_REPORT_CELL = """
+import _kennel_zygote, array, mmap, os
+def report(step):
+    region = mmap.mmap(-1, 32 << 20)  # untouched: no page of it is present yet
+    for at in range(0, len(region), step):
+        region[at] = 1  # every page written, or every other one
+    r, w = os.pipe()
+    pages = _kennel_zygote.report_pages(w)  # closes w
+    with os.fdopen(r, "rb") as f:
+        words = array.array("Q", f.read())
+    assert sum(words[1::2]) == pages * 4096, (pages, sum(words[1::2]))
+    region.close()
+    return len(words) // 2, pages
+print((report(4096), report(8192)))
+"""
+
+
+def test_a_page_report_stops_at_its_limits(kenneld, session):
+    """The learners' report is at most 4096 pages in at most 3072 runs, however much a kernel
+    holds alone (here a kernel's own code calls it after writing 32 MiB: all of it, then
+    every other page, each page a run of its own)."""
+    (dense_runs, dense_pages), (sparse_runs, sparse_pages) = eval(
+        run(session, _REPORT_CELL, timeout=30).stream("stdout"))
+    assert dense_pages == 4096 and dense_runs < 3072, (dense_runs, dense_pages)
+    assert sparse_runs == 3072 and sparse_pages <= 4096, (sparse_runs, sparse_pages)
+
+
 def _kenneld_children(kenneld, zombies=False):
     """kenneld's children; without zombies unless asked (a kernel the zygote was cloning when
     it was killed is a zombie until kenneld's sweep has reaped it)."""
