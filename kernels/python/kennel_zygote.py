@@ -27,8 +27,14 @@ Messages (JSON, one per datagram):
   kenneld -> zygote  {"op": "spawn", "ticket": T, "uid": U, "gid": G, "tmp": B, "as": B, "fsize": B,
                       "nproc": N, "nofile": N, "env": {...}}
                      + [pipe, workspace, cgroup.procs...]
-  zygote -> kenneld  {"op": "spawned", "pid": P, "ticket": T, "hint_pages": N} or
+  zygote -> kenneld  {"op": "spawned", "pid": P, "ticket": T, "hint_pages": N, "loop": L} or
                      {"op": "error", "error": "...", "ticket": T}   (T from the request)
+
+The loop: once the page hint is settled (below) and a request's kernel paths (HOME,
+IPYTHONDIR) were prepared, requests are served by a loop in C (zygote.c's serve), which
+hands any other request back to this module's loop. Each round of a loop writes to pages
+that the last fork shared again, ~65 us a page here; Python's loop wrote ~240 a round. L
+says which loop served ("c" or "python"), for tests and diagnostics.
 
 The page hint: a page fault costs ~20 us on this VM kind and a kernel takes ~1450 by its
 hello, nearly the same pages in every kernel (the zygote's, written by reference counts).
@@ -65,47 +71,54 @@ class _PageHint:
     """The pages every kernel writes by its hello (see the top): those that two kernels, each
     forked without a hint, both reported. One kernel's report alone serves until the second
     comes; the intersection leaves out the few dozen pages one kernel writes and another
-    does not (a hint that asks for those costs every kernel 4 KiB apiece)."""
+    does not (a hint that asks for those costs every kernel 4 KiB apiece). The two learners
+    are the first two kernels forked, at once (with the default pool, the pool's first two),
+    so that the hint is settled by the time the pool is ready."""
 
     def __init__(self):
         self.runs = b""  # (address, bytes) pairs, native 64-bit words, as spawn() takes them
         self.pages = 0
         self._reports = []  # each learner's pages, as sets of addresses
-        self._learner = None  # the read end of the learning kernel's pipe
-        self._got = b""
+        self._learners = {}  # read end of a learning kernel's pipe -> what it wrote so far
         self._asked = 0
+
+    def settled(self):
+        """Learned, or given up: no learner to ask or to wait for any more."""
+        return not self._learners and (len(self._reports) >= _LEARNERS
+                                       or self._asked >= _LEARNERS + _LEARN_RETRIES)
 
     def learn_fd(self):
         """A write end for the next kernel to report on, or -1 (learned, being learned, or
         given up). That kernel is forked without the hint; the caller closes the fd once it
         is forked."""
-        if (len(self._reports) >= _LEARNERS or self._learner is not None
+        if (len(self._reports) + len(self._learners) >= _LEARNERS
                 or self._asked >= _LEARNERS + _LEARN_RETRIES):
             return -1
         self._asked += 1
         r, w = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(r, False)
-        self._learner = r
+        self._learners[r] = b""
         return w
 
     def poll(self):
-        """Take the learner's report if it is complete (it closed its end)."""
-        if self._learner is None:
-            return
-        try:
-            while chunk := os.read(self._learner, 65536):
-                self._got += chunk
-                if len(self._got) > _HINT_MAX_BYTES:
-                    break
-        except BlockingIOError:
-            return  # still learning
-        os.close(self._learner)
-        self._learner, got, self._got = None, self._got, b""
-        if not got or len(got) > _HINT_MAX_BYTES or len(got) % 16:
-            return  # it died before its hello, or spoke nonsense: ask another
-        self._reports.append(_pages_in_maps(got))
-        common = set.intersection(*self._reports)
-        self.runs, self.pages = _runs(common), len(common)
+        """Take the reports of learners that are done (they closed their end)."""
+        for r in list(self._learners):
+            got = self._learners[r]
+            try:
+                while chunk := os.read(r, 65536):
+                    got += chunk
+                    if len(got) > _HINT_MAX_BYTES:
+                        break
+            except BlockingIOError:
+                self._learners[r] = got
+                continue  # still learning
+            os.close(r)
+            del self._learners[r]
+            if not got or len(got) > _HINT_MAX_BYTES or len(got) % 16:
+                continue  # it died before its hello, or spoke nonsense: ask another
+            self._reports.append(_pages_in_maps(got))
+            common = set.intersection(*self._reports)
+            self.runs, self.pages = _runs(common), len(common)
 
 
 def _pages_in_maps(runs):
@@ -324,8 +337,17 @@ def main(ctl, cfg, fds):
             ready["merge_pages"] = f"not available here: {e}"
     _send(ctl, ready)
     hint = _PageHint()
+    prepared = None  # (HOME, IPYTHONDIR) of the last request served here
     while True:
-        msg, fds, _flags, _addr = socket.recv_fds(ctl, MAX_MESSAGE, MAX_FDS)
+        if prepared and hint.settled():
+            # The loop in C (see zygote.c's serve): back here only for what it does not serve.
+            kind, msg, fds = _kennel_zygote.serve(ctl.fileno(), lifeline, init_fd,
+                                                  cfg["kernel_dir"], hint.runs, hint.pages,
+                                                  *prepared)
+            if kind == "kernel":
+                _become_kernel(ctl, cfg, json.loads(msg), stale, -1)  # never returns
+        else:
+            msg, fds, _flags, _addr = socket.recv_fds(ctl, MAX_MESSAGE, MAX_FDS)
         if not msg:
             return  # kenneld closed the socket
         req = None
@@ -334,7 +356,10 @@ def main(ctl, cfg, fds):
             if req.get("op") != "spawn":
                 raise ValueError(f"unknown op {req.get('op')!r}")
             pid = _spawn(ctl, cfg, lifeline, init_fd, stale, hint, req, fds)
-            reply = {"op": "spawned", "pid": pid, "hint_pages": hint.pages}
+            reply = {"op": "spawned", "pid": pid, "hint_pages": hint.pages, "loop": "python"}
+            env = req["env"]
+            if isinstance(env.get("HOME"), str) and isinstance(env.get("IPYTHONDIR"), str):
+                prepared = (env["HOME"], env["IPYTHONDIR"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             reply = {"op": "error", "error": str(e)[:300]}
         reply["ticket"] = req.get("ticket") if isinstance(req, dict) else None

@@ -20,11 +20,15 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <jansson.h>
+#include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -168,71 +172,277 @@ static void s_session_init(const sandbox_cfg_t *cfg, int lifeline, int pipe_fd, 
     _exit(reaper_run(kernel));
 }
 
+/*  One spawn request, as numbers and fds. */
+typedef struct {
+    int pipe_fd, workspace_fd, init_fd, lifeline;
+    const char *kernel_dir;
+    int cgroup_fds[MAX_CGROUPS + 1]; /* ends in -1 */
+    unsigned int uid, gid;
+    unsigned long long tmp, as_bytes, fsize;
+    unsigned long nproc, nofile;
+} spawn_req_t;
+
+/*  Clone one session for r. In the zygote: its pid, or -1 with *err and *step. In the new
+ *  session's kernel: 0, with Python's after-fork work done. */
+static pid_t s_clone_session(const spawn_req_t *r, int learn_fd, const char *hint,
+                             size_t hint_runs, int *err, const char **step)
+{
+    sandbox_cfg_t cfg = {
+        .workspace = NULL, .workspace_fd = r->workspace_fd, .kernel_dir = r->kernel_dir,
+        .host_uid = (uid_t)r->uid, .host_gid = (gid_t)r->gid, .tmp_bytes = r->tmp,
+        .as_bytes = r->as_bytes, .fsize_bytes = r->fsize, .nproc = r->nproc,
+        .nofile = r->nofile,
+    };
+    sandbox_clone_opts_t opts = {.as_sibling = 1, .lifeline = r->lifeline,
+                                 .cgroup_fds = r->cgroup_fds};
+    int life = -1;
+    pid_t zygote = getpid();
+    PyOS_BeforeFork();
+    pid_t pid = sandbox_clone(&cfg, &opts, &life, step);
+    *err = errno;
+    if (getpid() == zygote) {
+        PyOS_AfterFork_Parent();
+        return pid;
+    }
+    /* The session's init: pid < 0 means a setup step failed, which it reports. */
+    s_session_init(&cfg, life, r->pipe_fd, r->init_fd, learn_fd, hint, hint_runs,
+                   pid < 0 ? *step : NULL, *err);
+    PyOS_AfterFork_Child();
+    return 0;
+}
+
 static PyObject *s_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
     static char *kwlist[] = {"pipe_fd", "workspace_fd", "init_fd", "kernel_dir", "lifeline",
                              "cgroup_fds", "uid", "gid", "tmp", "as_bytes", "fsize", "nproc",
                              "nofile", "learn_fd", "hint", NULL};
-    int pipe_fd, workspace_fd, init_fd, lifeline, learn_fd = -1;
+    spawn_req_t r;
+    int learn_fd = -1;
     const char *hint = NULL;
     Py_ssize_t hint_len = 0;
-    const char *kernel_dir;
     PyObject *cgroups;
-    unsigned int uid, gid;
-    unsigned long long tmp, as_bytes, fsize;
-    unsigned long nproc, nofile;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiisiO!IIKKKkk|iy#", kwlist, &pipe_fd,
-                                     &workspace_fd, &init_fd, &kernel_dir, &lifeline, &PyList_Type,
-                                     &cgroups, &uid, &gid, &tmp, &as_bytes, &fsize, &nproc,
-                                     &nofile, &learn_fd, &hint, &hint_len))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiisiO!IIKKKkk|iy#", kwlist, &r.pipe_fd,
+                                     &r.workspace_fd, &r.init_fd, &r.kernel_dir, &r.lifeline,
+                                     &PyList_Type, &cgroups, &r.uid, &r.gid, &r.tmp, &r.as_bytes,
+                                     &r.fsize, &r.nproc, &r.nofile, &learn_fd, &hint, &hint_len))
         return NULL;
     if (hint_len % (Py_ssize_t)(2 * sizeof(uint64_t)) ||
         hint_len > (Py_ssize_t)(HINT_MAX_RUNS * 2 * sizeof(uint64_t)))
         return PyErr_Format(PyExc_ValueError, "a hint is at most %d runs of two 64-bit words",
                             HINT_MAX_RUNS);
-    size_t hint_runs = (size_t)hint_len / (2 * sizeof(uint64_t));
-    int cgroup_fds[MAX_CGROUPS + 1];
     Py_ssize_t n = PyList_Size(cgroups);
     if (n > MAX_CGROUPS)
         return PyErr_Format(PyExc_ValueError, "at most %d cgroups", MAX_CGROUPS);
     for (Py_ssize_t i = 0; i < n; i++) {
-        cgroup_fds[i] = (int)PyLong_AsLong(PyList_GET_ITEM(cgroups, i));
+        r.cgroup_fds[i] = (int)PyLong_AsLong(PyList_GET_ITEM(cgroups, i));
         if (PyErr_Occurred())
             return NULL;
     }
-    cgroup_fds[n] = -1;
-    if (uid == 0 || gid == 0)
+    r.cgroup_fds[n] = -1;
+    if (r.uid == 0 || r.gid == 0)
         return PyErr_Format(PyExc_ValueError, "a kernel never runs as host root");
-    sandbox_cfg_t cfg = {
-        .workspace = NULL, .workspace_fd = workspace_fd, .kernel_dir = kernel_dir,
-        .host_uid = (uid_t)uid, .host_gid = (gid_t)gid, .tmp_bytes = tmp, .as_bytes = as_bytes,
-        .fsize_bytes = fsize, .nproc = nproc, .nofile = nofile,
-    };
-    sandbox_clone_opts_t opts = {.as_sibling = 1, .lifeline = lifeline, .cgroup_fds = cgroup_fds};
+    int err = 0;
     const char *step = NULL;
-    int life = -1;
-    pid_t zygote = getpid();
-    PyOS_BeforeFork();
-    pid_t pid = sandbox_clone(&cfg, &opts, &life, &step);
-    int saved = errno;
-    if (getpid() == zygote) {
-        PyOS_AfterFork_Parent();
-        if (pid < 0) {
-            PyObject *exc = Py_BuildValue("(is)", saved, step);
-            if (exc) {
-                PyErr_SetObject(PyExc_OSError, exc);
-                Py_DECREF(exc);
-            }
-            return NULL;
+    pid_t pid = s_clone_session(&r, learn_fd, hint, (size_t)hint_len / (2 * sizeof(uint64_t)),
+                                &err, &step);
+    if (pid < 0) {
+        PyObject *exc = Py_BuildValue("(is)", err, step);
+        if (exc) {
+            PyErr_SetObject(PyExc_OSError, exc);
+            Py_DECREF(exc);
         }
-        return PyLong_FromLong((long)pid);
+        return NULL;
     }
-    /* The session's init: pid < 0 means a setup step failed, which it reports. */
-    s_session_init(&cfg, life, pipe_fd, init_fd, learn_fd, hint, hint_runs, pid < 0 ? step : NULL,
-                   saved);
-    PyOS_AfterFork_Child();
-    return PyLong_FromLong(0);
+    return PyLong_FromLong((long)pid);
+}
+
+/*  serve()'s part: the numbers of a spawn request the C loop can serve itself (op "spawn",
+ *  the environment's paths the ones the zygote prepared, every number a JSON integer in
+ *  range, uid and gid not root); 0 if so, -1 to hand the request to Python. */
+static int s_parse_spawn(json_t *req, const char *home, const char *ipython_dir, spawn_req_t *r)
+{
+    const char *op = json_string_value(json_object_get(req, "op"));
+    json_t *env = json_object_get(req, "env");
+    const char *h = json_string_value(json_object_get(env, "HOME"));
+    const char *d = json_string_value(json_object_get(env, "IPYTHONDIR"));
+    if (!op || strcmp(op, "spawn") != 0 || !h || !d || strcmp(h, home) != 0 ||
+        strcmp(d, ipython_dir) != 0)
+        return -1;
+    static const char *const names[] = {"uid", "gid", "tmp", "as", "fsize", "nproc", "nofile"};
+    json_int_t v[7];
+    for (size_t i = 0; i < 7; i++) {
+        json_t *j = json_object_get(req, names[i]);
+        if (!json_is_integer(j) || json_integer_value(j) < 0)
+            return -1;
+        v[i] = json_integer_value(j);
+    }
+    if (v[0] == 0 || v[0] > (json_int_t)UINT32_MAX || v[1] == 0 || v[1] > (json_int_t)UINT32_MAX)
+        return -1;
+    r->uid = (unsigned int)v[0];
+    r->gid = (unsigned int)v[1];
+    r->tmp = (unsigned long long)v[2];
+    r->as_bytes = (unsigned long long)v[3];
+    r->fsize = (unsigned long long)v[4];
+    r->nproc = (unsigned long)v[5];
+    r->nofile = (unsigned long)v[6];
+    return 0;
+}
+
+/*  jansson's allocations while serve() runs: a bump arena reset for each request, so that
+ *  parsing a request and writing its reply touch the same two or three pages every round
+ *  rather than free chunks scattered over the zygote's heap (each a copy-on-write fault:
+ *  ~3 ms a round with malloc). What does not fit goes to malloc. */
+static _Alignas(max_align_t) char s_arena[32768];
+static size_t s_arena_used;
+
+static void *s_arena_malloc(size_t size)
+{
+    size = (size + 15) & ~(size_t)15;
+    if (size <= sizeof s_arena - s_arena_used) {
+        void *p = s_arena + s_arena_used;
+        s_arena_used += size;
+        return p;
+    }
+    return malloc(size);
+}
+
+static void s_arena_free(void *p)
+{
+    if (p && ((char *)p < s_arena || (char *)p >= s_arena + sizeof s_arena))
+        free(p);
+}
+
+/*  The reply to a spawn request, sent on ctl. */
+static int s_reply(int ctl, json_t *ticket, pid_t pid, long hint_pages, int err, const char *step)
+{
+    char what[300];
+    json_t *reply;
+    if (pid > 0) {
+        reply = json_pack("{s:s, s:I, s:I, s:s}", "op", "spawned", "pid", (json_int_t)pid,
+                          "hint_pages", (json_int_t)hint_pages, "loop", "c");
+    } else {
+        snprintf(what, sizeof what, "[Errno %d] %s", err, step ? step : "spawn");
+        reply = json_pack("{s:s, s:s}", "op", "error", "error", what);
+    }
+    if (!reply)
+        return -1;
+    json_object_set(reply, "ticket", ticket ? ticket : json_null());
+    char *text = json_dumps(reply, JSON_COMPACT);
+    json_decref(reply);
+    if (!text)
+        return -1;
+    ssize_t sent;
+    do
+        sent = send(ctl, text, strlen(text), 0);
+    while (sent < 0 && errno == EINTR);
+    s_arena_free(text);
+    return sent < 0 ? -1 : 0;
+}
+
+#define SERVE_MAX_MESSAGE 65536 /* kennel_zygote.MAX_MESSAGE */
+#define SERVE_MAX_FDS 16        /* kennel_zygote.MAX_FDS */
+
+/*  serve(ctl, lifeline, init_fd, kernel_dir, hint, hint_pages, home, ipython_dir): the
+ *  zygote's loop once the page hint is settled and the kernel paths prepared. Each round
+ *  writes to a page of the zygote, and each such page was shared again with the last session
+ *  cloned: a copy-on-write fault apiece, ~65 us here. Python's loop wrote to ~240 of them a
+ *  round (every object it touched, its code objects' counters); this one to a few. Returns
+ *    ("eof", None, None)    kenneld closed the socket;
+ *    ("python", msg, fds)   a request it does not serve itself (any other op, paths that
+ *                           changed, a number out of range, too few fds): Python's loop does;
+ *    ("kernel", msg, None)  in a new session's kernel, with the request that made it. */
+static PyObject *s_serve_loop(PyObject *args)
+{
+    spawn_req_t r;
+    int ctl;
+    const char *hint, *home, *ipython_dir;
+    Py_ssize_t hint_len;
+    long hint_pages;
+    if (!PyArg_ParseTuple(args, "iiisy#lss", &ctl, &r.lifeline, &r.init_fd, &r.kernel_dir, &hint,
+                          &hint_len, &hint_pages, &home, &ipython_dir))
+        return NULL;
+    if (hint_len % (Py_ssize_t)(2 * sizeof(uint64_t)) ||
+        hint_len > (Py_ssize_t)(HINT_MAX_RUNS * 2 * sizeof(uint64_t)))
+        return PyErr_Format(PyExc_ValueError, "a hint is at most %d runs of two 64-bit words",
+                            HINT_MAX_RUNS);
+    static char buf[SERVE_MAX_MESSAGE];
+    union {
+        char space[CMSG_SPACE(SERVE_MAX_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    for (;;) {
+        s_arena_used = 0;
+        struct iovec iov = {buf, sizeof buf};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.space,
+                            .msg_controllen = sizeof control.space};
+        ssize_t n = recvmsg(ctl, &mh, 0);
+        if (n < 0 && errno == EINTR) {
+            if (PyErr_CheckSignals() < 0)
+                return NULL;
+            continue;
+        }
+        if (n < 0)
+            return PyErr_SetFromErrno(PyExc_OSError);
+        int fds[SERVE_MAX_FDS];
+        size_t nfds = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k && nfds < SERVE_MAX_FDS; i++)
+                memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        }
+        if (n == 0) {
+            for (size_t i = 0; i < nfds; i++)
+                close(fds[i]);
+            return Py_BuildValue("(sOO)", "eof", Py_None, Py_None);
+        }
+        json_t *req = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? NULL
+                                                                : json_loadb(buf, (size_t)n, 0, NULL);
+        int ours = req && nfds >= 2 && nfds - 2 <= MAX_CGROUPS &&
+                   s_parse_spawn(req, home, ipython_dir, &r) == 0;
+        if (!ours) {
+            json_decref(req);
+            PyObject *list = PyList_New((Py_ssize_t)nfds);
+            for (size_t i = 0; list && i < nfds; i++)
+                PyList_SET_ITEM(list, (Py_ssize_t)i, PyLong_FromLong(fds[i]));
+            if (!list)
+                return NULL;
+            return Py_BuildValue("(sy#N)", "python", buf, (Py_ssize_t)n, list);
+        }
+        r.pipe_fd = fds[0];
+        r.workspace_fd = fds[1];
+        for (size_t i = 2; i < nfds; i++)
+            r.cgroup_fds[i - 2] = fds[i];
+        r.cgroup_fds[nfds - 2] = -1;
+        int err = 0;
+        const char *step = NULL;
+        pid_t pid = s_clone_session(&r, -1, hint, (size_t)hint_len / (2 * sizeof(uint64_t)),
+                                    &err, &step);
+        if (pid == 0) {
+            json_decref(req);
+            return Py_BuildValue("(sy#O)", "kernel", buf, (Py_ssize_t)n, Py_None);
+        }
+        for (size_t i = 0; i < nfds; i++)
+            close(fds[i]);
+        int sent = s_reply(ctl, json_object_get(req, "ticket"), pid, hint_pages, err, step);
+        json_decref(req);
+        if (sent < 0)
+            return PyErr_SetFromErrno(PyExc_OSError);
+    }
+}
+
+static PyObject *s_serve(PyObject *self, PyObject *args)
+{
+    (void)self;
+    json_malloc_t was_malloc;
+    json_free_t was_free;
+    json_get_alloc_funcs(&was_malloc, &was_free);
+    json_set_alloc_funcs(s_arena_malloc, s_arena_free);
+    PyObject *out = s_serve_loop(args);
+    json_set_alloc_funcs(was_malloc, was_free); /* in the kernel too */
+    return out;
 }
 
 /*  merge_pages(): every page of this process and of its forks, now and later, may be merged by
@@ -302,6 +512,9 @@ static PyMethodDef s_methods[] = {
      "populated() -> pages this kernel's hint asked for after its fork"},
     {"merge_pages", s_merge_pages, METH_NOARGS,
      "merge_pages(): offer this process's pages, and its forks', to KSM"},
+    {"serve", s_serve, METH_VARARGS,
+     "serve(ctl, lifeline, init_fd, kernel_dir, hint, hint_pages, home, ipython_dir) -> "
+     "(kind, msg, fds): the zygote's loop in C; see zygote.c"},
     {"spawn", (PyCFunction)(void (*)(void))s_spawn, METH_VARARGS | METH_KEYWORDS,
      "spawn(pipe_fd, workspace_fd, init_fd, kernel_dir, lifeline, cgroup_fds, uid, gid, tmp, as_bytes, "
      "fsize, nproc, nofile, learn_fd=-1, hint=b'') -> pid in the zygote, 0 in the new session's "
