@@ -104,7 +104,6 @@ def serve(pipe, gate, runtime_dirs, hello=False, before_hello=None):
     for d in runtime_dirs:
         while d in sys.path:
             sys.path.remove(d)
-    sys.path.insert(0, "")  # cells import modules from the working directory
     sys.argv = [""]  # as in Python's own REPL; the kernel's arguments are not the user's
     kernel = kennel_server.Kernel(pipe, gate)
     if hello:
@@ -112,6 +111,9 @@ def serve(pipe, gate, runtime_dirs, hello=False, before_hello=None):
         if before_hello:
             before_hello()
         _hello(pipe)
+    # Cells import modules from the working directory (the workspace); the kernel's own code
+    # above, its warm-up cell and the page report included, never does.
+    sys.path.insert(0, "")
     try:
         kernel.serve()
     except Exception:

@@ -46,6 +46,7 @@ how many there are, 0 until learned.
 
 import array
 import bisect
+import fcntl
 import gc
 import importlib
 import json
@@ -63,7 +64,9 @@ MAX_FDS = 16
 _MT19937_WORDS = 624  # the state of numpy's legacy generator, in 32-bit words
 _LEARNERS = 2  # kernels whose reports make the page hint
 _LEARN_RETRIES = 2  # learners that may die before their hello before the zygote gives up
-_HINT_MAX_BYTES = 3072 * 16  # HINT_MAX_RUNS runs of two 64-bit words (zygote.c)
+_HINT_MAX_RUNS = 3072  # zygote.c's HINT_MAX_RUNS
+_HINT_MAX_PAGES = 4096  # zygote.c's HINT_MAX_PAGES
+_HINT_MAX_BYTES = _HINT_MAX_RUNS * 16  # runs of two 64-bit words
 _PAGE = 4096
 
 
@@ -96,6 +99,10 @@ class _PageHint:
             return -1
         self._asked += 1
         r, w = os.pipe2(os.O_CLOEXEC)
+        if w <= 4:  # the session's init puts its pipe on 3 and kennel-init on 4
+            moved = fcntl.fcntl(w, fcntl.F_DUPFD_CLOEXEC, 5)
+            os.close(w)
+            w = moved
         os.set_blocking(r, False)
         self._learners[r] = b""
         return w
@@ -114,24 +121,39 @@ class _PageHint:
                 continue  # still learning
             os.close(r)
             del self._learners[r]
-            if not got or len(got) > _HINT_MAX_BYTES or len(got) % 16:
+            spans = _writable_spans()
+            pages = (_pages_in_maps(got, spans)
+                     if got and len(got) <= _HINT_MAX_BYTES and len(got) % 16 == 0 else None)
+            if pages is None:
                 continue  # it died before its hello, or spoke nonsense: ask another
-            self._reports.append(_pages_in_maps(got))
-            common = set.intersection(*self._reports)
-            self.runs, self.pages = _runs(common), len(common)
+            self._reports.append(pages)
+            self.runs = _runs(set.intersection(*self._reports), spans)
+            words = array.array("Q", self.runs)
+            self.pages = sum(words[1::2]) // _PAGE
 
 
-def _pages_in_maps(runs):
-    """The pages of runs inside this process's mappings: what a kernel forked from here has at
-    its fork (the learner's own later mappings, thread stacks say, are not there yet)."""
+def _writable_spans():
+    """This process's private writable mappings, sorted: what a kernel forked from here has
+    at its fork that MADV_POPULATE_WRITE can ask for."""
     spans = []
     with open("/proc/self/maps") as f:
         for line in f:
-            lo, hi = line.split(None, 1)[0].split("-")
-            spans.append((int(lo, 16), int(hi, 16)))
+            where, perms = line.split(None, 2)[:2]
+            if perms.startswith("rw") and perms[3] == "p":
+                lo, hi = where.split("-")
+                spans.append((int(lo, 16), int(hi, 16)))
     spans.sort()
+    return spans
+
+
+def _pages_in_maps(runs, spans):
+    """The pages of a learner's report inside spans (the learner's own later mappings,
+    thread stacks say, are not there), or None if the report is not one report_pages writes:
+    page-aligned runs, at most _HINT_MAX_PAGES pages in all."""
     starts = [lo for lo, _ in spans]
     words = array.array("Q", runs)
+    if any(w % _PAGE for w in words) or sum(words[1::2]) > _HINT_MAX_PAGES * _PAGE:
+        return None
     pages = set()
     for addr, size in zip(words[0::2], words[1::2]):
         for page in range(addr, addr + size, _PAGE):
@@ -141,14 +163,23 @@ def _pages_in_maps(runs):
     return pages
 
 
-def _runs(pages):
-    """Page addresses as runs of (address, bytes), the way spawn() takes a hint."""
+def _runs(pages, spans):
+    """Page addresses as runs of (address, bytes), the way spawn() takes a hint: a run never
+    crosses from one mapping into the next (MADV_POPULATE_WRITE would stop at the border),
+    and there are at most _HINT_MAX_RUNS runs of _HINT_MAX_PAGES pages in all."""
+    starts = {lo for lo, _ in spans}
     out = array.array("Q")
+    taken = 0
     for page in sorted(pages):
-        if out and out[-2] + out[-1] == page:
+        if taken == _HINT_MAX_PAGES:
+            break
+        if out and out[-2] + out[-1] == page and page not in starts:
             out[-1] += _PAGE
-        else:
+        elif len(out) // 2 < _HINT_MAX_RUNS:
             out.extend((page, _PAGE))
+        else:
+            break
+        taken += 1
     return out.tobytes()
 
 
@@ -218,9 +249,12 @@ def _report_pages(learn_fd):
 
 def _become_kernel(ctl, cfg, req, stale, learn_fd):
     """In the new kernel: serve the session, then exit. Never returns to the zygote's loop,
-    whatever happens (an exception here must not reach main's handlers)."""
+    whatever happens (an exception here must not reach main's handlers). req: the request,
+    or its JSON text (from the C loop)."""
     code = 1
     try:
+        if isinstance(req, bytes):
+            req = json.loads(req)
         ctl.detach()  # sandbox_seal closed its fd: the object must not close a reused number
         null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         for fd in stale:
@@ -337,7 +371,7 @@ def main(ctl, cfg, fds):
             ready["merge_pages"] = f"not available here: {e}"
     _send(ctl, ready)
     hint = _PageHint()
-    prepared = None  # (HOME, IPYTHONDIR) of the last request served here
+    prepared = None  # (HOME, IPYTHONDIR) the shell is prepared for
     while True:
         if prepared and hint.settled():
             # The loop in C (see zygote.c's serve): back here only for what it does not serve.
@@ -345,7 +379,7 @@ def main(ctl, cfg, fds):
                                                   cfg["kernel_dir"], hint.runs, hint.pages,
                                                   *prepared)
             if kind == "kernel":
-                _become_kernel(ctl, cfg, json.loads(msg), stale, -1)  # never returns
+                _become_kernel(ctl, cfg, msg, stale, -1)  # never returns
         else:
             msg, fds, _flags, _addr = socket.recv_fds(ctl, MAX_MESSAGE, MAX_FDS)
         if not msg:
@@ -357,11 +391,12 @@ def main(ctl, cfg, fds):
                 raise ValueError(f"unknown op {req.get('op')!r}")
             pid = _spawn(ctl, cfg, lifeline, init_fd, stale, hint, req, fds)
             reply = {"op": "spawned", "pid": pid, "hint_pages": hint.pages, "loop": "python"}
-            env = req["env"]
-            if isinstance(env.get("HOME"), str) and isinstance(env.get("IPYTHONDIR"), str):
-                prepared = (env["HOME"], env["IPYTHONDIR"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             reply = {"op": "error", "error": str(e)[:300]}
+        # The C loop serves requests for the paths the shell holds prepared now (whether or
+        # not this request's spawn went through), and hands back any other.
+        paths = (shell._prepared or (None, None))[:2]
+        prepared = paths if all(isinstance(p, str) and "\0" not in p for p in paths) else None
         reply["ticket"] = req.get("ticket") if isinstance(req, dict) else None
         for fd in fds:
             os.close(fd)

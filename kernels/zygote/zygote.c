@@ -73,9 +73,10 @@ static void s_populate(const char *hint, size_t n)
 }
 
 /*  The pages this process holds alone (present and exclusively mapped, from /proc/self/pagemap)
- *  as runs of (address, bytes), at most HINT_MAX_RUNS of them and HINT_MAX_PAGES pages in
- *  all, into runs (2 words a run). The vDSO and its kin are left out. Returns the number of
- *  runs, or -1 with errno. */
+ *  in its private writable mappings — the only pages MADV_POPULATE_WRITE can ask for — as
+ *  runs of (address, bytes) that never cross from one mapping into the next, at most
+ *  HINT_MAX_RUNS of them and HINT_MAX_PAGES pages in all, into runs (2 words a run). Returns
+ *  the number of runs, or -1 with errno. */
 static long s_private_runs(uint64_t *runs)
 {
     FILE *maps = fopen("/proc/self/maps", "re");
@@ -90,15 +91,16 @@ static long s_private_runs(uint64_t *runs)
     }
     long n = 0;
     size_t pages = 0;
-    char line[512];
+    char *line = NULL;
+    size_t cap = 0;
     uint64_t entries[512];
-    while (fgets(line, sizeof line, maps) && pages < HINT_MAX_PAGES) {
+    while (getline(&line, &cap, maps) > 0 && pages < HINT_MAX_PAGES && n < HINT_MAX_RUNS) {
         uint64_t lo, hi;
-        char name[16] = "";
-        if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %*s %*s %*s %*s %15s", &lo, &hi, name) < 2)
-            continue;
-        if (strncmp(name, "[v", 2) == 0) /* [vdso], [vvar], [vsyscall] */
-            continue;
+        char perms[8] = "";
+        if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %7s", &lo, &hi, perms) < 3 ||
+            perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p')
+            continue; /* populating for writing needs a private writable mapping */
+        int fresh = 1; /* a run never continues from the previous mapping */
         for (uint64_t at = lo; at < hi && pages < HINT_MAX_PAGES;) {
             size_t want = (size_t)((hi - at) / PAGE);
             if (want > sizeof entries / sizeof entries[0])
@@ -107,21 +109,27 @@ static long s_private_runs(uint64_t *runs)
             if (got <= 0)
                 break;
             for (size_t i = 0; i < (size_t)got / 8 && pages < HINT_MAX_PAGES; i++, at += PAGE) {
-                if (!(entries[i] >> 63 & 1) || !(entries[i] >> 56 & 1))
+                if (!(entries[i] >> 63 & 1) || !(entries[i] >> 56 & 1)) {
+                    fresh = 1;
                     continue; /* not present, or shared */
-                if (n > 0 && runs[2 * n - 2] + runs[2 * n - 1] == at) {
+                }
+                if (!fresh) {
                     runs[2 * n - 1] += PAGE;
                 } else if (n < HINT_MAX_RUNS) {
                     runs[2 * n] = at;
                     runs[2 * n + 1] = PAGE;
                     n++;
+                    fresh = 0;
                 } else {
-                    continue;
+                    break; /* as many runs as a hint holds */
                 }
                 pages++;
             }
+            if (n >= HINT_MAX_RUNS && fresh)
+                break;
         }
     }
+    free(line);
     fclose(maps);
     close(pagemap);
     return n;
@@ -132,12 +140,13 @@ static void s_session_init(const sandbox_cfg_t *cfg, int lifeline, int pipe_fd, 
                            int learn_fd, const char *hint, size_t hint_runs,
                            const char *failed, int failed_errno)
 {
-    /* The pipe goes onto fd 3 and kennel-init onto fd 4: move the lifeline and the learning
-     * kernel's pipe above both. */
+    /* The pipe goes onto fd 3 and kennel-init onto fd 4: move the lifeline above both. The
+     * learning kernel's pipe is above them already (kennel_zygote.py makes it so): the
+     * kernel's Python writes to it by its number. */
     if (lifeline <= INIT_FD)
         lifeline = fcntl(lifeline, F_DUPFD_CLOEXEC, INIT_FD + 1);
     if (learn_fd >= 0 && learn_fd <= INIT_FD)
-        learn_fd = fcntl(learn_fd, F_DUPFD_CLOEXEC, INIT_FD + 1);
+        failed = "the learner's fd is below 5", failed_errno = EBADF;
     /* The pipe first, so that kenneld hears of any failure. */
     if (pipe_fd != REAPER_PIPE_FD && dup2(pipe_fd, REAPER_PIPE_FD) < 0)
         _exit(126);
@@ -405,10 +414,18 @@ static PyObject *s_serve_loop(PyObject *args)
         if (!ours) {
             json_decref(req);
             PyObject *list = PyList_New((Py_ssize_t)nfds);
-            for (size_t i = 0; list && i < nfds; i++)
-                PyList_SET_ITEM(list, (Py_ssize_t)i, PyLong_FromLong(fds[i]));
-            if (!list)
+            for (size_t i = 0; list && i < nfds; i++) {
+                PyObject *fd = PyLong_FromLong(fds[i]);
+                if (!fd)
+                    Py_CLEAR(list);
+                else
+                    PyList_SET_ITEM(list, (Py_ssize_t)i, fd);
+            }
+            if (!list) {
+                for (size_t i = 0; i < nfds; i++)
+                    close(fds[i]);
                 return NULL;
+            }
             return Py_BuildValue("(sy#N)", "python", buf, (Py_ssize_t)n, list);
         }
         r.pipe_fd = fds[0];
@@ -467,8 +484,11 @@ static PyObject *s_report_pages(PyObject *self, PyObject *arg)
     int fd = (int)PyLong_AsLong(arg);
     if (fd < 0 && PyErr_Occurred())
         return NULL;
-    static uint64_t runs[HINT_MAX_RUNS * 2];
-    long n = s_private_runs(runs);
+    /* Mapped here and unmapped after, so that the report does not count its own pages
+     * (the zygote, which has no such mapping, would clip them anyway). */
+    size_t size = HINT_MAX_RUNS * 2 * sizeof(uint64_t);
+    uint64_t *runs = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    long n = runs == MAP_FAILED ? -1 : s_private_runs(runs);
     int e = errno;
     size_t pages = 0;
     if (n > 0) {
@@ -479,16 +499,18 @@ static PyObject *s_report_pages(PyObject *self, PyObject *arg)
             if (w < 0 && errno == EINTR)
                 continue;
             if (w <= 0) {
+                e = w < 0 ? errno : EIO;
                 n = -1;
-                e = errno;
                 break;
             }
             at += w;
             left -= (size_t)w;
         }
-        for (long i = 0; n > 0 && i < n; i++)
+        for (long i = 0; i < n; i++)
             pages += (size_t)(runs[2 * i + 1] / PAGE);
     }
+    if (runs != MAP_FAILED)
+        munmap(runs, size);
     close(fd);
     if (n < 0) {
         errno = e;

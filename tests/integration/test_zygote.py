@@ -248,7 +248,7 @@ def test_the_page_hint_is_learned_from_two_kernels_and_asked_for_by_the_next(sta
 _REPORT_CELL = """
 import _kennel_zygote, array, mmap, os
 def report(step):
-    region = mmap.mmap(-1, 32 << 20)  # untouched: no page of it is present yet
+    region = mmap.mmap(-1, 32 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # untouched
     for at in range(0, len(region), step):
         region[at] = 1  # every page written, or every other one
     r, w = os.pipe()
