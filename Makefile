@@ -84,7 +84,8 @@ integration: all
 	$(PY) -m pytest -q -p no:cacheprovider tests/integration tests/hostile
 
 # The integration suite runs under both spawners: the zygote (the default) and exec
-# (test_zygote.py names its spawner itself, so it runs once). Two pytest runs side by side,
+# (test_zygote.py names its spawner itself and test_zygote_loop.py drives a zygote without
+# kenneld, so they run once). Two pytest runs side by side,
 # each about one core: the integration and hostile suites; and the kernel suite, then the
 # integration suite with KENNEL_SPAWNER=exec (mostly kernels' cold starts), into
 # build/check-side.log, shown when both are done. check fails if either failed.
@@ -92,7 +93,8 @@ PYTEST    := $(PY) -m pytest -q -p no:cacheprovider
 check: all unit memcheck
 	@echo "== pytest: integration, hostile (beside it: kernel, integration with KENNEL_SPAWNER=exec)"
 	@{ $(PYTEST) tests/kernel; k=$$?; \
-	   KENNEL_SPAWNER=exec $(PYTEST) tests/integration --ignore=tests/integration/test_zygote.py; \
+	   KENNEL_SPAWNER=exec $(PYTEST) tests/integration --ignore=tests/integration/test_zygote.py \
+	     --ignore=tests/integration/test_zygote_loop.py; \
 	   e=$$?; [ $$k = 0 ] && [ $$e = 0 ]; } > $(BUILD)/check-side.log 2>&1 & side=$$!; \
 	$(PYTEST) tests/integration tests/hostile; first=$$?; \
 	wait $$side; second=$$?; \
