@@ -1,4 +1,5 @@
-/*  _kennel_zygote: the zygote's C part, a CPython extension: spawn() and merge_pages().
+/*  _kennel_zygote: the zygote's C part, a CPython extension: spawn(), serve() (the zygote's
+ *  request loop, spawning), report_pages() and populated() (the page hint), merge_pages().
  *
  *  spawn() turns the warm zygote into one sandboxed session, in three processes' worth of
  *  steps:
@@ -23,14 +24,15 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <jansson.h>
-#include <stdlib.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "reaper.h"
 #include "sandbox.h"
@@ -48,17 +50,30 @@
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
-/*  The page hint. A page fault costs ~20 us on this VM kind (notes in README, "Spawning"),
- *  and a forked kernel takes ~1450 of them by its hello, nearly the same pages in every
- *  kernel: the zygote's pages its reference counts write to. One kernel reports them
- *  (report_pages, before its hello: no user code has run), as runs of (address, bytes); each
- *  later kernel asks for all of them at once right after its fork (MADV_POPULATE_WRITE,
- *  ~6 us a page). A page in the hint that a kernel would not have written costs it 4 KiB. */
+/*  The page hint. A copy-on-write fault costs ~25 us on this VM kind (README, "The page
+ *  hint"), and a forked kernel takes ~1450 of them by its hello, nearly the same pages in
+ *  every kernel: the zygote's pages its reference counts write to. Two kernels report theirs
+ *  (report_pages, before their hello), as runs of (address, bytes); the zygote keeps what
+ *  both wrote (kennel_zygote.py), and each later kernel asks for all of it at once right
+ *  after its fork (MADV_POPULATE_WRITE, ~6 us a page). A page in the hint that a kernel
+ *  would not have written costs it 4 KiB. */
 #define HINT_MAX_RUNS 3072  /* 48 KiB of runs: one write into an empty pipe */
 #define HINT_MAX_PAGES 4096 /* 16 MiB: a kernel copies ~6 MiB by its hello */
 #define PAGE 4096u
 
 static size_t s_populated; /* pages the hint asked for in this kernel */
+
+/*  How many runs a hint of len bytes holds, or -1 (with a ValueError) if it is no hint. */
+static Py_ssize_t s_hint_runs(Py_ssize_t len)
+{
+    Py_ssize_t run = (Py_ssize_t)(2 * sizeof(uint64_t));
+    if (len % run || len > HINT_MAX_RUNS * run) {
+        PyErr_Format(PyExc_ValueError, "a hint is at most %d runs of two 64-bit words",
+                     HINT_MAX_RUNS);
+        return -1;
+    }
+    return len / run;
+}
 
 /*  Ask for the hint's pages, now. A run outside this process's mappings fails, harmlessly.
  *  hint: n runs of (address, bytes), read where the zygote keeps them (read, not copied). */
@@ -236,10 +251,9 @@ static PyObject *s_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
                                      &PyList_Type, &cgroups, &r.uid, &r.gid, &r.tmp, &r.as_bytes,
                                      &r.fsize, &r.nproc, &r.nofile, &learn_fd, &hint, &hint_len))
         return NULL;
-    if (hint_len % (Py_ssize_t)(2 * sizeof(uint64_t)) ||
-        hint_len > (Py_ssize_t)(HINT_MAX_RUNS * 2 * sizeof(uint64_t)))
-        return PyErr_Format(PyExc_ValueError, "a hint is at most %d runs of two 64-bit words",
-                            HINT_MAX_RUNS);
+    Py_ssize_t hint_runs = s_hint_runs(hint_len);
+    if (hint_runs < 0)
+        return NULL;
     Py_ssize_t n = PyList_Size(cgroups);
     if (n > MAX_CGROUPS)
         return PyErr_Format(PyExc_ValueError, "at most %d cgroups", MAX_CGROUPS);
@@ -253,8 +267,7 @@ static PyObject *s_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
         return PyErr_Format(PyExc_ValueError, "a kernel never runs as host root");
     int err = 0;
     const char *step = NULL;
-    pid_t pid = s_clone_session(&r, learn_fd, hint, (size_t)hint_len / (2 * sizeof(uint64_t)),
-                                &err, &step);
+    pid_t pid = s_clone_session(&r, learn_fd, hint, (size_t)hint_runs, &err, &step);
     if (pid < 0) {
         PyObject *exc = Py_BuildValue("(is)", err, step);
         if (exc) {
@@ -371,10 +384,9 @@ static PyObject *s_serve_loop(PyObject *args)
     if (!PyArg_ParseTuple(args, "iiisy#lss", &ctl, &r.lifeline, &r.init_fd, &r.kernel_dir, &hint,
                           &hint_len, &hint_pages, &home, &ipython_dir))
         return NULL;
-    if (hint_len % (Py_ssize_t)(2 * sizeof(uint64_t)) ||
-        hint_len > (Py_ssize_t)(HINT_MAX_RUNS * 2 * sizeof(uint64_t)))
-        return PyErr_Format(PyExc_ValueError, "a hint is at most %d runs of two 64-bit words",
-                            HINT_MAX_RUNS);
+    Py_ssize_t hint_runs = s_hint_runs(hint_len);
+    if (hint_runs < 0)
+        return NULL;
     static char buf[SERVE_MAX_MESSAGE];
     union {
         char space[CMSG_SPACE(SERVE_MAX_FDS * sizeof(int))];
@@ -435,8 +447,7 @@ static PyObject *s_serve_loop(PyObject *args)
         r.cgroup_fds[nfds - 2] = -1;
         int err = 0;
         const char *step = NULL;
-        pid_t pid = s_clone_session(&r, -1, hint, (size_t)hint_len / (2 * sizeof(uint64_t)),
-                                    &err, &step);
+        pid_t pid = s_clone_session(&r, -1, hint, (size_t)hint_runs, &err, &step);
         if (pid == 0) {
             json_decref(req);
             return Py_BuildValue("(sy#O)", "kernel", buf, (Py_ssize_t)n, Py_None);
