@@ -36,12 +36,12 @@ hands any other request back to this module's loop. Each round of a loop writes 
 that the last fork shared again, ~65 us a page here; Python's loop wrote ~240 a round. L
 says which loop served ("c" or "python"), for tests and diagnostics.
 
-The page hint: a page fault costs ~20 us on this VM kind and a kernel takes ~1450 by its
-hello, nearly the same pages in every kernel (the zygote's, written by reference counts).
-Two kernels, the learners, each report their private pages before their hello through a pipe
-the zygote gave them (no user code has run in them then); every later kernel asks for the
-pages both reported at once, right after its fork (see kernels/zygote/zygote.c). hint_pages:
-how many there are, 0 until learned.
+The page hint: a copy-on-write fault costs ~25 us on this VM kind and a kernel takes ~1450
+by its hello, nearly the same pages in every kernel (the zygote's, written by reference
+counts). Two kernels, the learners, each report their private pages before their hello
+through a pipe the zygote gave them (no user code has run in them then); every later kernel
+asks for the pages both reported at once, right after its fork (see kernels/zygote/zygote.c).
+hint_pages: how many there are, 0 until learned.
 """
 
 import array
