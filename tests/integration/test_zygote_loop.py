@@ -74,9 +74,9 @@ class Zygote:
         finally:
             pipe.close()
             os.close(work)
+            mine.close()  # a session that got further would see kenneld gone, and end
         if answer.get("op") == "spawned":
             os.waitpid(answer["pid"], 0)  # its init failed at the sandbox, as it should here
-        mine.close()
         return answer
 
     def close(self):
