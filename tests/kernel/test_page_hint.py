@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "kernels" / "python"))
 import kennel_zygote as kz  # noqa: E402
 
@@ -47,67 +49,57 @@ def test_a_report_is_clipped_to_the_mappings_and_checked():
     assert kz._pages_in_maps(too_big, spans) is None
 
 
-def _close_all(hint):
-    for r in list(hint._learners):
+@pytest.fixture
+def hint(monkeypatch):
+    """A _PageHint of a zygote whose one writable mapping is 64 pages at BASE; the read ends
+    of learners still open are closed after the test."""
+    monkeypatch.setattr(kz, "_writable_spans", lambda: [(BASE, BASE + 64 * P)])
+    h = kz._PageHint()
+    yield h
+    for r in list(h._learners):
         os.close(r)
 
 
-def test_two_learners_at_once_and_the_hint_is_what_both_wrote(monkeypatch):
-    spans = [(BASE, BASE + 64 * P)]
-    monkeypatch.setattr(kz, "_writable_spans", lambda: spans)
-    hint = kz._PageHint()
-    try:
-        a, b = hint.learn_fd(), hint.learn_fd()
-        assert a > 4 and b > 4  # a session's init puts its own fds on 3 and 4
-        assert hint.learn_fd() == -1  # two learners at most, at once
-        assert not hint.settled()
-        os.write(a, report((BASE, 4 * P), (BASE + 10 * P, P)))
-        os.close(a)
-        hint.poll()
-        assert hint.pages == 5 and not hint.settled()  # b still learning
-        os.write(b, report((BASE + 2 * P, 4 * P), (BASE + 10 * P, P)))
-        hint.poll()
-        assert hint.pages == 5  # b has not closed its end: not done
-        os.close(b)
-        hint.poll()
-        assert hint.settled() and hint.learn_fd() == -1
-        assert runs_of(hint.runs) == [(BASE + 2 * P, 2 * P), (BASE + 10 * P, P)]
-        assert hint.pages == 3
-    finally:
-        _close_all(hint)
+def finish(hint, fd, data):
+    """A learner writes data on fd and ends; the zygote polls."""
+    os.write(fd, data)
+    os.close(fd)
+    hint.poll()
 
 
-def test_learners_that_die_or_lie_are_replaced_then_given_up(monkeypatch):
-    monkeypatch.setattr(kz, "_writable_spans", lambda: [(BASE, BASE + 64 * P)])
-    hint = kz._PageHint()
-    try:
-        for bad in (b"", b"x" * 15, report((BASE + 3, P))):  # died; not runs; unaligned
-            fd = hint.learn_fd()
-            assert fd > 4
-            os.write(fd, bad)
-            os.close(fd)
-            hint.poll()
-            assert hint.pages == 0
-        fd = hint.learn_fd()  # the fourth and last
-        os.write(fd, report((BASE, 2 * P)))
-        os.close(fd)
-        hint.poll()
-        assert hint.settled() and hint.learn_fd() == -1
-        assert hint.pages == 2  # one report is the hint when no second comes
-    finally:
-        _close_all(hint)
+def test_two_learners_at_once_and_the_hint_is_what_both_wrote(hint):
+    a, b = hint.learn_fd(), hint.learn_fd()
+    assert a > 4 and b > 4  # a session's init puts its own fds on 3 and 4
+    assert hint.learn_fd() == -1  # two learners at most, at once
+    assert not hint.settled()
+    finish(hint, a, report((BASE, 4 * P), (BASE + 10 * P, P)))
+    assert hint.pages == 5 and not hint.settled()  # b still learning
+    os.write(b, report((BASE + 2 * P, 4 * P), (BASE + 10 * P, P)))
+    hint.poll()
+    assert hint.pages == 5  # b has not closed its end: not done
+    os.close(b)
+    hint.poll()
+    assert hint.settled() and hint.learn_fd() == -1
+    assert runs_of(hint.runs) == [(BASE + 2 * P, 2 * P), (BASE + 10 * P, P)]
+    assert hint.pages == 3
 
 
-def test_a_report_longer_than_a_hint_is_refused(monkeypatch):
-    monkeypatch.setattr(kz, "_writable_spans", lambda: [(BASE, BASE + 64 * P)])
-    hint = kz._PageHint()
-    try:
+def test_learners_that_die_or_lie_are_replaced_then_given_up(hint):
+    for bad in (b"", b"x" * 15, report((BASE + 3, P))):  # died; not runs; unaligned
         fd = hint.learn_fd()
-        data = report(*[(BASE, P)] * (kz._HINT_MAX_BYTES // 16 + 1))
-        assert len(data) < 65536  # fits the pipe: one write
-        assert os.write(fd, data) == len(data)
-        hint.poll()  # refused once it is longer than a hint, before the learner is done
-        os.close(fd)
-        assert hint.pages == 0 and not hint._learners and not hint.settled()
-    finally:
-        _close_all(hint)
+        assert fd > 4
+        finish(hint, fd, bad)
+        assert hint.pages == 0
+    finish(hint, hint.learn_fd(), report((BASE, 2 * P)))  # the fourth and last
+    assert hint.settled() and hint.learn_fd() == -1
+    assert hint.pages == 2  # one report is the hint when no second comes
+
+
+def test_a_report_longer_than_a_hint_is_refused(hint):
+    fd = hint.learn_fd()
+    data = report(*[(BASE, P)] * (kz._HINT_MAX_BYTES // 16 + 1))
+    assert len(data) < 65536  # fits the pipe: one write
+    assert os.write(fd, data) == len(data)
+    hint.poll()  # refused once it is longer than a hint, before the learner is done
+    os.close(fd)
+    assert hint.pages == 0 and not hint._learners and not hint.settled()
