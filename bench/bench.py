@@ -18,7 +18,8 @@ Measurements
   3. warm `1+1` round trip (execute_reply and status idle both received), p50 and p99, with a
      lean client (raw pyzmq DEALER + SUB, one zmq.Poller, jupyter_client's Session signs);
      and its floor: a bare DEALER/ROUTER round trip (300 B) to an echo process, in the same
-     client. The client's own CPU time per trip is reported too.
+     client. The client's own CPU time per trip is reported too. Then the same round trip
+     with a ~200-line cell of plain Python (LONG_CELL), BENCH_TRIPS / 5 per kernel.
   4. idle session memory after a cell importing numpy, pandas, matplotlib.pyplot: kennel PSS and
      USS of the session (info_request: its whole process tree), ipykernel PSS and USS of the
      kernel process. Then BENCH_IDLE_N idle kennel sessions (the same cell run in each): the
@@ -95,6 +96,39 @@ MiB = 1 << 20
 ONE_PLUS_ONE = "1+1"
 PLOT_CELL = "import matplotlib.pyplot as plt; plt.plot([1,2,3]); plt.show()"
 IMPORT_CELL = "import numpy, pandas, matplotlib.pyplot"
+
+
+def _long_cell(parts=12):
+    """A cell as an agent writes one: ~180 lines of plain Python (functions, loops,
+    comprehensions, f-strings with conversions, '%' formatting, '!=') ending in an
+    expression; ~2 ms of its own work here."""
+    lines = ["import collections, math, statistics", "results = {}"]
+    for i in range(parts):
+        lines += [
+            f"def step_{i}(rows, scale={i + 1}):",
+            f"    \"\"\"Part {i} of the pipeline: filter, scale, summarise.\"\"\"",
+            "    kept = [r for r in rows if r['v'] != 0 and r['k'] % 3 != 1]",
+            "    total = 0.0",
+            "    for r in kept:",
+            "        total += math.sqrt(abs(r['v'])) * scale",
+            "    counts = collections.Counter(r['k'] % 5 for r in kept)",
+            "    label = 'part-%02d' % scale",
+            "    return {'label': label, 'n': len(kept), 'total': round(total, 3),",
+            "            'top': counts.most_common(2)}",
+            "",
+            f"rows_{i} = [{{'k': k, 'v': (k * {i + 7}) % 11 - 5}} for k in range(40)]",
+            f"out_{i} = step_{i}(rows_{i})",
+            f"if out_{i}['n'] != 0:",
+            f"    results[out_{i}['label']] = out_{i}",
+            "else:",
+            f"    print(f'empty part {{out_{i}!r}}')",
+        ]
+    lines += ["summary = statistics.mean(r['total'] for r in results.values())",
+              "len(results), round(summary, 3)"]
+    return "\n".join(lines)
+
+
+LONG_CELL = _long_cell()
 
 SECTIONS = ("starts", "png", "rtt", "fleet", "burst")
 
@@ -403,10 +437,11 @@ def prime(c, timeout=30):
     raise BenchError(f"iopub never delivered an idle status in {timeout} s")
 
 
-def round_trips(c, n, warmup=50):
-    """n warm `1+1` round trips on one primed client: (latencies ms, client CPU ms per trip)."""
+def round_trips(c, n, warmup=50, code=ONE_PLUS_ONE):
+    """n warm round trips of code (`1+1`) on one primed client: (latencies ms, client CPU ms
+    per trip)."""
     for _ in range(warmup):
-        c.send()
+        c.send(code)
         if not wait_done([c], EXEC_TIMEOUT):
             raise BenchError("warm-up round trip timed out")
     times = []
@@ -415,7 +450,7 @@ def round_trips(c, n, warmup=50):
     try:
         cpu0 = time.process_time()
         for _ in range(n):
-            c.send()
+            c.send(code)
             if not wait_done([c], EXEC_TIMEOUT):
                 raise BenchError("round trip timed out")
             times.append(ms_since(c.t0))
@@ -1039,6 +1074,12 @@ def bench_rtt(res):
             times, per = fake_kernel_trips(half)
             lat["fake_kernel"] += times
             cpu["fake_kernel"].append(per)
+        # A long cell: what IPython does per line of a cell, not per message.
+        long_half = max(1, N["trips"] // 10)
+        for _ in range(2):
+            for label, c in (("kennel", kc), ("ipykernel", ic)):
+                times, _ = round_trips(c, long_half, warmup=10, code=LONG_CELL)
+                lat["long_" + label] = lat.get("long_" + label, []) + times
     finally:
         for c in clients:
             c.close()
@@ -1054,6 +1095,10 @@ def bench_rtt(res):
         "fake_kernel": dict(summary(lat["fake_kernel"]),
                             what="the same client and messages against a fake kernel that "
                                  "answers at once (see Echo): the client's and ZeroMQ's share"),
+        "long_cell": {"what": f"the same, a {len(LONG_CELL.splitlines())}-line cell of plain "
+                              "Python (bench.py's LONG_CELL), ~2.5 ms of its own work",
+                      "kennel": summary(lat["long_kennel"]),
+                      "ipykernel": summary(lat["long_ipykernel"])},
         "client_cpu_ms_per_trip": {lbl: statistics.fmean(v) for lbl, v in cpu.items()},
         "client_cpu_note": "this process's CPU time (its Python and libzmq's I/O thread) per "
                            "trip: a kernel's trip is 1 shell + 4 iopub messages in, 1 out"}
@@ -1444,6 +1489,13 @@ def table(res):
         rows.append(("  client's own CPU per round trip (fake kernel: "
                      f"{cpu['fake_kernel']:.2f} ms)", f"{cpu['kennel']:.2f} ms",
                      f"{cpu['ipykernel']:.2f} ms", ""))
+        lc = r.get("long_cell")
+        if lc:
+            lines = len(LONG_CELL.splitlines())
+            for q, lbl in (("median", "p50"), ("p99", "p99")):
+                rows.append((f"warm round trip of a {lines}-line cell: {lbl}",
+                             fmt_ms(lc["kennel"][q]), fmt_ms(lc["ipykernel"][q]),
+                             ratio(lc["ipykernel"][q], lc["kennel"][q])))
     m = res.get("idle_memory_bytes")
     if m:
         for q in ("pss", "uss"):
