@@ -39,6 +39,7 @@ class Kernel:
         self._gate = gate
         self._pid = os.getpid()
         self._workspace = os.getcwd()  # kenneld starts the kernel in the workspace
+        self._files = None  # kennel_files.Tracker of the workspace, from the first cell on
         self._reply_metadata = {}  # of the request being served; handlers may add to it
         # _execute arms the gate around the cell; a SIGINT or SIGUSR2 landing in its own
         # lines, just before or after the cell, is dropped rather than raised into the
@@ -189,7 +190,7 @@ class Kernel:
         }
         files_after = self._files_snapshot()
         if files_before is not None and files_after is not None:
-            self._reply_metadata.update(kennel_files.changes(files_before, files_after))
+            self._reply_metadata.update(kennel_files.changes(files_before[0], *files_after))
         reply = {
             "status": "ok",
             "execution_count": shell.execution_count - 1,
@@ -209,12 +210,18 @@ class Kernel:
         return reply
 
     def _files_snapshot(self):
-        # The cell may have broken what the walk uses (os.scandir replaced, say): the reply
-        # then goes without the list of files rather than fail.
+        """(snapshot, paths that may differ from the previous one or None), or None. The cell
+        may have broken what the walk uses (os.scandir replaced, say): the reply then goes
+        without the list of files rather than fail."""
         try:
-            return kennel_files.Snapshot(self._workspace)
+            if self._files is None:
+                self._files = kennel_files.Tracker(self._workspace)
+            return self._files.snapshot()
         except Exception as e:
             self._pipe.diag(f"workspace snapshot failed: {type(e).__name__}: {e}"[:300])
+            if self._files is not None:
+                self._files.close()
+                self._files = None
             return None
 
     def _complete(self, content):

@@ -3,13 +3,14 @@ execute_reply's files metadata. Timestamps are set with os.utime, so the cases t
 rarely shows (a rewrite within one timestamp tick) are tested deterministically."""
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "kernels" / "python"))
 import kennel_files  # noqa: E402
-from kennel_files import Snapshot, changes  # noqa: E402
+from kennel_files import Snapshot, Tracker, changes  # noqa: E402
 
 HOUR_NS = 3600 * 10**9
 
@@ -145,3 +146,150 @@ def test_list_length_bound(tmp_path, monkeypatch):
 def test_a_missing_workspace_lists_nothing(tmp_path):
     snap = Snapshot(str(tmp_path / "nowhere"))
     assert snap.files == {} and not snap.truncated
+
+
+# ---- Tracker: the same answers as two walks, from inotify ----------------------------------
+
+def tracked(tracker):
+    snap, paths = tracker.snapshot()
+    return snap, paths
+
+
+def _random_op(rng, root, outside):
+    dirs = ["", "d0/", "d0/d1/", "d2/", "d0/d1/d3/", ".hid/", "d2/__pycache__/"]
+    files = [d + f"f{i}" for d in dirs for i in range(3)]
+    op = rng.randrange(13)
+    path = root / rng.choice(files)
+    try:
+        if op <= 3:  # write, new or over (never into a FIFO: that would wait for a reader)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK)
+            try:
+                os.write(fd, b"x" * rng.randrange(4))
+            finally:
+                os.close(fd)
+        elif op == 4:
+            path.unlink()
+        elif op == 5:  # rename a file, maybe across directories
+            target = root / rng.choice(files)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(path, target)
+        elif op == 6:  # a directory's tree away
+            shutil.rmtree(root / rng.choice(dirs[1:]))
+        elif op == 7:  # rename a directory, into a hidden or cache name too
+            src, dst = rng.choice(dirs[1:]), rng.choice(["d4/", ".hid2/", "d0/d5/", "__pycache__/"])
+            os.rename(root / src, root / dst)
+        elif op == 8:  # out of the workspace, and back in later
+            os.rename(root / rng.choice(dirs[1:]), outside / f"o{rng.randrange(1000)}")
+        elif op == 9:
+            kept = sorted(outside.iterdir())
+            if kept:
+                os.rename(kept[0], root / rng.choice(["d6", "d0/d7", "d2/d8"]))
+        elif op == 10:  # mtime set back, or ahead, size kept
+            stamp = time.time_ns() + rng.choice([-HOUR_NS, HOUR_NS, 0])
+            os.utime(path, ns=(stamp, stamp))
+        elif op == 11:
+            os.symlink("/etc/passwd", path)
+        else:
+            os.mkfifo(path)
+    except OSError:
+        pass  # no such file, not empty, exists already: the next op
+
+
+def test_tracker_matches_two_walks_over_random_cells(tmp_path):
+    """Cells of random file operations (and more between cells, which no cell reports):
+    what the Tracker says of each cell is what walks before and after it say."""
+    import random
+
+    root, outside = tmp_path / "ws", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "seed").mkdir()
+    (outside / "seed" / "f").write_bytes(b"seed")
+    rng = random.Random(11)
+    tracker = Tracker(str(root))
+    tracked(tracker)
+    listed = deleted = 0
+    for _ in range(200):
+        for _ in range(rng.randrange(3)):
+            _random_op(rng, root, outside)
+        walk_before, (before, _) = Snapshot(str(root)), tracked(tracker)
+        assert before.files == walk_before.files
+        for _ in range(rng.randrange(1, 6)):
+            _random_op(rng, root, outside)
+        walk_after, (after, paths) = Snapshot(str(root)), tracked(tracker)
+        assert after.files == walk_after.files
+        ours, theirs = changes(before, after, paths), changes(walk_before, walk_after)
+        assert ours == theirs
+        listed += len(theirs["files"])
+        deleted += len(theirs["files_deleted"])
+    assert tracker.walks == 1  # never lost its way: every cell came from inotify
+    assert listed > 100 and deleted > 50
+
+
+def test_tracker_reads_no_directory_for_a_cell_that_changes_none(tmp_path, monkeypatch):
+    for i in range(20):
+        write(tmp_path, f"d{i % 4}/f{i}", b"x", time.time_ns() - HOUR_NS)
+    tracker = Tracker(str(tmp_path))
+    tracked(tracker)
+    listed = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda p: listed.append(p) or real_scandir(p))
+    before, _ = tracked(tracker)
+    write(tmp_path, "d1/f5", b"changed")
+    after, paths = tracked(tracker)
+    assert paths == {"d1/f5"} and listed == []
+    assert changes(before, after, paths)["files"] == [{"name": "d1/f5", "size": 7}]
+    write(tmp_path, "new/deep/g", b"g")  # a new directory is walked, and only it
+    after2, paths = tracked(tracker)
+    assert paths == {"new/deep/g"} and listed == [os.path.join(tmp_path, "new/"),
+                                                  os.path.join(tmp_path, "new/deep/")]
+    assert changes(after, after2, paths)["files"] == [{"name": "new/deep/g", "size": 1}]
+
+
+def test_tracker_falls_back_to_walks_when_it_loses_track(tmp_path, monkeypatch):
+    write(tmp_path, "a", b"a", time.time_ns() - HOUR_NS)
+    tracker = Tracker(str(tmp_path), max_entries=20)
+    tracked(tracker)
+    # The event queue overflowed: the next snapshot walks.
+    real_read = os.read
+    overflow = kennel_files._EVENT.pack(-1, kennel_files._IN_Q_OVERFLOW, 0, 0)
+    monkeypatch.setattr(os, "read", lambda fd, n: overflow if fd == tracker._fd else real_read(fd, n))
+    write(tmp_path, "b", b"bb")
+    snap, paths = tracked(tracker)
+    monkeypatch.setattr(os, "read", real_read)
+    assert paths is None and sorted(snap.files) == ["a", "b"] and tracker.walks == 2
+    # User code closed the descriptor and something else took its number.
+    fd = tracker._fd
+    os.close(fd)
+    r, w = os.pipe()
+    try:
+        assert fd in (r, w)
+        write(tmp_path, "c", b"ccc")
+        snap, paths = tracked(tracker)
+        assert paths is None and sorted(snap.files) == ["a", "b", "c"] and tracker.walks == 3
+    finally:
+        os.close(r)
+        os.close(w)
+    # Past the entry bound: walks (truncated, as a walk says) until RETRY_AFTER of them.
+    before, _ = tracked(tracker)
+    for i in range(30):
+        write(tmp_path, f"many/{i:02}", b"")
+    after, paths = tracked(tracker)
+    assert paths is None and after.truncated
+    assert changes(before, after, paths)["files_truncated"]
+    walks = tracker.walks
+    for _ in range(kennel_files.RETRY_AFTER):
+        assert tracked(tracker)[1] is None
+    assert tracker.walks == walks  # plain walks, no inotify set up for each
+    # The workspace itself moved away: walks again (and finds nothing there).
+    shutil.rmtree(tmp_path / "many")
+    tracked(tracker)
+    tracked(tracker)
+    assert tracker._fd >= 0
+    os.rename(tmp_path, str(tmp_path) + ".moved")
+    try:
+        snap, paths = tracked(tracker)
+        assert paths is None and snap.files == {}
+    finally:
+        os.rename(str(tmp_path) + ".moved", tmp_path)
