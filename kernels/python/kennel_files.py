@@ -15,9 +15,12 @@ its inotify — it drops its state and the next snapshot is a walk again.
 """
 
 import ctypes
+import errno
+import fcntl
 import hashlib
 import itertools
 import os
+import resource
 import stat
 import struct
 import time
@@ -48,6 +51,9 @@ class Snapshot:
         self.digests = {}  # relative path -> hash, for files written just before the snapshot
         self.truncated = False  # the walk stopped at a bound: some files were not seen
         self.seen = 0  # directory entries the walk looked at
+        self.dir_entries = {}  # directory -> entries the walk read in it
+        self.linked = set()  # files with more than one name (hard links)
+        self.inodes = {}  # file -> inode number
         self._walk(max_entries, max_depth, on_dir, start)
         self._hash_racy(self.files)
 
@@ -70,6 +76,7 @@ class Snapshot:
                 del entries[left:]
             entries.sort(key=lambda e: e.name)
             seen += len(entries)
+            self.dir_entries[rel] = len(entries)
             subdirs = []
             for entry in entries:
                 path = rel + entry.name
@@ -84,6 +91,9 @@ class Snapshot:
                     elif entry.is_file(follow_symlinks=False):
                         st = entry.stat(follow_symlinks=False)
                         self.files[path] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                        self.inodes[path] = st.st_ino
+                        if st.st_nlink > 1:
+                            self.linked.add(path)
                 except OSError:
                     continue
             todo.extend(reversed(subdirs))  # depth first, in name order: a stable prefix
@@ -172,29 +182,49 @@ _READ_BYTES = 1 << 16
 
 
 class _Lost(Exception):
-    """The tracker can no longer vouch for what it holds."""
+    """The tracker can no longer vouch for what it holds. owned: whether the descriptor it
+    holds is still its own to close."""
+
+    def __init__(self, why, owned=True):
+        super().__init__(why)
+        self.owned = owned
+
+
+def _walk_order(path):
+    """Where a walk lists path: a directory's files, by name, before its subdirectories."""
+    parts = path.split("/")
+    return [(1, p) for p in parts[:-1]] + [(0, parts[-1])]
 
 
 class Tracker:
     """Snapshots of one workspace, kept current by inotify (see the module's docstring).
     snapshot() gives what Snapshot(root) would, and the paths that may differ from the
-    previous snapshot (None after a walk: any). Writes through a shared memory mapping
-    raise no inotify event: a file changed only so, after its last write() or close, is
-    not seen until a walk."""
+    previous snapshot (None after a walk: any). Files with more than one name are re-read
+    every time (a write through another name raises no event here). What no event shows: a
+    write through a shared memory mapping (mmap) after the file's last write() or close, and
+    a write to a file through a second name it was given where no watch sees (a hidden
+    directory, __pycache__, past a bound) while it had only one here."""
 
     def __init__(self, root, max_entries=MAX_ENTRIES, max_depth=MAX_DEPTH):
         self.root = root
         self.max_entries = max_entries
         self.max_depth = max_depth
-        self.walks = 0  # full walks made (the first, and one after each loss)
+        self.walks = 0  # times it set up watching from a walk (the first, and after a loss)
         self._libc = None
         self._fd = -1
+        self._walk_only = 0  # snapshots left to take by walking, after a failed start
+        self._reset()
+
+    def _reset(self):
+        self._root_id = None  # (st_dev, st_ino) of root while watched
         self._files = {}  # as Snapshot.files; replaced, never changed, once handed out
         self._racy = set()  # paths whose mtime was recent (or ahead) when last seen
+        self._linked = set()  # paths with more than one hard link
+        self._inodes = {}  # path -> inode number, for every file held
         self._dirs = {}  # watch descriptor -> directory ("" or "a/b/")
         self._wds = {}  # directory -> watch descriptor
-        self._entries = 0  # entries walked and tracked, against max_entries
-        self._walk_only = 0  # snapshots left to take by walking, after a failed start
+        self._counts = {}  # directory -> its entries, as a walk counts them
+        self._entries = 0  # their sum, against max_entries
 
     def snapshot(self):
         """(a Snapshot of the workspace now, the paths that may differ from the previous
@@ -202,8 +232,10 @@ class Tracker:
         if self._fd >= 0:
             try:
                 return self._sync()
-            except (_Lost, OSError):
-                self.close()
+            except _Lost as e:
+                self.close(owned=e.owned)
+            except OSError:
+                self.close(owned=False)  # the descriptor, even, may be gone
         if self._walk_only > 0:
             self._walk_only -= 1
             return Snapshot(self.root, self.max_entries, self.max_depth), None
@@ -212,20 +244,21 @@ class Tracker:
             self._walk_only = RETRY_AFTER  # past a bound, say: watching again costs as much
         return snap, None
 
-    def close(self):
-        if self._fd >= 0:
+    def close(self, owned=True):
+        """owned=False: the descriptor's number may be user code's now; leave it alone."""
+        if self._fd >= 0 and owned:
             try:
                 os.close(self._fd)
             except OSError:
                 pass
         self._fd = -1
-        self._files, self._racy, self._dirs, self._wds = {}, set(), {}, {}
+        self._reset()
 
     # ---- the first walk -------------------------------------------------------------------
 
     def _start(self):
-        self.walks += 1
         self.close()
+        self.walks += 1
         try:
             if self._libc is None:
                 self._libc = ctypes.CDLL(None, use_errno=True)
@@ -236,32 +269,43 @@ class Tracker:
             return Snapshot(self.root, self.max_entries, self.max_depth)
         self._fd = fd
         try:
+            # High, where user code's own descriptors do not land unless it means to: the
+            # number is read before every use (_sync), but another inotify would pass.
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, max(3, min(soft, 1 << 16) // 2))
+            os.close(fd)
+            self._fd = high
+            self._root_id = _identity(self.root)
             # Each directory is watched before it is listed: a change after its listing
             # raises an event, one before it is in the listing.
             snap = Snapshot(self.root, self.max_entries, self.max_depth, on_dir=self._watch)
         except (_Lost, OSError):
             self.close()
             return Snapshot(self.root, self.max_entries, self.max_depth)
-        if snap.truncated or "" not in self._wds:
-            self.close()  # past a bound (or no workspace): walks from now on see the same
+        if snap.truncated or "" not in self._wds or snap.seen >= self.max_entries:
+            self.close()  # at a bound (or no workspace): walks from now on say the same
             return snap
-        self._entries = snap.seen
+        self._counts, self._entries = snap.dir_entries, snap.seen
         self._files = snap.files
+        self._linked = snap.linked
+        self._inodes = snap.inodes
         self._racy = {p for p, (_, mtime_ns, _) in snap.files.items()
                       if mtime_ns >= snap.started_ns - RACY_NS}
         return snap
 
     def _watch(self, rel):
-        path = os.path.join(self.root, rel) if rel else self.root
+        # No trailing slash: with IN_DONT_FOLLOW a symlink put where a directory was is
+        # refused (IN_ONLYDIR), never followed.
+        path = os.path.join(self.root, rel[:-1]) if rel else self.root
         wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), _WATCH)
         if wd < 0:
             err = ctypes.get_errno()
-            if err == 2 or err == 20:  # ENOENT, ENOTDIR: gone already; the walk skips it
-                return
+            if err in (errno.ENOENT, errno.ENOTDIR):
+                return  # gone already, or not a directory now: the walk will not list it
             raise _Lost(os.strerror(err))
         old = self._dirs.get(wd)
         if old is not None and old != rel:
-            self._wds.pop(old, None)  # the same directory, moved: it answers to rel now
+            raise _Lost(f"{rel!r} is {old!r}, watched already")  # one directory, two names
         self._dirs[wd] = rel
         self._wds[rel] = wd
 
@@ -271,9 +315,11 @@ class Tracker:
         # The descriptor is a number user code can close and reuse: read from it only while
         # it is still an inotify.
         if os.readlink(f"/proc/self/fd/{self._fd}") != "anon_inode:inotify":
-            raise _Lost("the inotify descriptor was replaced")
+            raise _Lost("the inotify descriptor was replaced", owned=False)
+        if _identity(self.root) != self._root_id:
+            raise _Lost("the workspace is another directory now")
         started_ns = time.time_ns()
-        dirty, new_dirs = set(), []
+        dirty, new_dirs = set(self._linked), []
         while True:
             try:
                 data = os.read(self._fd, _READ_BYTES)
@@ -286,38 +332,59 @@ class Tracker:
         if dirty or new_dirs:
             files = dict(files)  # the previous snapshot keeps the old dict
         for rel in new_dirs:
-            if rel.count("/") > self.max_depth:
+            if rel in self._wds or not _is_dir(self.root, rel):
+                continue  # walked already, or not a directory (now)
+            depth = rel.count("/")
+            if depth > self.max_depth:
                 raise _Lost("a new directory past the depth bound")
             sub = Snapshot(self.root, self.max_entries - self._entries, self.max_depth,
-                           on_dir=self._watch, start=(rel, rel.count("/")))
+                           on_dir=self._watch, start=(rel, depth))
             if sub.truncated:
                 raise _Lost("new directories past the entry bound")
+            self._counts.update(sub.dir_entries)
             self._entries += sub.seen
+            self._linked |= sub.linked
             dirty.update(sub.files)
-        for rel in dirty:
-            try:
-                st = os.lstat(os.path.join(self.root, rel))
-            except FileNotFoundError:
-                st = None
-            except NotADirectoryError:
-                st = None
+        todo = list(dirty)
+        while todo:
+            rel = todo.pop()
+            parent = rel[:rel.rfind("/") + 1]
+            st = None
+            if parent in self._wds:  # else: in no directory a walk would list
+                try:
+                    st = os.lstat(os.path.join(self.root, rel))
+                except (FileNotFoundError, NotADirectoryError):
+                    pass
             if st is not None and stat.S_ISREG(st.st_mode):
-                if rel not in files:
-                    self._entries += 1
                 files[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                self._inodes[rel] = st.st_ino
                 if st.st_mtime_ns >= started_ns - RACY_NS:
                     self._racy.add(rel)
-            elif files.pop(rel, None) is not None:
-                self._entries -= 1
-        if self._entries > self.max_entries:
-            raise _Lost("past the entry bound")
+                if st.st_nlink > 1 and rel not in self._linked:
+                    # A new name for a file: its other names here now change with it (and
+                    # raised no event when this one was made).
+                    self._linked.add(rel)
+                    others = {p for p, ino in self._inodes.items()
+                              if ino == st.st_ino and p not in dirty}
+                    self._linked |= others
+                    dirty |= others
+                    todo.extend(others)
+                elif st.st_nlink == 1:
+                    self._linked.discard(rel)
+            else:
+                files.pop(rel, None)
+                self._inodes.pop(rel, None)
+                self._linked.discard(rel)
+        if self._entries >= self.max_entries:
+            raise _Lost("at the entry bound")
         self._files = files
         snap = Snapshot.__new__(Snapshot)
         snap.root, snap.started_ns, snap.files = self.root, started_ns, files
         snap.digests, snap.truncated, snap.seen = {}, False, self._entries
+        snap.dir_entries, snap.linked = self._counts, self._linked
         self._racy = {p for p in self._racy
                       if p in files and files[p][1] >= started_ns - RACY_NS}
-        snap._hash_racy(sorted(self._racy))
+        snap._hash_racy(sorted(self._racy, key=_walk_order))
         return snap, dirty
 
     def _events(self, data, dirty, new_dirs):
@@ -343,12 +410,24 @@ class Tracker:
                     raise _Lost("the workspace itself was moved or deleted")
                 continue  # its parent's event says the same, with the name
             if not name:
+                if mask & _IN_ATTRIB:
+                    # A directory's mode changed: whether a walk may list it, or stat what is
+                    # in it, may have too.
+                    raise _Lost("a directory's attributes changed")
                 continue
+            if mask & (_IN_CREATE | _IN_MOVED_TO):
+                self._counts[rel] = self._counts.get(rel, 0) + 1
+                self._entries += 1
+            elif mask & (_IN_DELETE | _IN_MOVED_FROM):
+                self._counts[rel] = self._counts.get(rel, 0) - 1
+                self._entries -= 1
             path = rel + os.fsdecode(name)
             if not mask & _IN_ISDIR:
                 dirty.add(path)
                 continue
-            if path.rsplit("/", 1)[-1].startswith(".") or name in (b"__pycache__",):
+            if mask & _IN_ATTRIB:
+                raise _Lost("a directory's attributes changed")
+            if name.startswith(b".") or name == b"__pycache__":
                 continue  # not walked, so not watched
             if mask & (_IN_CREATE | _IN_MOVED_TO):
                 new_dirs.append(path + "/")
@@ -359,8 +438,21 @@ class Tracker:
         """A directory went (deleted, or moved away): its files are gone from here, and its
         watches, if it lives on elsewhere, stop answering for these paths."""
         dirty.update(p for p in self._files if p.startswith(prefix))
+        for rel in [r for r in self._counts if r.startswith(prefix)]:
+            self._entries -= self._counts.pop(rel)
         for rel in [r for r in self._wds if r.startswith(prefix)]:
             wd = self._wds.pop(rel)
             self._dirs.pop(wd, None)
             self._libc.inotify_rm_watch(self._fd, wd)  # fails harmlessly if already gone
-            self._entries -= 1
+
+
+def _identity(path):
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def _is_dir(root, rel):
+    try:
+        return stat.S_ISDIR(os.lstat(os.path.join(root, rel[:-1])).st_mode)
+    except OSError:
+        return False

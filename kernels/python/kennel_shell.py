@@ -69,7 +69,9 @@ class KennelDisplayHook(DisplayHook):
 
     def quiet(self):
         # IPython tokenizes the whole cell, in pure Python, to see whether it ends in ';':
-        # ~3 ms for a 180-line cell. With no ';' in its text it cannot.
+        # ~3 ms for a 180-line cell. With no ';' in its text it cannot. (IPython reads the
+        # last cell stored in history, so after an unterminated one and a cell run with
+        # store_history=False, its tokenize raises where this says False: not kept.)
         try:
             cell = self.shell.history_manager.input_hist_parsed[-1]
         except IndexError:
@@ -111,10 +113,25 @@ class KennelTransformerManager(TransformerManager):
     tokenizes the whole cell, in pure Python, at least once per cell to look for its special
     syntax (%magic, !shell, obj?, a = %magic, ...): ~3.5 ms for a 180-line cell. A cell with
     none of the characters that syntax needs skips it; any other goes through IPython's own
-    passes, as does every cell once a transformer is added or removed."""
+    passes, as does every cell once a transformer is added or removed. Only transform_cell
+    skips: check_complete (is_complete_request) is IPython's own throughout.
+
+    One difference: a cell whose indentation tokenize rejects (a dedent to no enclosing
+    level) makes IPython's transform raise IndentationError "in <tokenize>"; here it reaches
+    the compiler, which rejects it too, at the cell's own line."""
+
+    _skip_ok = False  # set while transform_cell runs
+
+    def transform_cell(self, cell):
+        self._skip_ok = True
+        try:
+            return super().transform_cell(cell)
+        finally:
+            self._skip_ok = False
 
     def do_token_transforms(self, lines):
-        if self.token_transformers == _TOKEN_TRANSFORMERS and not _may_transform(lines):
+        if (self._skip_ok and self.token_transformers == _TOKEN_TRANSFORMERS
+                and not _may_transform(lines)):
             return lines
         return super().do_token_transforms(lines)
 
@@ -287,7 +304,9 @@ class KennelShell(InteractiveShell):
                          preprocessing_exc_tuple=None):
         # IPython compiles the whole cell once more to see whether it awaits at top level.
         # Without the words await and async it cannot (a look-alike in other letters is a
-        # name, not the keyword).
+        # name, not the keyword). That extra compile's warnings (a SyntaxWarning printed
+        # twice) and its ValueError for a NUL in the cell (raised out of run_cell) are gone
+        # for such cells; the real compile reports both as before.
         cell = transformed_cell
         if isinstance(cell, str) and "await" not in cell and "async" not in cell:
             return False
