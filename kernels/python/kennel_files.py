@@ -35,6 +35,9 @@ MAX_LISTED = 1000  # names per list in the reply
 RACY_NS = 50_000_000
 RACY_HASH_BYTES = 4 << 20
 RETRY_AFTER = 8  # snapshots a Tracker takes by walking after it could not start watching
+# Entries from which a Tracker watches rather than walks: a smaller tree is walked in under a
+# millisecond, and watching costs each kernel ~0.25 MiB (the ctypes and os paths it runs).
+WATCH_FROM = 256
 _SKIP_DIRS = {"__pycache__"}
 
 
@@ -181,6 +184,23 @@ _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of name
 _READ_BYTES = 1 << 16
 
 
+def _libc_inotify():
+    """libc's inotify calls, or None. Made at import, in the zygote, so that every kernel
+    shares them rather than build its own (~0.3 MiB of copied pages a kernel)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        calls = (libc.inotify_init1, libc.inotify_add_watch, libc.inotify_rm_watch)
+    except (OSError, AttributeError):
+        return None
+    for call, args in zip(calls, [(ctypes.c_int,), (ctypes.c_int, ctypes.c_char_p,
+                                                     ctypes.c_uint32), (ctypes.c_int, ctypes.c_int)]):
+        call.argtypes, call.restype = args, ctypes.c_int
+    return calls
+
+
+_INOTIFY = _libc_inotify()
+
+
 class _Lost(Exception):
     """The tracker can no longer vouch for what it holds. owned: whether the descriptor it
     holds is still its own to close."""
@@ -205,12 +225,13 @@ class Tracker:
     a write to a file through a second name it was given where no watch sees (a hidden
     directory, __pycache__, past a bound) while it had only one here."""
 
-    def __init__(self, root, max_entries=MAX_ENTRIES, max_depth=MAX_DEPTH):
+    def __init__(self, root, max_entries=MAX_ENTRIES, max_depth=MAX_DEPTH,
+                 watch_from=WATCH_FROM):
         self.root = root
         self.max_entries = max_entries
         self.max_depth = max_depth
+        self.watch_from = watch_from
         self.walks = 0  # times it set up watching from a walk (the first, and after a loss)
-        self._libc = None
         self._fd = -1
         self._walk_only = 0  # snapshots left to take by walking, after a failed start
         self._reset()
@@ -239,6 +260,10 @@ class Tracker:
         if self._walk_only > 0:
             self._walk_only -= 1
             return Snapshot(self.root, self.max_entries, self.max_depth), None
+        if self.watch_from > 0:
+            snap = Snapshot(self.root, self.max_entries, self.max_depth)
+            if snap.seen < self.watch_from or snap.truncated or snap.seen >= self.max_entries:
+                return snap, None  # small enough to walk, or at a bound: walks say the same
         snap = self._start()
         if self._fd < 0:
             self._walk_only = RETRY_AFTER  # past a bound, say: watching again costs as much
@@ -259,12 +284,7 @@ class Tracker:
     def _start(self):
         self.close()
         self.walks += 1
-        try:
-            if self._libc is None:
-                self._libc = ctypes.CDLL(None, use_errno=True)
-            fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        except (OSError, AttributeError):
-            fd = -1
+        fd = _INOTIFY[0](os.O_NONBLOCK | os.O_CLOEXEC) if _INOTIFY else -1
         if fd < 0:
             return Snapshot(self.root, self.max_entries, self.max_depth)
         self._fd = fd
@@ -297,7 +317,7 @@ class Tracker:
         # No trailing slash: with IN_DONT_FOLLOW a symlink put where a directory was is
         # refused (IN_ONLYDIR), never followed.
         path = os.path.join(self.root, rel[:-1]) if rel else self.root
-        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), _WATCH)
+        wd = _INOTIFY[1](self._fd, os.fsencode(path), _WATCH)
         if wd < 0:
             err = ctypes.get_errno()
             if err in (errno.ENOENT, errno.ENOTDIR):
@@ -443,7 +463,7 @@ class Tracker:
         for rel in [r for r in self._wds if r.startswith(prefix)]:
             wd = self._wds.pop(rel)
             self._dirs.pop(wd, None)
-            self._libc.inotify_rm_watch(self._fd, wd)  # fails harmlessly if already gone
+            _INOTIFY[2](self._fd, wd)  # fails harmlessly if already gone
 
 
 def _identity(path):

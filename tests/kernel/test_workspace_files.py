@@ -224,7 +224,7 @@ def _random_cells(tmp_path, seed, cells, **bounds):
     (outside / "seed").mkdir()
     (outside / "seed" / "f").write_bytes(b"seed")
     rng = random.Random(seed)
-    tracker = Tracker(str(root), **bounds)
+    tracker = Tracker(str(root), watch_from=0, **bounds)
     tracked(tracker)
     listed = deleted = 0
     try:
@@ -268,7 +268,7 @@ def test_tracker_sees_writes_through_another_name(tmp_path):
     os.link(tmp_path / "a/one", tmp_path / "two")  # two names from the start
     write(tmp_path, "b/three", b"3", time.time_ns() - HOUR_NS)
     (tmp_path / ".hid").mkdir()
-    tracker = Tracker(str(tmp_path))
+    tracker = Tracker(str(tmp_path), watch_from=0)
     tracked(tracker)
     try:
         for cell, expected in [
@@ -291,7 +291,7 @@ def test_tracker_sees_writes_through_another_name(tmp_path):
 def test_tracker_reads_no_directory_for_a_cell_that_changes_none(tmp_path, monkeypatch):
     for i in range(20):
         write(tmp_path, f"d{i % 4}/f{i}", b"x", time.time_ns() - HOUR_NS)
-    tracker = Tracker(str(tmp_path))
+    tracker = Tracker(str(tmp_path), watch_from=0)
     tracked(tracker)
     listed = []
     real_scandir = os.scandir
@@ -310,7 +310,7 @@ def test_tracker_reads_no_directory_for_a_cell_that_changes_none(tmp_path, monke
 
 def test_tracker_falls_back_to_walks_when_it_loses_track(tmp_path, monkeypatch):
     write(tmp_path, "a", b"a", time.time_ns() - HOUR_NS)
-    tracker = Tracker(str(tmp_path), max_entries=20)
+    tracker = Tracker(str(tmp_path), max_entries=20, watch_from=0)
     tracked(tracker)
     # The event queue overflowed: the next snapshot walks.
     real_read = os.read
@@ -373,7 +373,7 @@ def _same(tracker, root, cell, **bounds):
 def test_tracker_counts_entries_as_a_walk_does(tmp_path):
     for i in range(5):
         write(tmp_path, f"f{i}", b"", time.time_ns() - HOUR_NS)
-    tracker = Tracker(str(tmp_path), max_entries=10)
+    tracker = Tracker(str(tmp_path), max_entries=10, watch_from=0)
     tracked(tracker)
     # Entries of every kind count: a symlink, a FIFO, a hidden directory, one directory.
     ours, paths = _same(tracker, tmp_path, lambda: (
@@ -392,7 +392,7 @@ def test_tracker_counts_entries_as_a_walk_does(tmp_path):
 
 
 def test_tracker_hashes_a_file_rewritten_within_one_timestamp_tick(tmp_path):
-    tracker = Tracker(str(tmp_path))
+    tracker = Tracker(str(tmp_path), watch_from=0)
     tracked(tracker)
     stamp = time.time_ns()
     write(tmp_path, "same.txt", b"aaaa", stamp)  # between cells: the next one's baseline
@@ -410,7 +410,7 @@ def test_tracker_drops_the_watches_of_a_directory_that_left(tmp_path):
     root, outside = tmp_path / "ws", tmp_path / "outside"
     write(root, "d/e/f/x", b"x")
     outside.mkdir()
-    tracker = Tracker(str(root))
+    tracker = Tracker(str(root), watch_from=0)
     tracked(tracker)
     assert _watches(tracker) == 4
     ours, _ = _same(tracker, root, lambda: os.rename(root / "d", outside / "d"))
@@ -423,7 +423,7 @@ def test_tracker_drops_the_watches_of_a_directory_that_left(tmp_path):
 def test_tracker_never_follows_a_symlink_put_where_a_directory_was(tmp_path):
     write(tmp_path, "b/x", b"x", time.time_ns() - HOUR_NS)
     write(tmp_path, "b/sub/z", b"z", time.time_ns() - HOUR_NS)
-    tracker = Tracker(str(tmp_path))
+    tracker = Tracker(str(tmp_path), watch_from=0)
     tracked(tracker)
 
     def cell():
@@ -449,7 +449,7 @@ def test_tracker_never_follows_a_symlink_put_where_a_directory_was(tmp_path):
 def test_tracker_walks_when_the_workspace_or_a_directory_mode_changes(tmp_path):
     root = tmp_path / "base" / "ws"
     write(root, "d/x", b"x")
-    tracker = Tracker(str(root))
+    tracker = Tracker(str(root), watch_from=0)
     tracked(tracker)
     walks = tracker.walks
     ours, paths = _same(tracker, root, lambda: os.chmod(root / "d", 0o700))
@@ -461,4 +461,16 @@ def test_tracker_walks_when_the_workspace_or_a_directory_mode_changes(tmp_path):
     write(root, "new.txt", b"n")
     snap, paths = tracked(tracker)
     assert paths is None and sorted(snap.files) == ["new.txt"]
+    tracker.close()
+
+
+def test_a_small_workspace_is_walked_and_a_large_one_watched(tmp_path):
+    tracker = Tracker(str(tmp_path), watch_from=20)
+    write(tmp_path, "a", b"a")
+    tracked(tracker)
+    assert tracker._fd < 0 and tracker.walks == 0
+    ours, paths = _same(tracker, tmp_path, lambda: [write(tmp_path, f"d/{i}", b"") for i in range(25)])
+    assert paths is None and len(ours["files"]) == 25 and tracker._fd >= 0
+    ours, paths = _same(tracker, tmp_path, lambda: write(tmp_path, "d/3", b"3"))
+    assert paths == {"d/3"} and ours["files"] == [{"name": "d/3", "size": 1}]
     tracker.close()
