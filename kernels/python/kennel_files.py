@@ -185,16 +185,17 @@ _READ_BYTES = 1 << 16
 
 
 def _libc_inotify():
-    """libc's inotify calls, or None. Made at import, in the zygote, so that every kernel
-    shares them rather than build its own (~0.3 MiB of copied pages a kernel)."""
+    """libc's (inotify_init1, inotify_add_watch, inotify_rm_watch), or None. Made at import,
+    in the zygote, so that kernels share them rather than each build its own."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         calls = (libc.inotify_init1, libc.inotify_add_watch, libc.inotify_rm_watch)
     except (OSError, AttributeError):
         return None
-    for call, args in zip(calls, [(ctypes.c_int,), (ctypes.c_int, ctypes.c_char_p,
-                                                     ctypes.c_uint32), (ctypes.c_int, ctypes.c_int)]):
-        call.argtypes, call.restype = args, ctypes.c_int
+    c_int = ctypes.c_int
+    argtypes = [(c_int,), (c_int, ctypes.c_char_p, ctypes.c_uint32), (c_int, c_int)]
+    for call, args in zip(calls, argtypes):
+        call.argtypes, call.restype = args, c_int
     return calls
 
 
@@ -256,7 +257,7 @@ class Tracker:
             except _Lost as e:
                 self.close(owned=e.owned)
             except OSError:
-                self.close(owned=False)  # the descriptor, even, may be gone
+                self.close()
         if self._walk_only > 0:
             self._walk_only -= 1
             return Snapshot(self.root, self.max_entries, self.max_depth), None
@@ -334,8 +335,12 @@ class Tracker:
     def _sync(self):
         # The descriptor is a number user code can close and reuse: read from it only while
         # it is still an inotify.
-        if os.readlink(f"/proc/self/fd/{self._fd}") != "anon_inode:inotify":
-            raise _Lost("the inotify descriptor was replaced", owned=False)
+        try:
+            target = os.readlink(f"/proc/self/fd/{self._fd}")
+        except OSError:
+            target = None  # closed
+        if target != "anon_inode:inotify":
+            raise _Lost("the inotify descriptor was closed or replaced", owned=False)
         if _identity(self.root) != self._root_id:
             raise _Lost("the workspace is another directory now")
         started_ns = time.time_ns()
@@ -401,7 +406,7 @@ class Tracker:
         snap = Snapshot.__new__(Snapshot)
         snap.root, snap.started_ns, snap.files = self.root, started_ns, files
         snap.digests, snap.truncated, snap.seen = {}, False, self._entries
-        snap.dir_entries, snap.linked = self._counts, self._linked
+        snap.dir_entries, snap.linked, snap.inodes = self._counts, self._linked, self._inodes
         self._racy = {p for p in self._racy
                       if p in files and files[p][1] >= started_ns - RACY_NS}
         snap._hash_racy(sorted(self._racy, key=_walk_order))

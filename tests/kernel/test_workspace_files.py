@@ -201,7 +201,8 @@ def _random_op(rng, root, outside):
         elif op == 12:
             os.mkfifo(path)
         elif op == 13:  # a symlink to a directory, in the workspace or out of it
-            os.symlink(rng.choice(["d0", str(outside), "/tmp"]), root / rng.choice(["d9", "d0/d1/d3"]))
+            target = rng.choice(["d0", str(outside), "/tmp"])
+            os.symlink(target, root / rng.choice(["d9", "d0/d1/d3"]))
         elif op == 14:  # a directory moved aside and a symlink put in its place
             d = rng.choice(dirs[1:5])[:-1]
             os.rename(root / d, root / (d + "x"))
@@ -315,7 +316,8 @@ def test_tracker_falls_back_to_walks_when_it_loses_track(tmp_path, monkeypatch):
     # The event queue overflowed: the next snapshot walks.
     real_read = os.read
     overflow = kennel_files._EVENT.pack(-1, kennel_files._IN_Q_OVERFLOW, 0, 0)
-    monkeypatch.setattr(os, "read", lambda fd, n: overflow if fd == tracker._fd else real_read(fd, n))
+    monkeypatch.setattr(os, "read",
+                        lambda fd, n: overflow if fd == tracker._fd else real_read(fd, n))
     write(tmp_path, "b", b"bb")
     snap, paths = tracked(tracker)
     monkeypatch.setattr(os, "read", real_read)
@@ -469,7 +471,8 @@ def test_a_small_workspace_is_walked_and_a_large_one_watched(tmp_path):
     write(tmp_path, "a", b"a")
     tracked(tracker)
     assert tracker._fd < 0 and tracker.walks == 0
-    ours, paths = _same(tracker, tmp_path, lambda: [write(tmp_path, f"d/{i}", b"") for i in range(25)])
+    ours, paths = _same(tracker, tmp_path,
+                        lambda: [write(tmp_path, f"d/{i}", b"") for i in range(25)])
     assert paths is None and len(ours["files"]) == 25 and tracker._fd >= 0
     ours, paths = _same(tracker, tmp_path, lambda: write(tmp_path, "d/3", b"3"))
     assert paths == {"d/3"} and ours["files"] == [{"name": "d/3", "size": 1}]
