@@ -241,6 +241,39 @@ def test_reply_lists_files_the_cell_wrote(session):
     assert files_of(cell) == ([{"name": "partial.txt", "size": 4}], [], False)
 
 
+@pytest.mark.timeout_s(60)
+def test_a_large_workspace_is_watched_and_says_what_walks_would(session, kenneld, tmp_path):
+    """Past 256 entries the kernel watches the workspace with inotify (kennel_files.Tracker)
+    instead of walking it twice a cell: the same answers, in the real sandbox's workspace."""
+    cell = run(session, "import os\nfor d in range(10):\n    os.makedirs(f'repo/p{d}')\n"
+                        "    for f in range(30):\n"
+                        "        open(f'repo/p{d}/m{f}.py', 'w').write('x')")
+    files, deleted, truncated = files_of(cell)
+    assert len(files) == 300 and deleted == [] and not truncated
+    assert files_of(run(session, "x = 1")) == ([], [], False)
+    # Watching now: the kernel (the cell's own process) holds an inotify descriptor.
+    cell = run(session, "any(os.readlink(f'/proc/self/fd/{n}') == 'anon_inode:inotify'\n"
+                        "    for n in os.listdir('/proc/self/fd') if n.isdigit()\n"
+                        "    and os.path.exists(f'/proc/self/fd/{n}'))")
+    assert cell.result == "True"
+    cell = run(session, "open('repo/p3/m7.py', 'a').write('y'); os.remove('repo/p4/m0.py')\n"
+                        "os.rename('repo/p5', 'repo/q5'); os.makedirs('out/a')\n"
+                        "open('out/a/r.txt', 'w').write('r')")
+    files, deleted, truncated = files_of(cell)
+    names = [f["name"] for f in files]
+    assert names == ["out/a/r.txt", "repo/p3/m7.py"] + sorted(f"repo/q5/m{i}.py"
+                                                              for i in range(30))
+    assert deleted == ["repo/p4/m0.py"] + sorted(f"repo/p5/m{i}.py" for i in range(30))
+    assert not truncated
+    # A file put between cells is not the next cell's; a change to it in a cell is.
+    local = tmp_path / "in.txt"
+    local.write_text("input")
+    assert kenneld.cli("put", session.session_info["id"], str(local), "repo/in.txt").returncode == 0
+    assert files_of(run(session, "x = 2")) == ([], [], False)
+    cell = run(session, "open('repo/in.txt', 'a').write('!')")
+    assert files_of(cell) == ([{"name": "repo/in.txt", "size": 6}], [], False)
+
+
 def test_files_put_by_kenneld_are_not_the_cells(session, kenneld, tmp_path):
     local = tmp_path / "in.txt"
     local.write_text("input")
