@@ -7,6 +7,8 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 
 static int harness_passed, harness_failed, harness_current_failed;
 
@@ -47,6 +49,16 @@ static int harness_passed, harness_failed, harness_current_failed;
             harness_passed++;                                                              \
         }                                                                                  \
     } while (0)
+
+/*  The exit status of child pid (a check run in a fork, reporting through it), or -1 if
+ *  the fork failed (pid < 0) or the child did not exit by itself. */
+static inline int harness_exit_status(pid_t pid)
+{
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+        return -1;
+    return WEXITSTATUS(status);
+}
 
 static inline int harness_done(void)
 {

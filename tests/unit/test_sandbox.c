@@ -3,7 +3,6 @@
  *  valgrind (make memcheck), which knows no seccomp, the tests are skipped. */
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #if __has_include(<valgrind/valgrind.h>)
@@ -38,10 +37,7 @@ static int s_open_after_seal(const int *keep, size_t n)
             _exit(0xfc); /* 0-3 are never the seal's to close */
         _exit(open_);
     }
-    int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
-        return -1;
-    return WEXITSTATUS(status);
+    return harness_exit_status(pid);
 }
 
 TEST(seal_closes_every_fd_above_3)

@@ -8,7 +8,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #if __has_include(<valgrind/valgrind.h>)
@@ -44,10 +43,7 @@ static int s_denials(void)
             bad |= 32; /* what is not denied still works */
         _exit(bad);
     }
-    int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
-        return -1;
-    return WEXITSTATUS(status);
+    return harness_exit_status(pid);
 }
 
 TEST(compiled_on_each_apply)
