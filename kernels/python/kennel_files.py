@@ -109,7 +109,7 @@ class Snapshot:
         budget = RACY_HASH_BYTES
         for path in paths:
             size, mtime_ns, _ = self.files[path]
-            if mtime_ns >= self.started_ns - RACY_NS and size <= budget:
+            if _is_racy(mtime_ns, self.started_ns) and size <= budget:
                 digest = _digest(os.path.join(self.root, path))
                 if digest is not None:
                     self.digests[path] = digest
@@ -121,6 +121,12 @@ class Snapshot:
             return True
         except OSError:
             return False
+
+
+def _is_racy(mtime_ns, snapshot_ns):
+    """Whether a file with this mtime may be rewritten unseen (same size and mtime) after a
+    snapshot taken at snapshot_ns: its content is hashed then."""
+    return mtime_ns >= snapshot_ns - RACY_NS
 
 
 def changes(before, after, paths=None):
@@ -311,7 +317,7 @@ class Tracker:
         self._linked = snap.linked
         self._inodes = snap.inodes
         self._racy = {p for p, (_, mtime_ns, _) in snap.files.items()
-                      if mtime_ns >= snap.started_ns - RACY_NS}
+                      if _is_racy(mtime_ns, snap.started_ns)}
         return snap
 
     def _watch(self, rel):
@@ -383,7 +389,7 @@ class Tracker:
             if st is not None and stat.S_ISREG(st.st_mode):
                 files[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                 self._inodes[rel] = st.st_ino
-                if st.st_mtime_ns >= started_ns - RACY_NS:
+                if _is_racy(st.st_mtime_ns, started_ns):
                     self._racy.add(rel)
                 if st.st_nlink > 1 and rel not in self._linked:
                     # A new name for a file: its other names here now change with it (and
@@ -408,7 +414,7 @@ class Tracker:
         snap.digests, snap.truncated, snap.seen = {}, False, self._entries
         snap.dir_entries, snap.linked, snap.inodes = self._counts, self._linked, self._inodes
         self._racy = {p for p in self._racy
-                      if p in files and files[p][1] >= started_ns - RACY_NS}
+                      if p in files and _is_racy(files[p][1], started_ns)}
         snap._hash_racy(sorted(self._racy, key=_walk_order))
         return snap, dirty
 
