@@ -150,9 +150,18 @@ def test_a_missing_workspace_lists_nothing(tmp_path):
 
 # ---- Tracker: the same answers as two walks, from inotify ----------------------------------
 
-def tracked(tracker):
-    snap, paths = tracker.snapshot()
-    return snap, paths
+def _same(tracker, root, cell, **bounds):
+    """Runs cell between two tracker snapshots and two walks; returns the tracker's answer
+    (and its paths) after checking it is the walks' answer."""
+    walk_before, (before, _) = Snapshot(str(root), **bounds), tracker.snapshot()
+    assert before.files == walk_before.files
+    cell()
+    walk_after, (after, paths) = Snapshot(str(root), **bounds), tracker.snapshot()
+    assert after.files == walk_after.files
+    ours = changes(before, after, paths)
+    assert ours == changes(walk_before, walk_after)
+    assert after.truncated == walk_after.truncated
+    return ours, paths
 
 
 def _append(path):
@@ -226,22 +235,17 @@ def _random_cells(tmp_path, seed, cells, **bounds):
     (outside / "seed" / "f").write_bytes(b"seed")
     rng = random.Random(seed)
     tracker = Tracker(str(root), watch_from=0, **bounds)
-    tracked(tracker)
+    tracker.snapshot()
     listed = deleted = 0
     try:
         for _ in range(cells):
             for _ in range(rng.randrange(3)):
                 _random_op(rng, root, outside)
-            walk_before, (before, _) = Snapshot(str(root), **bounds), tracked(tracker)
-            assert before.files == walk_before.files
-            for _ in range(rng.randrange(1, 6)):
-                _random_op(rng, root, outside)
-            walk_after, (after, paths) = Snapshot(str(root), **bounds), tracked(tracker)
-            assert after.files == walk_after.files
-            ours, theirs = changes(before, after, paths), changes(walk_before, walk_after)
-            assert ours == theirs
-            listed += len(theirs["files"])
-            deleted += len(theirs["files_deleted"])
+            ours, _ = _same(tracker, root, lambda: [_random_op(rng, root, outside)
+                                                    for _ in range(rng.randrange(1, 6))],
+                            **bounds)
+            listed += len(ours["files"])
+            deleted += len(ours["files_deleted"])
     finally:
         tracker.close()
     return tracker, listed, deleted
@@ -270,7 +274,7 @@ def test_tracker_sees_writes_through_another_name(tmp_path):
     write(tmp_path, "b/three", b"3", time.time_ns() - HOUR_NS)
     (tmp_path / ".hid").mkdir()
     tracker = Tracker(str(tmp_path), watch_from=0)
-    tracked(tracker)
+    tracker.snapshot()
     try:
         for cell, expected in [
                 (lambda: _append(tmp_path / "two"), ["a/one", "two"]),
@@ -278,11 +282,7 @@ def test_tracker_sees_writes_through_another_name(tmp_path):
                 (lambda: _append(tmp_path / "a/four"), ["a/four", "b/three"]),
                 (lambda: os.rename(tmp_path / "a/four", tmp_path / ".hid/four"), ["a/four"]),
                 (lambda: _append(tmp_path / ".hid/four"), ["b/three"])]:  # a name not watched
-            walk_before, (before, _) = Snapshot(str(tmp_path)), tracked(tracker)
-            cell()
-            walk_after, (after, paths) = Snapshot(str(tmp_path)), tracked(tracker)
-            ours = changes(before, after, paths)
-            assert ours == changes(walk_before, walk_after)
+            ours, _ = _same(tracker, tmp_path, cell)
             assert sorted(f["name"] for f in ours["files"] + [{"name": d} for d in
                                                               ours["files_deleted"]]) == expected
     finally:
@@ -293,17 +293,17 @@ def test_tracker_reads_no_directory_for_a_cell_that_changes_none(tmp_path, monke
     for i in range(20):
         write(tmp_path, f"d{i % 4}/f{i}", b"x", time.time_ns() - HOUR_NS)
     tracker = Tracker(str(tmp_path), watch_from=0)
-    tracked(tracker)
+    tracker.snapshot()
     listed = []
     real_scandir = os.scandir
     monkeypatch.setattr(os, "scandir", lambda p: listed.append(p) or real_scandir(p))
-    before, _ = tracked(tracker)
+    before, _ = tracker.snapshot()
     write(tmp_path, "d1/f5", b"changed")
-    after, paths = tracked(tracker)
+    after, paths = tracker.snapshot()
     assert paths == {"d1/f5"} and listed == []
     assert changes(before, after, paths)["files"] == [{"name": "d1/f5", "size": 7}]
     write(tmp_path, "new/deep/g", b"g")  # a new directory is walked, and only it
-    after2, paths = tracked(tracker)
+    after2, paths = tracker.snapshot()
     assert paths == {"new/deep/g"} and listed == [os.path.join(tmp_path, "new/"),
                                                   os.path.join(tmp_path, "new/deep/")]
     assert changes(after, after2, paths)["files"] == [{"name": "new/deep/g", "size": 1}]
@@ -312,14 +312,14 @@ def test_tracker_reads_no_directory_for_a_cell_that_changes_none(tmp_path, monke
 def test_tracker_falls_back_to_walks_when_it_loses_track(tmp_path, monkeypatch):
     write(tmp_path, "a", b"a", time.time_ns() - HOUR_NS)
     tracker = Tracker(str(tmp_path), max_entries=20, watch_from=0)
-    tracked(tracker)
+    tracker.snapshot()
     # The event queue overflowed: the next snapshot walks.
     real_read = os.read
     overflow = kennel_files._EVENT.pack(-1, kennel_files._IN_Q_OVERFLOW, 0, 0)
     monkeypatch.setattr(os, "read",
                         lambda fd, n: overflow if fd == tracker._fd else real_read(fd, n))
     write(tmp_path, "b", b"bb")
-    snap, paths = tracked(tracker)
+    snap, paths = tracker.snapshot()
     monkeypatch.setattr(os, "read", real_read)
     assert paths is None and sorted(snap.files) == ["a", "b"] and tracker.walks == 2
     # User code closed the descriptor and something else took its number: the tracker
@@ -329,7 +329,7 @@ def test_tracker_falls_back_to_walks_when_it_loses_track(tmp_path, monkeypatch):
     os.dup2(r, fd)
     try:
         write(tmp_path, "c", b"ccc")
-        snap, paths = tracked(tracker)
+        snap, paths = tracker.snapshot()
         assert paths is None and sorted(snap.files) == ["a", "b", "c"] and tracker.walks == 3
         os.write(w, b"x")
         assert os.read(fd, 1) == b"x" and tracker._fd != fd
@@ -337,46 +337,34 @@ def test_tracker_falls_back_to_walks_when_it_loses_track(tmp_path, monkeypatch):
         for n in (r, w, fd):
             os.close(n)
     # Past the entry bound: walks (truncated, as a walk says) until RETRY_AFTER of them.
-    before, _ = tracked(tracker)
+    before, _ = tracker.snapshot()
     for i in range(30):
         write(tmp_path, f"many/{i:02}", b"")
-    after, paths = tracked(tracker)
+    after, paths = tracker.snapshot()
     assert paths is None and after.truncated
     assert changes(before, after, paths)["files_truncated"]
     walks = tracker.walks
     for _ in range(kennel_files.RETRY_AFTER):
-        assert tracked(tracker)[1] is None
+        assert tracker.snapshot()[1] is None
     assert tracker.walks == walks  # plain walks, no inotify set up for each
     # The workspace itself moved away: walks again (and finds nothing there).
     shutil.rmtree(tmp_path / "many")
-    tracked(tracker)
-    tracked(tracker)
+    tracker.snapshot()
+    tracker.snapshot()
     assert tracker._fd >= 0
     os.rename(tmp_path, str(tmp_path) + ".moved")
     try:
-        snap, paths = tracked(tracker)
+        snap, paths = tracker.snapshot()
         assert paths is None and snap.files == {}
     finally:
         os.rename(str(tmp_path) + ".moved", tmp_path)
-
-
-def _same(tracker, root, cell, **bounds):
-    """Runs cell between two tracker snapshots and two walks; returns the tracker's answer
-    after checking it is the walks' answer."""
-    walk_before, (before, _) = Snapshot(str(root), **bounds), tracked(tracker)
-    cell()
-    walk_after, (after, paths) = Snapshot(str(root), **bounds), tracked(tracker)
-    ours = changes(before, after, paths)
-    assert ours == changes(walk_before, walk_after)
-    assert after.truncated == walk_after.truncated
-    return ours, paths
 
 
 def test_tracker_counts_entries_as_a_walk_does(tmp_path):
     for i in range(5):
         write(tmp_path, f"f{i}", b"", time.time_ns() - HOUR_NS)
     tracker = Tracker(str(tmp_path), max_entries=10, watch_from=0)
-    tracked(tracker)
+    tracker.snapshot()
     # Entries of every kind count: a symlink, a FIFO, a hidden directory, one directory.
     ours, paths = _same(tracker, tmp_path, lambda: (
         os.symlink("f0", tmp_path / "s"), os.mkfifo(tmp_path / "p"),
@@ -395,7 +383,7 @@ def test_tracker_counts_entries_as_a_walk_does(tmp_path):
 
 def test_tracker_hashes_a_file_rewritten_within_one_timestamp_tick(tmp_path):
     tracker = Tracker(str(tmp_path), watch_from=0)
-    tracked(tracker)
+    tracker.snapshot()
     stamp = time.time_ns()
     write(tmp_path, "same.txt", b"aaaa", stamp)  # between cells: the next one's baseline
     ours, _ = _same(tracker, tmp_path, lambda: write(tmp_path, "same.txt", b"bbbb", stamp))
@@ -413,7 +401,7 @@ def test_tracker_drops_the_watches_of_a_directory_that_left(tmp_path):
     write(root, "d/e/f/x", b"x")
     outside.mkdir()
     tracker = Tracker(str(root), watch_from=0)
-    tracked(tracker)
+    tracker.snapshot()
     assert _watches(tracker) == 4
     ours, _ = _same(tracker, root, lambda: os.rename(root / "d", outside / "d"))
     assert ours["files_deleted"] == ["d/e/f/x"] and _watches(tracker) == 1
@@ -426,7 +414,7 @@ def test_tracker_never_follows_a_symlink_put_where_a_directory_was(tmp_path):
     write(tmp_path, "b/x", b"x", time.time_ns() - HOUR_NS)
     write(tmp_path, "b/sub/z", b"z", time.time_ns() - HOUR_NS)
     tracker = Tracker(str(tmp_path), watch_from=0)
-    tracked(tracker)
+    tracker.snapshot()
 
     def cell():
         os.mkdir(tmp_path / "a")
@@ -452,7 +440,7 @@ def test_tracker_walks_when_the_workspace_or_a_directory_mode_changes(tmp_path):
     root = tmp_path / "base" / "ws"
     write(root, "d/x", b"x")
     tracker = Tracker(str(root), watch_from=0)
-    tracked(tracker)
+    tracker.snapshot()
     walks = tracker.walks
     ours, paths = _same(tracker, root, lambda: os.chmod(root / "d", 0o700))
     assert paths is None and tracker.walks == walks + 1
@@ -461,7 +449,7 @@ def test_tracker_walks_when_the_workspace_or_a_directory_mode_changes(tmp_path):
     # Another directory at the workspace's path: the next snapshot is a walk of it.
     os.rename(tmp_path / "base", tmp_path / "old")
     write(root, "new.txt", b"n")
-    snap, paths = tracked(tracker)
+    snap, paths = tracker.snapshot()
     assert paths is None and sorted(snap.files) == ["new.txt"]
     tracker.close()
 
@@ -469,7 +457,7 @@ def test_tracker_walks_when_the_workspace_or_a_directory_mode_changes(tmp_path):
 def test_a_small_workspace_is_walked_and_a_large_one_watched(tmp_path):
     tracker = Tracker(str(tmp_path), watch_from=20)
     write(tmp_path, "a", b"a")
-    tracked(tracker)
+    tracker.snapshot()
     assert tracker._fd < 0 and tracker.walks == 0
     ours, paths = _same(tracker, tmp_path,
                         lambda: [write(tmp_path, f"d/{i}", b"") for i in range(25)])
