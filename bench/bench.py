@@ -1061,7 +1061,8 @@ def bench_rtt(res):
         prime(ic)
         # Two halves each, alternating, so a load change hits both.
         half = max(1, N["trips"] // 2)
-        lat = {"kennel": [], "ipykernel": [], "zmq_floor": [], "fake_kernel": []}
+        lat = {"kennel": [], "ipykernel": [], "zmq_floor": [], "fake_kernel": [],
+               "long_kennel": [], "long_ipykernel": []}
         cpu = {"kennel": [], "ipykernel": [], "zmq_floor": [], "fake_kernel": []}
         for _ in range(2):
             for label, c in (("kennel", kc), ("ipykernel", ic)):
@@ -1079,7 +1080,7 @@ def bench_rtt(res):
         for _ in range(2):
             for label, c in (("kennel", kc), ("ipykernel", ic)):
                 times, _ = round_trips(c, long_half, warmup=10, code=LONG_CELL)
-                lat["long_" + label] = lat.get("long_" + label, []) + times
+                lat["long_" + label] += times
     finally:
         for c in clients:
             c.close()
