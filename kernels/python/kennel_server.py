@@ -8,10 +8,12 @@ metadata carries the cell's metrics (CPU time and peak memory) and the workspace
 cell created, changed or deleted (kennel_files).
 """
 
+import asyncio
 import os
 import resource
 import sys
 
+from IPython.core.async_helpers import get_asyncio_loop
 from IPython.utils.tokenutil import line_at_cursor, token_at_cursor
 
 from kennel_deadline import CellTimeout
@@ -168,6 +170,10 @@ class Kernel:
                                            "execution_count": shell.execution_count})
         shell.last_traceback = None
         shell.payload_manager.clear_payload()
+        # One event loop per session: the one `await` in a cell runs (IPython's) is also
+        # asyncio's current loop, so that a task a cell makes can be awaited by a later one
+        # (and again after asyncio.run() in a cell has left none current).
+        asyncio.set_event_loop(get_asyncio_loop())
         interrupt = None
         files_before = self._files_snapshot()
         start = _Usage()

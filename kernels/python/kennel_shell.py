@@ -10,6 +10,8 @@ The user namespace starts with CellTimeout, the exception of a cell past its dea
 import linecache
 import os
 import re
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -29,6 +31,17 @@ from traitlets import Any, Instance, Type
 from traitlets.config import Config
 
 from kennel_deadline import CellTimeout
+
+SIGINT_GRACE_S = 1.0  # an interrupted `!cmd` has this long to exit on SIGINT
+
+
+def _signal_group(proc, signum):
+    """Signal the process group proc leads (its own: start_new_session), if it still has
+    members."""
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 class KennelDisplayPublisher(DisplayPublisher):
@@ -179,6 +192,36 @@ class KennelShell(InteractiveShell):
 
     # The traceback of the last error shown, for the execute_reply (None if none).
     last_traceback = Any()
+
+    def system(self, cmd):
+        """`!cmd` (and %pip, %conda): cmd through the shell, its output on fds 1 and 2,
+        which the kernel captures in order with the cell's own. IPython's default runs it
+        under a pty, and the sandbox has none. Sets `_exit_code` as IPython does (-N for
+        signal N). An interrupt stops the command, not the cell: SIGINT to the command's
+        process group, SIGKILL to what is left of it after SIGINT_GRACE_S, then "^C" on
+        stderr; the cell goes on, as in ipykernel. A deadline (or any other exception)
+        kills the group at once and ends the cell. A command left running in the
+        background (`!server &`) outlives the cell."""
+        cmd = self.var_expand(cmd, depth=1)
+        proc = subprocess.Popen(cmd, shell=True, start_new_session=True,
+                                executable=os.environ.get("SHELL") or "/bin/sh")
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:
+            _signal_group(proc, signal.SIGINT)
+            try:
+                proc.wait(SIGINT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+            print("^C", file=sys.stderr)
+            code = -signal.SIGINT
+        except BaseException:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+            raise
+        self.user_ns["_exit_code"] = -(code - 128) if code > 128 else code
 
     def init_display_formatter(self):
         self.display_formatter = KennelDisplayFormatter(parent=self)

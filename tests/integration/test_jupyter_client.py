@@ -301,6 +301,57 @@ def test_input_without_allow_stdin_fails(session):
     assert cell.content["ename"] == "StdinNotImplementedError"
 
 
+def test_a_task_made_in_one_cell_is_awaited_in_another(session):
+    run(session, "import asyncio\nasync def job(x):\n    await asyncio.sleep(0.05)\n    return x")
+    assert run(session, "t = asyncio.ensure_future(job(7))").content["status"] == "ok"
+    assert run(session, "await t").result == "7"
+    # asyncio.run() leaves no current loop behind it; the next cells still share one.
+    assert run(session, "asyncio.run(job(8))").result == "8"
+    run(session, "loop = asyncio.get_event_loop()\nt = loop.create_task(job(9))")
+    assert run(session, "await t").result == "9"
+    assert run(session, "asyncio.get_event_loop() is loop").result == "True"
+
+
+# ---- shell escapes ------------------------------------------------------------------------
+
+
+def test_shell_escape_runs_without_a_pty(session):
+    # IPython's own `!` needs a pty, which the sandbox has none of.
+    cell = run(session, "n = 5\nprint('before')\n!echo {n} $n; echo err >&2\nprint('after')")
+    assert cell.content["status"] == "ok", cell.content
+    assert cell.stream("stdout") == "before\n5 5\nafter\n"
+    assert cell.stream("stderr") == "err\n"
+    assert run(session, "!exit 3\n_exit_code").result == "3"
+    assert run(session, "!kill -9 $$\n_exit_code").result == "-9"
+    assert run(session, "files = !echo a; echo b\nfiles").result == "['a', 'b']"
+
+
+def test_interrupting_a_shell_escape_stops_the_command_not_the_cell(kenneld, session):
+    msg_id = session.execute("!sh -c 'sleep 30; echo never'\nprint('after')")
+    wait_iopub(session, msg_id, "execute_input")
+    kernel = kenneld.ok("info_request", {"session": session.session_info["id"]})["session"]
+    wait_for(lambda: any(_comm(p) == "sleep" for p in descendants(kernel["kernel_pid"])),
+             what="the command's sleep")
+    started = time.monotonic()
+    assert control(session, "interrupt_request")["content"]["status"] == "ok"
+    cell = finish(session, msg_id, timeout=5)
+    assert time.monotonic() - started < 3
+    assert cell.content["status"] == "ok", cell.content
+    assert cell.stream("stdout") == "after\n"
+    assert cell.stream("stderr") == "^C\n"
+    assert run(session, "_exit_code").result == "-2"
+    # The whole command is gone: the shell and the sleep it started.
+    assert not [p for p in descendants(kernel["kernel_pid"]) if _comm(p) in ("sh", "sleep")]
+
+
+def _comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
 # ---- interrupt, restart, shutdown --------------------------------------------------------
 
 
