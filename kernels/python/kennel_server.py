@@ -12,6 +12,7 @@ import asyncio
 import os
 import resource
 import sys
+import threading
 
 from IPython.core.async_helpers import get_asyncio_loop
 from IPython.utils.tokenutil import line_at_cursor, token_at_cursor
@@ -24,6 +25,27 @@ from kennel_pipe import FrameError, decode_object
 from kennel_shell import KennelShell, safe_str
 
 _NO_REPLY = {"comm_open", "comm_msg", "comm_close"}
+
+
+class _SessionLoopPolicy(asyncio.DefaultEventLoopPolicy):
+    """One event loop per session: in the main thread, asyncio's current loop is the one
+    `await` in a cell runs (IPython's), made when first asked for, unless user code set
+    another. So a task one cell makes can be awaited by a later cell, also after
+    asyncio.run() in a cell (which leaves no loop set). Other threads: asyncio's own rules."""
+
+    def __init__(self):
+        super().__init__()
+        self._set_in_main = None
+
+    def set_event_loop(self, loop):
+        super().set_event_loop(loop)
+        if threading.current_thread() is threading.main_thread():
+            self._set_in_main = loop
+
+    def get_event_loop(self):
+        if threading.current_thread() is threading.main_thread() and self._set_in_main is None:
+            return get_asyncio_loop()
+        return super().get_event_loop()
 
 
 def enable_inline_figures():
@@ -47,6 +69,7 @@ class Kernel:
         # lines, just before or after the cell, is dropped rather than raised into the
         # request loop.
         gate.protect(Kernel._execute.__code__)
+        asyncio.set_event_loop_policy(_SessionLoopPolicy())
         # The shell is created before fds 1 and 2 are captured, so that what IPython
         # prints while starting (an unwritable home, say) goes to kenneld's log.
         fresh = not KennelShell.initialized()  # else a zygote made it, and did what follows
@@ -170,10 +193,6 @@ class Kernel:
                                            "execution_count": shell.execution_count})
         shell.last_traceback = None
         shell.payload_manager.clear_payload()
-        # One event loop per session: the one `await` in a cell runs (IPython's) is also
-        # asyncio's current loop, so that a task a cell makes can be awaited by a later one
-        # (and again after asyncio.run() in a cell has left none current).
-        asyncio.set_event_loop(get_asyncio_loop())
         interrupt = None
         files_before = self._files_snapshot()
         start = _Usage()

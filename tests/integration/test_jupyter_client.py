@@ -310,6 +310,11 @@ def test_a_task_made_in_one_cell_is_awaited_in_another(session):
     run(session, "loop = asyncio.get_event_loop()\nt = loop.create_task(job(9))")
     assert run(session, "await t").result == "9"
     assert run(session, "asyncio.get_event_loop() is loop").result == "True"
+    # A loop user code sets is asyncio's current one until it unsets it.
+    run(session, "mine = asyncio.new_event_loop()\nasyncio.set_event_loop(mine)")
+    assert run(session, "asyncio.get_event_loop() is mine").result == "True"
+    run(session, "asyncio.set_event_loop(None)")
+    assert run(session, "asyncio.get_event_loop() is loop").result == "True"
 
 
 # ---- shell escapes ------------------------------------------------------------------------
