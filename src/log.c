@@ -72,8 +72,13 @@ char *log_sanitize(char *out, size_t max_out, const void *data, size_t len)
 
 int log_allow(log_limit_t *lim, int burst)
 {
+    return log_allow_in(lim, burst, 1000);
+}
+
+int log_allow_in(log_limit_t *lim, int burst, long long window_ms)
+{
     long long now = util_now_ms();
-    if (now - lim->window_ms >= 1000) {
+    if (now - lim->window_ms >= window_ms) {
         if (lim->dropped > 0)
             log_emit(LOG_LEVEL_WARN, "log_allow", 0, "%lld similar lines dropped", lim->dropped);
         lim->window_ms = now;

@@ -22,6 +22,8 @@ char *log_sanitize(char *out, size_t max_out, const void *data, size_t len);
  *  (at most `burst` per second per limiter), 0 to drop it. */
 typedef struct { long long window_ms; int count; long long dropped; } log_limit_t;
 int log_allow(log_limit_t *lim, int burst);
+/*  The same, at most `burst` per window_ms. */
+int log_allow_in(log_limit_t *lim, int burst, long long window_ms);
 
 #define LOG_E(...) log_emit(LOG_LEVEL_ERROR, __func__, 0, __VA_ARGS__)
 #define LOG_W(...) log_emit(LOG_LEVEL_WARN, __func__, 0, __VA_ARGS__)

@@ -17,6 +17,11 @@
 #include "route.h"
 #include "util.h"
 
+#define KERNEL_LOG_PER_MINUTE 20 /* kernel log lines kenneld logs, per session */
+#define KERNEL_LOG_CHARS 400     /* and the characters of each it keeps */
+#define CELL_RESULT 1
+#define CELL_ERROR 2
+
 struct session {
     char *id;
     char *name;
@@ -35,13 +40,15 @@ struct session {
     int had_hello;             /* this kernel said hello (a crash after that restarts it) */
     json_t *kernel_info;       /* hello content, cached across restarts */
     char start_error[256];     /* why the last kernel could not start (its fatal frame) */
+    log_limit_t kernel_log;    /* the kernel's log lines: KERNEL_LOG_PER_MINUTE */
     /* The cell with the kernel (current), when it is an execute_request: */
     long long cell_started_ms; /* monotonic time it was sent */
     long long cell_timeout_ms; /* its deadline, 0 for none */
     int deadline_phase;        /* 0 none, 1 deadline armed, 2 signalled (grace armed), 3 killed */
     int cell_interrupted;      /* an interrupt_request came while it ran */
-    size_t cell_output;        /* output bytes it has published */
+    size_t cell_output;        /* output bytes it has published (and since, until the next) */
     int cell_truncated;        /* it hit the output cap */
+    int cell_ends_shown;       /* CELL_RESULT | CELL_ERROR: sent past the cap already */
     char last_outcome[24];     /* outcome of the last execute_request, for info */
     int evicting;              /* the kernel is being killed after saving its state */
     int restore_pending;       /* the next hello gets the snapshot */
@@ -314,6 +321,7 @@ static void s_cell_begin(session_t *self)
     self->cell_interrupted = 0;
     self->cell_output = 0;
     self->cell_truncated = 0;
+    self->cell_ends_shown = 0;
     self->deadline_phase = 0;
     self->cell_timeout_ms = 0;
     if (strcmp(jmsg_type(self->current), "execute_request") != 0)
@@ -630,18 +638,26 @@ static void s_set_notice(session_t *self, const char *text)
     self->notice = text ? strdup(text) : NULL;
 }
 
-/*  The per-cell output cap: outputs past max_output bytes are dropped and the client gets one
- *  notice instead of a flood. A cell's result, its error and clear_output always pass: there
- *  is one of each, and a frame is bounded anyway. */
+/*  The per-request output cap: outputs past max_output bytes are dropped and the client gets
+ *  one notice instead of a flood. The budget runs from a request's start to the next one's,
+ *  so a thread that goes on printing after its cell shares that cell's. One execute_result
+ *  and one error per request pass even past it (counted all the same), so the client sees
+ *  how the cell ended; a frame is bounded anyway. */
 static int s_output_allowed(session_t *self, const kpipe_frame_t *f, const char *type)
 {
-    if (!self->current || strcmp(type, "error") == 0 || strcmp(type, "clear_output") == 0 ||
-        strcmp(type, "execute_result") == 0)
-        return 1;
     size_t bytes = 0;
     for (size_t i = 1; i < kpipe_frame_count(f); i++)
         bytes += kpipe_frame_part(f, i).len;
-    if (!self->cell_truncated && self->cell_output + bytes <= self->limits.max_output) {
+    int end = strcmp(type, "execute_result") == 0 ? CELL_RESULT
+              : strcmp(type, "error") == 0        ? CELL_ERROR
+                                                  : 0;
+    if (end && self->current && !(self->cell_ends_shown & end)) {
+        self->cell_ends_shown |= end;
+        self->cell_output += bytes;
+        return 1;
+    }
+    size_t max = self->limits.max_output;
+    if (!self->cell_truncated && self->cell_output <= max && bytes <= max - self->cell_output) {
         self->cell_output += bytes;
         return 1;
     }
@@ -652,8 +668,9 @@ static int s_output_allowed(session_t *self, const kpipe_frame_t *f, const char 
                  "\n[kennel: this cell's output passed its limit of %zu bytes; the rest is not "
                  "shown]\n",
                  self->limits.max_output);
-        s_notify(self, self->current, text);
-        LOG_I("session=%s: output of cell %s truncated", self->id, jmsg_id(self->current));
+        const jmsg_t *cell = self->current ? self->current : self->last;
+        s_notify(self, cell, text);
+        LOG_I("session=%s: output of cell %s truncated", self->id, cell ? jmsg_id(cell) : "-");
     }
     return 0;
 }
@@ -822,6 +839,19 @@ static int s_on_reply(session_t *self, const kpipe_frame_t *f, const json_t *op,
     return 0;
 }
 
+/*  A line of the kernel's own diagnostics, into kenneld's log: prefixed with the session,
+ *  made printable, cut short and at most KERNEL_LOG_PER_MINUTE a minute, since user code
+ *  can write such frames too. The kernel has no other way into kenneld's log. */
+static void s_on_log(session_t *self, const json_t *op)
+{
+    if (!log_allow_in(&self->kernel_log, KERNEL_LOG_PER_MINUTE, 60000))
+        return;
+    const char *text = json_string_value(json_object_get(op, "text"));
+    char clean[KERNEL_LOG_CHARS];
+    LOG_W("session=%s: kernel: %s", self->id,
+          log_sanitize(clean, sizeof clean, text ? text : "", text ? strlen(text) : 0));
+}
+
 int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **why)
 {
     *why = NULL;
@@ -843,6 +873,9 @@ int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **
         snprintf(self->start_error, sizeof self->start_error, "%s",
                  log_sanitize(clean, sizeof clean, error ? error : "", error ? strlen(error) : 0));
         LOG_W("session=%s: kernel could not start: %s", self->id, self->start_error);
+        rc = 0;
+    } else if (strcmp(name, "log") == 0) {
+        s_on_log(self, op);
         rc = 0;
     } else if (self->state == SESSION_STARTING) {
         *why = "output before hello";

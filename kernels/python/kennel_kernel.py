@@ -57,10 +57,9 @@ def start(pipe_fd, hello=True):
             os.fstat(fd)
         except OSError:
             os.open(os.devnull, os.O_RDWR)  # takes the lowest free fd: this one
-    diag_fd = os.dup(2)  # fd 2 is captured for user code later; diagnostics use this
     gate = InterruptGate()
     gate.install()  # from here on a SIGINT or SIGUSR2 between cells is harmless
-    pipe = Pipe(pipe_fd, gate, diag_fd)
+    pipe = Pipe(pipe_fd, gate)
     if hello:
         _hello(pipe)
     return pipe, gate

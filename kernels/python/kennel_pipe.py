@@ -22,6 +22,7 @@ from kennel_deadline import CellTimeout
 
 MAX_FRAME_BYTES = 64 << 20  # kenneld's default --max-pipe-frame
 MAX_PARTS = 64
+MAX_LOG_CHARS = 1000  # of a diagnostic line; kenneld keeps fewer
 _U32 = struct.Struct(">I")
 
 
@@ -199,10 +200,9 @@ class Pipe:
     """The kernel's end of the socketpair. send() may be called from any thread;
     recv() only from the main thread."""
 
-    def __init__(self, fd, gate, diag_fd):
+    def __init__(self, fd, gate):
         self._fd = fd
         self._gate = gate
-        self._diag_fd = diag_fd  # the kernel's private stderr: kenneld's log, not the client
         self._wlock = threading.Lock()  # frames from different threads must not interleave
         self._rbuf = bytearray()
         os.set_blocking(fd, True)
@@ -284,11 +284,13 @@ class Pipe:
         os._exit(0)
 
     def diag(self, message):
-        """Write one line of kernel diagnostics to the saved stderr."""
+        """One line of kernel diagnostics for kenneld's log (a `log` frame: kenneld prefixes
+        the session, keeps 400 characters and at most 20 lines a minute). The kernel holds
+        no descriptor of kenneld's own stderr: user code could write anything there."""
         try:
-            os.write(self._diag_fd, f"kennel kernel[{os.getpid()}]: {message}\n".encode())
-        except OSError:
-            pass
+            self.send({"op": "log", "text": str(message)[:MAX_LOG_CHARS]})
+        except (OSError, FrameError):
+            pass  # a forked child's, or a pipe already gone
 
     def fatal(self, message):
         self.diag(message)

@@ -958,6 +958,51 @@ def test_no_way_to_root(kenneld, victim, bystander):
     assert_bystander_unharmed(kenneld, bystander)
 
 
+def test_the_kernel_holds_no_descriptor_of_kenneld_s_log(kenneld, victim, bystander):
+    # kenneld's stderr (here its log file) is a host file outside every cap: a kernel that
+    # held it could fill the host's disk or forge kenneld's log lines.
+    log = os.stat(kenneld.log_path)
+    r = verdict(victim, f'''
+        fds = {{}}
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                st = os.fstat(int(fd))
+                fds[fd] = [st.st_dev, st.st_ino, os.readlink(f"/proc/self/fd/{{fd}}")]
+            except OSError:
+                pass
+        r = {{"fds": fds}}
+    ''')
+    held = [v for v in r["fds"].values() if (v[0], v[1]) == (log.st_dev, log.st_ino)]
+    assert not held, r["fds"]
+    assert r["fds"], "the cell saw no descriptors at all"
+
+
+def test_kernel_diagnostics_reach_kenneld_s_log_prefixed_and_bounded(kenneld, victim, bystander):
+    # User code can send what the kernel's diagnostics send: kenneld names the session,
+    # makes each line printable, and keeps at most 20 a minute.
+    verdict(victim, '''
+        import gc, kennel_pipe
+        pipe = next(o for o in gc.get_objects() if isinstance(o, kennel_pipe.Pipe))
+        for i in range(100):
+            pipe.diag(f"diag-{i}\\nkenneld WARN main: forged")
+        r = {"sent": 100}
+    ''')
+    prefix = f"session={victim.info['id']}: kernel: diag-"
+
+    def log():
+        with open(kenneld.log_path, errors="replace") as f:
+            return f.read()
+
+    wait_until(lambda: prefix in log(), 10)
+    lines = log().splitlines()
+    ours = [line for line in lines if prefix in line]
+    assert 1 <= len(ours) <= 20, ours
+    assert all(line.endswith("?kenneld WARN main: forged") for line in ours), ours
+    assert not [line for line in lines if line.startswith("kenneld WARN main: forged")]
+    assert_state_kept(victim)
+    assert_bystander_unharmed(kenneld, bystander)
+
+
 def test_ptrace_is_refused(kenneld, victim, bystander):
     r = verdict(victim, '''
         import subprocess

@@ -4,6 +4,7 @@ kernel deaths, output caps, idle eviction with the namespace saved and revived, 
 that survive a kenneld restart. Real kenneld, real jupyter_client."""
 
 import glob
+import json
 import os
 import shutil
 import statistics
@@ -123,6 +124,52 @@ def test_output_cap(kenneld, connect):
     assert cell.result == "'done'"
     assert _meta(cell)["outcome"] == "output_truncated"
     assert _meta(run(kc, "print('fresh budget')"))["outcome"] == "ok"
+
+
+def _iopub_of(kc, msg_id, seconds):
+    """Every iopub message whose parent is msg_id that arrives within seconds."""
+    out, deadline = [], time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            m = kc.get_iopub_msg(timeout=0.2)
+        except Exception:  # queue.Empty
+            continue
+        if m["parent_header"].get("msg_id") == msg_id:
+            out.append(m)
+    return out
+
+
+def _bytes(msgs, msg_type):
+    return sum(len(json.dumps(m["content"])) for m in msgs if m["msg_type"] == msg_type)
+
+
+@pytest.mark.parametrize("kenneld", [["--max-output", "100K"]], indirect=True)
+def test_output_cap_holds_for_results_clear_output_and_threads_after_the_cell(kenneld, connect):
+    kc = connect(kenneld.create("sly")["connection_file"])
+    # Many results in one cell: the first passes, the rest count against the cap.
+    cell = run(kc, "import sys\nfor i in range(40): sys.displayhook('y' * 10000)", timeout=20)
+    assert _bytes(cell.iopub, "execute_result") <= 120_000
+    assert "limit" in cell.stream("stderr")
+    assert _meta(cell)["outcome"] == "output_truncated"
+    # clear_output is output too.
+    cell = run(kc, "from IPython.display import clear_output\n"
+                   "for i in range(20000): clear_output()", timeout=30)
+    assert len(cell.of_type("clear_output")) < 10_000  # of 20,000: ~17 bytes apiece count
+    assert "limit" in cell.stream("stderr")
+    # A thread that goes on printing once its cell has ended shares that cell's budget.
+    msg_id = kc.execute("import threading, time\n"
+                        "def chatter():\n"
+                        "    time.sleep(0.3)\n"
+                        "    for i in range(1000): print('z' * 1000)\n"
+                        "threading.Thread(target=chatter).start()")
+    late = _iopub_of(kc, msg_id, 4)
+    assert any(m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
+               for m in late)
+    printed = "".join(m["content"]["text"] for m in late
+                      if m["msg_type"] == "stream" and m["content"]["name"] == "stdout")
+    assert 50_000 < len(printed) <= 100_000
+    assert any("limit" in m["content"].get("text", "") for m in late if m["msg_type"] == "stream")
+    assert run(kc, "'still here'").result == "'still here'"
 
 
 def test_output_flood_does_not_slow_other_sessions(kenneld, connect):

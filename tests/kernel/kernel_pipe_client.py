@@ -60,6 +60,7 @@ class KernelProcess:
         child.close()
         self._buf = b""
         self.reply_metadata = None
+        self.logs = []  # the text of each log frame (the kernel's diagnostics), in order
         op, parts = self.recv_frame()
         assert op["op"] == "hello", op
         self.hello_op, self.hello = op, json.loads(parts[0])
@@ -112,6 +113,8 @@ class KernelProcess:
             if op["op"] == "iopub":
                 assert json.loads(parts[0]) == {}
                 iopub.append((op["msg_type"], json.loads(parts[1])))
+            elif op["op"] == "log":
+                self.logs.append(op["text"])
             elif op["op"] == "stdin":
                 assert op["msg_type"] == "input_request"
                 assert on_stdin is not None, "unexpected input_request"

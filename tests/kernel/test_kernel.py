@@ -568,6 +568,8 @@ def test_unknown_request(kernel):
     kernel.send_request("frobnicate", {})
     reply, _ = kernel.execute("2")
     assert reply["status"] == "ok"
+    # Said in kenneld's log, through the pipe: the kernel holds no fd of kenneld's stderr.
+    assert kernel.logs == ["ignoring shell message 'frobnicate'"]
 
 
 def test_bad_content_still_replies(kernel):
