@@ -235,6 +235,10 @@ def _reseed():
     tempfile = sys.modules.get("tempfile")
     if tempfile is not None:
         tempfile._name_sequence = None  # its names come from a Random made on first use
+    process = sys.modules.get("multiprocessing.process")
+    if process is not None:
+        # The key multiprocessing's connections authenticate with, drawn at its import.
+        process.current_process().authkey = os.urandom(32)
 
 
 def _report_pages(learn_fd):

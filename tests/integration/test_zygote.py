@@ -23,7 +23,8 @@ ZYGOTE = ["--spawner", "zygote"]
 DRAW = ("import random, os, numpy\n"
         "import json as _j\n"
         "print(_j.dumps([random.random(), random.getrandbits(64), float(numpy.random.rand()),\n"
-        "               int(numpy.random.default_rng().integers(1 << 62)), os.urandom(8).hex()]))")
+        "               int(numpy.random.default_rng().integers(1 << 62)), os.urandom(8).hex(),\n"
+        "               __import__('multiprocessing').current_process().authkey.hex()]))")
 
 
 def _stats(kenneld):
@@ -42,8 +43,8 @@ def _draws(cell):
 
 @pytest.mark.timeout_s(60)
 def test_sessions_forked_from_one_zygote_draw_different_random_numbers(start_kenneld, connect):
-    """random, numpy's global RandomState, default_rng and os.urandom all differ between
-    sessions: no stream is inherited from the zygote. Both ways a kernel is made are covered:
+    """random, numpy's global RandomState, default_rng, os.urandom and multiprocessing's
+    authentication key all differ between sessions: nothing is inherited from the zygote. Both ways a kernel is made are covered:
     handed over from the pool, and forked on demand (--pool 0)."""
     for pool in ("2", "0"):
         kenneld = start_kenneld(args=ZYGOTE + ["--pool", pool])
