@@ -8,11 +8,12 @@
 #include <sys/random.h>
 #include <uuid/uuid.h>
 
+#include "jvalid.h"
 #include "util.h"
 
 struct jmsg {
     zmsg_t *ids;                  /* routing identity frames */
-    json_t *json[JMSG_NPARTS];    /* parsed parts, always objects */
+    json_t *json[JMSG_NPARTS];    /* parsed parts: objects, or NULL for raw-only ones */
     zframe_t *raw[JMSG_NPARTS];   /* bytes as received, or NULL when built here */
     zmsg_t *buffers;              /* binary buffers after content */
 };
@@ -98,17 +99,37 @@ void jmsg_destroy(jmsg_t **self_p)
     *self_p = NULL;
 }
 
+/*  Keep data as part's raw bytes, and obj (NULL: unparsed) as its parsed form. */
+static void s_set_part(jmsg_t *self, jmsg_part_t part, const void *data, size_t len, json_t *obj)
+{
+    json_decref(self->json[part]);
+    self->json[part] = obj;
+    zframe_destroy(&self->raw[part]);
+    self->raw[part] = zframe_new(data, len);
+}
+
 int jmsg_set_raw(jmsg_t *self, jmsg_part_t part, const void *data, size_t len)
 {
+    /* Checked first: jansson would take bytes after a raw NUL, and spend ~100 bytes on
+     * every value, which makes 10 MiB of `[{},{},…]` a gigabyte. */
+    size_t values;
+    if (jvalid_object(data, len, &values) < 0 || values > JMSG_MAX_VALUES)
+        return -1;
     json_t *obj = json_loadb(data, len, JMSG_JSON_LOAD_FLAGS, NULL);
     if (!obj || !json_is_object(obj)) {
         json_decref(obj);
         return -1;
     }
-    json_decref(self->json[part]);
-    self->json[part] = obj;
-    zframe_destroy(&self->raw[part]);
-    self->raw[part] = zframe_new(data, len);
+    s_set_part(self, part, data, len, obj);
+    return 0;
+}
+
+int jmsg_set_raw_unparsed(jmsg_t *self, jmsg_part_t part, const void *data, size_t len)
+{
+    size_t values;
+    if (jvalid_object(data, len, &values) < 0)
+        return -1;
+    s_set_part(self, part, data, len, NULL);
     return 0;
 }
 

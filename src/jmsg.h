@@ -13,6 +13,8 @@ typedef enum { JMSG_HEADER = 0, JMSG_PARENT, JMSG_METADATA, JMSG_CONTENT, JMSG_N
 
 /*  jansson flags for parsing peer JSON: NUL inside strings is legal JSON. */
 #define JMSG_JSON_LOAD_FLAGS JSON_ALLOW_NUL
+/*  The most values and keys a peer's JSON part may hold to be parsed: ~10 MiB in jansson. */
+#define JMSG_MAX_VALUES 100000
 
 typedef struct jmsg jmsg_t;
 
@@ -28,9 +30,12 @@ jmsg_t *jmsg_new_reply(const jmsg_t *parent, const char *msg_type, const char *s
 /*  Free *self_p and set it to NULL. No-op on NULL. */
 void jmsg_destroy(jmsg_t **self_p);
 
-/*  Set part `part` from raw JSON bytes (copied) which must parse to an object. 0, or -1 when
- *  the bytes are not a JSON object (the part is then unchanged). */
+/*  Set part `part` from raw JSON bytes (copied) which must parse to an object of at most
+ *  JMSG_MAX_VALUES values and keys. 0, or -1 when they do not (the part is then unchanged). */
 int jmsg_set_raw(jmsg_t *self, jmsg_part_t part, const void *data, size_t len);
+/*  The same for bytes kenneld only passes on: checked to be one JSON object (jvalid), any
+ *  size, and kept as bytes only: jmsg_json() of the part is NULL. */
+int jmsg_set_raw_unparsed(jmsg_t *self, jmsg_part_t part, const void *data, size_t len);
 /*  Set part `part` to a JSON object; steals the reference. The part is serialised on encode. */
 void jmsg_set_json(jmsg_t *self, jmsg_part_t part, json_t *obj);
 /*  Set the parent from another message's header (raw bytes reused when present). */
@@ -38,7 +43,7 @@ int jmsg_set_parent_from(jmsg_t *self, const jmsg_t *parent);
 /*  The raw bytes of a part, or NULL when it was set as JSON. Borrowed, valid until the part
  *  changes. */
 const void *jmsg_raw(const jmsg_t *self, jmsg_part_t part, size_t *len_out);
-/*  Borrowed reference to a part's JSON object (never NULL). */
+/*  Borrowed reference to a part's JSON object; NULL only for a part set unparsed. */
 json_t *jmsg_json(const jmsg_t *self, jmsg_part_t part);
 #define jmsg_header(m) jmsg_json((m), JMSG_HEADER)
 #define jmsg_content(m) jmsg_json((m), JMSG_CONTENT)

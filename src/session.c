@@ -618,9 +618,12 @@ static jmsg_t *s_from_kernel(session_t *self, const kpipe_frame_t *f, const char
         return NULL;
     if (parent && !reply)
         jmsg_set_parent_from(m, parent);
+    /* kenneld reads a reply's status and adds to its metadata; anything else it only passes
+     * on, as the kernel's bytes (checked to be JSON objects, never parsed). */
+    int (*set)(jmsg_t *, jmsg_part_t, const void *, size_t) = reply ? jmsg_set_raw
+                                                                   : jmsg_set_raw_unparsed;
     kpipe_iov_t md = kpipe_frame_part(f, 1), ct = kpipe_frame_part(f, 2);
-    if (jmsg_set_raw(m, JMSG_METADATA, md.data, md.len) < 0 ||
-        jmsg_set_raw(m, JMSG_CONTENT, ct.data, ct.len) < 0) {
+    if (set(m, JMSG_METADATA, md.data, md.len) < 0 || set(m, JMSG_CONTENT, ct.data, ct.len) < 0) {
         jmsg_destroy(&m);
         return NULL;
     }
@@ -891,11 +894,12 @@ int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **
         jmsg_t *m = NULL;
         if (!r || r->handler != ROUTE_BY_KERNEL)
             *why = "iopub msg_type not allowed";
+        else if (!s_output_allowed(self, frame, type))
+            rc = 0; /* past the cap: dropped unread */
         else if (!(m = s_from_kernel(self, frame, type, self->current ? self->current : self->last, 0)))
             *why = "iopub metadata or content is not a JSON object";
         else {
-            if (s_output_allowed(self, frame, type))
-                self->ops->send(self->ctx, ROUTE_IOPUB, &m);
+            self->ops->send(self->ctx, ROUTE_IOPUB, &m);
             jmsg_destroy(&m);
             rc = 0;
         }

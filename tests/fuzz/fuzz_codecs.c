@@ -1,5 +1,6 @@
-/*  fuzz_codecs: mutation fuzzing of the two decoders that read hostile bytes: wire_decode
- *  (client messages) and kpipe (kernel pipe). Seeds are the golden vectors; each iteration
+/*  fuzz_codecs: mutation fuzzing of the decoders that read hostile bytes: wire_decode
+ *  (client messages), kpipe (kernel pipe) and jvalid (JSON checked without parsing it,
+ *  against jansson). Seeds are the golden vectors; each iteration
  *  flips, truncates, duplicates or splices frames and bytes, then decodes. A crash, a leak
  *  (under valgrind/ASan) or an accepted message whose signature was broken is a failure.
  *  KENNEL_FUZZ_ITERS sets the number of iterations (make check runs a short slice). */
@@ -11,6 +12,7 @@
 #include <sodium.h>
 
 #include "../harness.h"
+#include "jvalid.h"
 #include "kpipe.h"
 #include "wire.h"
 
@@ -184,6 +186,132 @@ TEST(kpipe_mutations)
     }
 }
 
+/*  Values and keys in a parsed JSON value, as jvalid counts them. */
+static size_t s_count(json_t *v)
+{
+    size_t n = 1, i;
+    const char *key;
+    json_t *x;
+    if (json_is_object(v))
+        json_object_foreach(v, key, x) n += 1 + s_count(x);
+    else if (json_is_array(v))
+        json_array_foreach(v, i, x) n += s_count(x);
+    return n;
+}
+
+/*  Whether some object in the bytes has a key twice: jansson with JSON_REJECT_DUPLICATES
+ *  says so. */
+static int s_repeats_a_key(const char *data, size_t len)
+{
+    json_error_t err;
+    json_t *v = json_loadb(data, len, JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &err);
+    json_decref(v);
+    return !v && strstr(err.text, "duplicate") != NULL;
+}
+
+/*  jvalid and jansson on the same bytes: the same verdict and count, except that jvalid
+ *  takes numbers too large for jansson's types, as JSON does. */
+static void s_compare(const char *data, size_t len)
+{
+    size_t values = 0;
+    int ours = jvalid_object(data, len, &values);
+    if (memchr(data, 0, len)) {
+        /* A raw NUL byte is never JSON (jansson stops reading at one, and may then take what
+         * came before it). */
+        CHECK_EQ_INT(ours, -1);
+        return;
+    }
+    json_error_t err;
+    json_t *v = json_loadb(data, len, JSON_ALLOW_NUL, &err);
+    if (v && json_is_object(v)) {
+        if (ours != 0) {
+            fprintf(stderr, "jvalid refused what jansson took (%zu bytes): ", len);
+            fwrite(data, 1, len < 300 ? len : 300, stderr);
+            fprintf(stderr, "\n");
+        }
+        CHECK_EQ_INT(ours, 0);
+        /* More in the bytes than in jansson's object only where a key repeats (the last
+         * one wins there). */
+        if (ours == 0 && values != s_count(v) && !(values > s_count(v) && s_repeats_a_key(data, len)))
+            CHECK(values == s_count(v));
+    } else if (ours == 0) {
+        CHECK(!v && (strstr(err.text, "too big") || strstr(err.text, "overflow")));
+    }
+    json_decref(v);
+}
+
+static const char *const s_json_seeds[] = {
+    "{}", " {\"a\" : [1, -2.5e+3, 0.0, true, false, null, \"x\"]}\n",
+    "{\"s\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\u0000\\ud83d\\ude00 caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}",
+    "{\"n\":{\"m\":{\"o\":[[],[{}],{\"p\":[1,[2,[3]]]}]}},\"q\":-0,\"r\":1E-7}",
+    "{\"big\":123456789012345678901234567890,\"huge\":1e999}",
+    "{\"a\":1,\"a\":2}", "[1]", "\"x\"", "{\"a\":01}", "{\"a\":\"\\ud800\"}", "{\"a\":\"\\udc00\"}",
+    "{\"a\":\"\xc0\xaf\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xed\xbf\xbf\"}",
+    "{\"a\":\"\xf4\x90\x80\x80\"}", "{\"a\":\"\xe0\x9f\xbf\"}", "{\"a\":\"\xf0\x8f\xbf\xbf\"}",
+    "{\"a\":\"\xef\xbf\xbf\xf4\x8f\xbf\xbf\xe0\xa0\x80\xf0\x90\x80\x80\"}",
+};
+
+TEST(jvalid_against_jansson)
+{
+    long iters = getenv("KENNEL_FUZZ_ITERS") ? atol(getenv("KENNEL_FUZZ_ITERS")) : 20000;
+    static const char alphabet[] = "{}[]:,\"\\ 0123456789-+.eEtrufalsn\x80\xc3\xa9\xed\xf0\x9f\x00\n";
+    size_t nseeds = sizeof s_json_seeds / sizeof s_json_seeds[0];
+    for (size_t i = 0; i < nseeds; i++)
+        s_compare(s_json_seeds[i], strlen(s_json_seeds[i]));
+    char buf[512];
+    for (long i = 0; i < iters; i++) {
+        const char *seed = s_json_seeds[s_rand((unsigned)nseeds)];
+        size_t len = strlen(seed);
+        memcpy(buf, seed, len);
+        for (unsigned k = 1 + s_rand(3); k > 0; k--) {
+            size_t at = len ? s_rand((unsigned)len) : 0;
+            switch (s_rand(4)) {
+            case 0: /* replace a byte */
+                if (len)
+                    buf[at] = alphabet[s_rand(sizeof alphabet - 1)];
+                break;
+            case 1: /* insert one */
+                if (len < sizeof buf / 2) {
+                    memmove(buf + at + 1, buf + at, len - at);
+                    buf[at] = alphabet[s_rand(sizeof alphabet - 1)];
+                    len++;
+                }
+                break;
+            case 2: /* delete one */
+                if (len) {
+                    memmove(buf + at, buf + at + 1, len - at - 1);
+                    len--;
+                }
+                break;
+            default: /* repeat a slice */
+                if (len && len < sizeof buf / 2) {
+                    size_t n = 1 + s_rand((unsigned)(len - at));
+                    memmove(buf + at + n, buf + at, len - at);
+                    len += n;
+                }
+            }
+        }
+        s_compare(buf, len);
+    }
+    /* Nesting: at most JVALID_MAX_DEPTH levels of values, a scalar's level included. */
+    for (int levels = JVALID_MAX_DEPTH - 2; levels <= JVALID_MAX_DEPTH + 1; levels++) {
+        for (int scalar = 0; scalar < 2; scalar++) {
+            char *deep = malloc(3 * JVALID_MAX_DEPTH + 16);
+            size_t n = 0;
+            deep[n++] = '{', deep[n++] = '"', deep[n++] = 'a', deep[n++] = '"', deep[n++] = ':';
+            for (int l = 2; l <= levels; l++)
+                deep[n++] = '[';
+            if (scalar)
+                deep[n++] = '7';
+            for (int l = 2; l <= levels; l++)
+                deep[n++] = ']';
+            deep[n++] = '}';
+            s_compare(deep, n);
+            free(deep);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     zsys_handler_set(NULL);
@@ -193,6 +321,7 @@ int main(int argc, char **argv)
     CHECK(s_nseeds > 0);
     RUN(wire_mutations);
     RUN(kpipe_mutations);
+    RUN(jvalid_against_jansson);
     for (int i = 0; i < s_nseeds; i++) {
         zmsg_destroy(&s_seeds[i].frames);
         free(s_seeds[i].key);

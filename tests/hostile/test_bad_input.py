@@ -163,7 +163,10 @@ def _frame(*parts):
     _frame(b'{"op":"iopub","msg_type":"status"}', b"{}", b'{"execution_state":"idle"}'),
     _frame(b'{"op":"reply","msg_type":"execute_reply","parent_msg_id":"forged"}', b"{}", b"{}"),
     _frame(b'{"op":"iopub","msg_type":"stream"}', b"{}", b"[not json"),
-], ids=["garbage", "huge-length", "status-from-kernel", "forged-reply", "bad-json"])
+    _frame(b'{"op":"iopub","msg_type":"stream"}', b"{}", b'{"name":"stdout","text":"x","n":0\x00}'),
+    _frame(b'{"op":"iopub","msg_type":"stream"}', b"{}", b'{"name":"stdout","text":"\xed\xa0\x80"}'),
+], ids=["garbage", "huge-length", "status-from-kernel", "forged-reply", "bad-json", "nul-then-junk",
+        "bad-utf8"])
 def test_kernel_writing_garbage_into_its_pipe(kenneld, client, payload):
     """User code can write to the kernel's pipe: kenneld must treat it as hostile, kill that
     kernel, answer the cell with an error, restart, and keep serving."""
@@ -178,6 +181,28 @@ def test_kernel_writing_garbage_into_its_pipe(kenneld, client, payload):
     assert_healthy(client, kenneld, value_code="1 + 1")
     info = kenneld.call("info_request", {"session": "victim"})["session"]
     assert info["restarts"] == 1
+
+
+def _peak_rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM:"))
+
+
+def test_dense_json_output_costs_kenneld_its_size_not_sixty_times_it(kenneld, client):
+    """A cell's output is passed on as the kernel's bytes: 8 MiB of `[{},{},...]` once took
+    kenneld ~500 MiB, parsed into objects it never reads."""
+    _set_marker(client)
+    pid = kenneld.proc.pid
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")  # the peak RSS starts again from the current one
+    before = _peak_rss(pid)
+    r = client.execute("from IPython.display import display\n"
+                       "display({'application/json': {'x': [{}] * 2_000_000}}, raw=True)",
+                       timeout=60)
+    assert r["content"]["status"] == "ok", r["content"]
+    grown = _peak_rss(pid) - before
+    assert grown < 96 << 20, f"kenneld's peak RSS grew by {grown >> 20} MiB"
+    assert_healthy(client, kenneld, value_code="1 + 1")
 
 
 def test_manager_abuse(kenneld):

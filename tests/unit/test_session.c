@@ -36,6 +36,17 @@ typedef struct {
     int nsig;
 } rec_t;
 
+/*  A part as a client would read it: kenneld passes a kernel's iopub parts on as bytes. New
+ *  reference. */
+static json_t *s_wire_part(const jmsg_t *m, jmsg_part_t part)
+{
+    if (jmsg_json(m, part))
+        return json_incref(jmsg_json(m, part));
+    size_t len = 0;
+    const void *raw = jmsg_raw(m, part, &len);
+    return raw ? json_loadb(raw, len, JMSG_JSON_LOAD_FLAGS, NULL) : NULL;
+}
+
 static void op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
 {
     rec_t *r = ctx;
@@ -44,8 +55,8 @@ static void op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
     snprintf(s->type, sizeof s->type, "%s", jmsg_type(*msg_p));
     const char *pid = json_string_value(json_object_get(jmsg_json(*msg_p, JMSG_PARENT), "msg_id"));
     snprintf(s->parent_id, sizeof s->parent_id, "%s", pid ? pid : "");
-    s->content = json_incref(jmsg_content(*msg_p));
-    r->metadata[r->nsent - 1] = json_incref(jmsg_metadata(*msg_p));
+    s->content = s_wire_part(*msg_p, JMSG_CONTENT);
+    r->metadata[r->nsent - 1] = s_wire_part(*msg_p, JMSG_METADATA);
     jmsg_destroy(msg_p);
 }
 

@@ -1,0 +1,248 @@
+/*  jvalid: a JSON object checked in one pass, nothing allocated. See jvalid.h. */
+#include "jvalid.h"
+
+#include <stdint.h>
+
+typedef struct {
+    const unsigned char *p, *end;
+} cur_t;
+
+static int s_digit(const cur_t *c)
+{
+    return c->p < c->end && *c->p >= '0' && *c->p <= '9';
+}
+
+static void s_digits(cur_t *c)
+{
+    while (s_digit(c))
+        c->p++;
+}
+
+static void s_space(cur_t *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+/*  Four hex digits of a \u escape, into *out. */
+static int s_hex4(cur_t *c, unsigned *out)
+{
+    if (c->end - c->p < 4)
+        return -1;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char h = *c->p++;
+        v <<= 4;
+        if (h >= '0' && h <= '9')
+            v |= (unsigned)(h - '0');
+        else if (h >= 'a' && h <= 'f')
+            v |= (unsigned)(h - 'a' + 10);
+        else if (h >= 'A' && h <= 'F')
+            v |= (unsigned)(h - 'A' + 10);
+        else
+            return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/*  One UTF-8 sequence of two to four bytes: no overlong form, no surrogate, nothing past
+ *  U+10FFFF. */
+static int s_utf8(cur_t *c)
+{
+    const unsigned char *p = c->p;
+    size_t n;
+    uint32_t cp;
+    if (*p >= 0xC2 && *p <= 0xDF)
+        n = 2, cp = *p & 0x1F;
+    else if (*p >= 0xE0 && *p <= 0xEF)
+        n = 3, cp = *p & 0x0F;
+    else if (*p >= 0xF0 && *p <= 0xF4)
+        n = 4, cp = *p & 0x07;
+    else
+        return -1;
+    if ((size_t)(c->end - p) < n)
+        return -1;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xC0) != 0x80)
+            return -1;
+        cp = cp << 6 | (p[i] & 0x3F);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+        return -1;
+    c->p += n;
+    return 0;
+}
+
+/*  A string, from its opening quote. \u0000 is allowed (JSON_ALLOW_NUL); a surrogate escape
+ *  must be a high one followed by a low one. */
+static int s_string(cur_t *c)
+{
+    c->p++;
+    while (c->p < c->end) {
+        unsigned char b = *c->p;
+        if (b == '"') {
+            c->p++;
+            return 0;
+        }
+        if (b < 0x20)
+            return -1;
+        if (b >= 0x80) {
+            if (s_utf8(c) < 0)
+                return -1;
+            continue;
+        }
+        c->p++;
+        if (b != '\\')
+            continue;
+        if (c->p >= c->end)
+            return -1;
+        unsigned u;
+        switch (*c->p++) {
+        case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+            break;
+        case 'u':
+            if (s_hex4(c, &u) < 0 || (u >= 0xDC00 && u <= 0xDFFF))
+                return -1;
+            if (u >= 0xD800 && u <= 0xDBFF) {
+                if (c->end - c->p < 2 || c->p[0] != '\\' || c->p[1] != 'u')
+                    return -1;
+                c->p += 2;
+                if (s_hex4(c, &u) < 0 || u < 0xDC00 || u > 0xDFFF)
+                    return -1;
+            }
+            break;
+        default:
+            return -1;
+        }
+    }
+    return -1;
+}
+
+/*  -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int s_number(cur_t *c)
+{
+    if (c->p < c->end && *c->p == '-')
+        c->p++;
+    if (!s_digit(c))
+        return -1;
+    if (*c->p++ != '0')
+        s_digits(c);
+    if (c->p < c->end && *c->p == '.') {
+        c->p++;
+        if (!s_digit(c))
+            return -1;
+        s_digits(c);
+    }
+    if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
+        c->p++;
+        if (c->p < c->end && (*c->p == '+' || *c->p == '-'))
+            c->p++;
+        if (!s_digit(c))
+            return -1;
+        s_digits(c);
+    }
+    return 0;
+}
+
+static int s_literal(cur_t *c, const char *word, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (c->p + i >= c->end || c->p[i] != (unsigned char)word[i])
+            return -1;
+    c->p += len;
+    return 0;
+}
+
+/*  A scalar value (not an object or array), from its first byte. */
+static int s_scalar(cur_t *c)
+{
+    switch (*c->p) {
+    case '"':
+        return s_string(c);
+    case 't':
+        return s_literal(c, "true", 4);
+    case 'f':
+        return s_literal(c, "false", 5);
+    case 'n':
+        return s_literal(c, "null", 4);
+    default:
+        return s_number(c);
+    }
+}
+
+/*  A key and its colon, from wherever the key may start. */
+static int s_key(cur_t *c)
+{
+    s_space(c);
+    if (c->p >= c->end || *c->p != '"' || s_string(c) < 0)
+        return -1;
+    s_space(c);
+    if (c->p >= c->end || *c->p != ':')
+        return -1;
+    c->p++;
+    return 0;
+}
+
+int jvalid_object(const void *data, size_t len, size_t *values)
+{
+    cur_t c = {data, (const unsigned char *)data + len};
+    unsigned char open[JVALID_MAX_DEPTH]; /* '{' or '[' for each level we are in */
+    size_t depth = 0, n = 0;
+    s_space(&c);
+    if (c.p >= c.end || *c.p != '{')
+        return -1;
+    for (;;) {
+        /* A value is due, at level depth + 1 (jansson counts levels so, scalars too). */
+        s_space(&c);
+        if (c.p >= c.end || depth >= JVALID_MAX_DEPTH)
+            return -1;
+        n++;
+        if (*c.p == '{' || *c.p == '[') {
+            unsigned char kind = *c.p++;
+            open[depth++] = kind;
+            s_space(&c);
+            if (c.p < c.end && *c.p == (kind == '{' ? '}' : ']')) {
+                c.p++;
+                depth--;
+            } else {
+                if (kind == '{') {
+                    n++;
+                    if (s_key(&c) < 0)
+                        return -1;
+                }
+                continue;
+            }
+        } else if (s_scalar(&c) < 0) {
+            return -1;
+        }
+        /* A value has ended: a comma, or the end of its container (and maybe of more). */
+        for (;;) {
+            s_space(&c);
+            if (depth == 0) {
+                if (c.p != c.end)
+                    return -1;
+                *values = n;
+                return 0;
+            }
+            if (c.p >= c.end)
+                return -1;
+            unsigned char kind = open[depth - 1];
+            if (*c.p == (kind == '{' ? '}' : ']')) {
+                c.p++;
+                depth--;
+                continue;
+            }
+            if (*c.p != ',')
+                return -1;
+            c.p++;
+            if (kind == '{') {
+                n++;
+                if (s_key(&c) < 0)
+                    return -1;
+            }
+            break;
+        }
+    }
+}

@@ -1,0 +1,17 @@
+/*  jvalid: checks that bytes are one JSON object (RFC 8259: UTF-8, escapes, at most
+ *  JVALID_MAX_DEPTH levels of nesting) without building it, and counts its values, so that
+ *  kenneld can pass a peer's JSON on as bytes, or refuse to parse what would cost it many
+ *  times its size. Accepts what jansson accepts with JSON_ALLOW_NUL, and also numbers too
+ *  large for jansson's types, which JSON allows. */
+#ifndef KENNEL_JVALID_H
+#define KENNEL_JVALID_H
+
+#include <stddef.h>
+
+#define JVALID_MAX_DEPTH 2048 /* levels of values, as jansson counts them: its own limit */
+
+/*  0 if data is one JSON object (whitespace around it allowed), with *values set to the
+ *  number of values and keys in it, itself included; -1 otherwise. */
+int jvalid_object(const void *data, size_t len, size_t *values);
+
+#endif
