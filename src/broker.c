@@ -250,7 +250,7 @@ static int s_op_to_kernel(void *ctx, const kpipe_iov_t *parts, size_t n)
     int rc = kpipe_encode(parts, n, s->broker->cfg.max_pipe_frame, &frame, &len);
     if (rc < 0) {
         LOG_W("session=%s: cannot frame a request for the kernel: %s", s->id, kpipe_strerror(rc));
-        return -1;
+        return SESSION_TOO_LARGE;
     }
     /* At most one shell request and one input reply are ever in flight, so the buffer stays
      * within a few frames; anything more means the kernel stopped reading. */

@@ -23,6 +23,7 @@
 #include "cgroup.h"
 #include "config.h"
 #include "disk.h"
+#include "kpipe.h"
 #include "log.h"
 #include "loop.h"
 #include "manager.h"
@@ -283,7 +284,11 @@ int main(int argc, char **argv)
         .python = cfg.python,
         .kernel_dir = cfg.kernel_dir,
         .max_sessions = cfg.max_sessions,
-        .max_pipe_frame = cfg.max_message_bytes,
+        /* A request that passed --max-message always fits, with its op header and part
+         * lengths; a kernel's frames are at most 64 MiB whatever the limit (kennel_pipe). */
+        .max_pipe_frame = (cfg.max_message_bytes > KERNEL_SEND_MAX ? cfg.max_message_bytes
+                                                                    : KERNEL_SEND_MAX) +
+                          KPIPE_FRAME_SLACK,
         .sandbox = !cfg.insecure_no_sandbox,
         .init_path = init_path,
         /* The zygote hands kernels their workspace as a detached mount (open_tree), which

@@ -168,22 +168,34 @@ static void s_publish_status(session_t *self, const jmsg_t *parent, const char *
     s_publish(self, parent, "status", json_pack("{s:s}", "execution_state", state));
 }
 
-/*  Send a reply of reply_type to request on channel; steals content. */
-static void s_reply(session_t *self, unsigned channel, const jmsg_t *request,
-                    const char *reply_type, json_t *content)
+/*  Send a reply of reply_type to request on channel, with metadata (NULL: empty); steals
+ *  metadata and content. */
+static void s_reply_md(session_t *self, unsigned channel, const jmsg_t *request,
+                       const char *reply_type, json_t *metadata, json_t *content)
 {
     jmsg_t *m = jmsg_new_reply(request, reply_type, self->kernel_session);
     if (!m) {
+        json_decref(metadata);
         json_decref(content);
         return;
     }
+    if (metadata)
+        jmsg_set_json(m, JMSG_METADATA, metadata);
     jmsg_set_json(m, JMSG_CONTENT, content);
     self->ops->send(self->ctx, channel, &m);
 }
 
+static void s_reply(session_t *self, unsigned channel, const jmsg_t *request,
+                    const char *reply_type, json_t *content)
+{
+    s_reply_md(self, channel, request, reply_type, NULL, content);
+}
+
 /*  The metadata of an execute_reply: the kernel's (may be NULL), plus the outcome and the
- *  wall time, which only kenneld can measure. New reference. */
-static json_t *s_outcome_metadata(session_t *self, const json_t *kernel_md, const char *outcome)
+ *  wall time, which only kenneld can measure: 0 for a request that never reached the kernel
+ *  (!ran), which leaves the session's last outcome as it was. New reference. */
+static json_t *s_outcome_metadata(session_t *self, const json_t *kernel_md, const char *outcome,
+                                  int ran)
 {
     json_t *md = kernel_md ? json_deep_copy(kernel_md) : json_object();
     json_t *metrics = json_object_get(md, "metrics");
@@ -191,9 +203,10 @@ static json_t *s_outcome_metadata(session_t *self, const json_t *kernel_md, cons
         metrics = json_object();
         json_object_set_new(md, "metrics", metrics);
     }
-    json_object_set_new(metrics, "wall_ms", json_integer(util_now_ms() - self->cell_started_ms));
+    json_object_set_new(metrics, "wall_ms", json_integer(ran ? util_now_ms() - self->cell_started_ms : 0));
     json_object_set_new(md, "outcome", json_string(outcome));
-    snprintf(self->last_outcome, sizeof self->last_outcome, "%s", outcome);
+    if (ran)
+        snprintf(self->last_outcome, sizeof self->last_outcome, "%s", outcome);
     return md;
 }
 
@@ -220,9 +233,7 @@ static void s_fail(session_t *self, unsigned channel, const jmsg_t *request, con
     if (m) {
         if (is_execute) {
             json_object_set_new(content, "execution_count", json_null());
-            if (wrap_status)
-                self->cell_started_ms = util_now_ms();
-            jmsg_set_json(m, JMSG_METADATA, s_outcome_metadata(self, NULL, outcome));
+            jmsg_set_json(m, JMSG_METADATA, s_outcome_metadata(self, NULL, outcome, !wrap_status));
         }
         jmsg_set_json(m, JMSG_CONTENT, content);
         self->ops->send(self->ctx, channel, &m);
@@ -432,6 +443,22 @@ static void s_pump(session_t *self)
         jmsg_t *req = zlistx_detach(self->queue, NULL);
         const route_t *r = route_lookup(jmsg_type(req));
         s_publish_status(self, req, "busy");
+        if (!r->reply_type) {
+            /* Comm messages, the only shell messages without a reply: the kernel serves no
+             * comm target, so they stay here (a burst of them once filled its pipe). A
+             * comm_open is closed again at once, as ipykernel closes one for a target it
+             * does not know. */
+            if (strcmp(r->msg_type, "comm_open") == 0) {
+                const char *comm_id = json_string_value(json_object_get(jmsg_content(req), "comm_id"));
+                if (comm_id)
+                    s_publish(self, req, "comm_close",
+                              json_pack("{s:s, s:{}}", "comm_id", comm_id, "data"));
+            }
+            s_publish_status(self, req, "idle");
+            jmsg_destroy(&self->last);
+            self->last = req;
+            continue;
+        }
         kpipe_iov_t parts[4 + JMSG_NPARTS + 64];
         static const char op[] = "{\"op\":\"request\",\"channel\":\"shell\"}";
         size_t n = 0;
@@ -445,21 +472,23 @@ static void s_pump(session_t *self)
         for (zframe_t *f = zmsg_first(bufs); f && n < KPIPE_MAX_PARTS; f = zmsg_next(bufs))
             parts[n++] = (kpipe_iov_t){zframe_data(f), zframe_size(f)};
         int rc = self->ops->to_kernel(self->ctx, parts, n);
-        if (r->reply_type && rc == 0) {
+        if (rc == 0) {
             self->current = req;
             self->state = SESSION_BUSY;
             s_cell_begin(self);
             return;
         }
-        if (r->reply_type) {
-            /* The kernel is going away; its exit will restart it. Serve this one first then. */
-            s_publish_status(self, req, "idle");
-            zlistx_add_start(self->queue, req);
-            return;
-        }
         s_publish_status(self, req, "idle");
-        jmsg_destroy(&self->last);
-        self->last = req;
+        if (rc == SESSION_TOO_LARGE) {
+            /* It never will fit: refuse it rather than hold the queue behind it. */
+            s_fail(self, ROUTE_SHELL, req, "RequestTooLarge",
+                   "the request does not fit in a frame to the kernel", "error", 1);
+            jmsg_destroy(&req);
+            continue;
+        }
+        /* The kernel is going away; its exit will restart it. Serve this one first then. */
+        zlistx_add_start(self->queue, req);
+        return;
     }
 }
 
@@ -475,7 +504,9 @@ static void s_abort_queued_executes(session_t *self)
         jmsg_t *next = zlistx_next(self->queue);
         if (strcmp(jmsg_type(req), "execute_request") == 0) {
             s_publish_status(self, req, "busy");
-            s_reply(self, ROUTE_SHELL, req, "execute_reply", json_pack("{s:s}", "status", "aborted"));
+            s_reply_md(self, ROUTE_SHELL, req, "execute_reply",
+                       s_outcome_metadata(self, NULL, "aborted", 0),
+                       json_pack("{s:s}", "status", "aborted"));
             s_publish_status(self, req, "idle");
             zlistx_delete(self->queue, handle);
         }
@@ -827,7 +858,7 @@ static int s_on_reply(session_t *self, const kpipe_frame_t *f, const json_t *op,
                               : self->cell_truncated               ? "output_truncated"
                               : status && strcmp(status, "ok") == 0 ? "ok"
                                                                     : "aborted";
-        jmsg_set_json(reply, JMSG_METADATA, s_outcome_metadata(self, jmsg_metadata(reply), outcome));
+        jmsg_set_json(reply, JMSG_METADATA, s_outcome_metadata(self, jmsg_metadata(reply), outcome, 1));
     }
     s_cell_end(self);
     self->ops->send(self->ctx, ROUTE_SHELL, &reply);

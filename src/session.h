@@ -25,12 +25,15 @@ typedef enum {
 /*  The session's two timers. */
 typedef enum { SESSION_TIMER_CELL = 0, SESSION_TIMER_IDLE = 1 } session_timer_t;
 
+#define SESSION_TOO_LARGE -2 /* to_kernel: the parts do not fit in one frame */
+
 typedef struct {
     /* Send msg to the clients on one ROUTE_* channel (iopub publishes; shell, control and
      * stdin route by the message's identities). Takes *msg_p. */
     void (*send)(void *ctx, unsigned channel, jmsg_t **msg_p);
-    /* Write one kernel-pipe frame. 0, or -1 when the kernel cannot take it (its exit will be
-     * reported through session_on_kernel_exit). */
+    /* Write one kernel-pipe frame. 0; SESSION_TOO_LARGE when the parts cannot form a frame;
+     * or -1 when the kernel cannot take it (its exit will be reported through
+     * session_on_kernel_exit). */
     int (*to_kernel)(void *ctx, const kpipe_iov_t *parts, size_t n);
     /* Start a kernel process; 0, or -1 with errno. */
     int (*kernel_start)(void *ctx);

@@ -20,7 +20,8 @@ import threading
 
 from kennel_deadline import CellTimeout
 
-MAX_FRAME_BYTES = 64 << 20  # kenneld's default --max-pipe-frame
+MAX_FRAME_BYTES = 64 << 20  # the largest frame a kernel sends (KERNEL_SEND_MAX in kpipe.h)
+MAX_RECV_BYTES = (1 << 30) + (1 << 20)  # from kenneld: --max-message (at most 1 GiB), framed
 MAX_PARTS = 64
 MAX_LOG_CHARS = 1000  # of a diagnostic line; kenneld keeps fewer
 _U32 = struct.Struct(">I")
@@ -256,7 +257,7 @@ class Pipe:
         if len(buf) < 4:
             return None
         (size,) = _U32.unpack_from(buf, 0)
-        if size > MAX_FRAME_BYTES:
+        if size > MAX_RECV_BYTES:
             self.fatal(f"malformed frame from kenneld: length {size} over the limit")
         if len(buf) < 4 + size:
             return None

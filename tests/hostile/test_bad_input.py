@@ -111,17 +111,21 @@ def test_request_flood_hits_queue_limit(kenneld, client):
     _set_marker(client)
     first = client.session.send(client.sockets["shell"], "execute_request",
                                 {"code": "import time; time.sleep(1)", "silent": False})
+    time.sleep(0.6)  # the refusals come late in the first cell
     ids = [client.session.send(client.sockets["shell"], "execute_request",
                                {"code": "kennel_marker += 1", "silent": False})["header"]["msg_id"]
            for _ in range(12)]
-    replies = {}
+    replies, metadata = {}, {}
     deadline = time.monotonic() + 20
     while len(replies) < 13 and time.monotonic() < deadline:
         if client.sockets["shell"].poll(1000):
             _, frames = client.session.feed_identities(client.sockets["shell"].recv_multipart())
             m = client.session.deserialize(frames)
             replies[m["parent_header"]["msg_id"]] = m["content"]
+            metadata[m["parent_header"]["msg_id"]] = m["metadata"]
     assert replies[first["header"]["msg_id"]]["status"] == "ok"
+    # The refusals, made while the first cell ran, left its clock alone.
+    assert metadata[first["header"]["msg_id"]]["metrics"]["wall_ms"] >= 900
     statuses = [replies[i]["status"] for i in ids]
     refused = [replies[i] for i in ids if replies[i]["status"] == "error"]
     assert statuses.count("ok") == 4, statuses

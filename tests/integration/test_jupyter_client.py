@@ -145,7 +145,12 @@ def test_stop_on_error_aborts_queued_executes(session):
     second = session.execute("after_1 = 1")
     third = session.execute("after_2 = 2")
     assert shell_reply(session, first)["content"]["ename"] == "ValueError"
-    assert shell_reply(session, second)["content"]["status"] == "aborted"
+    aborted = shell_reply(session, second)
+    assert aborted["content"]["status"] == "aborted"
+    # The outcome is in every execute_reply's metadata (protocol/jupyter.md); an aborted
+    # cell never ran.
+    assert aborted["metadata"]["outcome"] == "aborted"
+    assert aborted["metadata"]["metrics"]["wall_ms"] == 0
     assert shell_reply(session, third)["content"]["status"] == "aborted"
     assert run(session, "'after_1' in dir() or 'after_2' in dir()").result == "False"
 
@@ -206,13 +211,56 @@ def test_unicode_and_large_output(session):
     assert cell.streams() == [("stdout", "h\u00e9llo \u2603\n" + "x" * 200000 + "\n")]
 
 
-def test_comm_open_gets_no_reply_and_session_goes_on(session):
+def test_comm_open_is_closed_again_and_session_goes_on(session):
+    # No comm target is served: like ipykernel for a target it does not know, the comm is
+    # closed at once (comm_close on iopub), and no shell reply comes.
     msg = session.session.msg("comm_open", {"comm_id": "c1", "target_name": "nobody", "data": {}})
     session.shell_channel.send(msg)
-    states = collect_iopub(session, msg["header"]["msg_id"])
-    assert [m["content"]["execution_state"] for m in states] == ["busy", "idle"]
+    msgs = collect_iopub(session, msg["header"]["msg_id"])
+    assert [m["msg_type"] for m in msgs] == ["status", "comm_close", "status"]
+    assert msgs[1]["content"] == {"comm_id": "c1", "data": {}}
     assert run(session, "'alive'").result == "'alive'"
     assert shell_request(session, "comm_info") == {"status": "ok", "comms": {}}
+
+
+@pytest.mark.parametrize("kenneld", [["--max-message", "1M"]], indirect=True)
+def test_comm_messages_queued_behind_a_cell_do_not_hurt_the_kernel(kenneld, connect):
+    # They stay in kenneld: a burst of large ones once filled the kernel's pipe, and kenneld
+    # took the kernel for one that had stopped reading.
+    kc = connect(kenneld.create("comms")["connection_file"])
+    run(kc, "x = 42")
+    msg_id = kc.execute("import time; time.sleep(1)")
+    for i in range(8):
+        kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": "c1",
+                                                           "data": {"blob": "y" * 900_000}}))
+    assert finish(kc, msg_id).content["status"] == "ok"
+    assert run(kc, "x").result == "42"
+    assert kenneld.ok("info_request", {"session": "comms"})["session"]["restarts"] == 0
+
+
+@pytest.mark.parametrize("kenneld", [["--max-message", "64K"]], indirect=True)
+def test_a_request_at_the_size_limit_is_served(kenneld, connect):
+    # A request within --max-message always fits in a frame to the kernel (op header and
+    # part lengths included); it once made the session hold every later request.
+    kc = connect(kenneld.create("edge")["connection_file"])
+    buffers = [b"b"] * 20
+
+    def request(pad):
+        msg = kc.session.msg("execute_request", {
+            "code": "n = len('" + "z" * pad + "')", "silent": False, "store_history": True,
+            "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})
+        frames = kc.session.serialize(msg) + buffers
+        # As kenneld counts it: every frame, the DEALER's identity (the session id) too.
+        return msg, frames, len(kc.session.bsession) + sum(len(f) for f in frames)
+
+    _, _, size = request(60_000)
+    pad = 60_000 + (64 * 1024 - size)
+    msg, frames, size = request(pad)
+    assert size == 64 * 1024
+    kc.shell_channel.socket.send_multipart(frames)
+    reply = shell_reply(kc, msg["header"]["msg_id"])
+    assert reply["content"]["status"] == "ok", reply["content"]
+    assert run(kc, "n").result == str(pad)
 
 
 def test_two_clients_share_a_session(session, connect):
