@@ -209,12 +209,23 @@ def test_dense_json_output_costs_kenneld_its_size_not_sixty_times_it(kenneld, cl
     assert_healthy(client, kenneld, value_code="1 + 1")
 
 
+def test_a_nul_inside_msg_type_is_dropped(kenneld, client):
+    """kenneld (C) and the kernel (Python) would read "execute_request\\0" differently: the
+    session was left busy for good. Such a message is dropped like any malformed one."""
+    _set_marker(client)
+    header = client.session.msg_header("execute_request\x00")
+    client.session.send(client.sockets["shell"], "execute_request",
+                        {"code": "kennel_marker = 99", "silent": False}, header=header)
+    assert_healthy(client, kenneld, value_code="assert kennel_marker == 1, kennel_marker")
+
+
 def test_manager_abuse(kenneld):
     forger = Session(key=b"wrong", signature_scheme="hmac-sha256")
     forger.send(kenneld.mgr, "create_request", {"name": "forged"})
     kenneld.mgr.send_multipart([b"garbage"])
     for content, ename in (({"name": "../etc"}, "BadRequest"), ({"name": ""}, "BadRequest"),
                            ({"name": "x" * 500}, "BadRequest"), ({"name": 5}, "BadRequest"),
+                           ({"name": "a\u0000b"}, "BadRequest"),
                            ({"connection": "tcp://1.2.3.4"}, "BadRequest"),
                            ({"connection": {"transport": "tcp", "ip": "0.0.0.0", "key": "k",
                                             "shell_port": 1, "iopub_port": 2, "stdin_port": 3,
@@ -226,6 +237,7 @@ def test_manager_abuse(kenneld):
         assert r["status"] == "error" and r["ename"] == ename, (content, r)
     assert kenneld.call("info_request", {"session": "nope"})["ename"] == "NoSuchSession"
     assert kenneld.call("end_request", {"session": ""})["ename"] == "BadRequest"
+    assert kenneld.call("end_request", {"session": "a\u0000b"})["ename"] == "BadRequest"
     assert kenneld.call("frobnicate_request", {})["ename"] == "BadRequest"
     assert kenneld.call("list_request")["sessions"] == []  # the forged create did nothing
 
