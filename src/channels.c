@@ -17,6 +17,9 @@ struct channels {
     wire_t *wire;
 };
 
+#define HB_MAX_MSG 1024 /* bytes of one heartbeat ping */
+#define HB_HWM 16        /* pings queued for a peer that does not read */
+
 static const char *s_port_names[CHANNELS_N] = {"shell_port", "iopub_port", "stdin_port",
                                                "control_port", "hb_port"};
 
@@ -29,10 +32,16 @@ static zsock_t *s_socket(channels_index_t i, size_t max_msg, int watch_iopub)
     if (!s)
         return NULL;
     zsock_set_linger(s, 0);
+    /* The heartbeat echoes what it gets: small pings only (jupyter_client's are 4 bytes), and
+     * few of them queued for a peer that does not read, or anyone who can connect could make
+     * kenneld hold a thousand messages of --max-message each. */
+    if (i == CHANNELS_HB)
+        max_msg = HB_MAX_MSG;
     zsock_set_maxmsgsize(s, (int)(max_msg > INT32_MAX ? INT32_MAX : max_msg));
-    zsock_set_sndhwm(s, i == CHANNELS_IOPUB ? 10000 : 1000);
-    if (i != CHANNELS_IOPUB)
-        zsock_set_router_handover(s, 1); /* a client reconnecting with its identity takes over */
+    zsock_set_sndhwm(s, i == CHANNELS_IOPUB ? 10000 : i == CHANNELS_HB ? HB_HWM : 1000);
+    /* No router handover: a second connection with an identity already in use is ignored, as
+     * in ipykernel. With it, anyone who read a client's session id off iopub (no key needed)
+     * could connect with it and take that client's replies. */
     return s;
 }
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import zmq
 
 from .kenneld_proc import KENNELD, descendants, pid_alive
 from .itest_helpers import (collect_iopub, control, control_reply, finish, run, send_control,
@@ -562,6 +563,50 @@ def test_wait_for_ready_and_heartbeat(session, connect):
     kc.wait_for_ready(timeout=10)  # jupyter_client's own check: heartbeat, then kernel_info
     assert kc.is_alive()
     assert run(kc, "'ready'").result == "'ready'"
+
+
+def _endpoint(session, channel):
+    conn = json.loads(Path(session.session_info["connection_file"]).read_text())
+    if conn["transport"] == "ipc":
+        return f"ipc://{conn['ip']}-{conn[channel + '_port']}"
+    return f"tcp://{conn['ip']}:{conn[channel + '_port']}"
+
+
+def test_the_heartbeat_echoes_pings_and_refuses_anything_larger(session):
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.REQ)
+    sock.linger = 0
+    sock.rcvtimeo = 2000
+    try:
+        sock.connect(_endpoint(session, "hb"))
+        sock.send(b"ping")
+        assert sock.recv() == b"ping"
+        # Past 1 KiB a ping is refused (its connection dropped): an echo of --max-message
+        # bytes a time, a thousand queued, was the memory of anyone who could connect.
+        sock.send(b"x" * 2048)
+        with pytest.raises(zmq.Again):
+            sock.recv()
+    finally:
+        sock.close()
+    assert run(session, "'alive'").result == "'alive'"
+
+
+def test_a_second_connection_with_a_clients_identity_gets_nothing(session):
+    # The identity is the client's session id, which anyone can read off iopub: without
+    # router handover (as in ipykernel) the newcomer is ignored, and the reply goes to the
+    # client that asked.
+    msg_id = session.execute("import time\ntime.sleep(0.5)\n7")
+    ctx = zmq.Context.instance()
+    intruder = ctx.socket(zmq.DEALER)
+    intruder.linger = 0
+    intruder.setsockopt(zmq.IDENTITY, session.session.bsession)
+    try:
+        intruder.connect(_endpoint(session, "shell"))
+        reply = shell_reply(session, msg_id)
+        assert reply["content"]["status"] == "ok"
+        assert not intruder.poll(500), "the intruder got the client's reply"
+    finally:
+        intruder.close()
 
 
 def _host_pids(kernel_pid, argv):
