@@ -262,10 +262,29 @@ static void s_answer(session_t *self, unsigned channel, const jmsg_t *request,
 
 /* ---- the shell queue --------------------------------------------------------------------- */
 
+/*  obj[key] as Python's bool() reads it, which is how ipykernel reads these flags (a
+ *  `"restart": 1` restarts); dflt when absent. */
 static int s_json_true(const json_t *obj, const char *key, int dflt)
 {
     json_t *v = json_object_get(obj, key);
-    return v ? json_is_true(v) : dflt;
+    if (!v)
+        return dflt;
+    switch (json_typeof(v)) {
+    case JSON_TRUE:
+        return 1;
+    case JSON_INTEGER:
+        return json_integer_value(v) != 0;
+    case JSON_REAL:
+        return json_real_value(v) != 0;
+    case JSON_STRING:
+        return json_string_length(v) > 0;
+    case JSON_ARRAY:
+        return json_array_size(v) > 0;
+    case JSON_OBJECT:
+        return json_object_size(v) > 0;
+    default: /* false, null */
+        return 0;
+    }
 }
 
 /*  Whether a failed request aborts the execute requests queued behind it (stop_on_error,

@@ -492,6 +492,15 @@ def test_restart_while_busy(session):
 
 @pytest.mark.parametrize("kenneld", [[], ["--insecure-no-sandbox"]], indirect=True,
                          ids=["sandbox", "no-sandbox"])
+def test_restart_flag_is_read_as_python_reads_it(kenneld, session):
+    # ipykernel reads `restart` with bool(): 1 restarts, it does not end the session.
+    run(session, "gone = 1")
+    reply = control(session, "shutdown_request", {"restart": 1})
+    assert reply["content"] == {"status": "ok", "restart": True}
+    assert session.session_info["id"] in [s["id"] for s in kenneld.sessions()]
+    assert run(session, "'gone' in dir()").result == "False"
+
+
 def test_restart_gives_fresh_namespace(kenneld, session):
     """After the shutdown_reply (restart: true), the next request must reach the new kernel.
     The old one holds 300 MB, as a working session might, so it takes a few ms to die;
