@@ -120,7 +120,7 @@ class Kernel:
         shell = self._shell
         try:
             data, unsaved = kennel_snapshot.save(shell.user_ns, shell.user_ns_hidden,
-                                                 shell.execution_count)
+                                                 shell.execution_count, shell.history_snapshot())
             self._pipe.send({"op": "saved", "unsaved": unsaved}, data)
         except Exception as e:  # too large for a frame, or the pickler broke: keep the kernel
             self._pipe.send({"op": "saved", "error": f"{type(e).__name__}: {e}"[:500]})
@@ -129,7 +129,8 @@ class Kernel:
         """A revived session: load the snapshot before any request."""
         shell = self._shell
         try:
-            shell.execution_count, failed = kennel_snapshot.restore(data, shell.user_ns)
+            shell.execution_count, failed, history = kennel_snapshot.restore(data, shell.user_ns)
+            shell.restore_history(history)
         except Exception as e:
             failed = [f"(the whole snapshot: {type(e).__name__})"]
         self._pipe.send({"op": "restored", "failed": failed})

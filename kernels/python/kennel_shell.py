@@ -317,6 +317,31 @@ class KennelShell(InteractiveShell):
         self.profile_dir = ProfileDir.create_profile_dir_by_name(self.ipython_dir, "default")
         self.db = PickleShareDB(os.path.join(self.profile_dir.location, "db"))
 
+    def history_snapshot(self):
+        """The session's history as kennel_snapshot keeps it across an eviction: each stored
+        cell's input by its number (parsed and raw), the outputs (Out) and their reprs."""
+        hm = self.history_manager
+        parsed = hm.get_range(session=0, start=1, raw=False)
+        raw = hm.get_range(session=0, start=1, raw=True)
+        inputs = [(line, p, r) for (_, line, p), (_, _, r) in zip(parsed, raw)]
+        return {"inputs": inputs, "outputs": dict(hm.output_hist),
+                "reprs": dict(hm.output_hist_reprs)}
+
+    def restore_history(self, history):
+        """Make the history of history_snapshot() this shell's, with IPython's names for it:
+        In, `_i`, `_iN`, Out, `_N`, and `_`, `__`, `___` for the last three outputs."""
+        hm = self.history_manager
+        for line, parsed, raw in history["inputs"]:
+            hm.store_inputs(line, parsed, raw)
+        hm.output_hist_reprs.update(history["reprs"])
+        dh = self.displayhook
+        for line in sorted(history["outputs"]):
+            value = history["outputs"][line]
+            hm.output_hist[line] = value  # Out and _oh are this dict
+            self.user_ns[f"_{line}"] = value
+            dh.___, dh.__, dh._ = dh.__, dh._, value
+        self.push({"_": dh._, "__": dh.__, "___": dh.___}, interactive=False)
+
     def warm_up(self, run_cell=None, code=None):
         """Run one throwaway cell (code, by default `1 + 1`; it must bind no name), with
         history as a user's cell has it, then forget it: the namespace, the result cache,

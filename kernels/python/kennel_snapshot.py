@@ -2,13 +2,16 @@
 
 save() pickles every name it can with dill (so functions, lambdas and classes defined in
 cells survive; plain pickle when dill is missing), notes modules by name to import again,
-and lists the names it could not keep (generators, sockets, open files…). restore() loads
-a snapshot into a namespace and lists the names that failed. kenneld stores the bytes
-without looking at them, out of the kernel's reach.
+and lists the names it could not keep (generators, sockets, open files…). It keeps the
+session's history too: every cell's input and the outputs that pickle (`Out[N]`). IPython's
+own names (`_`, `_i3`, `_3`, `In`, …) are not saved as names: they are made again from the
+history. restore() loads a snapshot into a namespace and lists the names that failed.
+kenneld stores the bytes without looking at them, out of the kernel's reach.
 """
 
 import importlib
 import pickle
+import re
 import types
 
 try:
@@ -16,7 +19,8 @@ try:
 except ImportError:  # the kernel still works; fewer objects survive an eviction
     _pickler = pickle
 
-FORMAT = 1
+FORMAT = 2  # 1: no history; still read
+_IPYTHON_NAME = re.compile(r"_+|_i+|_i\d+|_\d+|_ih|_oh|_dh")  # the output and input caches
 
 
 def _dumps(obj):
@@ -25,35 +29,51 @@ def _dumps(obj):
     return _pickler.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL, recurse=True)
 
 
-def save(ns, skip, execution_count):
-    """Return (snapshot bytes, names that could not be saved)."""
+def save(ns, skip, execution_count, history=None):
+    """Return (snapshot bytes, names that could not be saved). history: {"inputs": [(line,
+    parsed, raw)], "outputs": {line: value}, "reprs": {line: text}}, or None."""
     modules, values, unsaved = {}, {}, []
     for name, value in list(ns.items()):
-        if name.startswith("_") or name in skip:
-            continue  # IPython's own names and its output cache
+        if name in skip or _IPYTHON_NAME.fullmatch(name):
+            continue
         if isinstance(value, types.ModuleType):
             modules[name] = value.__name__
             continue
-        try:
-            _dumps(value)
-        except Exception:  # anything a pickler raises means "cannot keep this one"
+        if _picklable(value):
+            values[name] = value
+        else:
             unsaved.append(name)
-            continue
-        values[name] = value
+    history = history or {"inputs": [], "outputs": {}, "reprs": {}}
+    outputs = {}
+    for line, value in history["outputs"].items():
+        if _picklable(value):
+            outputs[line] = value
+        else:
+            unsaved.append(f"Out[{line}]")
     try:
-        # Together, so that objects shared between names stay shared.
-        payload = {"together": _dumps(values)}
+        # Together, so that objects shared between names (and outputs) stay shared.
+        payload = {"together": _dumps({"ns": values, "outputs": outputs})}
     except Exception:
-        payload = {"each": {name: _dumps(v) for name, v in values.items()}}
+        payload = {"each": {name: _dumps(v) for name, v in values.items()},
+                   "outputs_each": {line: _dumps(v) for line, v in outputs.items()}}
     snapshot = {"format": FORMAT, "modules": modules, "execution_count": execution_count,
-                **payload}
+                "inputs": list(history["inputs"]), "reprs": dict(history["reprs"]), **payload}
     return pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL), sorted(unsaved)
 
 
+def _picklable(value):
+    try:
+        _dumps(value)
+        return True
+    except Exception:  # anything a pickler raises means "cannot keep this one"
+        return False
+
+
 def restore(data, ns):
-    """Load a snapshot into ns. Return (execution_count, names that failed to load)."""
+    """Load a snapshot into ns. Return (execution_count, names that failed to load, history
+    as save() takes it)."""
     snapshot = pickle.loads(data)
-    if snapshot.get("format") != FORMAT:
+    if snapshot.get("format") not in (1, FORMAT):
         raise ValueError(f"snapshot format {snapshot.get('format')!r} is not {FORMAT}")
     failed = []
     for name, module in snapshot["modules"].items():
@@ -61,16 +81,27 @@ def restore(data, ns):
             ns[name] = importlib.import_module(module)
         except Exception:
             failed.append(name)
+    history = {"inputs": snapshot.get("inputs", []), "outputs": {},
+               "reprs": snapshot.get("reprs", {})}
     loads = _pickler.loads
     if "together" in snapshot:
         try:
-            ns.update(loads(snapshot["together"]))
+            together = loads(snapshot["together"])
         except Exception:
-            return snapshot["execution_count"], sorted(failed + ["(all saved values)"])
+            return snapshot["execution_count"], sorted(failed + ["(all saved values)"]), history
+        if snapshot["format"] == 1:
+            together = {"ns": together, "outputs": {}}
+        ns.update(together["ns"])
+        history["outputs"] = together["outputs"]
     else:
         for name, blob in snapshot["each"].items():
             try:
                 ns[name] = loads(blob)
             except Exception:
                 failed.append(name)
-    return snapshot["execution_count"], sorted(failed)
+        for line, blob in snapshot.get("outputs_each", {}).items():
+            try:
+                history["outputs"][line] = loads(blob)
+            except Exception:
+                failed.append(f"Out[{line}]")
+    return snapshot["execution_count"], sorted(failed), history

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from .itest_helpers import control, finish, run, shell_reply, skip_without_disk_caps, wait_for
+from .itest_helpers import (control, finish, run, shell_reply, shell_request,
+                           skip_without_disk_caps, wait_for)
 from .kenneld_proc import new_kenneld
 
 GRACE = ["--grace", "1"]
@@ -210,6 +211,28 @@ def test_idle_eviction_saves_and_revives_the_namespace(kenneld, connect):
     assert "gen" in notice and "sock" in notice and "x" not in notice.split(":")[-1]
     assert run(kc, "'gen' in dir()").result == "False"
     assert not os.path.exists(snapshot)
+
+
+@pytest.mark.parametrize("kenneld", [["--idle", "1"]], indirect=True)
+def test_eviction_keeps_underscore_names_and_the_history(kenneld, connect):
+    kc = connect(kenneld.create("history")["connection_file"])
+    run(kc, "_cache = {'a': 1}")                                   # 1
+    run(kc, "x = 6")                                               # 2
+    assert run(kc, "x * 7").result == "42"                         # 3
+    assert run(kc, "[x]").result == "[6]"                          # 4
+    run(kc, "gen = (i for i in range(3))\ngen")                    # 5: an output that cannot be kept
+    wait_for(lambda: kenneld.ok("info_request", {"session": "history"})["session"]["state"]
+             == "evicted", timeout=10, what="eviction")
+    # `_` and `__` are the last outputs kept (cell 5's could not be).
+    cell = run(kc, "(_cache, In[3], Out[3], _3, _i3, _, __, get_ipython().execution_count)",
+                timeout=20)
+    assert cell.result == "({'a': 1}, 'x * 7', 42, 42, 'x * 7', [6], 42, 6)", cell.result
+    notice = cell.stream("stderr")
+    assert "Out[5]" in notice and "gen" in notice and "_cache" not in notice
+    tail = shell_request(kc, "history", hist_access_type="range", session=0, start=1, stop=4,
+                         raw=True, output=False)
+    assert [h[1:] for h in tail["history"]] == [[1, "_cache = {'a': 1}"], [2, "x = 6"],
+                                                [3, "x * 7"]]
 
 
 @pytest.mark.own_kenneld
