@@ -19,6 +19,7 @@
 
 #define KERNEL_LOG_PER_MINUTE 20 /* kernel log lines kenneld logs, per session */
 #define KERNEL_LOG_CHARS 400     /* and the characters of each it keeps */
+#define SAVE_DEADLINE_MS 60000 /* to save or restore state, where cells have no deadline */
 #define CELL_RESULT 1
 #define CELL_ERROR 2
 
@@ -396,6 +397,23 @@ static void s_arm_ttl(session_t *self)
                                  : 1);
 }
 
+/*  Saving or restoring a session's state runs user code (__reduce__, __setstate__), which
+ *  may never return. It gets a cell's deadline (SAVE_DEADLINE_MS where cells have none),
+ *  then the kernel's CellTimeout (the kernel stays, not evicted; or starts without the rest
+ *  of its state), then the grace, then a kill. The cell timer is free then: no cell runs. */
+static void s_state_deadline(session_t *self)
+{
+    self->deadline_phase = 1;
+    self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL,
+                         self->limits.timeout_ms > 0 ? self->limits.timeout_ms : SAVE_DEADLINE_MS);
+}
+
+static void s_state_deadline_end(session_t *self)
+{
+    self->deadline_phase = 0;
+    self->ops->timer_cancel(self->ctx, SESSION_TIMER_CELL);
+}
+
 /*  Idle eviction, step 1: ask the kernel for its state. Busy or starting kernels are left
  *  alone; the end of their work restarts the idle clock. */
 static void s_evict(session_t *self)
@@ -407,6 +425,7 @@ static void s_evict(session_t *self)
     if (self->ops->to_kernel(self->ctx, &part, 1) == 0) {
         LOG_I("session=%s: idle for %lld ms: saving its state", self->id, self->limits.idle_timeout_ms);
         self->state = SESSION_SAVING;
+        s_state_deadline(self);
     }
 }
 
@@ -429,6 +448,20 @@ void session_on_timer(session_t *self, session_timer_t which)
     }
     if (which == SESSION_TIMER_IDLE) {
         s_evict(self);
+        return;
+    }
+    if (self->state == SESSION_SAVING || self->state == SESSION_RESTORING) {
+        const char *doing = self->state == SESSION_SAVING ? "saving" : "restoring";
+        if (self->deadline_phase == 1) {
+            LOG_W("session=%s: %s its state passed its deadline; stopping it", self->id, doing);
+            self->deadline_phase = 2;
+            self->ops->kernel_signal(self->ctx, SIGUSR2);
+            self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->limits.grace_ms);
+        } else if (self->deadline_phase == 2) {
+            LOG_W("session=%s: still %s its state; killing the kernel", self->id, doing);
+            self->deadline_phase = 3;
+            self->ops->kernel_signal(self->ctx, SIGKILL);
+        }
         return;
     }
     if (self->state != SESSION_BUSY || !self->current)
@@ -750,8 +783,10 @@ static int s_on_hello(session_t *self, const kpipe_frame_t *f, const char **why)
         static const char op[] = "{\"op\":\"restore\"}";
         if (self->ops->snapshot_load(self->ctx, &snap, &len) == 0) {
             kpipe_iov_t parts[2] = {{op, sizeof op - 1}, {snap, len}};
-            if (self->ops->to_kernel(self->ctx, parts, 2) == 0)
+            if (self->ops->to_kernel(self->ctx, parts, 2) == 0) {
                 self->state = SESSION_RESTORING;
+                s_state_deadline(self);
+            }
             free(snap);
         } else {
             s_set_notice(self, "[kennel: the saved state of this session could not be read; it "
@@ -781,6 +816,7 @@ static int s_on_saved(session_t *self, const kpipe_frame_t *f, const json_t *op,
         *why = "unexpected saved";
         return -1;
     }
+    s_state_deadline_end(self);
     if (error || kpipe_frame_count(f) != 2 || !json_is_array(unsaved) ||
         self->ops->snapshot_store(self->ctx, kpipe_frame_part(f, 1).data,
                                   kpipe_frame_part(f, 1).len) < 0) {
@@ -832,6 +868,7 @@ static int s_on_restored(session_t *self, const json_t *op, const char **why)
         *why = "unexpected restored";
         return -1;
     }
+    s_state_deadline_end(self);
     s_note_lost(self, json_is_array(failed) ? failed : NULL);
     json_decref(self->unsaved);
     self->unsaved = NULL;
@@ -1008,6 +1045,7 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
         return;
     }
     if (self->state == SESSION_SAVING || self->state == SESSION_RESTORING) {
+        s_state_deadline_end(self);
         snprintf(evalue, sizeof evalue,
                  "[kennel: the kernel %.200s while %s this session's saved state; it starts "
                  "fresh]\n",

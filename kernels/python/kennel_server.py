@@ -69,6 +69,8 @@ class Kernel:
         # lines, just before or after the cell, is dropped rather than raised into the
         # request loop.
         gate.protect(Kernel._execute.__code__)
+        gate.protect(Kernel._save.__code__)
+        gate.protect(Kernel._restore.__code__)
         asyncio.set_event_loop_policy(_SessionLoopPolicy())
         # The shell is created before fds 1 and 2 are captured, so that what IPython
         # prints while starting (an unwritable home, say) goes to kenneld's log.
@@ -116,23 +118,37 @@ class Kernel:
                 self._pipe.diag(f"ignoring {op['op']!r} frame for channel {channel!r}")
 
     def _save(self):
-        """Idle eviction: the namespace as a snapshot for kenneld to keep."""
+        """Idle eviction: the namespace as a snapshot for kenneld to keep. Pickling runs user
+        code (__reduce__): the gate is armed, so that kenneld's deadline for it (SIGUSR2)
+        stops it with CellTimeout, and the kernel stays."""
         shell = self._shell
+        self._gate.arm()
         try:
             data, unsaved = kennel_snapshot.save(shell.user_ns, shell.user_ns_hidden,
                                                  shell.execution_count, shell.history_snapshot())
-            self._pipe.send({"op": "saved", "unsaved": unsaved}, data)
-        except Exception as e:  # too large for a frame, or the pickler broke: keep the kernel
-            self._pipe.send({"op": "saved", "error": f"{type(e).__name__}: {e}"[:500]})
+            error = None
+        except (Exception, KeyboardInterrupt) as e:  # too large, the pickler broke, stopped
+            error = f"{type(e).__name__}: {e}"[:500]
+        self._gate.disarm()
+        try:
+            if error is None:
+                self._pipe.send({"op": "saved", "unsaved": unsaved}, data)
+                return
+        except FrameError as e:  # too large for a frame: keep the kernel
+            error = f"{type(e).__name__}: {e}"[:500]
+        self._pipe.send({"op": "saved", "error": error})
 
     def _restore(self, data):
-        """A revived session: load the snapshot before any request."""
+        """A revived session: load the snapshot before any request, under kenneld's deadline
+        as _save is."""
         shell = self._shell
+        self._gate.arm()
         try:
             shell.execution_count, failed, history = kennel_snapshot.restore(data, shell.user_ns)
             shell.restore_history(history)
-        except Exception as e:
+        except (Exception, KeyboardInterrupt) as e:
             failed = [f"(the whole snapshot: {type(e).__name__})"]
+        self._gate.disarm()
         self._pipe.send({"op": "restored", "failed": failed})
 
     def publish(self, msg_type, content):

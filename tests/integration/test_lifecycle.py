@@ -235,6 +235,23 @@ def test_eviction_keeps_underscore_names_and_the_history(kenneld, connect):
                                                 [3, "x * 7"]]
 
 
+@pytest.mark.parametrize("kenneld", [["--idle", "1", "--timeout", "2", *GRACE]], indirect=True)
+def test_saving_state_has_a_deadline(kenneld, connect):
+    # Pickling runs user code; one that never returns once left the session "saving" for
+    # good. It gets a cell's deadline: the object being pickled then is left out (its
+    # CellTimeout is a pickling error like any other), and the rest is saved.
+    kc = connect(kenneld.create("stuck")["connection_file"])
+    run(kc, "import time\nclass Stuck:\n    def __reduce__(self):\n        time.sleep(3600)\n"
+            "s = Stuck()\nkept = 42")
+    wait_for(lambda: kenneld.ok("info_request", {"session": "stuck"})["session"]["state"]
+             == "saving", timeout=10, what="the save to start")
+    wait_for(lambda: kenneld.ok("info_request", {"session": "stuck"})["session"]["state"]
+             == "evicted", timeout=10, what="the eviction")
+    cell = run(kc, "kept", timeout=20)
+    assert cell.result == "42"
+    assert cell.stream("stderr").rstrip().endswith(": s]"), cell.stream("stderr")
+
+
 @pytest.mark.own_kenneld
 def test_kenneld_restart_brings_sessions_back(kenneld, connect):
     info = kenneld.create("durable")
