@@ -19,6 +19,7 @@ struct channels {
 
 #define HB_MAX_MSG 1024 /* bytes of one heartbeat ping */
 #define HB_HWM 16        /* pings queued for a peer that does not read */
+#define HB_MAX_FRAMES 8  /* of one ping: its routing id and the ping itself, as sent */
 
 static const char *s_port_names[CHANNELS_N] = {"shell_port", "iopub_port", "stdin_port",
                                                "control_port", "hb_port"};
@@ -137,10 +138,9 @@ zsock_t *channels_socket(channels_t *self, channels_index_t i)
 int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out)
 {
     *out = NULL;
-    zmsg_t *z = zmsg_recv(self->sock[i]);
-    if (!z)
-        return WIRE_ENOMEM;
-    return wire_decode(self->wire, &z, out);
+    zmsg_t *z = NULL;
+    int rc = wire_recv(self->sock[i], wire_max_frames(self->wire), &z);
+    return rc < 0 ? rc : wire_decode(self->wire, &z, out);
 }
 
 int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
@@ -177,8 +177,9 @@ int channels_read_subscription(channels_t *self)
 
 void channels_hb_echo(channels_t *self)
 {
-    zmsg_t *z = zmsg_recv(self->sock[CHANNELS_HB]);
-    if (z && zmsg_send(&z, self->sock[CHANNELS_HB]) < 0)
+    zmsg_t *z = NULL;
+    if (wire_recv(self->sock[CHANNELS_HB], HB_MAX_FRAMES, &z) == 0 &&
+        zmsg_send(&z, self->sock[CHANNELS_HB]) < 0)
         zmsg_destroy(&z);
 }
 

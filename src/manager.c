@@ -308,11 +308,11 @@ static int s_on_park_timer(loop_t *loop, int timer_id, void *arg)
 static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
 {
     manager_t *self = arg;
-    zmsg_t *z = zmsg_recv(sock);
-    if (!z)
-        return 0;
+    zmsg_t *z = NULL;
     jmsg_t *req = NULL;
-    int rc = wire_decode(self->wire, &z, &req);
+    int rc = wire_recv(sock, wire_max_frames(self->wire), &z);
+    if (rc == 0)
+        rc = wire_decode(self->wire, &z, &req);
     if (rc != 0) {
         if (log_allow(&self->warn_limit, 5))
             LOG_W("manager: dropped a message: %s", wire_strerror(rc));

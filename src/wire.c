@@ -83,7 +83,7 @@ int wire_decode(wire_t *self, zmsg_t **msg_p, jmsg_t **out)
     jmsg_t *m = NULL;
     size_t nframes = zmsg_size(msg);
 
-    if (nframes > self->limits.max_ids + 1 + 5 + self->limits.max_buffers ||
+    if (nframes > wire_max_frames(self) ||
         zmsg_content_size(msg) > self->limits.max_msg_bytes) {
         rc = WIRE_ETOOBIG;
         goto done;
@@ -172,6 +172,38 @@ int wire_decode(wire_t *self, zmsg_t **msg_p, jmsg_t **out)
 done:
     jmsg_destroy(&m);
     zmsg_destroy(&msg);
+    return rc;
+}
+
+size_t wire_max_frames(const wire_t *self)
+{
+    return self->limits.max_ids + 1 + 5 + self->limits.max_buffers;
+}
+
+int wire_recv(zsock_t *sock, size_t max_frames, zmsg_t **out)
+{
+    *out = NULL;
+    zmsg_t *z = zmsg_new();
+    if (!z)
+        return WIRE_ENOMEM;
+    size_t n = 0;
+    int more = 1, rc = 0;
+    while (more) {
+        zframe_t *f = zframe_recv(sock);
+        if (!f) {
+            zmsg_destroy(&z);
+            return WIRE_ENOMEM;
+        }
+        more = zframe_more(f);
+        if (++n > max_frames) {
+            rc = WIRE_ETOOBIG;
+            zmsg_destroy(&z);
+        }
+        if (z && zmsg_append(z, &f) < 0)
+            rc = WIRE_ENOMEM, zmsg_destroy(&z);
+        zframe_destroy(&f);
+    }
+    *out = z;
     return rc;
 }
 

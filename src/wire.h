@@ -44,6 +44,12 @@ void wire_destroy(wire_t **self_p);
 int wire_decode(wire_t *self, zmsg_t **msg_p, jmsg_t **out);
 /*  Encode and sign msg (not taken). Caller owns the result. NULL on allocation failure. */
 zmsg_t *wire_encode(wire_t *self, const jmsg_t *msg);
+/*  Receive one multipart message from sock, keeping at most max_frames frames: a message of
+ *  more is read to its end and dropped frame by frame (its frames are never all held at
+ *  once), and WIRE_ETOOBIG returned. 0 with an owned *out, or a WIRE_E* code. */
+int wire_recv(zsock_t *sock, size_t max_frames, zmsg_t **out);
+/*  The most frames a message wire_decode accepts may have. */
+size_t wire_max_frames(const wire_t *self);
 /*  A short English description of a WIRE_E* code. */
 const char *wire_strerror(int code);
 

@@ -33,6 +33,24 @@ def test_garbage_frames_on_every_socket(kenneld, client):
     assert_healthy(client, kenneld)
 
 
+def test_a_message_of_countless_frames_is_dropped_as_it_is_read(kenneld, client):
+    """No key needed: 500,000 empty frames in one message to shell, control and the manager.
+    kenneld reads past its frame limit without keeping the frames; it once held them all
+    (~460 bytes apiece) before counting."""
+    _set_marker(client)
+    pid = kenneld.proc.pid
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+    before = _peak_rss(pid)
+    frames = [b""] * 500_000
+    for sock in (client.sockets["shell"], client.sockets["control"], kenneld.mgr):
+        sock.send_multipart(frames)
+    assert_healthy(client, kenneld)
+    assert kenneld.call("list_request")["status"] == "ok"
+    grown = _peak_rss(pid) - before
+    assert grown < 96 << 20, f"kenneld's peak RSS grew by {grown >> 20} MiB"
+
+
 def test_wrong_key_is_ignored(kenneld, client):
     _set_marker(client)
     forger = Session(key=b"not-the-key", signature_scheme="hmac-sha256")
