@@ -46,7 +46,11 @@ json_t *client_manager_call_data(const char *state_dir, const char *msg_type, js
         snprintf(err, err_len, "%s is not a kenneld.json", path);
         goto done;
     }
-    wire = wire_new(key, strlen(key), NULL);
+    /* A get's reply carries a whole file, up to kenneld's --max-file (at most 1 GiB). */
+    wire_limits_t lim;
+    wire_limits_default(&lim);
+    lim.max_msg_bytes = (1u << 30) + (1u << 20);
+    wire = wire_new(key, strlen(key), &lim);
     sock = zsock_new(ZMQ_DEALER);
     if (!wire || !sock || zsock_connect(sock, "%s", endpoint) < 0) {
         snprintf(err, err_len, "cannot connect to %s", endpoint);

@@ -339,7 +339,16 @@ manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, con
     self->broker = broker;
     self->park_timer = -1;
     util_uuid(self->session);
-    self->wire = wire_new(key, strlen(key), limits);
+    /* A put carries a whole file: the wire's size limit grows with --max-file (it dropped a
+     * put between 64 MiB and --max-file without a word). */
+    wire_limits_t lim;
+    if (limits)
+        lim = *limits;
+    else
+        wire_limits_default(&lim);
+    if (lim.max_msg_bytes < max_file + (1 << 20))
+        lim.max_msg_bytes = max_file + (1 << 20);
+    self->wire = wire_new(key, strlen(key), &lim);
     self->sock = zsock_new(ZMQ_ROUTER);
     if (!self->wire || !self->sock)
         goto fail;

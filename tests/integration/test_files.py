@@ -89,6 +89,20 @@ def test_file_size_cap(kenneld, connect, tmp_path):
     assert kenneld.cli("put", "files", str(small)).returncode == 0
 
 
+@pytest.mark.parametrize("kenneld", [["--max-file", "80M"]], indirect=True)
+def test_files_past_64_mib_move_when_max_file_allows(kenneld, connect, tmp_path):
+    # The manager's message limit grows with --max-file (such a put was dropped unanswered).
+    kenneld.create("files")
+    big = tmp_path / "big"
+    big.write_bytes(b"q" * (70 << 20))
+    r = kenneld.cli("put", "files", str(big))
+    assert r.returncode == 0, r.stderr
+    back = tmp_path / "back"
+    r = kenneld.cli("get", "files", "big", str(back))
+    assert r.returncode == 0, r.stderr
+    assert back.stat().st_size == 70 << 20
+
+
 def test_unknown_session_and_missing_file(kenneld, tmp_path):
     kenneld.create("files")
     r = kenneld.cli("get", "nobody", "x", str(tmp_path / "x"))
