@@ -18,6 +18,7 @@ from pathlib import Path
 from IPython.core import page, payloadpage
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
+from IPython.core.autocall import ZMQExitAutocall
 from IPython.core.error import UsageError
 from IPython.core.formatters import DisplayFormatter
 from IPython.core.inputtransformer2 import (EscapedCommand, HelpEnd, MagicAssign, SystemAssign,
@@ -27,7 +28,7 @@ from IPython.core.profiledir import ProfileDir
 from IPython.paths import get_ipython_dir
 from IPython.utils.path import get_home_dir
 from pickleshare import PickleShareDB
-from traitlets import Any, Instance, Type
+from traitlets import Any, Instance, Type, default
 from traitlets.config import Config
 
 from kennel_deadline import CellTimeout
@@ -413,10 +414,20 @@ class KennelShell(InteractiveShell):
         self.payload_manager.write_payload(
             {"source": "set_next_input", "text": text, "replace": replace})
 
+    # exit(keep_kernel=True), as in ipykernel: the client leaves, the session stays.
+    keepkernel_on_exit = False
+
+    @default("exiter")
+    def _exiter_default(self):
+        return ZMQExitAutocall(self)
+
     def ask_exit(self):
         # exit() tells the client to leave (and, as with ipykernel, to shut the session
-        # down). The process does not exit by itself: kenneld owns the session's life.
-        self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
+        # down unless keep_kernel). The process does not exit by itself: kenneld owns the
+        # session's life.
+        self.payload_manager.write_payload({"source": "ask_exit",
+                                            "keepkernel": bool(self.keepkernel_on_exit)})
+        self.keepkernel_on_exit = False
 
 
 _WARM_UP_CELL = "1 + 1"

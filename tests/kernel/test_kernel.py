@@ -561,6 +561,15 @@ def test_comm_info_and_comm_messages(kernel):
     assert reply["status"] == "ok"
 
 
+def test_exit_asks_the_client_to_leave_and_keep_kernel_keeps_the_session(kernel):
+    reply, _ = kernel.execute("exit()")
+    assert reply["payload"] == [{"source": "ask_exit", "keepkernel": False}]
+    reply, _ = kernel.execute("exit(keep_kernel=True)")
+    assert reply["payload"] == [{"source": "ask_exit", "keepkernel": True}]
+    reply, _ = kernel.execute("quit")
+    assert reply["payload"] == [{"source": "ask_exit", "keepkernel": False}]
+
+
 def test_unknown_request(kernel):
     reply = kernel.request("frobnicate_request", {})
     assert reply["status"] == "error" and reply["ename"] == "UnknownMessageType"
