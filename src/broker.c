@@ -20,6 +20,7 @@
 #include <poll.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <sys/mount.h>
@@ -1580,6 +1581,44 @@ static json_t *s_info(sess_t *s)
     return info;
 }
 
+/*  One ipc endpoint a client named: absent, or a stale socket (no one accepts on it). kenneld
+ *  binds as root and libzmq removes what is at the path first, so anything else there (a
+ *  file, a live session's endpoint) is refused. 0, or -1 with err. */
+static int s_check_ipc_path(const char *prefix, int port, broker_error_t *err)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int n = snprintf(sa.sun_path, sizeof sa.sun_path, "%s-%d", prefix, port);
+    if (n < 0 || (size_t)n >= sizeof sa.sun_path) {
+        snprintf(err->evalue, sizeof err->evalue, "the ipc path %.60s-%d is too long", prefix, port);
+        return -1;
+    }
+    struct stat st;
+    if (lstat(sa.sun_path, &st) < 0) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err->evalue, sizeof err->evalue, "cannot check the ipc path %.100s: %s",
+                 sa.sun_path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(err->evalue, sizeof err->evalue, "%.100s exists and is not a socket", sa.sun_path);
+        return -1;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err->evalue, sizeof err->evalue, "cannot check the ipc path: %s", strerror(errno));
+        return -1;
+    }
+    int live = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 || errno == EAGAIN;
+    close(fd);
+    if (live) {
+        err->ename = "AddressInUse";
+        snprintf(err->evalue, sizeof err->evalue, "%.100s is in use", sa.sun_path);
+        return -1;
+    }
+    return 0;
+}
+
 /*  Fill cfg from a client-supplied connection object. 0, or -1 with err. */
 static int s_parse_connection(const json_t *conn, channels_cfg_t *cfg, broker_error_t *err)
 {
@@ -1614,6 +1653,15 @@ static int s_parse_connection(const json_t *conn, channels_cfg_t *cfg, broker_er
             return -1;
         }
         cfg->ports[i] = (int)p;
+    }
+    if (strcmp(transport, "ipc") == 0) {
+        if (ip[0] != '/') {
+            snprintf(err->evalue, sizeof err->evalue, "an ipc connection's ip must be an absolute path");
+            return -1;
+        }
+        for (int i = 0; i < CHANNELS_N; i++)
+            if (s_check_ipc_path(ip, cfg->ports[i], err) < 0)
+                return -1;
     }
     cfg->transport = transport;
     cfg->ip = strcmp(ip, "localhost") == 0 ? "127.0.0.1" : ip;

@@ -260,6 +260,29 @@ def test_manager_abuse(kenneld):
     assert kenneld.call("list_request")["sessions"] == []  # the forged create did nothing
 
 
+def test_ipc_endpoints_a_client_names_must_be_free(kenneld, tmp_path):
+    """kenneld binds as root, and libzmq removes what is at an ipc path first: a client
+    (with the manager's key) once made it replace any file, or take over a live session's
+    endpoints."""
+    def conn(ip):
+        return {"transport": "ipc", "ip": ip, "key": "k" * 16, "signature_scheme": "hmac-sha256",
+                "shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4,
+                "hb_port": 5}
+
+    victim = tmp_path / "important-3"
+    victim.write_text("keep me")
+    for content, ename in (({"connection": conn("relative/k")}, "BadRequest"),
+                           ({"connection": conn(str(tmp_path / "important"))}, "BadRequest")):
+        r = kenneld.call("create_request", content)
+        assert r["status"] == "error" and r["ename"] == ename, (content, r)
+    assert victim.read_text() == "keep me"
+    first = kenneld.call("create_request", {"name": "ipc-a", "connection": conn(str(tmp_path / "s"))})
+    assert first["status"] == "ok", first
+    r = kenneld.call("create_request", {"name": "ipc-b", "connection": conn(str(tmp_path / "s"))})
+    assert r["status"] == "error" and r["ename"] == "AddressInUse", r
+    kenneld.call("end_request", {"session": "ipc-a"})
+
+
 @pytest.mark.own_kenneld  # a fresh one: no session directory yet, not even a pooled kernel's
 def test_port_already_in_use(kenneld):
     busy = zmq.Context.instance().socket(zmq.ROUTER)
