@@ -261,6 +261,25 @@ static void s_answer(session_t *self, unsigned channel, const jmsg_t *request,
     s_publish_status(self, request, "idle");
 }
 
+/*  A request kennel does not serve (usage_request, debug_request, …) on shell or control: an
+ *  error reply, between busy and idle, rather than a client waiting for its timeout.
+ *  1 if answered; 0 if the type is no *_request. */
+static int s_answer_unknown(session_t *self, unsigned channel, const jmsg_t *request)
+{
+    const char *type = jmsg_type(request);
+    size_t len = strlen(type);
+    char reply_type[72];
+    if (len <= 8 || len > 64 || strcmp(type + len - 8, "_request") != 0)
+        return 0;
+    snprintf(reply_type, sizeof reply_type, "%.*s_reply", (int)(len - 8), type);
+    char clean[72], evalue[128];
+    snprintf(evalue, sizeof evalue, "kennel does not serve %s", log_sanitize(clean, sizeof clean, type, len));
+    s_answer(self, channel, request, reply_type,
+             json_pack("{s:s, s:s, s:s, s:[]}", "status", "error", "ename", "UnknownMessageType",
+                       "evalue", evalue, "traceback"));
+    return 1;
+}
+
 /* ---- the shell queue --------------------------------------------------------------------- */
 
 /*  obj[key] as Python's bool() reads it, which is how ipykernel reads these flags (a
@@ -631,6 +650,11 @@ void session_on_request(session_t *self, unsigned channel, jmsg_t **msg_p)
     }
     s_idle_rearm(self);
     const route_t *r = route_on(jmsg_type(req), channel);
+    if (!r && !route_lookup(jmsg_type(req)) && (channel == ROUTE_SHELL || channel == ROUTE_CONTROL) &&
+        s_answer_unknown(self, channel, req)) {
+        jmsg_destroy(&req);
+        return;
+    }
     if (!r || r->handler == ROUTE_BY_NONE) {
         char type[64];
         if (log_allow(&self->warn_limit, 5))

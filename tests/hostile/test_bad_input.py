@@ -114,11 +114,18 @@ def test_oversized_message_dropped(kenneld, client):
 
 def test_unknown_and_misrouted_types_ignored(kenneld, client):
     _set_marker(client)
-    for channel, msg_type in (("shell", "frobnicate_request"), ("shell", "status"),
-                              ("control", "execute_request"), ("shell", "interrupt_request"),
-                              ("stdin", "input_reply")):
+    for channel, msg_type in (("shell", "status"), ("control", "execute_request"),
+                              ("shell", "interrupt_request"), ("stdin", "input_reply")):
         msg = client.session.send(client.sockets[channel], msg_type, {"code": "kennel_marker = 9"})
         assert client.reply_to(channel, msg["header"]["msg_id"], timeout=0.5) is None, msg_type
+    # A request of a type kennel does not serve gets an error reply, not silence (a client
+    # would wait for its timeout).
+    for channel, msg_type in (("shell", "frobnicate_request"), ("control", "usage_request"),
+                              ("control", "debug_request")):
+        msg = client.session.send(client.sockets[channel], msg_type, {"code": "kennel_marker = 9"})
+        reply = client.reply_to(channel, msg["header"]["msg_id"], timeout=5)
+        assert reply["msg_type"] == msg_type.replace("_request", "_reply")
+        assert reply["content"]["ename"] == "UnknownMessageType", reply["content"]
     assert_healthy(client, kenneld)
     r = client.execute("assert kennel_marker == 1")
     assert r["content"]["status"] == "ok"
