@@ -535,11 +535,17 @@ TEST(unknown_and_misrouted_ignored)
     rec_t *r = s_rec_new();
     session_t *s = s_session(r, 8);
     s_hello(s);
-    s_request(s, ROUTE_SHELL, "no_such_request", NULL, NULL);
     s_request(s, ROUTE_SHELL, "interrupt_request", NULL, NULL); /* control only */
     s_request(s, ROUTE_CONTROL, "execute_request", json_pack("{s:s}", "code", "1"), NULL);
     s_request(s, ROUTE_SHELL, "status", NULL, NULL);
+    s_request(s, ROUTE_SHELL, "no_such", NULL, NULL);
     CHECK_EQ_INT(r->nsent, 0);
+    /* A request of an unknown type: an error reply between busy and idle, kernel untouched. */
+    s_request(s, ROUTE_SHELL, "no_such_request", NULL, NULL);
+    CHECK_EQ_INT(r->nsent, 3);
+    int rep = s_find(r, 0, "no_such_reply");
+    CHECK(rep == 1);
+    CHECK_STR(json_string_value(json_object_get(r->sent[rep].content, "ename")), "UnknownMessageType");
     CHECK_EQ_INT(r->nk, 0);
     CHECK_EQ_INT(r->nsig, 0);
     session_destroy(&s);
