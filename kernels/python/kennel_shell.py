@@ -206,22 +206,25 @@ class KennelShell(InteractiveShell):
         cmd = self.var_expand(cmd, depth=1)
         proc = subprocess.Popen(cmd, shell=True, start_new_session=True,
                                 executable=os.environ.get("SHELL") or "/bin/sh")
+        code = None
         try:
-            code = proc.wait()
-        except KeyboardInterrupt:
-            _signal_group(proc, signal.SIGINT)
             try:
-                proc.wait(SIGINT_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
-            _signal_group(proc, signal.SIGKILL)
-            proc.wait()
+                code = proc.wait()
+            except KeyboardInterrupt:
+                _signal_group(proc, signal.SIGINT)
+                try:
+                    proc.wait(SIGINT_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            # Unless the command ended by itself, nothing of it outlives this call: also
+            # when a second interrupt or the deadline lands in the grace above.
+            if code is None:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait()
+        if code is None:
             print("^C", file=sys.stderr)
             code = -signal.SIGINT
-        except BaseException:
-            _signal_group(proc, signal.SIGKILL)
-            proc.wait()
-            raise
         self.user_ns["_exit_code"] = -(code - 128) if code > 128 else code
 
     def init_display_formatter(self):

@@ -14,6 +14,8 @@ import pickle
 import re
 import types
 
+from kennel_deadline import CellTimeout
+
 try:
     import dill as _pickler
 except ImportError:  # the kernel still works; fewer objects survive an eviction
@@ -53,6 +55,8 @@ def save(ns, skip, execution_count, history=None):
     try:
         # Together, so that objects shared between names (and outputs) stay shared.
         payload = {"together": _dumps({"ns": values, "outputs": outputs})}
+    except _STOPPED:
+        raise
     except Exception:
         payload = {"each": {name: _dumps(v) for name, v in values.items()},
                    "outputs_each": {line: _dumps(v) for line, v in outputs.items()}}
@@ -65,8 +69,15 @@ def _picklable(value):
     try:
         _dumps(value)
         return True
-    except Exception:  # anything a pickler raises means "cannot keep this one"
+    except _STOPPED:
+        raise
+    except Exception:  # anything else a pickler raises means "cannot keep this one"
         return False
+
+
+# kenneld's deadline for the save (CellTimeout) or an interrupt: the whole save stops, and
+# the kernel is kept as it is, not evicted.
+_STOPPED = (CellTimeout, KeyboardInterrupt)
 
 
 def restore(data, ns):
@@ -87,7 +98,7 @@ def restore(data, ns):
     if "together" in snapshot:
         try:
             together = loads(snapshot["together"])
-        except Exception:
+        except (Exception, KeyboardInterrupt):  # a deadline too: one blob, all or nothing
             return snapshot["execution_count"], sorted(failed + ["(all saved values)"]), history
         if snapshot["format"] == 1:
             together = {"ns": together, "outputs": {}}

@@ -398,6 +398,23 @@ def test_interrupting_a_shell_escape_stops_the_command_not_the_cell(kenneld, ses
     assert not [p for p in descendants(kernel["kernel_pid"]) if _comm(p) in ("sh", "sleep")]
 
 
+def test_a_second_interrupt_in_the_grace_still_ends_the_command(kenneld, session):
+    # The command ignores SIGINT, so the kernel waits its grace; a second interrupt there
+    # once left the command running after the cell.
+    msg_id = session.execute("!sh -c 'trap \"\" INT; sleep 30'\nprint('after')")
+    wait_iopub(session, msg_id, "execute_input")
+    kernel = kenneld.ok("info_request", {"session": session.session_info["id"]})["session"]
+    wait_for(lambda: any(_comm(p) == "sleep" for p in descendants(kernel["kernel_pid"])),
+             what="the command's sleep")
+    assert control(session, "interrupt_request")["content"]["status"] == "ok"
+    time.sleep(0.3)
+    assert control(session, "interrupt_request")["content"]["status"] == "ok"
+    cell = finish(session, msg_id, timeout=5)
+    assert cell.content["status"] == "error" and cell.content["ename"] == "KeyboardInterrupt"
+    wait_for(lambda: not [p for p in descendants(kernel["kernel_pid"])
+                          if _comm(p) in ("sh", "sleep")], timeout=3, what="the command to end")
+
+
 def _comm(pid):
     try:
         with open(f"/proc/{pid}/comm") as f:
