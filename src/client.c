@@ -50,6 +50,7 @@ json_t *client_manager_call_data(const char *state_dir, const char *msg_type, js
     wire_limits_t lim;
     wire_limits_default(&lim);
     lim.max_msg_bytes = (1u << 30) + (1u << 20);
+    lim.max_values = SIZE_MAX;
     wire = wire_new(key, strlen(key), &lim);
     sock = zsock_new(ZMQ_DEALER);
     if (!wire || !sock || zsock_connect(sock, "%s", endpoint) < 0) {
@@ -122,7 +123,12 @@ client_t *client_connect(const json_t *conn)
     if (!self)
         return NULL;
     util_uuid(self->session);
-    self->wire = wire_new(key, strlen(key), NULL);
+    /* A session's outputs as kenneld passes them on: any number of JSON values (a plotly
+     * figure's arrays), up to the largest frame a kernel sends. */
+    wire_limits_t lim;
+    wire_limits_default(&lim);
+    lim.max_values = SIZE_MAX;
+    self->wire = wire_new(key, strlen(key), &lim);
     if (!self->wire)
         goto fail;
     for (int i = 0; i < 4; i++) {

@@ -110,10 +110,16 @@ static void s_set_part(jmsg_t *self, jmsg_part_t part, const void *data, size_t 
 
 int jmsg_set_raw(jmsg_t *self, jmsg_part_t part, const void *data, size_t len)
 {
+    return jmsg_set_raw_max(self, part, data, len, JMSG_MAX_VALUES);
+}
+
+int jmsg_set_raw_max(jmsg_t *self, jmsg_part_t part, const void *data, size_t len,
+                     size_t max_values)
+{
     /* Checked first: jansson would take bytes after a raw NUL, and spend ~100 bytes on
      * every value, which makes 10 MiB of `[{},{},…]` a gigabyte. */
     size_t values;
-    if (jvalid_object(data, len, &values) < 0 || values > JMSG_MAX_VALUES)
+    if (jvalid_object(data, len, &values) < 0 || values > max_values)
         return -1;
     json_t *obj = json_loadb(data, len, JMSG_JSON_LOAD_FLAGS, NULL);
     if (!obj || !json_is_object(obj)) {

@@ -33,6 +33,9 @@ void jmsg_destroy(jmsg_t **self_p);
 /*  Set part `part` from raw JSON bytes (copied) which must parse to an object of at most
  *  JMSG_MAX_VALUES values and keys. 0, or -1 when they do not (the part is then unchanged). */
 int jmsg_set_raw(jmsg_t *self, jmsg_part_t part, const void *data, size_t len);
+/*  The same with another bound than JMSG_MAX_VALUES (a client trusts kenneld's outputs). */
+int jmsg_set_raw_max(jmsg_t *self, jmsg_part_t part, const void *data, size_t len,
+                     size_t max_values);
 /*  The same for bytes kenneld only passes on: checked to be one JSON object (jvalid), any
  *  size, and kept as bytes only: jmsg_json() of the part is NULL. */
 int jmsg_set_raw_unparsed(jmsg_t *self, jmsg_part_t part, const void *data, size_t len);

@@ -725,12 +725,13 @@ static jmsg_t *s_from_kernel(session_t *self, const kpipe_frame_t *f, const char
         return NULL;
     if (parent && !reply)
         jmsg_set_parent_from(m, parent);
-    /* kenneld reads a reply's status and adds to its metadata; anything else it only passes
-     * on, as the kernel's bytes (checked to be JSON objects, never parsed). */
-    int (*set)(jmsg_t *, jmsg_part_t, const void *, size_t) = reply ? jmsg_set_raw
-                                                                   : jmsg_set_raw_unparsed;
+    /* kenneld adds to a reply's metadata (its status comes in the op header); anything else
+     * it only passes on, as the kernel's bytes (checked to be JSON objects, never parsed):
+     * a reply's content may be large and dense (user_expressions, history with outputs). */
     kpipe_iov_t md = kpipe_frame_part(f, 1), ct = kpipe_frame_part(f, 2);
-    if (set(m, JMSG_METADATA, md.data, md.len) < 0 || set(m, JMSG_CONTENT, ct.data, ct.len) < 0) {
+    int md_rc = reply ? jmsg_set_raw(m, JMSG_METADATA, md.data, md.len)
+                      : jmsg_set_raw_unparsed(m, JMSG_METADATA, md.data, md.len);
+    if (md_rc < 0 || jmsg_set_raw_unparsed(m, JMSG_CONTENT, ct.data, ct.len) < 0) {
         jmsg_destroy(&m);
         return NULL;
     }
@@ -929,7 +930,7 @@ static int s_on_reply(session_t *self, const kpipe_frame_t *f, const json_t *op,
     int failed = 0;
     if (strcmp(r->msg_type, "execute_request") == 0) {
         self->cells++;
-        const char *status = json_string_value(json_object_get(jmsg_content(reply), "status"));
+        const char *status = json_string_value(json_object_get(op, "status"));
         int is_error = status && strcmp(status, "error") == 0;
         failed = is_error && s_stops_on_error(req);
         const char *outcome = self->deadline_phase >= 2 ? "timeout"

@@ -25,6 +25,7 @@ void wire_limits_default(wire_limits_t *limits)
     limits->max_buffers = 64;
     limits->max_msg_bytes = 64u << 20;
     limits->replay_window = 8192;
+    limits->max_values = JMSG_MAX_VALUES;
 }
 
 wire_t *wire_new(const void *key, size_t key_len, const wire_limits_t *limits)
@@ -139,7 +140,7 @@ int wire_decode(wire_t *self, zmsg_t **msg_p, jmsg_t **out)
         goto done;
     }
     for (int i = 0; i < JMSG_NPARTS; i++) {
-        if (jmsg_set_raw(m, (jmsg_part_t)i, data[i], lens[i]) < 0) {
+        if (jmsg_set_raw_max(m, (jmsg_part_t)i, data[i], lens[i], self->limits.max_values) < 0) {
             rc = WIRE_EJSON;
             goto done;
         }

@@ -28,6 +28,7 @@ typedef struct {
     size_t max_buffers;      /* binary buffers after content */
     size_t max_msg_bytes;    /* all frames together */
     size_t replay_window;    /* signatures remembered; 0 turns the guard off */
+    size_t max_values;       /* JSON values and keys in one part (JMSG_MAX_VALUES) */
 } wire_limits_t;
 
 /*  The defaults: 16 identities, 64 buffers, 64 MiB, 8192 signatures. */

@@ -190,7 +190,10 @@ class Kernel:
         self._reply(msg_type[:-len("_request")] + "_reply", msg_id, reply, self._reply_metadata)
 
     def _reply(self, msg_type, msg_id, content, metadata):
-        op = {"op": "reply", "msg_type": msg_type, "parent_msg_id": msg_id}
+        # The status in the op header too: kenneld reads it there, and passes the content
+        # on unparsed.
+        op = {"op": "reply", "msg_type": msg_type, "parent_msg_id": msg_id,
+              "status": content.get("status")}
         with self._streams.flushed():
             try:
                 self._pipe.send(op, metadata, content)

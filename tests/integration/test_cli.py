@@ -67,6 +67,16 @@ def test_exec_prints_streams_and_result(kenneld):
     assert again.stdout == "20\n"
 
 
+def test_exec_shows_an_output_of_many_json_values(kenneld):
+    # kenneld passes a kernel's outputs on unparsed, whatever their number of values (a
+    # plotly figure's arrays); the CLI reads them all.
+    r = kenneld.cli("exec", "dense", "from IPython.display import display\n"
+                    "display({'application/json': {'x': [0] * 200_000}, 'text/plain': 'dense'},"
+                    " raw=True)")
+    assert r.returncode == 0, r.stderr
+    assert "dense" in r.stdout
+
+
 def test_exec_creates_the_session(kenneld):
     assert kenneld.sessions() == []
     assert kenneld.cli("exec", "fresh", "pass").returncode == 0

@@ -127,6 +127,18 @@ def test_user_expressions(session):
     assert ue["bad"]["ename"] == "ZeroDivisionError"
 
 
+def test_a_reply_of_many_values_is_passed_on(session):
+    # kenneld reads a reply's status from the kernel's op header and passes the content on:
+    # 12,000 user_expressions make a reply of ~120,000 JSON values, past what kenneld parses.
+    exprs = {f"e{i}": "1" for i in range(12_000)}
+    msg_id = session.execute("x = 1", user_expressions=exprs)
+    reply = shell_reply(session, msg_id, timeout=30)
+    assert reply["content"]["status"] == "ok", reply["content"].get("ename")
+    assert len(reply["content"]["user_expressions"]) == 12_000
+    assert reply["metadata"]["outcome"] == "ok"
+    assert run(session, "x").result == "1"
+
+
 def test_error_reply_and_iopub_error(session):
     cell = run(session, "1 / 0")
     c = cell.content

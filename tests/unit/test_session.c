@@ -218,8 +218,13 @@ static int s_hello(session_t *s)
 
 static int s_reply(session_t *s, const char *type, const char *parent_id, const char *content)
 {
+    /* The status goes in the op header too, as the kernel sends it. */
+    json_t *c = json_loads(content, 0, NULL);
+    const char *status = json_string_value(json_object_get(c, "status"));
     char op[256];
-    snprintf(op, sizeof op, "{\"op\":\"reply\",\"msg_type\":\"%s\",\"parent_msg_id\":\"%s\"}", type, parent_id);
+    snprintf(op, sizeof op, "{\"op\":\"reply\",\"msg_type\":\"%s\",\"parent_msg_id\":\"%s\",\"status\":\"%s\"}",
+             type, parent_id, status ? status : "");
+    json_decref(c);
     const char *parts[] = {op, "{}", content};
     return s_kernel(s, 3, parts);
 }
@@ -632,7 +637,7 @@ TEST(outcomes_and_metrics)
     s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), id);
     CHECK_EQ_INT(r->timer_arms, 0); /* no deadline configured */
     char op[160];
-    snprintf(op, sizeof op, "{\"op\":\"reply\",\"msg_type\":\"execute_reply\",\"parent_msg_id\":\"%s\"}", id);
+    snprintf(op, sizeof op, "{\"op\":\"reply\",\"msg_type\":\"execute_reply\",\"parent_msg_id\":\"%s\",\"status\":\"ok\"}", id);
     const char *parts[] = {op, "{\"metrics\":{\"cpu_ms\":1.5}}", "{\"status\":\"ok\"}"};
     CHECK_EQ_INT(s_kernel(s, 3, parts), 0);
     int rep = s_find(r, 0, "execute_reply");
