@@ -1624,13 +1624,17 @@ static int s_parse_connection(const json_t *conn, channels_cfg_t *cfg, broker_er
 {
     static const char *ports[CHANNELS_N] = {"shell_port", "iopub_port", "stdin_port",
                                             "control_port", "hb_port"};
-    const char *transport = json_string_value(json_object_get(conn, "transport"));
-    const char *ip = json_string_value(json_object_get(conn, "ip"));
-    const char *key = json_string_value(json_object_get(conn, "key"));
-    const char *scheme = json_string_value(json_object_get(conn, "signature_scheme"));
+    /* A NUL inside any of these would make C read a shorter string: a key cut to a byte. */
+    const json_t *jscheme = json_object_get(conn, "signature_scheme");
+    const char *transport = jmsg_cstr(json_object_get(conn, "transport"));
+    const char *ip = jmsg_cstr(json_object_get(conn, "ip"));
+    const char *key = jmsg_cstr(json_object_get(conn, "key"));
+    const char *scheme = jmsg_cstr(jscheme);
     err->ename = "BadRequest";
-    if (!json_is_object(conn) || !transport || !ip || !key) {
-        snprintf(err->evalue, sizeof err->evalue, "connection needs transport, ip and key");
+    if (!json_is_object(conn) || !transport || !ip || !key ||
+        (jscheme && !json_is_null(jscheme) && !scheme)) {
+        snprintf(err->evalue, sizeof err->evalue,
+                 "connection needs transport, ip and key: strings without NUL");
         return -1;
     }
     if (strcmp(transport, "tcp") != 0 && strcmp(transport, "ipc") != 0) {

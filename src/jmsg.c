@@ -168,6 +168,12 @@ const void *jmsg_raw(const jmsg_t *self, jmsg_part_t part, size_t *len_out)
     return zframe_data(f);
 }
 
+const char *jmsg_cstr(const json_t *v)
+{
+    const char *s = json_string_value(v);
+    return s && strlen(s) == json_string_length(v) ? s : NULL;
+}
+
 json_t *jmsg_json(const jmsg_t *self, jmsg_part_t part)
 {
     return self->json[part];

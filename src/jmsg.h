@@ -46,6 +46,9 @@ int jmsg_set_parent_from(jmsg_t *self, const jmsg_t *parent);
 /*  The raw bytes of a part, or NULL when it was set as JSON. Borrowed, valid until the part
  *  changes. */
 const void *jmsg_raw(const jmsg_t *self, jmsg_part_t part, size_t *len_out);
+/*  A JSON string as C reads it, or NULL when v is not a string or holds a NUL (C would read
+ *  a shorter one: "a\u0000b" is not "a"). Borrowed. */
+const char *jmsg_cstr(const json_t *v);
 /*  Borrowed reference to a part's JSON object; NULL only for a part set unparsed. */
 json_t *jmsg_json(const jmsg_t *self, jmsg_part_t part);
 #define jmsg_header(m) jmsg_json((m), JMSG_HEADER)

@@ -70,18 +70,10 @@ static json_t *s_ok_session(json_t *info)
     return json_pack("{s:s, s:o}", "status", "ok", "session", info);
 }
 
-/*  A string argument as C reads it, or NULL when it is not a string or holds a NUL (C would
- *  read a shorter one: "a\u0000b" is not "a"). */
-static const char *s_cstr(const json_t *v)
-{
-    const char *s = json_string_value(v);
-    return s && strlen(s) == json_string_length(v) ? s : NULL;
-}
-
 /*  The session argument: a non-empty string. */
 static const char *s_session_arg(const jmsg_t *req)
 {
-    const char *v = s_cstr(json_object_get(jmsg_content(req), "session"));
+    const char *v = jmsg_cstr(json_object_get(jmsg_content(req), "session"));
     return v && *v ? v : NULL;
 }
 
@@ -139,7 +131,7 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
     json_t *content = jmsg_content(req);
     json_t *jname = json_object_get(content, "name");
     json_t *conn = json_object_get(content, "connection");
-    const char *name = s_cstr(jname);
+    const char *name = jmsg_cstr(jname);
     if (jname && !json_is_null(jname)) {
         if (!name || !*name || strlen(name) > 128)
             return s_error("BadRequest", "name must be a string of 1 to 128 characters");
@@ -177,7 +169,7 @@ static json_t *s_on_file(manager_t *self, const jmsg_t *req, const char *sess, v
                          size_t *len)
 {
     const char *type = jmsg_type(req);
-    const char *path = s_cstr(json_object_get(jmsg_content(req), "path"));
+    const char *path = jmsg_cstr(json_object_get(jmsg_content(req), "path"));
     char ws[PATH_MAX];
     uid_t uid;
     gid_t gid;

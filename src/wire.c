@@ -145,12 +145,10 @@ int wire_decode(wire_t *self, zmsg_t **msg_p, jmsg_t **out)
             goto done;
         }
     }
-    const json_t *jtype = json_object_get(jmsg_header(m), "msg_type");
-    const json_t *jid = json_object_get(jmsg_header(m), "msg_id");
-    const char *type = json_string_value(jtype), *id = json_string_value(jid);
     /* A NUL inside either would make kenneld and the kernel read different strings. */
-    if (!type || !*type || !id || !*id || strlen(type) != json_string_length(jtype) ||
-        strlen(id) != json_string_length(jid)) {
+    const char *type = jmsg_cstr(json_object_get(jmsg_header(m), "msg_type"));
+    const char *id = jmsg_cstr(json_object_get(jmsg_header(m), "msg_id"));
+    if (!type || !*type || !id || !*id) {
         rc = WIRE_EHEADER;
         goto done;
     }

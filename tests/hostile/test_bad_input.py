@@ -257,6 +257,11 @@ def test_manager_abuse(kenneld):
                                             "control_port": 4, "hb_port": 5}}, "BadRequest"),
                            ({"connection": {"transport": "tcp", "ip": "127.0.0.1", "key": "",
                                             "shell_port": 1, "iopub_port": 2, "stdin_port": 3,
+                                            "control_port": 4, "hb_port": 5}}, "BadRequest"),
+                           # a key cut short at its NUL would be one byte
+                           ({"connection": {"transport": "tcp", "ip": "127.0.0.1",
+                                            "key": "a\u0000" + "f" * 64,
+                                            "shell_port": 1, "iopub_port": 2, "stdin_port": 3,
                                             "control_port": 4, "hb_port": 5}}, "BadRequest")):
         r = kenneld.call("create_request", content)
         assert r["status"] == "error" and r["ename"] == ename, (content, r)
