@@ -75,9 +75,9 @@ static int s_utf8(cur_t *c)
     return 0;
 }
 
-/*  A string, from its opening quote. \u0000 is allowed (JSON_ALLOW_NUL); a surrogate escape
- *  must be a high one followed by a low one. */
-static int s_string(cur_t *c)
+/*  A string, from its opening quote. \u0000 is allowed (JSON_ALLOW_NUL) and noted in *nul; a
+ *  surrogate escape must be a high one followed by a low one. */
+static int s_string(cur_t *c, int *nul)
 {
     c->p++;
     while (c->p < c->end) {
@@ -105,6 +105,8 @@ static int s_string(cur_t *c)
         case 'u':
             if (s_hex4(c, &u) < 0 || (u >= 0xDC00 && u <= 0xDFFF))
                 return -1;
+            if (u == 0)
+                *nul = 1;
             if (u >= 0xD800 && u <= 0xDBFF) {
                 if (c->end - c->p < 2 || c->p[0] != '\\' || c->p[1] != 'u')
                     return -1;
@@ -159,8 +161,10 @@ static int s_literal(cur_t *c, const char *word, size_t len)
 static int s_scalar(cur_t *c)
 {
     switch (*c->p) {
-    case '"':
-        return s_string(c);
+    case '"': {
+        int nul = 0;
+        return s_string(c, &nul);
+    }
     case 't':
         return s_literal(c, "true", 4);
     case 'f':
@@ -172,11 +176,13 @@ static int s_scalar(cur_t *c)
     }
 }
 
-/*  A key and its colon, from wherever the key may start. */
+/*  A key and its colon, from wherever the key may start. A key may hold no NUL (jansson
+ *  keeps keys as C strings). */
 static int s_key(cur_t *c)
 {
+    int nul = 0;
     s_space(c);
-    if (c->p >= c->end || *c->p != '"' || s_string(c) < 0)
+    if (c->p >= c->end || *c->p != '"' || s_string(c, &nul) < 0 || nul)
         return -1;
     s_space(c);
     if (c->p >= c->end || *c->p != ':')

@@ -1,8 +1,8 @@
 /*  jvalid: checks that bytes are one JSON object (RFC 8259: UTF-8, escapes, at most
  *  JVALID_MAX_DEPTH levels of nesting) without building it, and counts its values, so that
  *  kenneld can pass a peer's JSON on as bytes, or refuse to parse what would cost it many
- *  times its size. Accepts what jansson accepts with JSON_ALLOW_NUL, and also numbers too
- *  large for jansson's types, which JSON allows. */
+ *  times its size. Accepts what jansson accepts with JSON_ALLOW_NUL (\u0000 in strings, not
+ *  in keys), and also numbers too large for jansson's types, which JSON allows. */
 #ifndef KENNEL_JVALID_H
 #define KENNEL_JVALID_H
 

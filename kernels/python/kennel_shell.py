@@ -328,8 +328,12 @@ class KennelShell(InteractiveShell):
         parsed = hm.get_range(session=0, start=1, raw=False)
         raw = hm.get_range(session=0, start=1, raw=True)
         inputs = [(line, p, r) for (_, line, p), (_, _, r) in zip(parsed, raw)]
+        dh = self.displayhook
+        # `_` and co. assigned by the user (IPython then stops updating them) are theirs.
+        unders = [n for n in ("_", "__", "___")
+                  if n in self.user_ns and self.user_ns[n] is not getattr(dh, n)]
         return {"inputs": inputs, "outputs": dict(hm.output_hist),
-                "reprs": dict(hm.output_hist_reprs)}
+                "reprs": dict(hm.output_hist_reprs), "unders": unders}
 
     def restore_history(self, history):
         """Make the history of history_snapshot() this shell's, with IPython's names for it:
@@ -344,7 +348,8 @@ class KennelShell(InteractiveShell):
             hm.output_hist[line] = value  # Out and _oh are this dict
             self.user_ns[f"_{line}"] = value
             dh.___, dh.__, dh._ = dh.__, dh._, value
-        self.push({"_": dh._, "__": dh.__, "___": dh.___}, interactive=False)
+        if not history.get("unders"):  # else the user's own, restored with the namespace
+            self.push({"_": dh._, "__": dh.__, "___": dh.___}, interactive=False)
 
     def warm_up(self, run_cell=None, code=None):
         """Run one throwaway cell (code, by default `1 + 1`; it must bind no name), with

@@ -33,10 +33,13 @@ def _dumps(obj):
 
 def save(ns, skip, execution_count, history=None):
     """Return (snapshot bytes, names that could not be saved). history: {"inputs": [(line,
-    parsed, raw)], "outputs": {line: value}, "reprs": {line: text}}, or None."""
+    parsed, raw)], "outputs": {line: value}, "reprs": {line: text}, "unders": names among
+    `_`, `__`, `___` that hold the user's own values, saved as names}, or None."""
     modules, values, unsaved = {}, {}, []
+    history = history or {"inputs": [], "outputs": {}, "reprs": {}, "unders": []}
+    unders = set(history.get("unders", ()))  # `_`, `__`, `___` the user assigned
     for name, value in list(ns.items()):
-        if name in skip or _IPYTHON_NAME.fullmatch(name):
+        if name not in unders and (name in skip or _IPYTHON_NAME.fullmatch(name)):
             continue
         if isinstance(value, types.ModuleType):
             modules[name] = value.__name__
@@ -45,7 +48,6 @@ def save(ns, skip, execution_count, history=None):
             values[name] = value
         else:
             unsaved.append(name)
-    history = history or {"inputs": [], "outputs": {}, "reprs": {}}
     outputs = {}
     for line, value in history["outputs"].items():
         if _picklable(value):
@@ -61,7 +63,8 @@ def save(ns, skip, execution_count, history=None):
         payload = {"each": {name: _dumps(v) for name, v in values.items()},
                    "outputs_each": {line: _dumps(v) for line, v in outputs.items()}}
     snapshot = {"format": FORMAT, "modules": modules, "execution_count": execution_count,
-                "inputs": list(history["inputs"]), "reprs": dict(history["reprs"]), **payload}
+                "inputs": list(history["inputs"]), "reprs": dict(history["reprs"]),
+                "unders": sorted(unders & set(values)), **payload}
     return pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL), sorted(unsaved)
 
 
@@ -93,7 +96,7 @@ def restore(data, ns):
         except Exception:
             failed.append(name)
     history = {"inputs": snapshot.get("inputs", []), "outputs": {},
-               "reprs": snapshot.get("reprs", {})}
+               "reprs": snapshot.get("reprs", {}), "unders": snapshot.get("unders", [])}
     loads = _pickler.loads
     if "together" in snapshot:
         try:

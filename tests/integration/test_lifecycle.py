@@ -229,6 +229,12 @@ def test_eviction_keeps_underscore_names_and_the_history(kenneld, connect):
     assert cell.result == "({'a': 1}, 'x * 7', 42, 42, 'x * 7', [6], 42, 6)", cell.result
     notice = cell.stream("stderr")
     assert "Out[5]" in notice and "gen" in notice and "_cache" not in notice
+    # `_` the user assigned is the user's, across an eviction too.
+    run(kc, "_ = 'mine'")
+    wait_for(lambda: kenneld.ok("info_request", {"session": "history"})["session"]["state"]
+             == "evicted", timeout=10, what="a second eviction")
+    assert run(kc, "10").result == "10"
+    assert run(kc, "_", timeout=20).result == "'mine'"
     tail = shell_request(kc, "history", hist_access_type="range", session=0, start=1, stop=4,
                          raw=True, output=False)
     assert [h[1:] for h in tail["history"]] == [[1, "_cache = {'a': 1}"], [2, "x = 6"],
