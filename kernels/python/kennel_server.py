@@ -21,10 +21,11 @@ from kennel_deadline import CellTimeout
 import kennel_files
 import kennel_snapshot
 from kennel_io import FdCapture, Stdin, StreamBuffer, StreamWriter
-from kennel_pipe import FrameError, decode_object
+from kennel_pipe import MAX_FRAME_BYTES, FrameError, decode_object
 from kennel_shell import KennelShell, safe_str
 
 _NO_REPLY = {"comm_open", "comm_msg", "comm_close"}
+MAX_SNAPSHOT_BYTES = MAX_FRAME_BYTES - (1 << 20)  # a snapshot and its saved frame's op header
 
 
 class _SessionLoopPolicy(asyncio.DefaultEventLoopPolicy):
@@ -124,8 +125,17 @@ class Kernel:
         shell = self._shell
         self._gate.arm()
         try:
+            history = shell.history_snapshot()
             data, unsaved = kennel_snapshot.save(shell.user_ns, shell.user_ns_hidden,
-                                                 shell.execution_count, shell.history_snapshot())
+                                                 shell.execution_count, history)
+            if len(data) > MAX_SNAPSHOT_BYTES and history["outputs"]:
+                # Too large for a frame: the namespace without the outputs (large results
+                # shown once and bound to no name, most likely), rather than no eviction.
+                lost = [f"Out[{line}]" for line in history["outputs"]]
+                history["outputs"] = {}
+                data, unsaved = kennel_snapshot.save(shell.user_ns, shell.user_ns_hidden,
+                                                     shell.execution_count, history)
+                unsaved = sorted(set(unsaved) | set(lost))
             error = None
         except (Exception, KeyboardInterrupt) as e:  # too large, the pickler broke, stopped
             error = f"{type(e).__name__}: {e}"[:500]

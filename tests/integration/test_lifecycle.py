@@ -259,6 +259,21 @@ def test_saving_state_has_a_deadline(kenneld, connect):
     assert kenneld.ok("info_request", {"session": "stuck"})["session"]["kernel_pid"] == pid
 
 
+@pytest.mark.parametrize("kenneld", [["--idle", "1"]], indirect=True)
+def test_outputs_too_large_for_a_snapshot_are_left_out(kenneld, connect):
+    # A 70 MB result shown once and bound to no name: the snapshot goes without the outputs
+    # rather than the session never being evicted.
+    kc = connect(kenneld.create("bigout")["connection_file"])
+    run(kc, "kept = 1\nclass Big:\n    def __init__(self):\n        self.data = bytes(70 << 20)\n"
+            "    def __repr__(self):\n        return 'Big()'")
+    assert run(kc, "Big()").result == "Big()"
+    wait_for(lambda: kenneld.ok("info_request", {"session": "bigout"})["session"]["state"]
+             == "evicted", timeout=20, what="the eviction")
+    cell = run(kc, "(kept, 2 in Out, In[2])", timeout=20)
+    assert cell.result == "(1, False, 'Big()')"
+    assert "Out[2]" in cell.stream("stderr")
+
+
 @pytest.mark.own_kenneld
 def test_kenneld_restart_brings_sessions_back(kenneld, connect):
     info = kenneld.create("durable")
