@@ -211,16 +211,19 @@ static json_t *s_outcome_metadata(session_t *self, const json_t *kernel_md, cons
     return md;
 }
 
+#define FAIL_WRAP 1  /* s_fail: publish busy and idle around it */
+#define FAIL_UNRUN 2 /* s_fail: the request never reached the kernel */
+
 /*  An error reply for a request the kernel could not serve: an `error` on iopub for execute
  *  requests (so notebooks show it), then the reply with status error and, for executes, the
- *  outcome; between busy and idle when `wrap_status` (the request never reached the kernel). */
+ *  outcome. flags: FAIL_WRAP, FAIL_UNRUN. */
 static void s_fail(session_t *self, unsigned channel, const jmsg_t *request, const char *ename,
-                   const char *evalue, const char *outcome, int wrap_status)
+                   const char *evalue, const char *outcome, int flags)
 {
     const route_t *r = route_lookup(jmsg_type(request));
     if (!r || !r->reply_type)
         return;
-    if (wrap_status)
+    if (flags & FAIL_WRAP)
         s_publish_status(self, request, "busy");
     int is_execute = strcmp(r->msg_type, "execute_request") == 0;
     char line[512];
@@ -234,14 +237,15 @@ static void s_fail(session_t *self, unsigned channel, const jmsg_t *request, con
     if (m) {
         if (is_execute) {
             json_object_set_new(content, "execution_count", json_null());
-            jmsg_set_json(m, JMSG_METADATA, s_outcome_metadata(self, NULL, outcome, !wrap_status));
+            jmsg_set_json(m, JMSG_METADATA,
+                          s_outcome_metadata(self, NULL, outcome, !(flags & FAIL_UNRUN)));
         }
         jmsg_set_json(m, JMSG_CONTENT, content);
         self->ops->send(self->ctx, channel, &m);
     } else {
         json_decref(content);
     }
-    if (wrap_status)
+    if (flags & FAIL_WRAP)
         s_publish_status(self, request, "idle");
 }
 
@@ -502,6 +506,8 @@ void session_on_timer(session_t *self, session_timer_t which)
     }
 }
 
+static void s_abort_queued_executes(session_t *self);
+
 /*  Send queued requests to the kernel while it is idle. Requests without a reply (comms) do
  *  not hold the kernel, so several may go in one call. */
 static void s_pump(session_t *self)
@@ -549,14 +555,18 @@ static void s_pump(session_t *self)
             s_cell_begin(self);
             return;
         }
-        s_publish_status(self, req, "idle");
         if (rc == SESSION_TOO_LARGE) {
-            /* It never will fit: refuse it rather than hold the queue behind it. */
+            /* It never will fit: refuse it (inside the busy above) rather than hold the queue
+             * behind it; as a failed cell, it aborts the executes queued behind it. */
             s_fail(self, ROUTE_SHELL, req, "RequestTooLarge",
-                   "the request does not fit in a frame to the kernel", "error", 1);
+                   "the request does not fit in a frame to the kernel", "error", FAIL_UNRUN);
+            s_publish_status(self, req, "idle");
+            if (s_stops_on_error(req))
+                s_abort_queued_executes(self);
             jmsg_destroy(&req);
             continue;
         }
+        s_publish_status(self, req, "idle");
         /* The kernel is going away; its exit will restart it. Serve this one first then. */
         zlistx_add_start(self->queue, req);
         return;
@@ -690,7 +700,8 @@ void session_on_request(session_t *self, unsigned channel, jmsg_t **msg_p)
             LOG_W("session=%s: queue full (%zu), refusing %s", self->id, self->limits.max_queued,
                   r->msg_type);
         s_fail(self, channel, req, "QueueFull",
-               "too many requests are waiting for this session; try again later", "error", 1);
+               "too many requests are waiting for this session; try again later", "error",
+               FAIL_WRAP | FAIL_UNRUN);
         jmsg_destroy(&req);
         return;
     }
@@ -1043,12 +1054,13 @@ static void s_fail_waiting(session_t *self, const char *evalue)
 {
     jmsg_t *req;
     while ((req = zlistx_detach(self->queue, NULL))) {
-        s_fail(self, ROUTE_SHELL, req, "KernelStartFailed", evalue, "crashed", 1);
+        s_fail(self, ROUTE_SHELL, req, "KernelStartFailed", evalue, "crashed", FAIL_WRAP | FAIL_UNRUN);
         jmsg_destroy(&req);
     }
     size_t i = 0;
     while ((req = zlistx_detach(self->info_waiting, NULL))) {
-        s_fail(self, self->info_channels[i++], req, "KernelStartFailed", evalue, "crashed", 1);
+        s_fail(self, self->info_channels[i++], req, "KernelStartFailed", evalue, "crashed",
+               FAIL_WRAP | FAIL_UNRUN);
         jmsg_destroy(&req);
     }
 }

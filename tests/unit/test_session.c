@@ -25,6 +25,7 @@ typedef struct {
     char kframes[64][160]; /* op header + ' ' + header msg_type of each frame to the kernel */
     int nk;
     int starts, start_fails, ended;
+    int too_large;          /* to_kernel refuses the next frames as SESSION_TOO_LARGE */
     long long timer_ms;     /* the armed cell timer's delay, or -1 */
     long long idle_ms;      /* the armed idle timer's delay, or -1 */
     char *snapshot;         /* what snapshot_store kept */
@@ -69,6 +70,8 @@ static int op_to_kernel(void *ctx, const kpipe_iov_t *parts, size_t n)
         snprintf(type, sizeof type, "%s", json_string_value(json_object_get(h, "msg_type")) ?: "");
         json_decref(h);
     }
+    if (r->too_large)
+        return SESSION_TOO_LARGE;
     snprintf(r->kframes[r->nk++], 160, "%.*s %s", (int)parts[0].len, (const char *)parts[0].data, type);
     return 0;
 }
@@ -348,6 +351,30 @@ TEST(stop_on_error_aborts_queued_executes)
     /* The completion still reaches the kernel. */
     CHECK_EQ_INT(r->nk, 2);
     CHECK(strstr(r->kframes[1], "complete_request") != NULL);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(request_too_large_for_a_frame)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    r->too_large = 1;
+    char id1[40], id2[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "huge"), id1);
+    /* Refused within one busy/idle, with an error and its reply. */
+    CHECK_EQ_INT(r->nsent, 4);
+    CHECK_STR(r->sent[0].type, "status");
+    CHECK_STR(r->sent[1].type, "error");
+    CHECK_STR(r->sent[2].type, "execute_reply");
+    CHECK_STR(json_string_value(json_object_get(r->sent[2].content, "ename")), "RequestTooLarge");
+    CHECK_STR(r->sent[3].type, "status");
+    CHECK_STR(json_string_value(json_object_get(r->sent[3].content, "execution_state")), "idle");
+    /* The queue goes on: the next request reaches the kernel. */
+    r->too_large = 0;
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "2"), id2);
+    CHECK_EQ_INT(r->nk, 1);
     session_destroy(&s);
     s_rec_free(r);
 }
@@ -856,5 +883,6 @@ int main(void)
     RUN(idle_eviction_and_revival);
     RUN(kernel_dies_while_restoring);
     RUN(evicted_session_expires_after_ttl);
+    RUN(request_too_large_for_a_frame);
     return harness_done();
 }
