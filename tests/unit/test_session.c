@@ -375,6 +375,20 @@ TEST(request_too_large_for_a_frame)
     r->too_large = 0;
     s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "2"), id2);
     CHECK_EQ_INT(r->nk, 1);
+    /* Behind it, as behind any failed cell, queued executes are aborted. */
+    char id3[40], id4[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "huge"), id3);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "4"), id4);
+    r->too_large = 1;
+    int mark = r->nsent;
+    s_reply(s, "execute_reply", id2, "{\"status\":\"ok\"}");
+    int refused = s_find(r, mark, "execute_reply");
+    refused = s_find(r, refused + 1, "execute_reply");
+    CHECK_STR(r->sent[refused].parent_id, id3);
+    int aborted = s_find(r, refused + 1, "execute_reply");
+    CHECK(aborted > 0);
+    CHECK_STR(r->sent[aborted].parent_id, id4);
+    CHECK_STR(json_string_value(json_object_get(r->sent[aborted].content, "status")), "aborted");
     session_destroy(&s);
     s_rec_free(r);
 }
