@@ -2,7 +2,7 @@
 
 Handles execute, complete, inspect, is_complete, history and comm_info requests and
 answers every other *_request with an error reply, so kenneld's queue never stalls.
-Comm messages are ignored (no comm support yet). kenneld answers kernel_info, interrupt
+Comm messages do not come here (kenneld keeps them: no comm target is served yet). kenneld answers kernel_info, interrupt
 and shutdown itself and publishes status, so none of that is here. The execute_reply's
 metadata carries the cell's metrics (CPU time and peak memory) and the workspace files the
 cell created, changed or deleted (kennel_files).
