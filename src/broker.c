@@ -1619,8 +1619,10 @@ static int s_check_ipc_path(const char *prefix, int port, broker_error_t *err)
     return 0;
 }
 
-/*  Fill cfg from a client-supplied connection object. 0, or -1 with err. */
-static int s_parse_connection(const json_t *conn, channels_cfg_t *cfg, broker_error_t *err)
+/*  Fill cfg from a connection object: a client's (check_ipc: its ipc paths must be free) or
+ *  a restored session's own. 0, or -1 with err. */
+static int s_parse_connection(const json_t *conn, channels_cfg_t *cfg, int check_ipc,
+                              broker_error_t *err)
 {
     static const char *ports[CHANNELS_N] = {"shell_port", "iopub_port", "stdin_port",
                                             "control_port", "hb_port"};
@@ -1658,7 +1660,7 @@ static int s_parse_connection(const json_t *conn, channels_cfg_t *cfg, broker_er
         }
         cfg->ports[i] = (int)p;
     }
-    if (strcmp(transport, "ipc") == 0) {
+    if (check_ipc && strcmp(transport, "ipc") == 0) {
         if (ip[0] != '/') {
             snprintf(err->evalue, sizeof err->evalue, "an ipc connection's ip must be an absolute path");
             return -1;
@@ -1779,7 +1781,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
         util_uuid(s->id);
     char key[40], ipc_prefix[PATH_MAX];
     channels_cfg_t cc = {self->cfg.transport, self->cfg.ip, {0}, util_uuid(key), s->launched};
-    if (connection && s_parse_connection(connection, &cc, err) < 0)
+    if (connection && s_parse_connection(connection, &cc, !id, err) < 0)
         goto fail;
     if (statedir_session_create(self->cfg.state_dir, s->id, s->dir, sizeof s->dir) < 0 ||
         snprintf(s->conn_path, sizeof s->conn_path, "%s/connection.json", s->dir) >= PATH_MAX ||

@@ -128,6 +128,7 @@ client_t *client_connect(const json_t *conn)
     wire_limits_t lim;
     wire_limits_default(&lim);
     lim.max_values = SIZE_MAX;
+    lim.max_msg_bytes = (1u << 30) + (1u << 20); /* a 64 MiB output and its headers, or more */
     self->wire = wire_new(key, strlen(key), &lim);
     if (!self->wire)
         goto fail;

@@ -904,6 +904,8 @@ static int s_on_restored(session_t *self, const json_t *op, const char **why)
         *why = "unexpected restored";
         return -1;
     }
+    if (self->deadline_phase == 3)
+        return 0; /* too late: the kernel is being killed, and its exit says so */
     s_state_deadline_end(self);
     s_note_lost(self, json_is_array(failed) ? failed : NULL);
     json_decref(self->unsaved);

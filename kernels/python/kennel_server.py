@@ -137,7 +137,7 @@ class Kernel:
                                                      shell.execution_count, history)
                 unsaved = sorted(set(unsaved) | set(lost))
             error = None
-        except (Exception, KeyboardInterrupt) as e:  # too large, the pickler broke, stopped
+        except BaseException as e:  # too large, the pickler broke (SystemExit too), stopped
             error = f"{type(e).__name__}: {e}"[:500]
         self._gate.disarm()
         try:
@@ -156,7 +156,7 @@ class Kernel:
         try:
             shell.execution_count, failed, history = kennel_snapshot.restore(data, shell.user_ns)
             shell.restore_history(history)
-        except (Exception, KeyboardInterrupt) as e:
+        except BaseException as e:  # SystemExit from a __setstate__ too
             failed = [f"(the whole snapshot: {type(e).__name__})"]
         self._gate.disarm()
         self._pipe.send({"op": "restored", "failed": failed})
@@ -208,7 +208,7 @@ class Kernel:
             try:
                 self._pipe.send(op, metadata, content)
             except FrameError as e:
-                self._pipe.send(op, metadata, _error("FrameError", str(e)))
+                self._pipe.send(dict(op, status="error"), metadata, _error("FrameError", str(e)))
 
     def _execute(self, content):
         code = content["code"]

@@ -348,8 +348,9 @@ class KennelShell(InteractiveShell):
             hm.output_hist[line] = value  # Out and _oh are this dict
             self.user_ns[f"_{line}"] = value
             dh.___, dh.__, dh._ = dh.__, dh._, value
-        if not history.get("unders"):  # else the user's own, restored with the namespace
-            self.push({"_": dh._, "__": dh.__, "___": dh.___}, interactive=False)
+        # Those the user assigned came back with the namespace; IPython's are its own.
+        self.push({n: getattr(dh, n) for n in ("_", "__", "___")
+                   if n not in history.get("unders", ())}, interactive=False)
 
     def warm_up(self, run_cell=None, code=None):
         """Run one throwaway cell (code, by default `1 + 1`; it must bind no name), with

@@ -22,7 +22,10 @@ except ImportError:  # the kernel still works; fewer objects survive an eviction
     _pickler = pickle
 
 FORMAT = 2  # 1: no history; still read
-_IPYTHON_NAME = re.compile(r"_+|_i+|_i\d+|_\d+|_ih|_oh|_dh")  # the output and input caches
+# IPython's own names for its caches, made again from the history on restore: these, and
+# `_iN` / `_N` for lines the history holds (a user's `_7` with no Out[7] is the user's).
+_IPYTHON_NAMES = {"_", "__", "___", "_i", "_ii", "_iii", "_ih", "_oh", "_dh"}
+_CACHE_LINE = re.compile(r"_(i?)(\d+)")
 
 
 def _dumps(obj):
@@ -38,8 +41,9 @@ def save(ns, skip, execution_count, history=None):
     modules, values, unsaved = {}, {}, []
     history = history or {"inputs": [], "outputs": {}, "reprs": {}, "unders": []}
     unders = set(history.get("unders", ()))  # `_`, `__`, `___` the user assigned
+    lines = ({line for line, _, _ in history["inputs"]}, set(history["outputs"]))
     for name, value in list(ns.items()):
-        if name not in unders and (name in skip or _IPYTHON_NAME.fullmatch(name)):
+        if name not in unders and (name in skip or _is_ipythons(name, lines)):
             continue
         if isinstance(value, types.ModuleType):
             modules[name] = value.__name__
@@ -59,7 +63,7 @@ def save(ns, skip, execution_count, history=None):
         payload = {"together": _dumps({"ns": values, "outputs": outputs})}
     except _STOPPED:
         raise
-    except Exception:
+    except BaseException:
         payload = {"each": {name: _dumps(v) for name, v in values.items()},
                    "outputs_each": {line: _dumps(v) for line, v in outputs.items()}}
     snapshot = {"format": FORMAT, "modules": modules, "execution_count": execution_count,
@@ -68,13 +72,21 @@ def save(ns, skip, execution_count, history=None):
     return pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL), sorted(unsaved)
 
 
+def _is_ipythons(name, lines):
+    """Whether name is one IPython makes for its caches. lines: (input lines, output lines)."""
+    if name in _IPYTHON_NAMES:
+        return True
+    m = _CACHE_LINE.fullmatch(name)
+    return bool(m) and int(m.group(2)) in lines[0 if m.group(1) else 1]
+
+
 def _picklable(value):
     try:
         _dumps(value)
         return True
     except _STOPPED:
         raise
-    except Exception:  # anything else a pickler raises means "cannot keep this one"
+    except BaseException:  # anything else a pickler raises (SystemExit too): not this one
         return False
 
 
@@ -93,7 +105,9 @@ def restore(data, ns):
     for name, module in snapshot["modules"].items():
         try:
             ns[name] = importlib.import_module(module)
-        except Exception:
+        except _STOPPED:  # the deadline: the restore stops here
+            raise
+        except BaseException:  # a module that raises SystemExit at import too
             failed.append(name)
     history = {"inputs": snapshot.get("inputs", []), "outputs": {},
                "reprs": snapshot.get("reprs", {}), "unders": snapshot.get("unders", [])}
@@ -101,7 +115,7 @@ def restore(data, ns):
     if "together" in snapshot:
         try:
             together = loads(snapshot["together"])
-        except (Exception, KeyboardInterrupt):  # a deadline too: one blob, all or nothing
+        except BaseException:  # a deadline too: one blob, all or nothing
             return snapshot["execution_count"], sorted(failed + ["(all saved values)"]), history
         if snapshot["format"] == 1:
             together = {"ns": together, "outputs": {}}
@@ -111,11 +125,15 @@ def restore(data, ns):
         for name, blob in snapshot["each"].items():
             try:
                 ns[name] = loads(blob)
-            except Exception:
+            except _STOPPED:
+                raise
+            except BaseException:
                 failed.append(name)
         for line, blob in snapshot.get("outputs_each", {}).items():
             try:
                 history["outputs"][line] = loads(blob)
-            except Exception:
+            except _STOPPED:
+                raise
+            except BaseException:
                 failed.append(f"Out[{line}]")
     return snapshot["execution_count"], sorted(failed), history

@@ -624,6 +624,53 @@ def test_save_and_restore_into_a_new_kernel(kernel, tmp_path):
         fresh.kill()
 
 
+def _revive(kernel, tmp_path, parts):
+    """A fresh kernel restored from the snapshot parts of _save(kernel)."""
+    fresh = KernelProcess(tmp_path)
+    fresh.send_frame([jdump({"op": "restore"}), parts[0]])
+    op, _ = fresh.recv_frame()
+    assert op["op"] == "restored", op
+    return fresh, op
+
+
+def test_underscore_names_across_a_snapshot(kernel, tmp_path):
+    # The user's own `_` names are kept; IPython's are made again from the history: `_7` is
+    # the user's when there is no Out[7], and `__`, `___` stay IPython's (2 and '', as before
+    # the save) when only `_` was assigned.
+    for code in ("1 + 1", "10", "_ = 'mine'", "_7 = 'seven'\n____ = 4\n_iiii = 5\n_ok = 6"):
+        assert kernel.execute(code)[0]["status"] == "ok"
+    op, parts = _save(kernel)
+    fresh, op = _revive(kernel, tmp_path, parts)
+    try:
+        reply, iopub = fresh.execute("(_, __, ___, _7, ____, _iiii, _ok, _1, _2, _i2)")
+        assert reply["status"] == "ok", reply
+        assert only(iopub, "execute_result")["data"]["text/plain"] == \
+            "('mine', 2, '', 'seven', 4, 5, 6, 2, 10, '10')"
+    finally:
+        fresh.kill()
+
+
+def test_an_object_whose_pickling_exits_is_left_out(kernel):
+    # SystemExit from a __reduce__ is a pickling failure like any other: the kernel stays.
+    code = ("class Bye:\n    def __reduce__(self):\n        raise SystemExit(3)\n"
+            "b = Bye()\nkept = 1")
+    assert kernel.execute(code)[0]["status"] == "ok"
+    op, parts = _save(kernel)
+    assert op["unsaved"] == ["b"]
+    assert kernel.execute("kept")[0]["status"] == "ok"
+
+
+def test_a_reply_too_large_for_a_frame_says_error_in_its_op(kernel):
+    # kenneld reads a reply's status from its op header: the fallback error reply must say
+    # "error" there too, or the failed cell counts as ok and stop_on_error aborts nothing.
+    assert kernel.execute("big = 'a' * (70 << 20)")[0]["status"] == "ok"
+    op, reply, _ = kernel.collect(kernel.send_request("execute_request", {
+        "code": "1", "silent": False, "store_history": True, "user_expressions": {"v": "big"},
+        "allow_stdin": False, "stop_on_error": True}))
+    assert reply["status"] == "error" and reply["ename"] == "FrameError"
+    assert op["status"] == "error"
+
+
 def test_save_of_an_empty_namespace(kernel):
     op, parts = _save(kernel)
     assert op["unsaved"] == [] and parts[0]

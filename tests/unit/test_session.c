@@ -826,6 +826,40 @@ TEST(kernel_dies_while_restoring)
     s_rec_free(r);
 }
 
+TEST(restore_past_its_deadline_then_killed)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session_with(r, 8, 0, 1 << 20);
+    s_hello(s);
+    session_on_timer(s, SESSION_TIMER_IDLE);
+    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "SNAP"};
+    s_kernel(s, 2, saved);
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), id);
+    s_hello(s);
+    CHECK_EQ_INT(session_state(s), SESSION_RESTORING);
+    CHECK_EQ_INT(r->timer_ms, 60000); /* no cell deadline here: SAVE_DEADLINE_MS */
+    int nsig = r->nsig;
+    session_on_timer(s, SESSION_TIMER_CELL); /* the deadline: CellTimeout */
+    session_on_timer(s, SESSION_TIMER_CELL); /* the grace: kill */
+    CHECK_EQ_INT(r->nsig, nsig + 2);
+    CHECK_EQ_INT(r->signals[nsig], SIGUSR2);
+    CHECK_EQ_INT(r->signals[nsig + 1], SIGKILL);
+    /* A `restored` that comes with the kill is too late: the exit decides, and says so. */
+    const char *restored[] = {"{\"op\":\"restored\",\"failed\":[]}"};
+    CHECK_EQ_INT(s_kernel(s, 1, restored), 0);
+    CHECK_EQ_INT(session_state(s), SESSION_RESTORING);
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
+    CHECK_EQ_INT(session_state(s), SESSION_STARTING);
+    int before = r->nsent;
+    s_hello(s);
+    int st = s_find(r, before, "stream");
+    CHECK(st >= 0 && strstr(json_string_value(json_object_get(r->sent[st].content, "text")), "restoring"));
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 TEST(evicted_session_expires_after_ttl)
 {
     rec_t *r = s_rec_new();
@@ -898,5 +932,6 @@ int main(void)
     RUN(kernel_dies_while_restoring);
     RUN(evicted_session_expires_after_ttl);
     RUN(request_too_large_for_a_frame);
+    RUN(restore_past_its_deadline_then_killed);
     return harness_done();
 }
