@@ -392,12 +392,17 @@ def test_shell_escape_runs_without_a_pty(session):
     assert run(session, "files = !echo a; echo b\nfiles").result == "['a', 'b']"
 
 
-def test_interrupting_a_shell_escape_stops_the_command_not_the_cell(kenneld, session):
-    msg_id = session.execute("!sh -c 'sleep 30; echo never'\nprint('after')")
+def _running_command(kenneld, session, command):
+    """Execute `!command` then `print('after')`; once its sleep runs: (msg_id, kernel pid)."""
+    msg_id = session.execute(f"!{command}\nprint('after')")
     wait_iopub(session, msg_id, "execute_input")
-    kernel = kenneld.ok("info_request", {"session": session.session_info["id"]})["session"]
-    wait_for(lambda: any(_comm(p) == "sleep" for p in descendants(kernel["kernel_pid"])),
-             what="the command's sleep")
+    pid = kenneld.ok("info_request", {"session": session.session_info["id"]})["session"]["kernel_pid"]
+    wait_for(lambda: any(_comm(p) == "sleep" for p in descendants(pid)), what="the command's sleep")
+    return msg_id, pid
+
+
+def test_interrupting_a_shell_escape_stops_the_command_not_the_cell(kenneld, session):
+    msg_id, pid = _running_command(kenneld, session, "sh -c 'sleep 30; echo never'")
     started = time.monotonic()
     assert control(session, "interrupt_request")["content"]["status"] == "ok"
     cell = finish(session, msg_id, timeout=5)
@@ -407,24 +412,20 @@ def test_interrupting_a_shell_escape_stops_the_command_not_the_cell(kenneld, ses
     assert cell.stream("stderr") == "^C\n"
     assert run(session, "_exit_code").result == "-2"
     # The whole command is gone: the shell and the sleep it started.
-    assert not [p for p in descendants(kernel["kernel_pid"]) if _comm(p) in ("sh", "sleep")]
+    assert not [p for p in descendants(pid) if _comm(p) in ("sh", "sleep")]
 
 
 def test_a_second_interrupt_in_the_grace_still_ends_the_command(kenneld, session):
     # The command ignores SIGINT, so the kernel waits its grace; a second interrupt there
     # once left the command running after the cell.
-    msg_id = session.execute("!sh -c 'trap \"\" INT; sleep 30'\nprint('after')")
-    wait_iopub(session, msg_id, "execute_input")
-    kernel = kenneld.ok("info_request", {"session": session.session_info["id"]})["session"]
-    wait_for(lambda: any(_comm(p) == "sleep" for p in descendants(kernel["kernel_pid"])),
-             what="the command's sleep")
+    msg_id, pid = _running_command(kenneld, session, "sh -c 'trap \"\" INT; sleep 30'")
     assert control(session, "interrupt_request")["content"]["status"] == "ok"
     time.sleep(0.3)
     assert control(session, "interrupt_request")["content"]["status"] == "ok"
     cell = finish(session, msg_id, timeout=5)
     assert cell.content["status"] == "error" and cell.content["ename"] == "KeyboardInterrupt"
-    wait_for(lambda: not [p for p in descendants(kernel["kernel_pid"])
-                          if _comm(p) in ("sh", "sleep")], timeout=3, what="the command to end")
+    wait_for(lambda: not [p for p in descendants(pid) if _comm(p) in ("sh", "sleep")],
+             timeout=3, what="the command to end")
 
 
 def _comm(pid):

@@ -800,19 +800,26 @@ TEST(idle_eviction_and_revival)
     s_rec_free(r);
 }
 
-TEST(kernel_dies_while_restoring)
+/*  A session evicted with a snapshot, then asked for a cell: its new kernel restoring. */
+static session_t *s_restoring(rec_t *r)
 {
-    rec_t *r = s_rec_new();
     session_t *s = s_session_with(r, 8, 0, 1 << 20);
     s_hello(s);
     session_on_timer(s, SESSION_TIMER_IDLE);
-    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "BAD"};
+    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "SNAP"};
     s_kernel(s, 2, saved);
     session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
     char id[40];
     s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), id);
     s_hello(s);
     CHECK_EQ_INT(session_state(s), SESSION_RESTORING);
+    return s;
+}
+
+TEST(kernel_dies_while_restoring)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_restoring(r);
     session_on_kernel_exit(s, "was killed by signal 11 (SIGSEGV)", SESSION_EXIT_CRASH);
     /* Fresh start, snapshot gone, the cell runs on the new kernel and is told why. */
     CHECK_EQ_INT(r->snapshot_drops, 1);
@@ -829,16 +836,7 @@ TEST(kernel_dies_while_restoring)
 TEST(restore_past_its_deadline_then_killed)
 {
     rec_t *r = s_rec_new();
-    session_t *s = s_session_with(r, 8, 0, 1 << 20);
-    s_hello(s);
-    session_on_timer(s, SESSION_TIMER_IDLE);
-    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "SNAP"};
-    s_kernel(s, 2, saved);
-    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
-    char id[40];
-    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), id);
-    s_hello(s);
-    CHECK_EQ_INT(session_state(s), SESSION_RESTORING);
+    session_t *s = s_restoring(r);
     CHECK_EQ_INT(r->timer_ms, 60000); /* no cell deadline here: SAVE_DEADLINE_MS */
     int nsig = r->nsig;
     session_on_timer(s, SESSION_TIMER_CELL); /* the deadline: CellTimeout */
