@@ -536,7 +536,10 @@ static void s_pump(session_t *self)
             self->last = req;
             continue;
         }
-        kpipe_iov_t parts[4 + JMSG_NPARTS + 64];
+        /* Every buffer goes (the wire allows 64): past the pipe's parts, the frame cannot be
+         * made and the request is refused as too large, rather than cut short. */
+        kpipe_iov_t parts[KPIPE_MAX_PARTS + 1 + JMSG_NPARTS];
+        size_t room = sizeof parts / sizeof parts[0];
         static const char op[] = "{\"op\":\"request\",\"channel\":\"shell\"}";
         size_t n = 0;
         parts[n++] = (kpipe_iov_t){op, sizeof op - 1};
@@ -546,9 +549,15 @@ static void s_pump(session_t *self)
             parts[n++] = (kpipe_iov_t){raw ? raw : "{}", raw ? len : 2};
         }
         zmsg_t *bufs = jmsg_buffers(req);
-        for (zframe_t *f = zmsg_first(bufs); f && n < KPIPE_MAX_PARTS; f = zmsg_next(bufs))
+        int too_many = 0;
+        for (zframe_t *f = zmsg_first(bufs); f; f = zmsg_next(bufs)) {
+            if (n == room || n == KPIPE_MAX_PARTS) {
+                too_many = 1;
+                break;
+            }
             parts[n++] = (kpipe_iov_t){zframe_data(f), zframe_size(f)};
-        int rc = self->ops->to_kernel(self->ctx, parts, n);
+        }
+        int rc = too_many ? SESSION_TOO_LARGE : self->ops->to_kernel(self->ctx, parts, n);
         if (rc == 0) {
             self->current = req;
             self->state = SESSION_BUSY;

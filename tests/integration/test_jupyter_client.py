@@ -251,6 +251,18 @@ def test_comm_messages_queued_behind_a_cell_do_not_hurt_the_kernel(kenneld, conn
     assert kenneld.ok("info_request", {"session": "comms"})["session"]["restarts"] == 0
 
 
+def test_a_request_with_more_buffers_than_the_pipe_carries_is_refused(session):
+    # The wire takes 64 buffers, a frame to the kernel 59 of them: the request is refused
+    # whole (it used to lose its last buffers without a word).
+    msg = session.session.msg("execute_request", {"code": "1", "silent": False,
+                                                  "store_history": True, "user_expressions": {},
+                                                  "allow_stdin": False, "stop_on_error": True})
+    session.shell_channel.socket.send_multipart(session.session.serialize(msg) + [b"b"] * 60)
+    reply = shell_reply(session, msg["header"]["msg_id"])
+    assert reply["content"]["ename"] == "RequestTooLarge", reply["content"]
+    assert run(session, "'alive'").result == "'alive'"
+
+
 @pytest.mark.parametrize("kenneld", [["--max-message", "64K"]], indirect=True)
 def test_a_request_at_the_size_limit_is_served(kenneld, connect):
     # A request within --max-message always fits in a frame to the kernel (op header and
