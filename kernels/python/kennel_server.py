@@ -49,6 +49,11 @@ class _SessionLoopPolicy(asyncio.DefaultEventLoopPolicy):
         return super().get_event_loop()
 
 
+# Set at import, in the zygote: every kernel inherits it, rather than each writing to the
+# zygote's pages to set its own (no loop exists until one is asked for).
+asyncio.set_event_loop_policy(_SessionLoopPolicy())
+
+
 def enable_inline_figures():
     """A zygote imports the inline backend before any shell exists, so the backend's
     import-time hook (figures shown at the end of each cell) found none: run it once the
@@ -72,7 +77,6 @@ class Kernel:
         gate.protect(Kernel._execute.__code__)
         gate.protect(Kernel._save.__code__)
         gate.protect(Kernel._restore.__code__)
-        asyncio.set_event_loop_policy(_SessionLoopPolicy())
         # The shell is created before fds 1 and 2 are captured, so that what IPython
         # prints while starting (an unwritable home, say) goes to kenneld's log.
         fresh = not KennelShell.initialized()  # else a zygote made it, and did what follows
