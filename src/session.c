@@ -532,8 +532,7 @@ static void s_pump(session_t *self)
                               json_pack("{s:s, s:{}}", "comm_id", comm_id, "data"));
             }
             s_publish_status(self, req, "idle");
-            jmsg_destroy(&self->last);
-            self->last = req;
+            jmsg_destroy(&req); /* not `last`: output between cells stays the last cell's */
             continue;
         }
         /* Every buffer goes (the wire allows 64): past the pipe's parts, the frame cannot be

@@ -236,6 +236,19 @@ def test_comm_open_is_closed_again_and_session_goes_on(session):
     assert shell_request(session, "comm_info") == {"status": "ok", "comms": {}}
 
 
+def test_output_after_a_cell_stays_the_cells_across_comm_messages(session):
+    cell = run(session, "import threading, time\n"
+                        "threading.Thread(target=lambda: (time.sleep(0.5), print('late'))).start()")
+    session.shell_channel.send(session.session.msg("comm_msg", {"comm_id": "c1", "data": {}}))
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        m = session.get_iopub_msg(timeout=5)
+        if m["msg_type"] == "stream" and "late" in m["content"]["text"]:
+            assert m["parent_header"]["msg_id"] == cell.msg_id
+            return
+    raise AssertionError("the thread's output never came")
+
+
 @pytest.mark.parametrize("kenneld", [["--max-message", "1M"]], indirect=True)
 def test_comm_messages_queued_behind_a_cell_do_not_hurt_the_kernel(kenneld, connect):
     # They stay in kenneld: a burst of large ones once filled the kernel's pipe, and kenneld
