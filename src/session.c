@@ -20,6 +20,7 @@
 #define KERNEL_LOG_PER_MINUTE 20 /* kernel log lines kenneld logs, per session */
 #define KERNEL_LOG_CHARS 400     /* and the characters of each it keeps */
 #define SAVE_DEADLINE_MS 60000 /* to save or restore state, where cells have no deadline */
+#define INFO_WAITING 64 /* kernel_info requests kept until the first hello */
 #define CELL_RESULT 1
 #define CELL_ERROR 2
 
@@ -33,7 +34,7 @@ struct session {
     session_state_t state;
     zlistx_t *queue;           /* jmsg_t* shell requests not yet sent to the kernel */
     zlistx_t *info_waiting;    /* kernel_info requests that arrived before the first hello */
-    unsigned info_channels[64];/* channel each waiting kernel_info came on (parallel list) */
+    unsigned info_channels[INFO_WAITING]; /* channel each waiting kernel_info came on */
     jmsg_t *current;           /* the shell request with the kernel, or NULL */
     jmsg_t *last;              /* the last request served: parent of stray output */
     int awaiting_input;        /* the kernel sent input_request and waits for input_reply */
@@ -611,14 +612,21 @@ static void s_on_broker(session_t *self, unsigned channel, jmsg_t *req)
     if (strcmp(type, "kernel_info_request") == 0) {
         if (self->kernel_info) {
             s_answer(self, channel, req, "kernel_info_reply", s_kernel_info_content(self));
-        } else if (zlistx_size(self->info_waiting) < 64) {
-            /* Before the first hello there is nothing to answer with yet. */
+        } else {
+            /* Before the first hello there is nothing to answer with yet. Past INFO_WAITING
+             * the oldest waiting one goes: clients ask again while they wait
+             * (wait_for_ready), and it is the latest ask of each that must be answered. */
+            if (zlistx_size(self->info_waiting) == INFO_WAITING) {
+                jmsg_t *oldest = zlistx_detach(self->info_waiting, NULL);
+                jmsg_destroy(&oldest);
+                memmove(self->info_channels, self->info_channels + 1,
+                        (INFO_WAITING - 1) * sizeof self->info_channels[0]);
+            }
             self->info_channels[zlistx_size(self->info_waiting)] = channel;
             zlistx_add_end(self->info_waiting, req);
             s_ensure_kernel(self);
-            return;
         }
-        jmsg_destroy(&req);
+        return;
     } else if (strcmp(type, "interrupt_request") == 0) {
         if (self->state == SESSION_BUSY) {
             self->cell_interrupted = 1;

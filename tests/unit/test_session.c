@@ -291,6 +291,39 @@ TEST(kernel_info_waits_for_hello)
     s_rec_free(r);
 }
 
+TEST(kernel_info_past_the_waiting_bound_keeps_the_latest)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    char first[40], last[40], id[40];
+    for (int i = 0; i < 100; i++) {
+        s_request(s, i % 2 ? ROUTE_CONTROL : ROUTE_SHELL, "kernel_info_request", NULL, id);
+        if (i == 0)
+            snprintf(first, sizeof first, "%s", id);
+    }
+    snprintf(last, sizeof last, "%s", id);
+    CHECK_EQ_INT(r->nsent, 0);
+    CHECK_EQ_INT(s_hello(s), 0);
+    CHECK_EQ_INT(r->nsent, 3 * 64); /* the newest 64, each between busy and idle */
+    int saw_first = 0, saw_last = 0, right_channel = 1;
+    for (int i = 0; i < r->nsent; i++) {
+        if (strcmp(r->sent[i].type, "kernel_info_reply") != 0)
+            continue;
+        saw_first |= strcmp(r->sent[i].parent_id, first) == 0;
+        saw_last |= strcmp(r->sent[i].parent_id, last) == 0;
+    }
+    /* The 100th request (i = 99) came on control, and is answered there. */
+    int rep = s_find(r, 3 * 63, "kernel_info_reply");
+    CHECK(rep >= 0);
+    right_channel = rep >= 0 && r->sent[rep].channel == ROUTE_CONTROL &&
+                    strcmp(r->sent[rep].parent_id, last) == 0;
+    CHECK(!saw_first);
+    CHECK(saw_last);
+    CHECK(right_channel);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 TEST(one_request_at_a_time)
 {
     rec_t *r = s_rec_new();
@@ -931,5 +964,6 @@ int main(void)
     RUN(evicted_session_expires_after_ttl);
     RUN(request_too_large_for_a_frame);
     RUN(restore_past_its_deadline_then_killed);
+    RUN(kernel_info_past_the_waiting_bound_keeps_the_latest);
     return harness_done();
 }
