@@ -612,6 +612,7 @@ static void s_on_broker(session_t *self, unsigned channel, jmsg_t *req)
     if (strcmp(type, "kernel_info_request") == 0) {
         if (self->kernel_info) {
             s_answer(self, channel, req, "kernel_info_reply", s_kernel_info_content(self));
+            jmsg_destroy(&req);
         } else {
             /* Before the first hello there is nothing to answer with yet. Past INFO_WAITING
              * the oldest waiting one goes: clients ask again while they wait
