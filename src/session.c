@@ -396,7 +396,7 @@ static void s_cell_begin(session_t *self)
     }
 }
 
-/*  The cell is over (replied, or its kernel is gone): no timer may fire for it. */
+/*  The cell (or a save or restore of state) is over: no deadline timer may fire for it. */
 static void s_cell_end(session_t *self)
 {
     if (self->deadline_phase == 1 || self->deadline_phase == 2)
@@ -428,14 +428,8 @@ static void s_arm_ttl(session_t *self)
 static void s_state_deadline(session_t *self)
 {
     self->deadline_phase = 1;
-    self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL,
-                         self->limits.timeout_ms > 0 ? self->limits.timeout_ms : SAVE_DEADLINE_MS);
-}
-
-static void s_state_deadline_end(session_t *self)
-{
-    self->deadline_phase = 0;
-    self->ops->timer_cancel(self->ctx, SESSION_TIMER_CELL);
+    self->cell_timeout_ms = self->limits.timeout_ms > 0 ? self->limits.timeout_ms : SAVE_DEADLINE_MS;
+    self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->cell_timeout_ms);
 }
 
 /*  Idle eviction, step 1: ask the kernel for its state. Busy or starting kernels are left
@@ -474,34 +468,26 @@ void session_on_timer(session_t *self, session_timer_t which)
         s_evict(self);
         return;
     }
-    if (self->state == SESSION_SAVING || self->state == SESSION_RESTORING) {
-        const char *doing = self->state == SESSION_SAVING ? "saving" : "restoring";
-        if (self->deadline_phase == 1) {
-            LOG_W("session=%s: %s its state passed its deadline; stopping it", self->id, doing);
-            self->deadline_phase = 2;
-            self->ops->kernel_signal(self->ctx, SIGUSR2);
-            self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->limits.grace_ms);
-        } else if (self->deadline_phase == 2) {
-            LOG_W("session=%s: still %s its state; killing the kernel", self->id, doing);
-            self->deadline_phase = 3;
-            self->ops->kernel_signal(self->ctx, SIGKILL);
-        }
-        return;
-    }
-    if (self->state != SESSION_BUSY || !self->current)
+    /* The deadline of a cell, or of a save or restore of state (s_state_deadline). */
+    char what[80];
+    if (self->state == SESSION_SAVING || self->state == SESSION_RESTORING)
+        snprintf(what, sizeof what, "%s its state",
+                 self->state == SESSION_SAVING ? "saving" : "restoring");
+    else if (self->state == SESSION_BUSY && self->current)
+        snprintf(what, sizeof what, "cell %s", jmsg_id(self->current));
+    else
         return;
     if (self->deadline_phase == 1) {
-        /* The deadline: a catchable CellTimeout in the cell (SIGINT stays for interrupts). */
-        LOG_I("session=%s: cell %s passed its %lld ms deadline", self->id, jmsg_id(self->current),
-              self->cell_timeout_ms);
+        /* A catchable CellTimeout in the kernel (SIGINT stays for interrupts). */
+        LOG_I("session=%s: %s passed its %lld ms deadline", self->id, what, self->cell_timeout_ms);
         self->deadline_phase = 2;
         self->ops->kernel_signal(self->ctx, SIGUSR2);
         self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->limits.grace_ms);
     } else if (self->deadline_phase == 2) {
         /* It did not stop (a C loop, a handler that swallowed the exception, a sleeping
-         * child): the kernel goes, and its exit answers the cell. */
-        LOG_W("session=%s: cell ignored its deadline for %lld ms; killing the kernel", self->id,
-              self->limits.grace_ms);
+         * child): the kernel goes, and its exit answers the cell or ends the save. */
+        LOG_W("session=%s: %s ignored its deadline for %lld ms; killing the kernel", self->id,
+              what, self->limits.grace_ms);
         self->deadline_phase = 3;
         self->ops->kernel_signal(self->ctx, SIGKILL);
     }
@@ -538,8 +524,7 @@ static void s_pump(session_t *self)
         }
         /* Every buffer goes (the wire allows 64): past the pipe's parts, the frame cannot be
          * made and the request is refused as too large, rather than cut short. */
-        kpipe_iov_t parts[KPIPE_MAX_PARTS + 1 + JMSG_NPARTS];
-        size_t room = sizeof parts / sizeof parts[0];
+        kpipe_iov_t parts[KPIPE_MAX_PARTS];
         static const char op[] = "{\"op\":\"request\",\"channel\":\"shell\"}";
         size_t n = 0;
         parts[n++] = (kpipe_iov_t){op, sizeof op - 1};
@@ -551,7 +536,7 @@ static void s_pump(session_t *self)
         zmsg_t *bufs = jmsg_buffers(req);
         int too_many = 0;
         for (zframe_t *f = zmsg_first(bufs); f; f = zmsg_next(bufs)) {
-            if (n == room || n == KPIPE_MAX_PARTS) {
+            if (n == KPIPE_MAX_PARTS) {
                 too_many = 1;
                 break;
             }
@@ -869,7 +854,7 @@ static int s_on_saved(session_t *self, const kpipe_frame_t *f, const json_t *op,
         *why = "unexpected saved";
         return -1;
     }
-    s_state_deadline_end(self);
+    s_cell_end(self);
     if (error || kpipe_frame_count(f) != 2 || !json_is_array(unsaved) ||
         self->ops->snapshot_store(self->ctx, kpipe_frame_part(f, 1).data,
                                   kpipe_frame_part(f, 1).len) < 0) {
@@ -923,7 +908,7 @@ static int s_on_restored(session_t *self, const json_t *op, const char **why)
     }
     if (self->deadline_phase == 3)
         return 0; /* too late: the kernel is being killed, and its exit says so */
-    s_state_deadline_end(self);
+    s_cell_end(self);
     s_note_lost(self, json_is_array(failed) ? failed : NULL);
     json_decref(self->unsaved);
     self->unsaved = NULL;
@@ -1101,7 +1086,7 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
         return;
     }
     if (self->state == SESSION_SAVING || self->state == SESSION_RESTORING) {
-        s_state_deadline_end(self);
+        s_cell_end(self);
         snprintf(evalue, sizeof evalue,
                  "[kennel: the kernel %.200s while %s this session's saved state; it starts "
                  "fresh]\n",
