@@ -12,6 +12,15 @@
 #include "util.h"
 #include "wire.h"
 
+/*  Limits for what kenneld sends a client, which trusts it: messages up to 1 GiB and a bit
+ *  (a file, an output and its headers) of any number of JSON values. */
+static void s_trusting_limits(wire_limits_t *lim)
+{
+    wire_limits_default(lim);
+    lim->max_msg_bytes = (1u << 30) + (1u << 20);
+    lim->max_values = SIZE_MAX;
+}
+
 json_t *client_manager_call(const char *state_dir, const char *msg_type, json_t *content,
                             int timeout_ms, char *err, size_t err_len)
 {
@@ -48,9 +57,7 @@ json_t *client_manager_call_data(const char *state_dir, const char *msg_type, js
     }
     /* A get's reply carries a whole file, up to kenneld's --max-file (at most 1 GiB). */
     wire_limits_t lim;
-    wire_limits_default(&lim);
-    lim.max_msg_bytes = (1u << 30) + (1u << 20);
-    lim.max_values = SIZE_MAX;
+    s_trusting_limits(&lim);
     wire = wire_new(key, strlen(key), &lim);
     sock = zsock_new(ZMQ_DEALER);
     if (!wire || !sock || zsock_connect(sock, "%s", endpoint) < 0) {
@@ -124,11 +131,9 @@ client_t *client_connect(const json_t *conn)
         return NULL;
     util_uuid(self->session);
     /* A session's outputs as kenneld passes them on: any number of JSON values (a plotly
-     * figure's arrays), up to the largest frame a kernel sends. */
+     * figure's arrays), a 64 MiB output and its headers. */
     wire_limits_t lim;
-    wire_limits_default(&lim);
-    lim.max_values = SIZE_MAX;
-    lim.max_msg_bytes = (1u << 30) + (1u << 20); /* a 64 MiB output and its headers, or more */
+    s_trusting_limits(&lim);
     self->wire = wire_new(key, strlen(key), &lim);
     if (!self->wire)
         goto fail;
