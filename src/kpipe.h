@@ -12,7 +12,6 @@
 #define KPIPE_FRAME_SLACK (4 + 4 * KPIPE_MAX_PARTS + 4096)
 /*  The largest frame a kernel sends (kennel_pipe.MAX_FRAME_BYTES). */
 #define KERNEL_SEND_MAX (64u << 20)
-#define KPIPE_DEFAULT_MAX_FRAME (64u << 20)
 
 /*  Error codes (negative); 0 and 1 are success values of kpipe_next. */
 #define KPIPE_ENOMEM -1    /* allocation failed */
