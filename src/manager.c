@@ -32,15 +32,13 @@ struct manager {
 static void s_reply_data(manager_t *self, const jmsg_t *req, json_t *content, const void *data,
                          size_t data_len)
 {
-    char reply_type[128];
+    char reply_type[128] = "error_reply"; /* for a type that is no `*_request` */
     const char *type = jmsg_type(req);
     size_t tlen = strlen(type);
-    if (tlen < 8 || tlen - 8 + 7 >= sizeof reply_type || strcmp(type + tlen - 8, "_request") != 0) {
-        json_decref(content);
-        return;
+    if (tlen >= 8 && tlen - 8 + 7 < sizeof reply_type && strcmp(type + tlen - 8, "_request") == 0) {
+        memcpy(reply_type, type, tlen - 8);
+        strcpy(reply_type + tlen - 8, "_reply");
     }
-    memcpy(reply_type, type, tlen - 8);
-    strcpy(reply_type + tlen - 8, "_reply");
     jmsg_t *rep = jmsg_new_reply(req, reply_type, self->session);
     if (!rep) {
         json_decref(content);

@@ -56,6 +56,11 @@ class Kenneld:
         return {pid for pid, _ in self.kernels}
 
     def call(self, msg_type, content=None, timeout=10):
+        """The reply's content."""
+        return self.request(msg_type, content, timeout)["content"]
+
+    def request(self, msg_type, content=None, timeout=10):
+        """The whole reply message."""
         sent = self.mgr_session.send(self.mgr, msg_type, content or {})
         deadline = time.monotonic() + timeout
         while True:  # (a reply to an earlier request that timed out is skipped)
@@ -75,7 +80,7 @@ class Kenneld:
                 st = _stat(s["kernel_pid"])
                 if st and st[1] == self.proc.pid:
                     self.kernels.add((s["kernel_pid"], st[2]))
-        return reply
+        return msg
 
     def stop(self):
         self.mgr.close()

@@ -269,6 +269,10 @@ def test_manager_abuse(kenneld):
     assert kenneld.call("end_request", {"session": ""})["ename"] == "BadRequest"
     assert kenneld.call("end_request", {"session": "a\u0000b"})["ename"] == "BadRequest"
     assert kenneld.call("frobnicate_request", {})["ename"] == "BadRequest"
+    # Every message gets one reply, whatever its type (these once got none).
+    for msg_type in ("frobnicate", "create_reply", "x" * 200 + "_request"):
+        r = kenneld.request(msg_type, {})
+        assert r["msg_type"] == "error_reply" and r["content"]["ename"] == "BadRequest", r
     assert kenneld.call("list_request")["sessions"] == []  # the forged create did nothing
 
 
