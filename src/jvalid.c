@@ -46,13 +46,15 @@ static int s_hex4(cur_t *c, unsigned *out)
     return 0;
 }
 
-/*  One UTF-8 sequence of two to four bytes: no overlong form, no surrogate, nothing past
- *  U+10FFFF. */
-static int s_utf8(cur_t *c)
+size_t jvalid_utf8(const void *at, size_t left)
 {
-    const unsigned char *p = c->p;
+    const unsigned char *p = at;
     size_t n;
     uint32_t cp;
+    if (left == 0)
+        return 0;
+    if (*p < 0x80)
+        return 1;
     if (*p >= 0xC2 && *p <= 0xDF)
         n = 2, cp = *p & 0x1F;
     else if (*p >= 0xE0 && *p <= 0xEF)
@@ -60,16 +62,25 @@ static int s_utf8(cur_t *c)
     else if (*p >= 0xF0 && *p <= 0xF4)
         n = 4, cp = *p & 0x07;
     else
-        return -1;
-    if ((size_t)(c->end - p) < n)
-        return -1;
+        return 0;
+    if (left < n)
+        return 0;
     for (size_t i = 1; i < n; i++) {
         if ((p[i] & 0xC0) != 0x80)
-            return -1;
+            return 0;
         cp = cp << 6 | (p[i] & 0x3F);
     }
     if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF ||
         (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return n;
+}
+
+/*  One UTF-8 sequence of two to four bytes. */
+static int s_utf8(cur_t *c)
+{
+    size_t n = jvalid_utf8(c->p, (size_t)(c->end - c->p));
+    if (n < 2)
         return -1;
     c->p += n;
     return 0;

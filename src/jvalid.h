@@ -14,4 +14,9 @@
  *  number of values and keys in it, itself included; -1 otherwise. */
 int jvalid_object(const void *data, size_t len, size_t *values);
 
+/*  The length of the one UTF-8 sequence at p, of at most left bytes: 1 to 4 (ASCII, NUL
+ *  included, is 1), or 0 when p starts none (a stray or cut-short byte, an overlong form, a
+ *  surrogate, past U+10FFFF). */
+size_t jvalid_utf8(const void *p, size_t left);
+
 #endif

@@ -231,8 +231,10 @@ static int s_cmd_file(const char *cmd, const char *name, const char *a, const ch
         size_t i;
         json_t *f;
         json_array_foreach(json_object_get(r, "files"), i, f)
-            printf("%10lld  %s\n", (long long)json_integer_value(json_object_get(f, "size")),
-                   json_string_value(json_object_get(f, "path")));
+            printf("%10lld  %s%s\n", (long long)json_integer_value(json_object_get(f, "size")),
+                   json_string_value(json_object_get(f, "path")),
+                   json_is_false(json_object_get(f, "utf8")) ? "  (not UTF-8: \\xNN are bytes)"
+                                                             : "");
         rc = 0;
     } else if (r) {
         rc = 0; /* put */

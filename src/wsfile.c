@@ -2,6 +2,7 @@
  *  relative to the fd of its parent, with O_NOFOLLOW, so a concurrent rename cannot redirect
  *  a later step. */
 #include "wsfile.h"
+#include "jvalid.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -153,6 +154,40 @@ int wsfile_delete(const char *workspace, const char *path)
     return rc;
 }
 
+/*  A list entry for a regular file. A name that is not UTF-8 cannot be a JSON string: it is
+ *  listed with each byte that is no UTF-8 written as \xNN (as Python's backslashreplace) and
+ *  "utf8": false, a name to see, not to ask for. */
+static json_t *s_entry(const char *path, const struct stat *st)
+{
+    size_t len = strlen(path), n;
+    const char *shown = path;
+    char escaped[4 * (MAX_PATH_LEN + 256) + 1];
+    size_t o = 0;
+    for (size_t i = 0; i < len; i += n) {
+        n = jvalid_utf8(path + i, len - i);
+        if (n == 0 && shown == path) {
+            memcpy(escaped, path, i);
+            o = i, shown = escaped;
+        }
+        if (shown == path)
+            continue;
+        if (n == 0) {
+            o += (size_t)snprintf(escaped + o, sizeof escaped - o, "\\x%02x",
+                                  (unsigned char)path[i]);
+            n = 1;
+        } else {
+            memcpy(escaped + o, path + i, n);
+            o += n;
+        }
+    }
+    escaped[o] = '\0';
+    json_t *e = json_pack("{s:s, s:I, s:I}", "path", shown, "size", (json_int_t)st->st_size,
+                          "mtime", (json_int_t)st->st_mtime);
+    if (e && shown != path)
+        json_object_set_new(e, "utf8", json_false());
+    return e;
+}
+
 static void s_list(int dfd, const char *prefix, json_t *out, size_t max, int depth)
 {
     DIR *d = fdopendir(dfd);
@@ -171,9 +206,7 @@ static void s_list(int dfd, const char *prefix, json_t *out, size_t max, int dep
         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
             continue;
         if (S_ISREG(st.st_mode)) {
-            json_array_append_new(out, json_pack("{s:s, s:I, s:I}", "path", path, "size",
-                                                 (json_int_t)st.st_size, "mtime",
-                                                 (json_int_t)st.st_mtime));
+            json_array_append_new(out, s_entry(path, &st));
         } else if (S_ISDIR(st.st_mode) && depth < MAX_DEPTH) {
             int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             if (sub >= 0)

@@ -151,18 +151,33 @@ def changes(before, after, paths=None):
             digest = before.digests.get(path)
             if digest is None or _digest(os.path.join(after.root, path)) == digest:
                 continue
-        changed.append({"name": path, "size": size})
+        changed.append(_entry(path, size))
     # Gone from the second walk: deleted, unless that walk stopped before reaching it.
     deleted = [p for p in gone if p not in after.files
                and not (after.truncated and after.exists(p))]
     changed.sort(key=lambda f: f["name"])
-    deleted.sort()
+    deleted = sorted(_shown(p)[0] for p in deleted)
     return {
         "files": changed[:MAX_LISTED],
         "files_deleted": deleted[:MAX_LISTED],
         "files_truncated": (before.truncated or after.truncated or len(changed) > MAX_LISTED
                             or len(deleted) > MAX_LISTED),
     }
+
+
+def _shown(name):
+    """(name as JSON can carry it, whether that is the name itself): a name that is not
+    UTF-8 (here with surrogate escapes) shows each such byte as \\xNN, as kenneld's lists do."""
+    try:
+        name.encode("utf-8")
+        return name, True
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "backslashreplace"), False
+
+
+def _entry(path, size):
+    name, exact = _shown(path)
+    return {"name": name, "size": size} if exact else {"name": name, "size": size, "utf8": False}
 
 
 def _digest(path):

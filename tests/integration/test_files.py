@@ -265,3 +265,18 @@ def test_a_restart_asked_for_while_the_image_is_made_is_carried_out(kenneld, con
         cell = run(kc, "1+1", timeout=30)
     assert cell.content["status"] == "ok" and cell.result == "2", cell.content
     assert run(kc, "1+2").result == "3"
+
+
+def test_names_that_are_not_utf8_are_listed(kenneld, connect):
+    """A name JSON cannot carry is listed with its stray bytes as \\xNN, flagged, in kenneld's
+    list and in the cell's reply (once missing from the one and '?' in the other)."""
+    kc = connect(kenneld.create("latin1")["connection_file"])
+    cell = run(kc, "open(b'caf\\xe9.txt', 'wb').write(b'abc')")
+    assert cell.reply["metadata"]["files"] == [{"name": "caf\\xe9.txt", "size": 3, "utf8": False}]
+    listed = kenneld.ok("file_list_request", {"session": "latin1"})["files"]
+    assert [(f["path"], f["size"], f.get("utf8")) for f in listed] == [("caf\\xe9.txt", 3, False)]
+    assert "caf\\xe9.txt  (not UTF-8" in kenneld.cli("files", "latin1").stdout
+    # A valid name holding a backslash is not mistaken for one.
+    run(kc, "import os; os.remove(b'caf\\xe9.txt'); open('a\\\\xe9', 'w').write('z')")
+    listed = kenneld.ok("file_list_request", {"session": "latin1"})["files"]
+    assert [(f["path"], f.get("utf8")) for f in listed] == [("a\\xe9", None)]

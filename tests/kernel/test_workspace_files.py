@@ -465,3 +465,23 @@ def test_a_small_workspace_is_walked_and_a_large_one_watched(tmp_path):
     ours, paths = _same(tracker, tmp_path, lambda: write(tmp_path, "d/3", b"3"))
     assert paths == {"d/3"} and ours["files"] == [{"name": "d/3", "size": 1}]
     tracker.close()
+
+
+def test_names_that_are_not_utf8_are_listed_escaped(tmp_path):
+    """JSON carries no such name: it shows each stray byte as \\xNN and says so (it once
+    became '?', or, in kenneld's own lists, vanished)."""
+    root = os.fsencode(tmp_path)
+    old = os.path.join(root, b"old\xff.txt")
+    with open(old, "wb") as f:
+        f.write(b"o")
+    os.utime(old, ns=(time.time_ns() - HOUR_NS,) * 2)
+
+    def cell():
+        os.mkdir(os.path.join(root, b"d\xe9"))
+        with open(os.path.join(root, b"d\xe9", b"caf\xc3\xa9-\xe9.txt"), "wb") as f:
+            f.write(b"xy")
+        os.remove(old)
+
+    assert diff(tmp_path, cell) == {
+        "files": [{"name": "d\\xe9/café-\\xe9.txt", "size": 2, "utf8": False}],
+        "files_deleted": ["old\\xff.txt"], "files_truncated": False}

@@ -59,6 +59,37 @@ TEST(symlinks_and_fifos_are_refused)
     json_decref(list);
 }
 
+/*  The one entry of a listing of a workspace holding only name (made by put). */
+static void s_listed_as(const char *name, const char *shown, int utf8)
+{
+    CHECK_EQ_INT(wsfile_put(s_ws, name, "x", 1, getuid(), getgid()), 0);
+    json_t *list = wsfile_list(s_ws, 100);
+    CHECK_EQ_INT(json_array_size(list), 1);
+    json_t *e = json_array_get(list, 0);
+    CHECK_STR(json_string_value(json_object_get(e, "path")), shown);
+    CHECK(utf8 ? json_object_get(e, "utf8") == NULL : json_is_false(json_object_get(e, "utf8")));
+    json_decref(list);
+    CHECK_EQ_INT(wsfile_delete(s_ws, name), 0);
+}
+
+TEST(names_that_are_not_utf8_are_listed_escaped)
+{
+    s_listed_as("caf\xc3\xa9 \xf0\x9f\x98\x80", "caf\xc3\xa9 \xf0\x9f\x98\x80", 1);
+    s_listed_as("caf\xe9.txt", "caf\\xe9.txt", 0);
+    s_listed_as("a\\xe9", "a\\xe9", 1); /* a backslash is just a backslash */
+    /* overlong, a surrogate, past U+10FFFF, cut short at the end */
+    s_listed_as("\xc0\x80-\xed\xa0\x80-\xf4\x90\x80\x80-\xe2\x82",
+                "\\xc0\\x80-\\xed\\xa0\\x80-\\xf4\\x90\\x80\\x80-\\xe2\\x82", 0);
+    /* The longest name, every byte escaped: four times as long. */
+    char name[256], shown[1025];
+    memset(name, 0xff, 255);
+    name[255] = '\0';
+    for (int i = 0; i < 255; i++)
+        memcpy(shown + 4 * i, "\\xff", 4);
+    shown[1020] = '\0';
+    s_listed_as(name, shown, 0);
+}
+
 int main(void)
 {
     snprintf(s_ws, sizeof s_ws, "/tmp/kennel-wsfile-XXXXXX");
@@ -67,6 +98,7 @@ int main(void)
     RUN(round_trip_with_parents);
     RUN(paths_that_leave_are_refused);
     RUN(symlinks_and_fifos_are_refused);
+    RUN(names_that_are_not_utf8_are_listed_escaped);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_ws);
     (void)!system(cmd);
