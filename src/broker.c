@@ -116,6 +116,8 @@ struct sess {
     int want_pollout;
     long long pss, uss;      /* the kernel's memory as last measured (s_memory) */
     long long mem_at;        /* util_now_ms() of that measure; 0: never */
+    int snap_jobs;           /* snapshot jobs of this session on the worker (snap_job_t) */
+    unsigned snap_gen;       /* bumped by each store and drop: a store answers if still last */
 };
 
 /* ---- the kernel pipe --------------------------------------------------------------------- */
@@ -1181,17 +1183,127 @@ static void s_op_timer_arm(void *ctx, session_timer_t which, long long delay_ms)
         PLOG_W("session=%s: cannot arm a timer", s->id);
 }
 
-/*  The snapshot of an evicted session lives in its directory, out of the kernel's reach. */
+/* ---- snapshots, written on the worker thread ---------------------------------------------- */
+
+/*  The snapshot of an evicted session lives in its directory, out of the kernel's reach. It
+ *  is written and fsynced on the worker thread (tens of ms for even a small one on this
+ *  VM's disk, which on the loop stalled every session). Every later step on the same file
+ *  (a drop, the directory's removal when the session ends) goes through the worker too
+ *  while a job of the session's is there, so that jobs keep their order. */
+typedef enum { SNAP_STORE, SNAP_DROP, SNAP_REMOVE_DIR } snap_kind_t;
+
+typedef struct {
+    broker_t *broker;
+    snap_kind_t kind;
+    char id[40];       /* whose: found again by id when done (it may have ended) */
+    unsigned gen;      /* its snap_gen when submitted */
+    char path[PATH_MAX + 16]; /* the snapshot, or (SNAP_REMOVE_DIR) the directory */
+    void *data;        /* SNAP_STORE: a copy of the snapshot */
+    size_t len;
+    int rc, err;
+} snap_job_t;
+
 static void s_snapshot_path(const sess_t *s, char *out, size_t len)
 {
     snprintf(out, len, "%s/snapshot", s->dir);
 }
 
-static int s_op_snapshot_store(void *ctx, const void *data, size_t len)
+/*  On the worker thread: touches nothing but the job. */
+static void s_snap_run(void *arg)
 {
-    char path[PATH_MAX + 16];
-    s_snapshot_path(ctx, path, sizeof path);
-    return statedir_write_file(path, data, len, STATEDIR_DURABLE);
+    snap_job_t *j = arg;
+    if (j->kind == SNAP_STORE)
+        j->rc = statedir_write_file(j->path, j->data, j->len, STATEDIR_DURABLE);
+    else if (j->kind == SNAP_DROP)
+        j->rc = unlink(j->path) < 0 && errno != ENOENT ? -1 : 0;
+    else
+        j->rc = statedir_remove_tree(j->path);
+    j->err = j->rc < 0 ? errno : 0;
+    free(j->data);
+    j->data = NULL;
+}
+
+static sess_t *s_find_id(broker_t *self, const char *id);
+
+static void s_snap_done(void *arg)
+{
+    snap_job_t *j = arg;
+    sess_t *s = s_find_id(j->broker, j->id);
+    if (s)
+        s->snap_jobs--;
+    if (j->rc < 0)
+        LOG_W("session=%s: %s %s: %s", j->id,
+              j->kind == SNAP_STORE ? "write" : j->kind == SNAP_DROP ? "unlink" : "remove",
+              j->path, strerror(j->err));
+    if (s && j->kind == SNAP_STORE && j->gen == s->snap_gen) {
+        char why[160];
+        snprintf(why, sizeof why, "writing it: %s", strerror(j->err));
+        session_on_snapshot_stored(s->core, j->rc < 0 ? why : NULL);
+    }
+    free(j);
+}
+
+/*  Queue a job for s (path: its snapshot, or for SNAP_REMOVE_DIR its directory). data is
+ *  copied. 0, or -1 with errno. */
+static int s_snap_submit(sess_t *s, snap_kind_t kind, const void *data, size_t len)
+{
+    snap_job_t *j = calloc(1, sizeof *j);
+    if (!j)
+        return -1;
+    j->broker = s->broker;
+    j->kind = kind;
+    snprintf(j->id, sizeof j->id, "%s", s->id);
+    if (kind == SNAP_REMOVE_DIR)
+        snprintf(j->path, sizeof j->path, "%s", s->dir);
+    else
+        s_snapshot_path(s, j->path, sizeof j->path);
+    if (kind == SNAP_STORE) {
+        j->data = malloc(len ? len : 1);
+        if (!j->data) {
+            free(j);
+            errno = ENOMEM;
+            return -1;
+        }
+        memcpy(j->data, data, len);
+        j->len = len;
+    }
+    j->gen = ++s->snap_gen;
+    if (worker_submit(s->broker->worker, s_snap_run, s_snap_done, j) < 0) {
+        int saved = errno;
+        free(j->data);
+        free(j);
+        errno = saved;
+        return -1;
+    }
+    s->snap_jobs++;
+    return 0;
+}
+
+/*  A snapshot counts against the session's --disk, with what its workspace image holds. */
+static int s_op_snapshot_store(void *ctx, const void *data, size_t len, const char **why)
+{
+    sess_t *s = ctx;
+    static char reason[200];
+    if (s->limits.disk_bytes) {
+        char image[PATH_MAX + 32];
+        snprintf(image, sizeof image, "%s/workspace.img", s->dir);
+        struct stat st;
+        unsigned long long used = stat(image, &st) == 0 ? (unsigned long long)st.st_blocks * 512 : 0;
+        if (used + len > s->limits.disk_bytes) {
+            snprintf(reason, sizeof reason,
+                     "the snapshot's %zu bytes and the workspace's %llu are over the session's "
+                     "disk cap of %llu",
+                     len, used, s->limits.disk_bytes);
+            *why = reason;
+            return -1;
+        }
+    }
+    if (s_snap_submit(s, SNAP_STORE, data, len) < 0) {
+        snprintf(reason, sizeof reason, "cannot queue its write: %s", strerror(errno));
+        *why = reason;
+        return -1;
+    }
+    return 0;
 }
 
 static int s_op_snapshot_load(void *ctx, void **data, size_t *len)
@@ -1205,8 +1317,12 @@ static int s_op_snapshot_load(void *ctx, void **data, size_t *len)
 
 static void s_op_snapshot_drop(void *ctx)
 {
+    sess_t *s = ctx;
+    s->snap_gen++; /* a store still on the worker answers no one */
+    if (s->snap_jobs > 0 && s_snap_submit(s, SNAP_DROP, NULL, 0) == 0)
+        return;
     char path[PATH_MAX + 16];
-    s_snapshot_path(ctx, path, sizeof path);
+    s_snapshot_path(s, path, sizeof path);
     if (unlink(path) < 0 && errno != ENOENT)
         PLOG_W("unlink(%s)", path);
 }
@@ -1475,7 +1591,9 @@ static void s_close_sess(sess_t *s, int forget)
          * (the image file goes with the directory; its space, with the last user). */
         s_disk_unmount(s, 1);
         snprintf(o->dir, sizeof o->dir, "%s", s->dir);
-        if (statedir_remove_tree(s->dir) < 0 && s->has_proc == 0)
+        /* A snapshot still being written there: removed after it, on the worker. */
+        if ((s->snap_jobs == 0 || s_snap_submit(s, SNAP_REMOVE_DIR, NULL, 0) < 0) &&
+            statedir_remove_tree(s->dir) < 0 && s->has_proc == 0)
             PLOG_W("session=%s: remove %s", s->id, s->dir);
     } else if (s->disk_mounted) {
         /* Kept for the next kenneld: unmounted cleanly once the kernel has gone. */
@@ -1523,6 +1641,14 @@ static int s_tick(loop_t *loop, int timer_id, void *arg)
     while ((s = zlistx_detach(b->closing, NULL)))
         s_free_sess(&s);
     return 0;
+}
+
+static sess_t *s_find_id(broker_t *self, const char *id)
+{
+    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
+        if (strcmp(s->id, id) == 0)
+            return s;
+    return NULL;
 }
 
 static sess_t *s_find(broker_t *self, const char *id_or_name)

@@ -52,6 +52,7 @@ struct session {
     int cell_truncated;        /* it hit the output cap */
     int cell_ends_shown;       /* CELL_RESULT | CELL_ERROR: sent past the cap already */
     char last_outcome[24];     /* outcome of the last execute_request, for info */
+    int storing;               /* the kernel sent its state; ops->snapshot_store keeps it */
     int evicting;              /* the kernel is being killed after saving its state */
     int restore_pending;       /* the next hello gets the snapshot */
     json_t *unsaved;           /* names the last save could not keep (array) */
@@ -854,24 +855,46 @@ static int s_on_saved(session_t *self, const kpipe_frame_t *f, const json_t *op,
         *why = "unexpected saved";
         return -1;
     }
+    if (self->storing) {
+        *why = "saved twice";
+        return -1;
+    }
     s_cell_end(self);
-    if (error || kpipe_frame_count(f) != 2 || !json_is_array(unsaved) ||
-        self->ops->snapshot_store(self->ctx, kpipe_frame_part(f, 1).data,
-                                  kpipe_frame_part(f, 1).len) < 0) {
+    char clean[160];
+    const char *failed = error ? log_sanitize(clean, sizeof clean, error, strlen(error))
+                         : kpipe_frame_count(f) != 2 || !json_is_array(unsaved) ? "no snapshot"
+                                                                                 : NULL;
+    if (!failed && self->ops->snapshot_store(self->ctx, kpipe_frame_part(f, 1).data,
+                                             kpipe_frame_part(f, 1).len, &failed) == 0) {
+        /* Kept off the loop (a write and an fsync: tens of ms): the kernel stays, holding
+         * the state, until the snapshot is on disk. Requests wait meanwhile. */
+        json_decref(self->unsaved);
+        self->unsaved = json_deep_copy(unsaved);
+        self->storing = 1;
+        return 0;
+    }
+    self->storing = 1;
+    session_on_snapshot_stored(self, failed ? failed : "cannot keep the snapshot");
+    return 0;
+}
+
+void session_on_snapshot_stored(session_t *self, const char *why)
+{
+    if (self->state != SESSION_SAVING || !self->storing)
+        return; /* the kernel died meanwhile, or the session ended: the snapshot is dropped */
+    self->storing = 0;
+    if (why) {
         /* Keeping the kernel beats losing its state: try again after the next idle period. */
-        char clean[160];
-        LOG_W("session=%s: state not saved (%s); not evicting", self->id,
-              error ? log_sanitize(clean, sizeof clean, error, strlen(error)) : "no snapshot");
+        LOG_W("session=%s: state not saved (%s); not evicting", self->id, why);
+        json_decref(self->unsaved);
+        self->unsaved = NULL;
         self->state = SESSION_IDLE;
         s_idle_rearm(self);
         s_pump(self);
-        return 0;
+        return;
     }
-    json_decref(self->unsaved);
-    self->unsaved = json_deep_copy(unsaved);
     self->evicting = 1;
     self->ops->kernel_signal(self->ctx, SIGKILL);
-    return 0;
 }
 
 /*  Tell the next cell which names a revival lost: those the save could not pickle and those
@@ -1087,6 +1110,7 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
     }
     if (self->state == SESSION_SAVING || self->state == SESSION_RESTORING) {
         s_cell_end(self);
+        self->storing = 0;
         snprintf(evalue, sizeof evalue,
                  "[kennel: the kernel %.200s while %s this session's saved state; it starts "
                  "fresh]\n",

@@ -46,8 +46,10 @@ typedef struct {
      * if armed; cancel it. */
     void (*timer_arm)(void *ctx, session_timer_t which, long long delay_ms);
     void (*timer_cancel)(void *ctx, session_timer_t which);
-    /* Keep, fetch (caller frees *data) and delete the session's snapshot. 0 or -1. */
-    int (*snapshot_store)(void *ctx, const void *data, size_t len);
+    /* Keep (data is copied), fetch (caller frees *data) and delete the session's snapshot.
+     * store answers later, through session_on_snapshot_stored, unless it fails at once: -1
+     * with the reason in *why. 0 or -1. */
+    int (*snapshot_store)(void *ctx, const void *data, size_t len, const char **why);
     int (*snapshot_load)(void *ctx, void **data, size_t *len);
     void (*snapshot_drop)(void *ctx);
 } session_ops_t;
@@ -89,6 +91,9 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
 /*  A timer armed through ops->timer_arm fired: the cell's deadline or grace period, or the
  *  idle timeout. */
 void session_on_timer(session_t *self, session_timer_t which);
+/*  The snapshot ops->snapshot_store took is kept (why NULL), or could not be (why says
+ *  why). */
+void session_on_snapshot_stored(session_t *self, const char *why);
 /*  Start as an evicted session whose snapshot is already stored (kenneld restarted). */
 void session_start_evicted(session_t *self);
 /*  Save the kernel's state now and evict it (kenneld is stopping): 1 when a save started,

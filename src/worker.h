@@ -1,6 +1,6 @@
 /*  worker: one background thread for the blocking work kenneld's loop must not wait on
- *  (making and mounting a workspace image: tens of milliseconds of I/O and kernel locks, which
- *  on the loop stalled every session's traffic). Jobs run one at a time, in the order given;
+ *  (making and mounting a workspace image, writing a snapshot: tens of milliseconds of I/O,
+ *  fsync and kernel locks, which on the loop stalled every session's traffic). Jobs run one at a time, in the order given;
  *  each one's done callback then runs on the loop's thread, in the same order. A job's run
  *  function must touch nothing but its argument: everything else of kenneld is the loop's. */
 #ifndef KENNEL_WORKER_H

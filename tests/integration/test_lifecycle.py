@@ -274,6 +274,29 @@ def test_outputs_too_large_for_a_snapshot_are_left_out(kenneld, connect):
     assert "Out[2]" in cell.stream("stderr")
 
 
+@pytest.mark.parametrize("kenneld", [["--idle", "1", "--disk", "16M"]], indirect=True)
+def test_a_snapshot_counts_against_the_disk_cap(kenneld, connect):
+    """A session's snapshot and its workspace together stay within --disk: a snapshot that
+    would pass it is not kept, and the kernel stays (its state is not lost)."""
+    info = kenneld.create("snapcap")
+    skip_without_disk_caps(kenneld)
+    kc = connect(info["connection_file"])
+    pid = kenneld.ok("info_request", {"session": "snapcap"})["session"]["kernel_pid"]
+    run(kc, "import os\nopen('fill.bin', 'wb').write(os.urandom(10 << 20))\n"
+            "blob = os.urandom(8 << 20)")
+    wait_for(lambda: "over the session's disk cap" in kenneld.log(None), timeout=10,
+             what="the save to be refused")
+    session = kenneld.ok("info_request", {"session": "snapcap"})["session"]
+    assert session["state"] == "idle" and session["kernel_pid"] == pid
+    session_dir = os.path.dirname(info["connection_file"])
+    assert not [f for f in os.listdir(session_dir) if f.startswith("snapshot")]
+    # With room for it, the next idle period evicts, and the state comes back.
+    run(kc, "os.remove('fill.bin')")
+    wait_for(lambda: kenneld.ok("info_request", {"session": "snapcap"})["session"]["state"]
+             == "evicted", timeout=10, what="the eviction")
+    assert run(kc, "len(blob)", timeout=20).result == str(8 << 20)
+
+
 @pytest.mark.own_kenneld
 def test_kenneld_restart_brings_sessions_back(kenneld, connect):
     info = kenneld.create("durable")

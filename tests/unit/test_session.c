@@ -31,6 +31,7 @@ typedef struct {
     char *snapshot;         /* what snapshot_store kept */
     size_t snapshot_len;
     int snapshot_drops;
+    int store_refused;      /* snapshot_store fails at once */
     int timer_arms, timer_cancels;
     json_t *metadata[256];  /* metadata of each sent message (parallel to sent) */
     int signals[16];
@@ -116,9 +117,13 @@ static void op_timer_cancel(void *ctx, session_timer_t which)
     r->timer_cancels++;
 }
 
-static int op_snapshot_store(void *ctx, const void *data, size_t len)
+static int op_snapshot_store(void *ctx, const void *data, size_t len, const char **why)
 {
     rec_t *r = ctx;
+    if (r->store_refused) {
+        *why = "refused by the test";
+        return -1;
+    }
     free(r->snapshot);
     r->snapshot = malloc(len + 1);
     memcpy(r->snapshot, data, len);
@@ -797,8 +802,13 @@ TEST(idle_eviction_and_revival)
     CHECK_EQ_INT(r->nk, nk + 1);
     CHECK(strncmp(r->kframes[nk], "{\"op\":\"save\"}", 13) == 0);
     const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[\"gen\",\"sock\"]}", "SNAPSHOT-BYTES"};
+    int nsig = r->nsig;
     CHECK_EQ_INT(s_kernel(s, 2, saved), 0);
     CHECK(r->snapshot && memcmp(r->snapshot, "SNAPSHOT-BYTES", 14) == 0);
+    /* The kernel keeps its state until the snapshot is on disk; requests wait meanwhile. */
+    CHECK_EQ_INT(r->nsig, nsig);
+    CHECK_EQ_INT(session_state(s), SESSION_SAVING);
+    session_on_snapshot_stored(s, NULL);
     CHECK_EQ_INT(r->signals[r->nsig - 1], SIGKILL);
     session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
     CHECK_EQ_INT(session_state(s), SESSION_EVICTED);
@@ -841,6 +851,7 @@ static session_t *s_restoring(rec_t *r)
     session_on_timer(s, SESSION_TIMER_IDLE);
     const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "SNAP"};
     s_kernel(s, 2, saved);
+    session_on_snapshot_stored(s, NULL);
     session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
     char id[40];
     s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), id);
@@ -891,6 +902,50 @@ TEST(restore_past_its_deadline_then_killed)
     s_rec_free(r);
 }
 
+TEST(snapshot_kept_off_the_loop)
+{
+    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "S"};
+    /* The store fails (the disk, the cap): the kernel is kept, and the waiting cell runs. */
+    rec_t *r = s_rec_new();
+    session_t *s = s_session_with(r, 8, 0, 1 << 20);
+    s_hello(s);
+    session_on_timer(s, SESSION_TIMER_IDLE);
+    CHECK_EQ_INT(s_kernel(s, 2, saved), 0);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), id);
+    CHECK_EQ_INT(session_state(s), SESSION_SAVING);
+    int nk = r->nk, nsig = r->nsig;
+    session_on_snapshot_stored(s, "writing it: No space left on device");
+    CHECK_EQ_INT(r->nsig, nsig);
+    CHECK_EQ_INT(session_state(s), SESSION_BUSY);
+    CHECK(r->nk == nk + 1 && strstr(r->kframes[nk], "execute_request"));
+    CHECK_EQ_INT(r->idle_ms, 60000);
+    s_reply(s, "execute_reply", id, "{\"status\":\"ok\"}");
+    /* Refused at once: the same. */
+    r->store_refused = 1;
+    session_on_timer(s, SESSION_TIMER_IDLE);
+    CHECK_EQ_INT(s_kernel(s, 2, saved), 0);
+    CHECK_EQ_INT(session_state(s), SESSION_IDLE);
+    CHECK_EQ_INT(r->nsig, nsig);
+    r->store_refused = 0;
+    /* The kernel dies while its snapshot is written: that answer comes to no one. */
+    session_on_timer(s, SESSION_TIMER_IDLE);
+    CHECK_EQ_INT(s_kernel(s, 2, saved), 0);
+    int drops = r->snapshot_drops, starts = r->starts;
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
+    CHECK_EQ_INT(r->snapshot_drops, drops + 1);
+    CHECK_EQ_INT(r->starts, starts + 1);
+    CHECK_EQ_INT(session_state(s), SESSION_STARTING);
+    nsig = r->nsig;
+    session_on_snapshot_stored(s, NULL);
+    CHECK_EQ_INT(r->nsig, nsig);
+    CHECK_EQ_INT(session_state(s), SESSION_STARTING);
+    s_hello(s);
+    CHECK_EQ_INT(session_state(s), SESSION_IDLE);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 TEST(evicted_session_expires_after_ttl)
 {
     rec_t *r = s_rec_new();
@@ -902,6 +957,7 @@ TEST(evicted_session_expires_after_ttl)
     session_on_timer(s, SESSION_TIMER_IDLE);
     const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "S"};
     s_kernel(s, 2, saved);
+    session_on_snapshot_stored(s, NULL);
     session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
     CHECK_EQ_INT(session_state(s), SESSION_EVICTED);
     /* The rest of the time to live, counted from the idle timeout that evicted it. */
@@ -947,6 +1003,7 @@ int main(void)
     RUN(stop_on_error_aborts_queued_executes);
     RUN(stop_on_error_false_keeps_queue);
     RUN(stop_on_error_aborts_consecutive_executes);
+    RUN(snapshot_kept_off_the_loop);
     RUN(kernel_violations);
     RUN(stdin_round_trip);
     RUN(interrupt_and_shutdown);
