@@ -1662,9 +1662,10 @@ static sess_t *s_find(broker_t *self, const char *id_or_name)
 /*  Limits as the manager API shows them (create_request's units). New reference. */
 static json_t *s_limits_json(const broker_limits_t *l)
 {
-    return json_pack("{s:I, s:I, s:f, s:I, s:f, s:I}", "memory", (json_int_t)l->cg.memory_bytes,
-                     "pids", (json_int_t)l->cg.pids, "cpu", l->cg.cpus, "tmp",
-                     (json_int_t)l->tmp_bytes, "timeout", l->timeout_ms / 1000.0, "disk",
+    return json_pack("{s:I, s:I, s:f, s:I, s:f, s:f, s:I}", "memory",
+                     (json_int_t)l->cg.memory_bytes, "pids", (json_int_t)l->cg.pids, "cpu",
+                     l->cg.cpus, "tmp", (json_int_t)l->tmp_bytes, "timeout",
+                     l->timeout_ms / 1000.0, "idle", l->idle_ms / 1000.0, "disk",
                      (json_int_t)l->disk_bytes);
 }
 

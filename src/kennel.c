@@ -122,8 +122,9 @@ static int s_cmd_new(int argc, char **argv)
             json_object_set_new(content, "name", json_string(optarg));
         else if (c == 'N' && strcmp(optarg, "none") == 0)
             ; /* the only network a kernel has: none */
-        else if (c == 'd' && optarg && strcmp(optarg, "0") == 0)
-            json_object_set_new(limits, "disk", json_integer(0)); /* no cap */
+        else if ((c == 'd' || c == 'T' || c == 'i') && optarg && strcmp(optarg, "0") == 0)
+            json_object_set_new(limits, c == 'd' ? "disk" : c == 'T' ? "timeout" : "idle",
+                                json_integer(0)); /* no cap, no deadline, never evicted */
         else if (c != 'N' && c != '?' && v > 0)
             json_object_set_new(limits,
                                 c == 'm'   ? "memory"

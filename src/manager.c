@@ -76,7 +76,8 @@ static const char *s_session_arg(const jmsg_t *req)
 }
 
 /*  Per-session limits over the defaults: {"memory": bytes, "pids": n, "cpu": cpus,
- *  "tmp": bytes, "timeout": seconds, "idle": seconds}. NULL on success, else the reason. */
+ *  "tmp": bytes, "disk": bytes, "timeout": seconds, "idle": seconds}; 0 for disk, timeout
+ *  and idle: none, as kenneld's own options. NULL on success, else the reason. */
 static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
 {
     if (!obj || json_is_null(obj))
@@ -87,8 +88,11 @@ static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
     json_t *v;
     json_object_foreach((json_t *)obj, key, v) {
         double x = json_number_value(v);
-        if (!json_is_number(v) || x < 0 || (x == 0 && strcmp(key, "disk") != 0))
-            return "limits must be positive numbers (disk may be 0: no cap)";
+        if (!json_is_number(v) || x < 0 ||
+            (x == 0 && strcmp(key, "disk") != 0 && strcmp(key, "idle") != 0 &&
+             strcmp(key, "timeout") != 0))
+            return "limits must be positive numbers (disk, idle and timeout may be 0: no cap, "
+                   "never evicted, no deadline)";
         if (strcmp(key, "memory") == 0) {
             if (x < (64 << 20) || x > 1e12)
                 return "memory must be between 64 MiB and 1 TB";

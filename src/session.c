@@ -54,6 +54,7 @@ struct session {
     char last_outcome[24];     /* outcome of the last execute_request, for info */
     int storing;               /* the kernel sent its state; ops->snapshot_store keeps it */
     int evicting;              /* the kernel is being killed after saving its state */
+    int stopping;              /* kenneld is stopping: session_save evicts, no TTL runs */
     int restore_pending;       /* the next hello gets the snapshot */
     json_t *unsaved;           /* names the last save could not keep (array) */
     char *notice;              /* told to the next cell: what a revival lost */
@@ -412,14 +413,15 @@ static void s_idle_rearm(session_t *self)
         self->ops->timer_arm(self->ctx, SESSION_TIMER_IDLE, self->limits.idle_timeout_ms);
 }
 
-/*  After eviction the idle timer counts down the rest of the session's time to live. */
+/*  After eviction the idle timer counts down the rest of the session's time to live, from
+ *  its last client message. Not while kenneld stops: that save is no sign of disuse (it
+ *  once ended, directory and all, every session whose --idle was at least its --ttl). */
 static void s_arm_ttl(session_t *self)
 {
-    if (self->limits.ttl_ms > 0)
-        self->ops->timer_arm(self->ctx, SESSION_TIMER_IDLE,
-                             self->limits.ttl_ms > self->limits.idle_timeout_ms
-                                 ? self->limits.ttl_ms - self->limits.idle_timeout_ms
-                                 : 1);
+    if (self->limits.ttl_ms <= 0 || self->stopping)
+        return;
+    long long left = self->limits.ttl_ms - (util_now_ms() - self->active_ms);
+    self->ops->timer_arm(self->ctx, SESSION_TIMER_IDLE, left > 1 ? left : 1);
 }
 
 /*  Saving or restoring a session's state runs user code (__reduce__, __setstate__), which
@@ -450,6 +452,7 @@ static void s_evict(session_t *self)
 
 int session_save(session_t *self)
 {
+    self->stopping = 1;
     if (self->state == SESSION_BUSY || self->state == SESSION_STARTING ||
         self->state == SESSION_RESTORING || zlistx_size(self->queue) > 0)
         return -1;

@@ -318,6 +318,39 @@ def test_kenneld_restart_brings_sessions_back(kenneld, connect):
     assert second.proc.returncode == 0
 
 
+@pytest.mark.own_kenneld
+def test_a_session_idle_past_its_ttl_survives_kenneld_stopping(kenneld, connect):
+    """--idle at least --ttl (a day each by default here): the save kenneld's stop asks for
+    once armed the time to live at 1 ms and ended the session, directory and all, while
+    kenneld waited for the other saves."""
+    info = kenneld.create("longidle", limits={"idle": 86400})
+    kc = connect(info["connection_file"])
+    run(kc, "kept = 'still here'")
+    kc.stop_channels()
+    kenneld.stop()
+    assert kenneld.proc.returncode == 0
+    assert "ending it" not in kenneld.log(None)
+    second = kenneld.successor()
+    second.start()
+    try:
+        assert second.ok("info_request", {"session": "longidle"})["session"]["state"] == "evicted"
+        assert run(connect(info["connection_file"]), "kept", timeout=20).result == "'still here'"
+    finally:
+        second.stop()
+
+
+def test_idle_and_timeout_zero_mean_never(kenneld):
+    """As kenneld's own --idle 0 and --timeout 0: a session may ask for no eviction and no
+    deadline (both were refused)."""
+    r = kenneld.cli("new", "--name", "forever", "--idle", "0", "--timeout", "0")
+    assert r.returncode == 0, r.stderr
+    limits = kenneld.ok("info_request", {"session": "forever"})["session"]["limits"]
+    assert limits["idle"] == 0 and limits["timeout"] == 0, limits
+    assert kenneld.cli("new", "--name", "bad", "--idle", "x").returncode != 0
+    r = kenneld.call("create_request", {"name": "bad", "limits": {"memory": 0}})
+    assert r["status"] == "error" and r["ename"] == "BadRequest", r
+
+
 def _loops_backed_by(directory):
     """Loop devices whose backing file is in directory (the workspace images of its sessions)."""
     found = []
