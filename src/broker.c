@@ -2157,6 +2157,52 @@ static int s_has_file(const char *dir, const char *name)
     return n > 0 && (size_t)n < sizeof path && access(path, F_OK) == 0;
 }
 
+/*  Whether a session directory holds anything of the user's: a workspace image, saved state,
+ *  or files in a workspace that has no image (--disk 0). */
+static int s_worth_keeping(const char *dir)
+{
+    if (s_has_file(dir, "workspace.img") || s_has_file(dir, "snapshot"))
+        return 1;
+    char ws[PATH_MAX + 512];
+    if (snprintf(ws, sizeof ws, "%s/workspace", dir) >= (int)sizeof ws)
+        return 1;
+    int fd = open(ws, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    struct dirent *e;
+    int any = 0;
+    while (!any && (e = readdir(d)))
+        any = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return any;
+}
+
+#define RESTORE_SLOT_MAX (100000 + 1024) /* --max-sessions' bound, with room for a pool */
+
+/*  The uid slot a restored session had, kept: the files in its workspace are that uid's. A
+ *  kenneld started with fewer slots (a smaller --max-sessions or --pool) grows its table to
+ *  cover it. NULL, or why it cannot be kept. */
+static const char *s_restore_slot(broker_t *self, const json_t *jslot, size_t *slot)
+{
+    json_int_t v = json_integer_value(jslot);
+    if (!json_is_integer(jslot) || v < 0 || v >= RESTORE_SLOT_MAX)
+        return "its uid slot is missing or out of range";
+    *slot = (size_t)v;
+    if (*slot >= self->nslots) {
+        unsigned char *grown = realloc(self->slots, *slot + 1);
+        if (!grown)
+            return "out of memory";
+        memset(grown + self->nslots, 0, *slot + 1 - self->nslots);
+        self->slots = grown;
+        self->nslots = *slot + 1;
+    }
+    return self->slots[*slot] ? "its uid slot is another session's" : NULL;
+}
+
 /*  Bring back one session of an earlier kenneld from its directory: same id, name, limits,
  *  uid slot and connection file. It comes back evicted when it has a snapshot (state
  *  restored on first use), else with no kernel (a fresh one starts on first use). */
@@ -2203,7 +2249,20 @@ static void s_restore_one(broker_t *self, const char *dir)
             PLOG_W("session %s: cannot watch its launcher (pid %ld); restored without that watch",
                    id ? id : "?", (long)launcher.pid);
     }
-    if (id && name && conn && json_is_object(l) && zlistx_size(self->sessions) < self->cfg.max_sessions) {
+    /* A session's directory is named after its id: a copy of one (or a meta.json moved)
+     * once took over the live session's mounted workspace. */
+    const char *base = strrchr(dir, '/');
+    size_t slot = 0;
+    const char *why = NULL;
+    if (id && strcmp(id, base ? base + 1 : dir) != 0)
+        why = "its meta.json names another session";
+    else if (id && s_find_id(self, id))
+        why = "a session with its id is live";
+    else if (id && zlistx_size(self->sessions) >= self->cfg.max_sessions)
+        why = "--max-sessions are live";
+    else if (id)
+        why = s_restore_slot(self, json_object_get(meta, "slot"), &slot);
+    if (!why && id && name && conn && json_is_object(l)) {
         broker_limits_t lim = {
             {(unsigned long long)json_integer_value(json_object_get(l, "memory")),
              (unsigned long)json_integer_value(json_object_get(l, "pids")),
@@ -2213,8 +2272,7 @@ static void s_restore_one(broker_t *self, const char *dir)
             json_integer_value(json_object_get(l, "timeout_ms")),
             json_integer_value(json_object_get(l, "idle_ms")),
             (unsigned long long)json_integer_value(json_object_get(l, "disk"))};
-        s = s_make(self, id, name, conn, &lim, launched ? &launcher : NULL,
-                   (long)json_integer_value(json_object_get(meta, "slot")), 0, &err);
+        s = s_make(self, id, name, conn, &lim, launched ? &launcher : NULL, (long)slot, 0, &err);
     }
     if (s) {
         snprintf(path, sizeof path, "%s/snapshot", dir);
@@ -2226,19 +2284,19 @@ static void s_restore_one(broker_t *self, const char *dir)
             s_watch_launcher(s, launcher_fd);
         LOG_I("session=%s: restored (name %s)%s", s->id, name,
               has_state ? ", state on first use" : ", without saved state");
-    } else if (err.ename && strcmp(err.ename, "DiskUnavailable") == 0) {
-        /* Its files are in the image: keep them for a kenneld that can mount it. */
-        LOG_E("cannot restore the session in %s: %s; it is kept, not served", dir, err.evalue);
-    } else if (!err.ename && (s_has_file(dir, "workspace.img") || s_has_file(dir, "snapshot"))) {
-        /* Its files are cut short (the host crashed soon after they were written: they are
-         * not fsynced), but it holds the user's files or saved state: never removed here. */
-        LOG_E("cannot restore the session in %s: its meta.json or connection.json is missing "
-              "or unreadable; kept, not served (it holds a workspace image or saved state)",
-              dir);
     } else {
-        LOG_W("cannot restore the session in %s (%s); removing it", dir,
-              err.ename ? err.evalue : "its files are incomplete");
-        statedir_remove_tree(dir);
+        /* Whatever the reason (a port another program took, files cut short by a host crash,
+         * an image this kenneld cannot mount), a directory with the user's files or saved
+         * state is never removed here: kept for a later kenneld, or for its operator. */
+        if (!why)
+            why = err.ename ? err.evalue : "its meta.json or connection.json is missing or unreadable";
+        if (s_worth_keeping(dir)) {
+            LOG_E("cannot restore the session in %s: %s; it is kept, not served (it holds a "
+                  "workspace image, saved state or files)", dir, why);
+        } else {
+            LOG_W("cannot restore the session in %s (%s); removing it", dir, why);
+            statedir_remove_tree(dir);
+        }
     }
     if (!s && launcher_fd >= 0)
         close(launcher_fd);

@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import shutil
+import socket
 import statistics
 import time
 
@@ -339,6 +340,75 @@ def test_a_session_idle_past_its_ttl_survives_kenneld_stopping(kenneld, connect)
         second.stop()
 
 
+def _restart(kenneld, args=()):
+    """Stop kenneld (checking it stopped cleanly) and start its successor with args."""
+    kenneld.stop()
+    assert kenneld.proc.returncode == 0
+    second = kenneld.successor(args)
+    second.start()
+    return second
+
+
+@pytest.mark.own_kenneld
+def test_a_session_that_cannot_be_restored_is_kept_not_removed(kenneld, connect):
+    """A port another program took while kenneld was down once made the next kenneld remove
+    the session, workspace and saved state; and a copy of a session's directory took over
+    the live session's mounted workspace. Both are kept, not served."""
+    info = kenneld.create("porty")
+    session_dir = os.path.dirname(info["connection_file"])
+    run(connect(info["connection_file"]), "open('mine.txt', 'w').write('precious')\nv = 1")
+    kenneld.stop()
+    assert kenneld.proc.returncode == 0
+    shutil.copytree(session_dir, session_dir + "-copy", symlinks=True)
+    with open(info["connection_file"]) as f:
+        port = json.load(f)["control_port"]
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("127.0.0.1", port))
+    squatter.listen()
+    second = kenneld.successor()
+    try:
+        second.start()
+        assert [s["name"] for s in second.ok("list_request")["sessions"]] == []
+        assert "kept, not served" in second.log(None)
+    finally:
+        squatter.close()
+        second.stop()
+    assert os.path.exists(os.path.join(session_dir, "snapshot"))
+    third = second.successor()
+    third.start()
+    try:
+        # The original comes back with its files and state; the copy stays aside, kept.
+        sessions = third.ok("list_request")["sessions"]
+        assert [s["id"] for s in sessions] == [info["id"]]
+        cell = run(connect(info["connection_file"]), "open('mine.txt').read(), v", timeout=20)
+        assert cell.result == "('precious', 1)"
+        assert "meta.json names another session" in third.log(None)
+        assert os.path.isdir(session_dir + "-copy")
+    finally:
+        third.stop()
+        shutil.rmtree(session_dir + "-copy", ignore_errors=True)
+
+
+@pytest.mark.own_kenneld
+def test_a_restart_with_fewer_slots_keeps_each_sessions_uid(kenneld, connect):
+    """Each session's workspace belongs to its uid slot; a kenneld with a smaller
+    --max-sessions moved a session to another slot, whose uid could not enter its
+    workspace any more (KernelStartFailed at every start)."""
+    names = ["q1", "q2", "q3", "q4"]
+    for name in names:
+        kc = connect(kenneld.create(name)["connection_file"])
+        run(kc, f"open('{name}.txt', 'w').write('{name}')")
+    for name in names[:3]:
+        kenneld.ok("end_request", {"session": name})
+    second = _restart(kenneld, ["--max-sessions", "2", "--pool", "0"])
+    try:
+        kc = connect(second.ok("info_request", {"session": "q4"})["session"]["connection_file"])
+        assert run(kc, "open('q4.txt').read()", timeout=20).result == "'q4'"
+    finally:
+        second.stop()
+
+
 def test_idle_and_timeout_zero_mean_never(kenneld):
     """As kenneld's own --idle 0 and --timeout 0: a session may ask for no eviction and no
     deadline (both were refused)."""
@@ -477,15 +547,21 @@ def test_a_session_whose_files_were_cut_short_keeps_its_workspace(connect):
         run(kc, "open('precious.txt', 'w').write('keep me')")
         kc.stop_channels()
         bare = first.create("bare", limits={"disk": 0})
+        # Without an image the user's files are in workspace/ itself: they count too.
+        files = first.create("files", limits={"disk": 0})
+        run(connect(files["connection_file"]), "open('mine.txt', 'w').write('also')")
         first.stop()
-        cut, gone = (os.path.dirname(i["connection_file"]) for i in (info, bare))
-        for d in (cut, gone):
+        cut, gone, uncapped = (os.path.dirname(i["connection_file"]) for i in (info, bare, files))
+        for d in (cut, gone, uncapped):
             open(os.path.join(d, "meta.json"), "w").close()  # what a crash can leave
+            if os.path.exists(os.path.join(d, "snapshot")):
+                os.remove(os.path.join(d, "snapshot"))
         second = first.successor(["--disk", "32M", "--pool", "0"])
         second.start()
         assert second.sessions() == []
         assert os.path.exists(os.path.join(cut, "workspace.img"))
         assert not os.path.exists(gone)
+        assert os.path.exists(os.path.join(uncapped, "workspace", "mine.txt"))
         assert "kept, not served" in second.log(tail=None)
     finally:
         _stop_all(root, first, second)
