@@ -181,8 +181,11 @@ static json_t *s_on_file(manager_t *self, const jmsg_t *req, const char *sess, v
         return s_error(err.ename, err.evalue);
     if (rc_ws > 0)
         return NULL;
-    if (strcmp(type, "file_list_request") == 0)
-        return json_pack("{s:s, s:o}", "status", "ok", "files", wsfile_list(ws, 10000));
+    if (strcmp(type, "file_list_request") == 0) {
+        int truncated;
+        json_t *files = wsfile_list(ws, 10000, &truncated);
+        return json_pack("{s:s, s:o, s:b}", "status", "ok", "files", files, "truncated", truncated);
+    }
     if (!path)
         return s_error("BadRequest", "path must be a string without NUL");
     int rc = 0;

@@ -27,8 +27,10 @@ int wsfile_put(const char *workspace, const char *path, const void *data, size_t
 int wsfile_get(const char *workspace, const char *path, size_t max, void **data, size_t *len);
 /*  Delete the file (or empty directory) at path. 0 or a code. */
 int wsfile_delete(const char *workspace, const char *path);
-/*  A new JSON array of {path, size, mtime} for every regular file, at most max_entries. */
-json_t *wsfile_list(const char *workspace, size_t max_entries);
+/*  A new JSON array of {path, size, mtime} for the regular files a walk finds that looks at
+ *  most max_entries directory entries (of any kind) and MAX_DEPTH levels; *truncated says
+ *  whether it stopped at one of these bounds. */
+json_t *wsfile_list(const char *workspace, size_t max_entries, int *truncated);
 const char *wsfile_strerror(int code);
 
 #endif
