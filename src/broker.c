@@ -1561,7 +1561,10 @@ static void s_close_sess(sess_t *s, int forget)
     if (!handle)
         return;
     zlistx_detach(b->sessions, handle);
-    session_end(s->core);
+    session_end(s->core, forget ? "the session was ended (kennel rm, an end_request, or its "
+                                  "launcher's exit)"
+                                : "kenneld stopped; the session comes back with the next one, "
+                                  "without this request's work");
     s_op_timer_cancel(s, SESSION_TIMER_CELL);
     s_op_timer_cancel(s, SESSION_TIMER_IDLE);
     loop_timer_end(b->loop, s->hold_timer);

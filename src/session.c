@@ -464,7 +464,7 @@ void session_on_timer(session_t *self, session_timer_t which)
 {
     if (which == SESSION_TIMER_IDLE && self->state == SESSION_EVICTED) {
         LOG_I("session=%s: unused for %lld ms: ending it", self->id, self->limits.ttl_ms);
-        session_end(self);
+        session_end(self, "the session was unused for its time to live and ended");
         self->ops->ended(self->ctx);
         return;
     }
@@ -648,7 +648,7 @@ static void s_on_broker(session_t *self, unsigned channel, jmsg_t *req)
             }
         } else {
             LOG_I("session=%s: shutdown requested", self->id);
-            session_end(self);
+            session_end(self, "the session was shut down (shutdown_request)");
             self->ops->ended(self->ctx);
         }
     } else {
@@ -1186,15 +1186,29 @@ const char *session_start_error(const session_t *self)
     return self->start_error;
 }
 
-void session_end(session_t *self)
+void session_end(session_t *self, const char *why)
 {
     if (self->state == SESSION_ENDED)
         return;
     if (self->state != SESSION_DEAD)
         self->ops->kernel_signal(self->ctx, SIGKILL);
     s_cell_end(self);
+    /* Every request still open gets its answer (its clients once waited for ever). */
+    if (self->current) {
+        s_fail(self, ROUTE_SHELL, self->current, "SessionEnded", why, "killed", 0);
+        s_publish_status(self, self->current, "idle");
+        jmsg_destroy(&self->current);
+    }
+    jmsg_t *req;
+    while ((req = zlistx_detach(self->queue, NULL))) {
+        s_fail(self, ROUTE_SHELL, req, "SessionEnded", why, "killed", FAIL_WRAP | FAIL_UNRUN);
+        jmsg_destroy(&req);
+    }
+    size_t i = 0;
+    while ((req = zlistx_detach(self->info_waiting, NULL))) {
+        s_fail(self, self->info_channels[i++], req, "SessionEnded", why, "killed",
+               FAIL_WRAP | FAIL_UNRUN);
+        jmsg_destroy(&req);
+    }
     self->state = SESSION_ENDED;
-    zlistx_purge(self->queue);
-    zlistx_purge(self->info_waiting);
-    jmsg_destroy(&self->current);
 }

@@ -104,8 +104,9 @@ int session_save(session_t *self);
 void session_start_failed(session_t *self, const char *why);
 /*  Why the last kernel could not start ("" when it did). */
 const char *session_start_error(const session_t *self);
-/*  End the session now (manager end, kenneld shutdown): kills the kernel, no more replies. */
-void session_end(session_t *self);
+/*  End the session now (manager end, kenneld shutdown): kills the kernel; the request with
+ *  it and those waiting get a SessionEnded error reply saying why; no more replies after. */
+void session_end(session_t *self, const char *why);
 
 session_state_t session_state(const session_t *self);
 const char *session_state_name(session_state_t state);

@@ -565,3 +565,18 @@ def test_a_session_whose_files_were_cut_short_keeps_its_workspace(connect):
         assert "kept, not served" in second.log(tail=None)
     finally:
         _stop_all(root, first, second)
+
+
+def test_ending_a_busy_session_answers_its_clients(kenneld, connect):
+    """`kennel rm` while a cell runs and another waits: both get an error reply (their
+    client once waited for ever)."""
+    kc = connect(kenneld.create("busyend")["connection_file"])
+    running = kc.execute("import time\ntime.sleep(30)")
+    queued = kc.execute("1")
+    wait_for(lambda: kenneld.ok("info_request", {"session": "busyend"})["session"]["state"]
+             == "busy", timeout=10, what="the cell to run")
+    assert kenneld.cli("rm", "busyend").returncode == 0
+    for msg_id in (running, queued):
+        reply = shell_reply(kc, msg_id, timeout=5)
+        assert reply["content"]["status"] == "error", reply["content"]
+        assert reply["content"]["ename"] == "SessionEnded", reply["content"]

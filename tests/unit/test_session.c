@@ -512,7 +512,20 @@ TEST(interrupt_and_shutdown)
     s_request(s, ROUTE_CONTROL, "interrupt_request", NULL, NULL);
     CHECK_EQ_INT(r->nsig, 1);
     CHECK_EQ_INT(r->signals[0], SIGINT);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "queued"), NULL);
+    int from = r->nsent;
     s_request(s, ROUTE_CONTROL, "shutdown_request", json_pack("{s:b}", "restart", 0), NULL);
+    /* The running cell and the queued one are answered (their clients once waited for
+     * ever), each with its idle. */
+    int ended = 0, idles = 0;
+    for (int i = from; i < r->nsent; i++) {
+        const char *ename = json_string_value(json_object_get(r->sent[i].content, "ename"));
+        ended += strcmp(r->sent[i].type, "execute_reply") == 0 && ename &&
+                 strcmp(ename, "SessionEnded") == 0;
+        idles += strcmp(r->sent[i].type, "status") == 0;
+    }
+    CHECK_EQ_INT(ended, 2);
+    CHECK(idles >= 2);
     int rep = s_find(r, 0, "shutdown_reply");
     CHECK(rep >= 0);
     CHECK_EQ_INT(r->sent[rep].channel, ROUTE_CONTROL);
