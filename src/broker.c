@@ -2407,6 +2407,8 @@ json_t *broker_stats(const broker_t *self)
                                 (json_int_t)(self->zygote ? spawner_zygote_pid(self->zygote) : 0),
                                 "page_hint", (json_int_t)(self->zygote ? spawner_zygote_hint_pages(self->zygote) : 0),
                                 "preload", zygote ? self->cfg.preload : "");
+    json_object_set_new(limits, "max_message",
+                        json_integer((json_int_t)self->cfg.wire_limits.max_msg_bytes));
     json_t *lost = json_array();
     for (size_t i = 0; self->cfg.lost && self->cfg.lost[i]; i++)
         json_array_append_new(lost, json_string(self->cfg.lost[i]));

@@ -4,9 +4,12 @@
 #include "channels.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 struct channels {
     zsock_t *sock[CHANNELS_N];
@@ -117,8 +120,18 @@ void channels_destroy(channels_t **self_p)
     if (!self_p || !*self_p)
         return;
     channels_t *self = *self_p;
-    for (int i = 0; i < CHANNELS_N; i++)
+    int is_ipc = self->transport && strcmp(self->transport, "ipc") == 0;
+    for (int i = 0; i < CHANNELS_N; i++) {
         zsock_destroy(&self->sock[i]);
+        /* libzmq leaves the socket file of an ipc endpoint it bound (a client's own path,
+         * outside the session's directory, once stayed behind); only one bound here goes. */
+        char path[PATH_MAX];
+        struct stat st;
+        if (is_ipc && self->ports[i] && self->ip &&
+            snprintf(path, sizeof path, "%s-%d", self->ip, self->ports[i]) < (int)sizeof path &&
+            lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+            unlink(path);
+    }
     wire_destroy(&self->wire);
     if (self->key) {
         memset(self->key, 0, strlen(self->key));

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <sodium.h>
 
 #include "client.h"
+#include "jvalid.h"
 #include "statedir.h"
 #include "util.h"
 
@@ -56,6 +58,10 @@ static json_t *s_call_data(const char *type, json_t *content, const void *in, si
                            void **out, size_t *out_len)
 {
     char err[512];
+    if (!content) { /* json_pack refused an argument: a string that is not UTF-8 */
+        fprintf(stderr, "kennel: names and paths must be UTF-8 text\n");
+        return NULL;
+    }
     json_t *reply = client_manager_call_data(s_state_dir, type, content, in, in_len, out, out_len,
                                              CALL_TIMEOUT_MS, err, sizeof err);
     if (!reply) {
@@ -82,9 +88,30 @@ static json_t *s_call(const char *type, json_t *content)
     return s_call_data(type, content, NULL, 0, NULL, NULL);
 }
 
+/*  One of kenneld's limits as stats_request shows it (path: "max_file", or "limits" then
+ *  "max_message"), or 0 when kenneld cannot say. */
+static size_t s_kenneld_limit(const char *outer, const char *inner)
+{
+    json_t *r = s_call("stats_request", json_object());
+    json_t *v = json_object_get(r, outer);
+    if (inner)
+        v = json_object_get(v, inner);
+    size_t n = json_is_integer(v) && json_integer_value(v) > 0 ? (size_t)json_integer_value(v) : 0;
+    json_decref(r);
+    return n;
+}
+
 static json_t *s_create(const char *name)
 {
     return s_call("create_request", name ? json_pack("{s:s}", "name", name) : json_object());
+}
+
+/*  A finite number and nothing after it; -1 otherwise. */
+static double s_number(const char *text)
+{
+    char *end;
+    double v = strtod(text, &end);
+    return end == text || *end || !isfinite(v) ? -1 : v;
 }
 
 /*  "512M", "2G", "1048576" → bytes; -1 when malformed. */
@@ -92,6 +119,8 @@ static double s_bytes(const char *text)
 {
     char *end;
     double v = strtod(text, &end);
+    if (!isfinite(v))
+        return -1;
     double mult = 1;
     if (*end == 'K' || *end == 'k')
         mult = 1024.0, end++;
@@ -115,10 +144,16 @@ static int s_cmd_new(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "+n:", opts, NULL)) != -1) {
         double v = optarg && c != 'n' && c != 'N'
-                       ? (c == 'p' || c == 'c' || c == 'T' || c == 'i' ? strtod(optarg, NULL)
+                       ? (c == 'p' || c == 'c' || c == 'T' || c == 'i' ? s_number(optarg)
                                                                        : s_bytes(optarg))
                        : 0;
-        if (c == 'n')
+        if (c == 'n' && json_string(optarg) == NULL) {
+            /* (json_string's NULL, once dropped without a word: an unnamed session) */
+            fprintf(stderr, "kennel: the name must be UTF-8 text\n");
+            json_decref(content);
+            json_decref(limits);
+            return 2;
+        } else if (c == 'n')
             json_object_set_new(content, "name", json_string(optarg));
         else if (c == 'N' && strcmp(optarg, "none") == 0)
             ; /* the only network a kernel has: none */
@@ -136,11 +171,25 @@ static int s_cmd_new(int argc, char **argv)
                                            : "tmp",
                                 json_real(v));
         else {
-            fprintf(stderr, "kennel: bad value for --%s\n", c == 'N' ? "network (only none)" : "option");
+            const char *opt = "option";
+            for (size_t o = 0; opts[o].name; o++)
+                if (opts[o].val == c)
+                    opt = opts[o].name;
+            if (c == 'N')
+                opt = "network (only none)";
+            if (c != '?')
+                fprintf(stderr, "kennel: bad value for --%s: %s\n", opt, optarg ? optarg : "");
             json_decref(content);
             json_decref(limits);
             return 2;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kennel: new takes no argument %s (a name goes after --name)\n",
+                argv[optind]);
+        json_decref(content);
+        json_decref(limits);
+        return 2;
     }
     if (json_object_size(limits))
         json_object_set_new(content, "limits", limits);
@@ -213,6 +262,14 @@ static int s_cmd_file(const char *cmd, const char *name, const char *a, const ch
             return 1;
         }
         json_object_set_new(content, "path", json_string(b ? b : s_basename(a)));
+        size_t max = in_len > (1u << 20) ? s_kenneld_limit("max_file", NULL) : 0;
+        if (max && in_len > max) {
+            fprintf(stderr, "kennel: TooLarge: %s is %zu bytes; kenneld moves files of at most %zu "
+                    "(kenneld --max-file)\n", a, in_len, max);
+            free(in);
+            json_decref(content);
+            return 1;
+        }
     } else if (strcmp(cmd, "get") == 0) {
         type = "file_get_request";
         json_object_set_new(content, "path", json_string(a));
@@ -264,7 +321,7 @@ static int s_cmd_rm(const char *name)
     return r ? 0 : 1;
 }
 
-static char *s_read_stdin(void)
+static char *s_read_stdin(size_t *len_out)
 {
     size_t cap = 65536, len = 0;
     char *buf = malloc(cap);
@@ -282,6 +339,7 @@ static char *s_read_stdin(void)
     }
     if (buf)
         buf[len] = '\0';
+    *len_out = len;
     return buf;
 }
 
@@ -304,7 +362,37 @@ static const struct {
 };
 #define SAVE_MAX_TRIES 100000
 static const char *s_out_dir = ".";
+static int s_save_failed; /* an output could not be saved: exec's status is 1 */
 static int s_out_next[sizeof s_saved / sizeof s_saved[0]]; /* the next n worth trying */
+
+/*  mkdir -p dir. 0, or -1 with errno. */
+static int s_mkdirs(const char *dir)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char was = *p;
+        *p = '\0';
+        if (mkdir(path, 0777) < 0 && errno != EEXIST)
+            return -1;
+        *p = was;
+        if (!was)
+            break;
+    }
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
 
 /*  Write len bytes to a new file DIR/out-N.EXT, N the lowest free from s_out_next[kind] on
  *  (never replacing a file), and print its path ("out-N.EXT" when DIR is the default). */
@@ -312,8 +400,10 @@ static void s_save(size_t kind, const void *data, size_t len)
 {
     char path[PATH_MAX];
     int fd = -1, n = s_out_next[kind] ? s_out_next[kind] : 1;
-    if (mkdir(s_out_dir, 0777) < 0 && errno != EEXIST) {
-        fprintf(stderr, "kennel: cannot create %s: %s\n", s_out_dir, strerror(errno));
+    if (s_mkdirs(s_out_dir) < 0) {
+        fprintf(stderr, "kennel: cannot create %s: %s; %s output not saved\n", s_out_dir,
+                strerror(errno), s_saved[kind].mime);
+        s_save_failed = 1;
         return;
     }
     for (int tries = 0; fd < 0 && tries < SAVE_MAX_TRIES; tries++, n++) {
@@ -336,6 +426,7 @@ static void s_save(size_t kind, const void *data, size_t len)
             close(fd);
             unlink(path);
         }
+        s_save_failed = 1;
         return;
     }
     close(fd);
@@ -358,11 +449,13 @@ static void s_save_rich(const json_t *data)
         size_t bin_len = 0;
         /* IPython ends some base64 with a newline; any white space is skipped. */
         if (bin && sodium_base642bin(bin, len / 4 * 3 + 3, text, len, " \t\r\n", &bin_len, NULL,
-                                     sodium_base64_VARIANT_ORIGINAL) == 0)
+                                     sodium_base64_VARIANT_ORIGINAL) == 0) {
             s_save(kind, bin, bin_len);
-        else
+        } else {
             fprintf(stderr, "kennel: %s output is not valid base64; not saved\n",
                     s_saved[kind].mime);
+            s_save_failed = 1;
+        }
         free(bin);
     }
 }
@@ -437,9 +530,19 @@ static int s_run_cell(client_t *cl, const char *session_id, const char *code)
     json_t *content = json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", code, "silent", 0,
                                 "store_history", 1, "user_expressions", "allow_stdin", 0,
                                 "stop_on_error", 1);
+    /* A request over --max-message is dropped by libzmq without a word: the wait for its
+     * reply would never end. */
+    size_t size = json_dumpb(content, NULL, 0, JSON_COMPACT) + 4096; /* + header and frames */
+    size_t max = size > (1u << 20) ? s_kenneld_limit("limits", "max_message") : 0;
+    if (max && size > max) {
+        fprintf(stderr, "kennel: RequestTooLarge: the cell's request is about %zu bytes; kenneld "
+                "takes messages of at most %zu (kenneld --max-message)\n", size, max);
+        json_decref(content);
+        return 1;
+    }
     if (client_send(cl, CLIENT_SHELL, "execute_request", content, msg_id) < 0)
         return 1;
-    int got_reply = 0, got_idle = 0, ok = 0, interrupts_sent = 0;
+    int got_reply = 0, got_idle = 0, ok = 0, interrupts_sent = 0, started = 0, saw_error = 0;
     long long quiet_since = util_now_ms();
     while (!(got_reply && got_idle)) {
         client_channel_t ch;
@@ -448,7 +551,11 @@ static int s_run_cell(client_t *cl, const char *session_id, const char *code)
         zsys_interrupted = 0;
         if (s_stop)
             return 130;
-        if (s_sigint > interrupts_sent) {
+        if (s_sigint > interrupts_sent && !started && s_sigint > 1)
+            return 130; /* a second Ctrl-C while ours still waits: give up */
+        if (s_sigint > interrupts_sent && started) {
+            /* Only once our cell runs: before, an interrupt stops whatever another client's
+             * cell is running. One that came earlier waits for that. */
             if (interrupts_sent++)
                 return 130;
             client_send(cl, CLIENT_CONTROL, "interrupt_request", json_object(), NULL);
@@ -466,25 +573,48 @@ static int s_run_cell(client_t *cl, const char *session_id, const char *code)
         if (parent && strcmp(parent, msg_id) == 0) {
             const char *type = jmsg_type(m);
             json_t *c = jmsg_content(m);
-            if (ch == CLIENT_IOPUB && strcmp(type, "status") == 0)
-                got_idle |= strcmp(json_string_value(json_object_get(c, "execution_state")) ?: "", "idle") == 0;
-            else if (ch == CLIENT_IOPUB)
+            const char *state = json_string_value(json_object_get(c, "execution_state"));
+            if (ch == CLIENT_IOPUB)
+                started = 1;
+            if (ch == CLIENT_IOPUB && strcmp(type, "status") == 0) {
+                got_idle |= strcmp(state ?: "", "idle") == 0;
+            } else if (ch == CLIENT_IOPUB) {
+                saw_error |= strcmp(type, "error") == 0;
                 s_print_output(m);
-            else if (ch == CLIENT_SHELL && strcmp(type, "execute_reply") == 0) {
+            } else if (ch == CLIENT_SHELL && strcmp(type, "execute_reply") == 0) {
                 got_reply = 1;
-                ok = strcmp(json_string_value(json_object_get(c, "status")) ?: "", "ok") == 0;
+                const char *status = json_string_value(json_object_get(c, "status")) ?: "";
+                ok = strcmp(status, "ok") == 0;
+                if (strcmp(status, "aborted") == 0)
+                    fprintf(stderr, "kennel: the cell was not run: an earlier cell in the "
+                                    "session's queue failed (stop_on_error)\n");
+                else if (!ok && !saw_error) /* kenneld's own errors come with one; be sure */
+                    fprintf(stderr, "%s: %s\n",
+                            json_string_value(json_object_get(c, "ename")) ?: "Error",
+                            json_string_value(json_object_get(c, "evalue")) ?: status);
             }
         }
         jmsg_destroy(&m);
     }
-    return ok ? 0 : 1;
+    return ok && !s_save_failed ? 0 : 1;
 }
 
 static int s_cmd_exec(const char *name, const char *code_arg)
 {
-    char *code = strcmp(code_arg, "-") == 0 ? s_read_stdin() : strdup(code_arg);
+    size_t len = strlen(code_arg);
+    char *code = strcmp(code_arg, "-") == 0 ? s_read_stdin(&len) : strdup(code_arg);
     if (!code) {
         fprintf(stderr, "kennel: cannot read the code\n");
+        return 2;
+    }
+    /* JSON carries neither (the code was cut at a NUL, or dropped whole). */
+    const char *bad = strlen(code) != len ? "holds a NUL byte" : NULL;
+    for (size_t i = 0, n; !bad && i < len; i += n)
+        if ((n = jvalid_utf8(code + i, len - i)) == 0)
+            bad = "is not UTF-8 text";
+    if (bad) {
+        fprintf(stderr, "kennel: the code %s\n", bad);
+        free(code);
         return 2;
     }
     json_t *r = s_create(name);
@@ -748,8 +878,12 @@ int main(int argc, char **argv)
         fputs(s_usage, stderr);
         return 2;
     }
-    char resolved[PATH_MAX];
+    char resolved[PATH_MAX], cwd[PATH_MAX];
     if (s_state_dir[0] && realpath(s_state_dir, resolved))
+        snprintf(s_state_dir, sizeof s_state_dir, "%s", resolved);
+    else if (s_state_dir[0] && s_state_dir[0] != '/' && getcwd(cwd, sizeof cwd) &&
+             snprintf(resolved, sizeof resolved, "%s/%s", cwd, s_state_dir) < (int)sizeof resolved)
+        /* not made yet: still absolute, for a kernelspec started from another directory */
         snprintf(s_state_dir, sizeof s_state_dir, "%s", resolved);
     const char *cmd = argv[i];
     int nargs = argc - i;

@@ -26,6 +26,8 @@ struct manager {
     int park_timer;       /* retries the parked request, or -1 */
 };
 
+#define MEMORY_MIN (256 << 20) /* as kenneld's --memory */
+#define MANAGER_SNDHWM 8   /* replies queued for one client that does not read */
 #define PARK_RETRY_MS 1000 /* in case a word from the broker was missed; it should not be */
 
 /*  Reply to req with content (stolen) and, when data is not NULL, one binary buffer. */
@@ -94,8 +96,10 @@ static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
             return "limits must be positive numbers (disk, idle and timeout may be 0: no cap, "
                    "never evicted, no deadline)";
         if (strcmp(key, "memory") == 0) {
-            if (x < (64 << 20) || x > 1e12)
-                return "memory must be between 64 MiB and 1 TB";
+            /* A kernel's address space alone (the zygote's mappings) is over 224 MiB: below
+             * 256 MiB every start failed, for good. */
+            if (x < MEMORY_MIN || x > 1e12)
+                return "memory must be between 256 MiB (what a kernel needs to start) and 1 TB";
             lim->cg.memory_bytes = (unsigned long long)x;
         } else if (strcmp(key, "pids") == 0) {
             if (x < 8 || x > 65536)
@@ -108,11 +112,11 @@ static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
         } else if (strcmp(key, "idle") == 0) {
             if (x > 365 * 86400)
                 return "idle must be at most a year (seconds)";
-            lim->idle_ms = (long long)(x * 1000);
+            lim->idle_ms = util_seconds_ms(x); /* 1 µs is 1 ms, not 0 (never) */
         } else if (strcmp(key, "timeout") == 0) {
             if (x > 7 * 86400)
                 return "timeout must be at most a week (seconds)";
-            lim->timeout_ms = (long long)(x * 1000);
+            lim->timeout_ms = util_seconds_ms(x); /* 1 µs is 1 ms, not 0 (none) */
         } else if (strcmp(key, "tmp") == 0) {
             if (x < (1 << 20) || x > 1e12)
                 return "tmp must be between 1 MiB and 1 TB";
@@ -227,6 +231,7 @@ static int s_handle(manager_t *self, jmsg_t *req)
         content = s_on_create(self, req);
     } else if (strcmp(type, "stats_request") == 0) {
         content = broker_stats(self->broker);
+        json_object_set_new(content, "max_file", json_integer((json_int_t)self->max_file));
     } else if (strcmp(type, "list_request") == 0) {
         content = json_pack("{s:s, s:o}", "status", "ok", "sessions", broker_list(self->broker));
     } else if (!sess) {
@@ -353,6 +358,9 @@ manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, con
     self->max_file = max_file;
     /* Requests are small but for file_put's bytes. */
     zsock_set_maxmsgsize(self->sock, (int)(max_file + (1 << 20)));
+    /* A client that does not read its replies: at most this many wait in kenneld for it
+     * (libzmq's 1000 held ~32 GB of file_get replies), the rest are dropped. */
+    zsock_set_sndhwm(self->sock, MANAGER_SNDHWM);
     int port = zsock_bind(self->sock, "%s", endpoint);
     if (port < 0)
         goto fail;

@@ -385,8 +385,12 @@ static void s_cell_begin(session_t *self)
         return;
     json_t *t = json_object_get(json_object_get(jmsg_metadata(self->current), "kennel"), "timeout");
     double seconds = json_number_value(t);
-    self->cell_timeout_ms = json_is_number(t) && seconds > 0 ? (long long)(seconds * 1000)
-                                                              : self->limits.timeout_ms;
+    /* At least 1 ms (a smaller one once became 0: none), at most a week. */
+    if (json_is_number(t) && seconds > 0)
+        self->cell_timeout_ms = seconds < 7 * 86400 ? util_seconds_ms(seconds)
+                                                     : 7 * 86400 * 1000LL;
+    else
+        self->cell_timeout_ms = self->limits.timeout_ms;
     if (self->cell_timeout_ms > 0) {
         self->deadline_phase = 1;
         self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->cell_timeout_ms);

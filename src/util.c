@@ -157,3 +157,10 @@ int util_start_time(pid_t pid, unsigned long long *ticks)
     }
     return 0;
 }
+
+long long util_seconds_ms(double seconds)
+{
+    double ms = seconds * 1000;
+    long long whole = (long long)ms;
+    return whole < ms ? whole + 1 : whole;
+}

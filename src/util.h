@@ -11,6 +11,9 @@ int util_write_all(int fd, const void *buf, size_t len);
 int util_set_cloexec(int fd, int on);
 int util_set_nonblock(int fd, int on);
 /*  Monotonic milliseconds (for deadlines and ages; never for dates). */
+/*  Seconds (finite, >= 0, at most about 292 million years) as whole milliseconds, rounded
+ *  up: a positive time never becomes 0 (which means "none" for limits). */
+long long util_seconds_ms(double seconds);
 long long util_now_ms(void);
 /*  The current UTC time as ISO 8601 with microseconds, e.g. 2026-11-22T07:30:00.123456Z.
  *  out must hold UTIL_ISO_LEN bytes. Returns out. */

@@ -296,7 +296,39 @@ def test_ipc_endpoints_a_client_names_must_be_free(kenneld, tmp_path):
     assert first["status"] == "ok", first
     r = kenneld.call("create_request", {"name": "ipc-b", "connection": conn(str(tmp_path / "s"))})
     assert r["status"] == "error" and r["ename"] == "AddressInUse", r
+    assert (tmp_path / "s-1").exists()
     kenneld.call("end_request", {"session": "ipc-a"})
+    # Its socket files go with it (libzmq leaves them): the path is free again.
+    deadline = time.monotonic() + 5
+    while any((tmp_path / f"s-{i}").exists() for i in range(1, 6)):
+        assert time.monotonic() < deadline, sorted(os.listdir(tmp_path))
+        time.sleep(0.05)
+    assert victim.read_text() == "keep me"
+
+
+def test_manager_replies_a_client_does_not_read_are_bounded(kenneld):
+    """libzmq's default queue held 1000 replies per client: 32 GB of file_get replies for one
+    that never reads. kenneld keeps a few; the rest are dropped."""
+    assert kenneld.call("create_request", {"name": "unread"})["status"] == "ok"
+    kenneld.mgr_session.send(kenneld.mgr, "file_put_request", {"session": "unread", "path": "m"},
+                             buffers=[b"\0" * (1 << 20)])
+    assert kenneld.call("file_list_request", {"session": "unread"})["files"], "the put failed"
+    lazy = kenneld.ctx.socket(zmq.DEALER)
+    lazy.linger = 0
+    lazy.rcvhwm = 1
+    lazy.connect(kenneld.mgr.getsockopt_string(zmq.LAST_ENDPOINT))
+    try:
+        for _ in range(40):
+            kenneld.mgr_session.send(lazy, "file_get_request", {"session": "unread", "path": "m"})
+        time.sleep(1)  # kenneld answers all 40 meanwhile
+        got = 0
+        while lazy.poll(1000):
+            lazy.recv_multipart()
+            got += 1
+        assert 1 <= got < 40, got
+    finally:
+        lazy.close()
+    assert kenneld.call("info_request", {"session": "unread"})["status"] == "ok"
 
 
 @pytest.mark.own_kenneld  # a fresh one: no session directory yet, not even a pooled kernel's

@@ -2,12 +2,14 @@
 
 import json
 import select
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from .itest_helpers import png_size
+from .itest_helpers import png_size, shell_reply
 from .kenneld_proc import KENNEL, run_kennel
 
 EXEC_NOTICE_S = 6  # how long `kennel exec` may take to notice that its session is gone
@@ -218,3 +220,83 @@ def test_exec_out_defaults_to_the_current_directory(kenneld, tmp_path):
     r = kenneld.cli("exec", "art", "-1", cwd=tmp_path)
     assert r.returncode == 0 and r.stdout == "-1\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out-1.png"]
+
+
+def test_exec_out_makes_missing_parents_and_fails_when_it_cannot_save(kenneld, tmp_path):
+    nested = tmp_path / "a" / "b" / "c"
+    r = kenneld.cli("exec", "art", PLOT, "--out", str(nested), timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert png_size((nested / "out-1.png").read_bytes()) == (120, 80)
+    # A figure that cannot be saved is no success (it once exited 0, the figure lost).
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    r = kenneld.cli("exec", "art", PLOT, "--out", str(blocker), timeout=30)
+    assert r.returncode == 1 and "not saved" in r.stderr, (r.returncode, r.stderr)
+
+
+def _kennel_bytes(kenneld, *args, input=b""):
+    return subprocess.run([str(KENNEL), "--state-dir", str(kenneld.state_dir), *args],
+                          input=input, capture_output=True, timeout=30)
+
+
+def test_new_and_exec_refuse_what_they_cannot_send(kenneld):
+    """Each of these once went on silently: a session with default limits or no name, code
+    cut at a NUL, or nothing at all."""
+    for args in (["new", "stray"], ["new", "--memory", "inf"], ["new", "--timeout", "nan"],
+                 ["new", "--pids", "10abc"], ["new", "--name", b"a\xff"]):
+        r = _kennel_bytes(kenneld, *args)
+        assert r.returncode == 2 and r.stderr, (args, r)
+    assert kenneld.sessions() == []
+    r = _kennel_bytes(kenneld, "exec", "nul", "-", input=b"print(1)\n\0print(2)\n")
+    assert r.returncode == 2 and b"NUL" in r.stderr, r
+    r = _kennel_bytes(kenneld, "exec", "nul", b"print('\xff')")
+    assert r.returncode == 2 and b"UTF-8" in r.stderr, r
+    r = _kennel_bytes(kenneld, "info", b"a\xff")
+    assert r.returncode != 0 and b"UTF-8" in r.stderr, r
+
+
+@pytest.mark.parametrize("kenneld", [["--max-message", "2M", "--max-file", "2M"]], indirect=True)
+def test_exec_and_put_over_kennelds_limits_fail_at_once(kenneld, tmp_path):
+    """libzmq drops a message over the limit without a word: exec waited for ever, and put
+    for 30 s before blaming kenneld."""
+    r = kenneld.cli("exec", "big", "-", input="x = 1\n" + "#" * (3 << 20) + "\n", timeout=15)
+    assert r.returncode == 1 and "RequestTooLarge" in r.stderr, (r.returncode, r.stderr)
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"\0" * (5 << 20))
+    r = kenneld.cli("put", "big", str(big), timeout=15)
+    assert r.returncode == 1 and "TooLarge" in r.stderr and "--max-file" in r.stderr, r.stderr
+
+
+def test_exec_says_why_its_cell_was_not_run(kenneld, connect):
+    """A cell aborted behind another client's failing one exited 1 with nothing printed."""
+    kc = connect(kenneld.create("shared")["connection_file"])
+    kc.execute("import time\ntime.sleep(1.5)\n1/0")
+    r = kenneld.cli("exec", "shared", "print('never')", timeout=20)
+    assert r.returncode == 1 and "not run" in r.stderr and "never" not in r.stdout, r
+
+
+def test_kernelspec_records_an_absolute_state_dir(tmp_path):
+    r = run_kennel("--state-dir", "relstate", "kernelspec", "install", "--prefix",
+                   str(tmp_path / "prefix"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    spec = json.loads(next((tmp_path / "prefix").rglob("kernel.json")).read_text())
+    assert str(tmp_path / "relstate") in spec["argv"], spec["argv"]
+
+
+def test_ctrl_c_interrupts_only_execs_own_cell(kenneld, connect):
+    """Ctrl-C while `kennel exec`'s cell still waits behind another client's: that cell was
+    the one interrupted."""
+    kc = connect(kenneld.create("polite")["connection_file"])
+    theirs = kc.execute("import time\ntime.sleep(3)\n'theirs done'")
+    proc = subprocess.Popen([str(KENNEL), "--state-dir", str(kenneld.state_dir), "exec", "polite",
+                             "print('mine')"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reply = shell_reply(kc, theirs, timeout=10)
+    assert reply["content"]["status"] == "ok", reply["content"]

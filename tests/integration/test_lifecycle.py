@@ -417,8 +417,12 @@ def test_idle_and_timeout_zero_mean_never(kenneld):
     limits = kenneld.ok("info_request", {"session": "forever"})["session"]["limits"]
     assert limits["idle"] == 0 and limits["timeout"] == 0, limits
     assert kenneld.cli("new", "--name", "bad", "--idle", "x").returncode != 0
-    r = kenneld.call("create_request", {"name": "bad", "limits": {"memory": 0}})
-    assert r["status"] == "error" and r["ename"] == "BadRequest", r
+    for limits in ({"memory": 0}, {"memory": 200 << 20}):  # no kernel starts under 256 MiB
+        r = kenneld.call("create_request", {"name": "bad", "limits": limits})
+        assert r["status"] == "error" and r["ename"] == "BadRequest", r
+    # A fraction of a millisecond is a millisecond, not "none".
+    tiny = kenneld.ok("create_request", {"name": "tiny", "limits": {"timeout": 1e-6}})
+    assert tiny["session"]["limits"]["timeout"] == 0.001
 
 
 def _loops_backed_by(directory):
