@@ -10,6 +10,7 @@ kenneld stores the bytes without looking at them, out of the kernel's reach.
 """
 
 import importlib
+import io
 import pickle
 import re
 import types
@@ -28,10 +29,26 @@ _IPYTHON_NAMES = {"_", "__", "___", "_i", "_ii", "_iii", "_ih", "_oh", "_dh"}
 _CACHE_LINE = re.compile(r"_(i?)(\d+)")
 
 
+# In-memory files hold no OS resource and pickle as their contents.
+_MEMORY_FILES = (io.StringIO, io.BytesIO)
+
+
+class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
+    """dill's pickler (plain pickle's without dill), which refuses a file object: dill would
+    reopen it on restore, and a file open for writing would be emptied. Every value that
+    holds one is refused with it."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, io.IOBase) and not isinstance(obj, _MEMORY_FILES):
+            raise pickle.PicklingError(f"{type(obj).__name__}: a file is not kept")
+        return NotImplemented
+
+
 def _dumps(obj):
-    if _pickler is pickle:
-        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    return _pickler.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL, recurse=True)
+    file = io.BytesIO()
+    dill_options = {} if _pickler is pickle else {"recurse": True}
+    _Pickler(file, pickle.HIGHEST_PROTOCOL, **dill_options).dump(obj)
+    return file.getvalue()
 
 
 def save(ns, skip, execution_count, history=None):

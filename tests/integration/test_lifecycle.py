@@ -242,6 +242,18 @@ def test_eviction_keeps_underscore_names_and_the_history(kenneld, connect):
                                                 [3, "x * 7"]]
 
 
+@pytest.mark.parametrize("kenneld", [["--idle", "1"]], indirect=True)
+def test_eviction_leaves_a_file_open_for_writing_as_it_was(kenneld, connect):
+    # The open file object was pickled and reopened with mode 'w' on revival: emptied.
+    kc = connect(kenneld.create("writer")["connection_file"])
+    run(kc, "fh = open('log.txt', 'w')\nfh.write('important data\\n')\nfh.flush()")
+    wait_for(lambda: kenneld.ok("info_request", {"session": "writer"})["session"]["state"]
+             == "evicted", timeout=10, what="eviction")
+    cell = run(kc, "open('log.txt').read()", timeout=20)
+    assert cell.result == "'important data\\n'"
+    assert "fh" in cell.stream("stderr")
+
+
 @pytest.mark.parametrize("kenneld", [["--idle", "1", "--timeout", "2", *GRACE]], indirect=True)
 def test_saving_state_has_a_deadline(kenneld, connect):
     # Pickling runs user code; one that never returns once left the session "saving" for

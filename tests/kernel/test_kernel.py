@@ -682,3 +682,28 @@ def test_restore_of_garbage_reports_it(kernel):
     assert op["op"] == "restored" and op["failed"] and "snapshot" in op["failed"][0]
     reply, _ = kernel.execute("1 + 1")
     assert reply["status"] == "ok"
+
+
+def _result(fresh, code):
+    reply, iopub = fresh.execute(code)
+    assert reply["status"] == "ok", reply
+    return only(iopub, "execute_result")["data"]["text/plain"]
+
+
+def test_an_open_file_is_listed_as_lost_and_its_file_left_as_it_was(kernel, tmp_path):
+    # dill pickled a file object and reopened it on restore: a file open for writing came
+    # back emptied. Files, and values that hold one, are now not kept; in-memory ones are.
+    code = ("import io\nfh = open('log.txt', 'w')\nfh.write('important data\\n')\nfh.flush()\n"
+            "held = {'out': open('held.txt', 'w'), 'n': 1}\nheld['out'].write('kept\\n')\n"
+            "held['out'].flush()\nmemory = io.StringIO('in memory')")
+    assert kernel.execute(code)[0]["status"] == "ok"
+    op, parts = _save(kernel)
+    assert op["unsaved"] == ["fh", "held"]
+    fresh, op = _revive(kernel, tmp_path, parts)
+    try:
+        assert op["failed"] == []
+        assert _result(fresh, "(open('log.txt').read(), open('held.txt').read(), "
+                              "memory.getvalue(), 'fh' in dir())") == \
+            "('important data\\n', 'kept\\n', 'in memory', False)"
+    finally:
+        fresh.kill()
