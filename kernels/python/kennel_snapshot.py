@@ -27,6 +27,7 @@ FORMAT = 2  # 1: no history; still read
 # `_iN` / `_N` for lines the history holds (a user's `_7` with no Out[7] is the user's).
 _IPYTHON_NAMES = {"_", "__", "___", "_i", "_ii", "_iii", "_ih", "_oh", "_dh"}
 _CACHE_LINE = re.compile(r"_(i?)(\d+)")
+_NS_ID = "ns"  # the persistent id of the namespace itself
 
 
 # In-memory files hold no OS resource and pickle as their contents.
@@ -34,9 +35,23 @@ _MEMORY_FILES = (io.StringIO, io.BytesIO)
 
 
 class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
-    """dill's pickler (plain pickle's without dill), which refuses a file object: dill would
-    reopen it on restore, and a file open for writing would be emptied. Every value that
-    holds one is refused with it."""
+    """dill's pickler (plain pickle's without dill) for values of the namespace ns. Unlike a
+    plain dill pickler:
+
+    - ns itself is a persistent id, not a copy. A function defined in a cell has ns as its
+      __globals__ (the shell's user_ns, which is __main__'s dict: dill then refers to it
+      rather than copying what the function uses, as recurse=True did); restored, it is
+      bound to the namespace it is restored into, and sees and sets the names there.
+    - A file object is refused (dill would reopen it on restore, and a file opened for
+      writing would be emptied), and with it every value that holds one."""
+
+    def __init__(self, file, ns):
+        dill_options = {} if _pickler is pickle else {"recurse": False}
+        super().__init__(file, pickle.HIGHEST_PROTOCOL, **dill_options)
+        self._ns = ns
+
+    def persistent_id(self, obj):
+        return _NS_ID if obj is self._ns else None
 
     def reducer_override(self, obj):
         if isinstance(obj, io.IOBase) and not isinstance(obj, _MEMORY_FILES):
@@ -44,11 +59,27 @@ class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
         return NotImplemented
 
 
-def _dumps(obj):
+class _Unpickler(_pickler.Unpickler):
+    """dill's unpickler (or pickle's), ns as the persistent id's namespace."""
+
+    def __init__(self, file, ns):
+        super().__init__(file, **({} if _pickler is pickle else {"ignore": True}))
+        self._ns = ns
+
+    def persistent_load(self, pid):
+        if pid != _NS_ID:
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+        return self._ns
+
+
+def _dumps(obj, ns):
     file = io.BytesIO()
-    dill_options = {} if _pickler is pickle else {"recurse": True}
-    _Pickler(file, pickle.HIGHEST_PROTOCOL, **dill_options).dump(obj)
+    _Pickler(file, ns).dump(obj)
     return file.getvalue()
+
+
+def _loads(blob, ns):
+    return _Unpickler(io.BytesIO(blob), ns).load()
 
 
 def save(ns, skip, execution_count, history=None):
@@ -65,24 +96,24 @@ def save(ns, skip, execution_count, history=None):
         if isinstance(value, types.ModuleType):
             modules[name] = value.__name__
             continue
-        if _picklable(value):
+        if _picklable(value, ns):
             values[name] = value
         else:
             unsaved.append(name)
     outputs = {}
     for line, value in history["outputs"].items():
-        if _picklable(value):
+        if _picklable(value, ns):
             outputs[line] = value
         else:
             unsaved.append(f"Out[{line}]")
     try:
         # Together, so that objects shared between names (and outputs) stay shared.
-        payload = {"together": _dumps({"ns": values, "outputs": outputs})}
+        payload = {"together": _dumps({"ns": values, "outputs": outputs}, ns)}
     except _STOPPED:
         raise
     except BaseException:
-        payload = {"each": {name: _dumps(v) for name, v in values.items()},
-                   "outputs_each": {line: _dumps(v) for line, v in outputs.items()}}
+        payload = {"each": {name: _dumps(v, ns) for name, v in values.items()},
+                   "outputs_each": {line: _dumps(v, ns) for line, v in outputs.items()}}
     snapshot = {"format": FORMAT, "modules": modules, "execution_count": execution_count,
                 "inputs": list(history["inputs"]), "reprs": dict(history["reprs"]),
                 "unders": sorted(unders & set(values)), **payload}
@@ -97,9 +128,9 @@ def _is_ipythons(name, lines):
     return bool(m) and int(m.group(2)) in lines[0 if m.group(1) else 1]
 
 
-def _picklable(value):
+def _picklable(value, ns):
     try:
-        _dumps(value)
+        _dumps(value, ns)
         return True
     except _STOPPED:
         raise
@@ -128,10 +159,9 @@ def restore(data, ns):
             failed.append(name)
     history = {"inputs": snapshot.get("inputs", []), "outputs": {},
                "reprs": snapshot.get("reprs", {}), "unders": snapshot.get("unders", [])}
-    loads = _pickler.loads
     if "together" in snapshot:
         try:
-            together = loads(snapshot["together"])
+            together = _loads(snapshot["together"], ns)
         except BaseException:  # a deadline too: one blob, all or nothing
             return snapshot["execution_count"], sorted(failed + ["(all saved values)"]), history
         if snapshot["format"] == 1:
@@ -141,14 +171,14 @@ def restore(data, ns):
     else:
         for name, blob in snapshot["each"].items():
             try:
-                ns[name] = loads(blob)
+                ns[name] = _loads(blob, ns)
             except _STOPPED:
                 raise
             except BaseException:
                 failed.append(name)
         for line, blob in snapshot.get("outputs_each", {}).items():
             try:
-                history["outputs"][line] = loads(blob)
+                history["outputs"][line] = _loads(blob, ns)
             except _STOPPED:
                 raise
             except BaseException:

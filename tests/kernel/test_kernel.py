@@ -707,3 +707,26 @@ def test_an_open_file_is_listed_as_lost_and_its_file_left_as_it_was(kernel, tmp_
             "('important data\\n', 'kept\\n', 'in memory', False)"
     finally:
         fresh.kill()
+
+
+def test_restored_functions_use_the_namespace_they_are_restored_into(kernel, tmp_path):
+    # Pickled with recurse=True, each function came back with a private copy of the globals
+    # it used: it saw none of the later cells' assignments, and `global` changed the copy.
+    code = ("x = 1\ncounter = 0\ndef f(): return x\n"
+            "def bump():\n    global counter\n    counter += 1\n"
+            "class K:\n    def get(self): return x\n"
+            "g = lambda: x\nbox = {'f': f}\n"
+            "def outer():\n    y = 10\n    def inner(): return x + y\n    return inner\n"
+            "h = outer()")
+    assert kernel.execute(code)[0]["status"] == "ok"
+    op, parts = _save(kernel)
+    assert op["unsaved"] == []
+    fresh, op = _revive(kernel, tmp_path, parts)
+    try:
+        assert op["failed"] == []
+        assert _result(fresh, "x = 2\nbump()\n(f(), counter, K().get(), g(), box['f'](), h(), "
+                              "box['f'] is f, f.__globals__ is globals(), "
+                              "K.get.__globals__ is globals())") == \
+            "(2, 1, 2, 2, 2, 12, True, True, True)"
+    finally:
+        fresh.kill()
