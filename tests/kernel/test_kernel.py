@@ -730,3 +730,60 @@ def test_restored_functions_use_the_namespace_they_are_restored_into(kernel, tmp
             "(2, 1, 2, 2, 2, 12, True, True, True)"
     finally:
         fresh.kill()
+
+
+def test_a_value_that_fails_to_load_loses_only_itself_and_what_shares_with_it(kernel, tmp_path):
+    # All values were one pickle: one __setstate__ that raised lost every name. Conn is
+    # bound to no name, so the failing part is where its class is first pickled: that class
+    # stays whole for `other`, another instance of it.
+    code = ("class Conn:\n    def __init__(self, path): self.path = path\n"
+            "    def __getstate__(self): return {'path': self.path}\n"
+            "    def __setstate__(self, state):\n        self.path = state['path']\n"
+            "        self.cfg = open(self.path).read()\n"
+            "open('cfg.txt', 'w').write('cfg')\nopen('other.txt', 'w').write('other')\n"
+            "conn = Conn('cfg.txt')\nother = Conn('other.txt')\ndel Conn\n"
+            "results = [1, 2]\nalias = results\nholder = [conn]\n"
+            "def twice(v): return 2 * v\nmodel = {'w': 3}\nresults")
+    assert kernel.execute(code)[0]["status"] == "ok"
+    op, parts = _save(kernel)
+    assert op["unsaved"] == []
+    (tmp_path / "cfg.txt").unlink()
+    fresh, op = _revive(kernel, tmp_path, parts)
+    try:
+        assert op["failed"] == ["conn", "holder"]
+        assert _result(fresh, "(results, alias is results, Out[1] is results, twice(2), model, "
+                              "other.cfg, type(other).__name__, 'conn' in dir(), "
+                              "'holder' in dir())") == \
+            "([1, 2], True, True, 4, {'w': 3}, 'other', 'Conn', False, False)"
+    finally:
+        fresh.kill()
+
+def test_snapshots_of_earlier_formats_still_load():
+    # FORMAT 1 (no history) and 2 (one pickle of everything, or one per name), as kenneld
+    # may hold them from before an upgrade.
+    import pickle
+    import sys
+    import dill
+    sys.path.insert(0, str(KERNEL.parent))
+    import kennel_snapshot
+
+    def old(obj):
+        return dill.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL, recurse=True)
+
+    shared = [1]
+    v2 = {"format": 2, "modules": {"m": "math"}, "execution_count": 3,
+          "inputs": [(1, "shared", "shared")], "reprs": {1: "[1]"}, "unders": [],
+          "together": old({"ns": {"shared": shared, "alias": shared}, "outputs": {1: shared}})}
+    ns = {}
+    count, failed, history = kennel_snapshot.restore(pickle.dumps(v2), ns)
+    assert (count, failed) == (3, [])
+    assert ns["alias"] is ns["shared"] is history["outputs"][1] and ns["m"].pi > 3
+    v2_each = {**v2, "each": {"a": old(5), "b": b"not a pickle"}, "outputs_each": {}}
+    del v2_each["together"]
+    ns = {}
+    count, failed, _ = kennel_snapshot.restore(pickle.dumps(v2_each), ns)
+    assert failed == ["b"] and ns["a"] == 5
+    v1 = {"format": 1, "modules": {}, "execution_count": 2, "together": old({"y": 2})}
+    ns = {}
+    count, failed, history = kennel_snapshot.restore(pickle.dumps(v1), ns)
+    assert (count, failed, ns, history["inputs"]) == (2, [], {"y": 2}, [])
