@@ -4,10 +4,11 @@ save() pickles every name it can with dill (so functions, lambdas and classes de
 cells survive; plain pickle when dill is missing), notes modules by name to import again,
 and lists the names it could not keep (generators, sockets, open files…). It keeps the
 session's history too: every cell's input and the outputs that pickle (`Out[N]`). IPython's
-own names (`_`, `_i3`, `_3`, `In`, …) are not saved as names: they are made again from the
-history. restore() loads a snapshot into a namespace and lists the names that failed; one
-that fails takes with it only the names that share objects with it. kenneld stores the bytes
-without looking at them, out of the kernel's reach.
+own names (`_`, `_i3`, `_3`, `In`, `exit`, …) are not saved as names while they hold
+IPython's values: they are made again from the history, or by the new shell. restore() loads
+a snapshot into a namespace and lists the names that failed; one that fails takes with it
+only the names that share objects with it. kenneld stores the bytes without looking at
+them, out of the kernel's reach.
 """
 
 import importlib
@@ -121,17 +122,18 @@ def _persistent_load(ns, pid):
 
 
 def save(ns, skip, execution_count, history=None):
-    """Return (snapshot bytes, names that could not be saved). history: {"inputs": [(line,
-    parsed, raw)], "outputs": {line: value}, "reprs": {line: text}, "unders": names among
-    `_`, `__`, `___` that hold the user's own values, saved as names}, or None. Functions
-    keep ns as their globals only when ns is __main__'s dict, as the shell's user_ns is (see
-    _Pickler)."""
+    """Return (snapshot bytes, names that could not be saved). skip: IPython's hidden names
+    and the values it put there (user_ns_hidden): a name is skipped while it holds that very
+    value. history: {"inputs": [(line, parsed, raw)], "outputs": {line: value}, "reprs":
+    {line: text}, "unders": names among `_`, `__`, `___` that hold the user's own values,
+    saved as names}, or None. Functions keep ns as their globals only when ns is __main__'s
+    dict, as the shell's user_ns is (see _Pickler)."""
     history = history or {"inputs": [], "outputs": {}, "reprs": {}, "unders": []}
     unders = set(history.get("unders", ()))  # `_`, `__`, `___` the user assigned
     lines = ({line for line, _, _ in history["inputs"]}, set(history["outputs"]))
     modules, items = {}, []
     for name, value in list(ns.items()):
-        if name not in unders and (name in skip or _is_ipythons(name, lines)):
+        if name not in unders and (_is_shells(name, value, skip) or _is_ipythons(name, lines)):
             continue
         if isinstance(value, types.ModuleType):
             modules[name] = value.__name__
@@ -145,6 +147,12 @@ def save(ns, skip, execution_count, history=None):
                 "inputs": list(history["inputs"]), "reprs": dict(history["reprs"]),
                 "unders": sorted(unders & saved), "values": data, "parts": parts}
     return pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL), sorted(unsaved)
+
+
+def _is_shells(name, value, skip):
+    """Whether name holds what the shell put there (exit, get_ipython, In, CellTimeout…)
+    rather than a value of the user's under the same name."""
+    return name in skip and skip[name] is value
 
 
 def _is_ipythons(name, lines):

@@ -758,6 +758,23 @@ def test_a_value_that_fails_to_load_loses_only_itself_and_what_shares_with_it(ke
     finally:
         fresh.kill()
 
+def test_user_values_under_the_shells_names_are_kept(kernel, tmp_path):
+    # Names the shell hides (exit, CellTimeout, get_ipython, In…) were skipped whatever they
+    # held; now only while they hold the shell's own value.
+    code = "exit = 'mine'\nCellTimeout = 3"
+    assert kernel.execute(code)[0]["status"] == "ok"
+    op, parts = _save(kernel)
+    assert op["unsaved"] == []
+    fresh, op = _revive(kernel, tmp_path, parts)
+    try:
+        assert op["failed"] == []
+        assert _result(fresh, "(exit, CellTimeout, type(get_ipython()).__name__, "
+                              "callable(quit), In[1])") == \
+            "('mine', 3, 'KennelShell', True, \"exit = 'mine'\\nCellTimeout = 3\")"
+    finally:
+        fresh.kill()
+
+
 def test_snapshots_of_earlier_formats_still_load():
     # FORMAT 1 (no history) and 2 (one pickle of everything, or one per name), as kenneld
     # may hold them from before an upgrade.
