@@ -1,7 +1,8 @@
 """kennel_snapshot: a session's user namespace to bytes and back, for idle eviction.
 
 save() pickles every name it can with dill (so functions, lambdas and classes defined in
-cells survive; plain pickle when dill is missing), notes modules by name to import again,
+cells survive; plain pickle when dill is missing), notes modules by name to import again
+(those that are what sys.modules holds under their name; others are values like any other),
 and lists the names it could not keep (generators, sockets, open files…). It keeps the
 session's history too: every cell's input and the outputs that pickle (`Out[N]`). IPython's
 own names (`_`, `_i3`, `_3`, `In`, `exit`, …) are not saved as names while they hold
@@ -48,7 +49,9 @@ class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
       rather than copying what the function uses); restored, it is bound to the namespace
       it is restored into, and sees and sets the names there.
     - A file object is refused (dill would reopen it on restore, and a file opened for
-      writing would be emptied), and with it every value that holds one."""
+      writing would be emptied), and with it every value that holds one.
+    - A module that is not the one imported under its name (types.ModuleType("json"), say)
+      is pickled as a new module with its attributes, not as the import of that name."""
 
     def __init__(self, file, ns):
         dill_options = {} if _pickler is pickle else {"recurse": False}
@@ -61,6 +64,10 @@ class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
     def reducer_override(self, obj):
         if isinstance(obj, io.IOBase) and not isinstance(obj, _MEMORY_FILES):
             raise pickle.PicklingError(f"{type(obj).__name__}: a file is not kept")
+        if isinstance(obj, types.ModuleType) and sys.modules.get(obj.__name__) is not obj:
+            state = dict(obj.__dict__)
+            state.pop("__builtins__", None)
+            return _new_module, (obj.__name__,), state
         return NotImplemented
 
     def rollback(self, memo_len):
@@ -69,6 +76,10 @@ class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
         self.memo = {k: v for k, v in self.memo.items() if v[0] < memo_len}
         if hasattr(self, "_postproc"):  # dill's stack of objects being built
             self._postproc = OrderedDict()
+
+
+def _new_module(name):
+    return types.ModuleType(name)
 
 
 class _Unpickler(_pickler.Unpickler):
@@ -135,7 +146,7 @@ def save(ns, skip, execution_count, history=None):
     for name, value in list(ns.items()):
         if name not in unders and (_is_shells(name, value, skip) or _is_ipythons(name, lines)):
             continue
-        if isinstance(value, types.ModuleType):
+        if isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is value:
             modules[name] = value.__name__
             continue
         items.append((("ns", name), value))

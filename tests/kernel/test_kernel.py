@@ -775,6 +775,23 @@ def test_user_values_under_the_shells_names_are_kept(kernel, tmp_path):
         fresh.kill()
 
 
+def test_a_module_not_imported_under_its_name_is_kept_as_a_value(kernel, tmp_path):
+    # A module was restored by importing its __name__: this one came back as the real json.
+    code = ("import types, json as j\nfake = types.ModuleType('json')\nfake.x = 1\n"
+            "odd = types.ModuleType('odd')\nodd.gen = (i for i in ())")
+    assert kernel.execute(code)[0]["status"] == "ok"
+    op, parts = _save(kernel)
+    assert op["unsaved"] == ["odd"]
+    fresh, op = _revive(kernel, tmp_path, parts)
+    try:
+        assert op["failed"] == []
+        assert _result(fresh, "(fake.x, hasattr(fake, 'dumps'), fake is j, j.dumps([1]), "
+                              "type(fake) is types.ModuleType, 'odd' in dir())") == \
+            "(1, False, False, '[1]', True, False)"
+    finally:
+        fresh.kill()
+
+
 def test_snapshots_of_earlier_formats_still_load():
     # FORMAT 1 (no history) and 2 (one pickle of everything, or one per name), as kenneld
     # may hold them from before an upgrade.
