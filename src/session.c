@@ -1104,6 +1104,12 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
     if (self->state == SESSION_ENDED)
         return;
     char evalue[320];
+    if (self->evicting && self->restart_pending) {
+        /* A restart came while the eviction killed the kernel: the restart wins (its
+         * snapshot is dropped already); the session once stayed "starting" for ever. */
+        self->evicting = 0;
+        self->state = SESSION_IDLE;
+    }
     if (self->evicting) {
         /* Idle eviction, step 3: the kernel is gone, its state kept. */
         self->evicting = 0;
@@ -1122,7 +1128,8 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
                  "[kennel: the kernel %.200s while %s this session's saved state; it starts "
                  "fresh]\n",
                  how, self->state == SESSION_SAVING ? "saving" : "restoring");
-        s_set_notice(self, evalue);
+        if (!self->restart_pending) /* a restart asked for is no news */
+            s_set_notice(self, evalue);
         self->ops->snapshot_drop(self->ctx);
         self->restore_pending = 0;
     }

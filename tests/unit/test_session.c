@@ -984,6 +984,34 @@ TEST(evicted_session_expires_after_ttl)
     s_rec_free(r);
 }
 
+TEST(restart_while_eviction_kills_the_kernel)
+{
+    /* The restart wins; the session once stayed "starting" for ever, every frame ignored. */
+    rec_t *r = s_rec_new();
+    session_t *s = s_session_with(r, 8, 0, 1 << 20);
+    s_hello(s);
+    session_on_timer(s, SESSION_TIMER_IDLE);
+    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "S"};
+    s_kernel(s, 2, saved);
+    session_on_snapshot_stored(s, NULL);
+    s_request(s, ROUTE_CONTROL, "shutdown_request", json_pack("{s:b}", "restart", 1), NULL);
+    int starts = r->starts, drops = r->snapshot_drops;
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
+    CHECK_EQ_INT(r->starts, starts + 1);
+    CHECK(r->snapshot_drops >= drops);
+    CHECK(r->snapshot == NULL);
+    CHECK_EQ_INT(session_state(s), SESSION_STARTING);
+    int before = r->nsent;
+    s_hello(s);
+    CHECK_EQ_INT(session_state(s), SESSION_IDLE);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), id);
+    CHECK_EQ_INT(session_state(s), SESSION_BUSY);
+    CHECK(s_find(r, before, "stream") < 0); /* no notice: the restart was asked for */
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 TEST(a_save_as_kenneld_stops_starts_no_ttl)
 {
     /* --idle at least --ttl: the eviction kenneld's stop asks for once ended the session at
@@ -1042,6 +1070,7 @@ int main(void)
     RUN(stop_on_error_aborts_consecutive_executes);
     RUN(snapshot_kept_off_the_loop);
     RUN(a_save_as_kenneld_stops_starts_no_ttl);
+    RUN(restart_while_eviction_kills_the_kernel);
     RUN(kernel_violations);
     RUN(stdin_round_trip);
     RUN(interrupt_and_shutdown);
