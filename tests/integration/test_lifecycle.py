@@ -596,3 +596,16 @@ def test_ending_a_busy_session_answers_its_clients(kenneld, connect):
         reply = shell_reply(kc, msg_id, timeout=5)
         assert reply["content"]["status"] == "error", reply["content"]
         assert reply["content"]["ename"] == "SessionEnded", reply["content"]
+
+
+@pytest.mark.own_kenneld
+def test_kenneld_stopping_answers_the_running_cell(kenneld, connect):
+    """SIGTERM while a cell runs: its client gets an error reply, not silence."""
+    kc = connect(kenneld.create("stopping")["connection_file"])
+    msg_id = kc.execute("import time\ntime.sleep(30)")
+    wait_for(lambda: kenneld.ok("info_request", {"session": "stopping"})["session"]["state"]
+             == "busy", timeout=10, what="the cell to run")
+    kenneld.stop()
+    reply = shell_reply(kc, msg_id, timeout=5)
+    assert reply["content"]["ename"] == "SessionEnded", reply["content"]
+    assert "kenneld stopped" in reply["content"]["evalue"]
