@@ -2280,8 +2280,7 @@ static void s_restore_one(broker_t *self, const char *dir)
     if (s) {
         snprintf(path, sizeof path, "%s/snapshot", dir);
         int has_state = access(path, F_OK) == 0;
-        if (has_state)
-            session_start_evicted(s->core);
+        session_start_restored(s->core, has_state);
         s_serve(self, s);
         if (launcher_fd >= 0)
             s_watch_launcher(s, launcher_fd);

@@ -323,6 +323,8 @@ static int s_stops_on_error(const jmsg_t *req)
            !s_json_true(c, "silent", 0);
 }
 
+static void s_arm_ttl(session_t *self);
+
 static int s_start_kernel(session_t *self)
 {
     self->had_hello = 0;
@@ -333,6 +335,7 @@ static int s_start_kernel(session_t *self)
             snprintf(self->start_error, sizeof self->start_error, "%s", strerror(saved));
         LOG_W("session=%s: kernel start failed: %s", self->id, self->start_error);
         self->state = SESSION_DEAD;
+        s_arm_ttl(self);
         errno = saved;
         return -1;
     }
@@ -345,11 +348,10 @@ int session_start(session_t *self)
     return s_start_kernel(self);
 }
 
-static void s_arm_ttl(session_t *self);
 
-void session_start_evicted(session_t *self)
+void session_start_restored(session_t *self, int has_state)
 {
-    self->state = SESSION_EVICTED;
+    self->state = has_state ? SESSION_EVICTED : SESSION_DEAD;
     s_arm_ttl(self);
 }
 
@@ -466,7 +468,8 @@ int session_save(session_t *self)
 
 void session_on_timer(session_t *self, session_timer_t which)
 {
-    if (which == SESSION_TIMER_IDLE && self->state == SESSION_EVICTED) {
+    if (which == SESSION_TIMER_IDLE &&
+        (self->state == SESSION_EVICTED || self->state == SESSION_DEAD)) {
         LOG_I("session=%s: unused for %lld ms: ending it", self->id, self->limits.ttl_ms);
         session_end(self, "the session was unused for its time to live and ended");
         self->ops->ended(self->ctx);
@@ -1182,6 +1185,7 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
         else
             snprintf(evalue, sizeof evalue, "the kernel %.200s before it was ready", how);
         self->state = SESSION_DEAD;
+        s_arm_ttl(self); /* a session no kernel serves expires as an evicted one does */
     }
     self->start_error[0] = '\0';
     s_fail_waiting(self, evalue);

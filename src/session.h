@@ -94,8 +94,10 @@ void session_on_timer(session_t *self, session_timer_t which);
 /*  The snapshot ops->snapshot_store took is kept (why NULL), or could not be (why says
  *  why). */
 void session_on_snapshot_stored(session_t *self, const char *why);
-/*  Start as an evicted session whose snapshot is already stored (kenneld restarted). */
-void session_start_evicted(session_t *self);
+/*  Start as a session of an earlier kenneld: evicted when its snapshot is stored
+ *  (has_state), else with no kernel (DEAD: one starts on first use). Either ends when
+ *  unused for its time to live. */
+void session_start_restored(session_t *self, int has_state);
 /*  Save the kernel's state now and evict it (kenneld is stopping): 1 when a save started,
  *  0 when there is nothing to save (no kernel), -1 when the kernel is busy. */
 int session_save(session_t *self);

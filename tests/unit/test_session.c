@@ -609,6 +609,33 @@ TEST(failed_start_fails_waiting_requests)
     s_rec_free(r);
 }
 
+TEST(a_session_no_kernel_serves_expires)
+{
+    /* DEAD (its kernel cannot start; or busy when kenneld stopped, restored without state):
+     * it once held its directory and a --max-sessions place for ever. */
+    rec_t *r = s_rec_new();
+    session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
+                            .idle_timeout_ms = 60000, .ttl_ms = 3600000};
+    session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
+    session_start(s);
+    session_on_kernel_exit(s, "exited with status 1", SESSION_EXIT_CRASH);
+    CHECK_EQ_INT(session_state(s), SESSION_DEAD);
+    CHECK(r->idle_ms > 3600000 - 5000 && r->idle_ms <= 3600000);
+    session_on_timer(s, SESSION_TIMER_IDLE);
+    CHECK_EQ_INT(session_state(s), SESSION_ENDED);
+    CHECK_EQ_INT(r->ended, 1);
+    session_destroy(&s);
+    /* Restored without state: the same. */
+    r->ended = 0;
+    s = session_new("id2", "name2", &lim, &s_ops, r);
+    session_start_restored(s, 0);
+    CHECK_EQ_INT(session_state(s), SESSION_DEAD);
+    session_on_timer(s, SESSION_TIMER_IDLE);
+    CHECK_EQ_INT(r->ended, 1);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 TEST(queue_limit)
 {
     rec_t *r = s_rec_new();
@@ -1077,6 +1104,7 @@ int main(void)
     RUN(restart_keeps_session);
     RUN(kernel_death_fails_request_and_restarts);
     RUN(failed_start_fails_waiting_requests);
+    RUN(a_session_no_kernel_serves_expires);
     RUN(queue_limit);
     RUN(unknown_and_misrouted_ignored);
     RUN(deadline_signal_then_grace_kill);
