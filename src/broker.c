@@ -1288,7 +1288,8 @@ static int s_op_snapshot_store(void *ctx, const void *data, size_t len, const ch
         char image[PATH_MAX + 32];
         snprintf(image, sizeof image, "%s/workspace.img", s->dir);
         struct stat st;
-        unsigned long long used = stat(image, &st) == 0 ? (unsigned long long)st.st_blocks * 512 : 0;
+        unsigned long long used =
+            stat(image, &st) == 0 ? (unsigned long long)st.st_blocks * 512 : 0;
         if (used + len > s->limits.disk_bytes) {
             snprintf(reason, sizeof reason,
                      "the snapshot's %zu bytes and the workspace's %llu are over the session's "
@@ -2291,7 +2292,8 @@ static void s_restore_one(broker_t *self, const char *dir)
          * an image this kenneld cannot mount), a directory with the user's files or saved
          * state is never removed here: kept for a later kenneld, or for its operator. */
         if (!why)
-            why = err.ename ? err.evalue : "its meta.json or connection.json is missing or unreadable";
+            why = err.ename ? err.evalue
+                            : "its meta.json or connection.json is missing or unreadable";
         if (s_worth_keeping(dir)) {
             LOG_E("cannot restore the session in %s: %s; it is kept, not served (it holds a "
                   "workspace image, saved state or files)", dir, why);

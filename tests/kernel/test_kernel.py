@@ -3,6 +3,7 @@
 Run with: /usr/bin/python3 -m pytest -q tests/kernel
 """
 
+import contextlib
 import json
 import re
 import signal
@@ -690,23 +691,33 @@ def _result(fresh, code):
     return only(iopub, "execute_result")["data"]["text/plain"]
 
 
+@contextlib.contextmanager
+def _evicted(kernel, tmp_path, code, unsaved=(), failed=(), meanwhile=None):
+    """Run code, save the namespace (unsaved: the names it could not keep), call meanwhile(),
+    and yield a fresh kernel with it restored (failed: the names that did not load)."""
+    assert kernel.execute(code)[0]["status"] == "ok"
+    op, parts = _save(kernel)
+    assert op["unsaved"] == list(unsaved)
+    if meanwhile:
+        meanwhile()
+    fresh, op = _revive(kernel, tmp_path, parts)
+    try:
+        assert op["failed"] == list(failed)
+        yield fresh
+    finally:
+        fresh.kill()
+
+
 def test_an_open_file_is_listed_as_lost_and_its_file_left_as_it_was(kernel, tmp_path):
-    # dill pickled a file object and reopened it on restore: a file open for writing came
+    # dill pickled an open file and reopened it on restore in its mode: one open for writing came
     # back emptied. Files, and values that hold one, are now not kept; in-memory ones are.
     code = ("import io\nfh = open('log.txt', 'w')\nfh.write('important data\\n')\nfh.flush()\n"
             "held = {'out': open('held.txt', 'w'), 'n': 1}\nheld['out'].write('kept\\n')\n"
             "held['out'].flush()\nmemory = io.StringIO('in memory')")
-    assert kernel.execute(code)[0]["status"] == "ok"
-    op, parts = _save(kernel)
-    assert op["unsaved"] == ["fh", "held"]
-    fresh, op = _revive(kernel, tmp_path, parts)
-    try:
-        assert op["failed"] == []
+    with _evicted(kernel, tmp_path, code, unsaved=["fh", "held"]) as fresh:
         assert _result(fresh, "(open('log.txt').read(), open('held.txt').read(), "
                               "memory.getvalue(), 'fh' in dir())") == \
             "('important data\\n', 'kept\\n', 'in memory', False)"
-    finally:
-        fresh.kill()
 
 
 def test_restored_functions_use_the_namespace_they_are_restored_into(kernel, tmp_path):
@@ -718,18 +729,11 @@ def test_restored_functions_use_the_namespace_they_are_restored_into(kernel, tmp
             "g = lambda: x\nbox = {'f': f}\n"
             "def outer():\n    y = 10\n    def inner(): return x + y\n    return inner\n"
             "h = outer()")
-    assert kernel.execute(code)[0]["status"] == "ok"
-    op, parts = _save(kernel)
-    assert op["unsaved"] == []
-    fresh, op = _revive(kernel, tmp_path, parts)
-    try:
-        assert op["failed"] == []
+    with _evicted(kernel, tmp_path, code) as fresh:
         assert _result(fresh, "x = 2\nbump()\n(f(), counter, K().get(), g(), box['f'](), h(), "
                               "box['f'] is f, f.__globals__ is globals(), "
                               "K.get.__globals__ is globals())") == \
             "(2, 1, 2, 2, 2, 12, True, True, True)"
-    finally:
-        fresh.kill()
 
 
 def test_a_value_that_fails_to_load_loses_only_itself_and_what_shares_with_it(kernel, tmp_path):
@@ -744,52 +748,32 @@ def test_a_value_that_fails_to_load_loses_only_itself_and_what_shares_with_it(ke
             "conn = Conn('cfg.txt')\nother = Conn('other.txt')\ndel Conn\n"
             "results = [1, 2]\nalias = results\nholder = [conn]\n"
             "def twice(v): return 2 * v\nmodel = {'w': 3}\nresults")
-    assert kernel.execute(code)[0]["status"] == "ok"
-    op, parts = _save(kernel)
-    assert op["unsaved"] == []
-    (tmp_path / "cfg.txt").unlink()
-    fresh, op = _revive(kernel, tmp_path, parts)
-    try:
-        assert op["failed"] == ["conn", "holder"]
+    with _evicted(kernel, tmp_path, code, failed=["conn", "holder"],
+                  meanwhile=(tmp_path / "cfg.txt").unlink) as fresh:
         assert _result(fresh, "(results, alias is results, Out[1] is results, twice(2), model, "
                               "other.cfg, type(other).__name__, 'conn' in dir(), "
                               "'holder' in dir())") == \
             "([1, 2], True, True, 4, {'w': 3}, 'other', 'Conn', False, False)"
-    finally:
-        fresh.kill()
+
 
 def test_user_values_under_the_shells_names_are_kept(kernel, tmp_path):
     # Names the shell hides (exit, CellTimeout, get_ipython, In…) were skipped whatever they
     # held; now only while they hold the shell's own value.
     code = "exit = 'mine'\nCellTimeout = 3"
-    assert kernel.execute(code)[0]["status"] == "ok"
-    op, parts = _save(kernel)
-    assert op["unsaved"] == []
-    fresh, op = _revive(kernel, tmp_path, parts)
-    try:
-        assert op["failed"] == []
+    with _evicted(kernel, tmp_path, code) as fresh:
         assert _result(fresh, "(exit, CellTimeout, type(get_ipython()).__name__, "
                               "callable(quit), In[1])") == \
             "('mine', 3, 'KennelShell', True, \"exit = 'mine'\\nCellTimeout = 3\")"
-    finally:
-        fresh.kill()
 
 
 def test_a_module_not_imported_under_its_name_is_kept_as_a_value(kernel, tmp_path):
     # A module was restored by importing its __name__: this one came back as the real json.
     code = ("import types, json as j\nfake = types.ModuleType('json')\nfake.x = 1\n"
             "odd = types.ModuleType('odd')\nodd.gen = (i for i in ())")
-    assert kernel.execute(code)[0]["status"] == "ok"
-    op, parts = _save(kernel)
-    assert op["unsaved"] == ["odd"]
-    fresh, op = _revive(kernel, tmp_path, parts)
-    try:
-        assert op["failed"] == []
+    with _evicted(kernel, tmp_path, code, unsaved=["odd"]) as fresh:
         assert _result(fresh, "(fake.x, hasattr(fake, 'dumps'), fake is j, j.dumps([1]), "
                               "type(fake) is types.ModuleType, 'odd' in dir())") == \
             "(1, False, False, '[1]', True, False)"
-    finally:
-        fresh.kill()
 
 
 def test_snapshots_of_earlier_formats_still_load():
