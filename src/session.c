@@ -348,7 +348,6 @@ int session_start(session_t *self)
     return s_start_kernel(self);
 }
 
-
 void session_start_restored(session_t *self, int has_state)
 {
     self->state = has_state ? SESSION_EVICTED : SESSION_DEAD;
