@@ -1243,20 +1243,43 @@ static void s_snap_done(void *arg)
     free(j);
 }
 
+/*  Queue the removal of a closed session's directory (id) on b's worker, after the jobs
+ *  already there. 0, or -1 with errno. */
+static int s_remove_later(broker_t *b, const char *id, const char *dir)
+{
+    snap_job_t *j = calloc(1, sizeof *j);
+    if (!j)
+        return -1;
+    j->broker = b;
+    j->kind = SNAP_REMOVE_DIR;
+    snprintf(j->id, sizeof j->id, "%s", id);
+    snprintf(j->path, sizeof j->path, "%s", dir);
+    if (worker_submit(b->worker, s_snap_run, s_snap_done, j) < 0) {
+        int saved = errno;
+        free(j);
+        errno = saved;
+        return -1;
+    }
+    return 0;
+}
+
 /*  Queue a job for s (path: its snapshot, or for SNAP_REMOVE_DIR its directory). data is
  *  copied. 0, or -1 with errno. */
 static int s_snap_submit(sess_t *s, snap_kind_t kind, const void *data, size_t len)
 {
+    if (kind == SNAP_REMOVE_DIR) {
+        if (s_remove_later(s->broker, s->id, s->dir) < 0)
+            return -1;
+        s->snap_jobs++;
+        return 0;
+    }
     snap_job_t *j = calloc(1, sizeof *j);
     if (!j)
         return -1;
     j->broker = s->broker;
     j->kind = kind;
     snprintf(j->id, sizeof j->id, "%s", s->id);
-    if (kind == SNAP_REMOVE_DIR)
-        snprintf(j->path, sizeof j->path, "%s", s->dir);
-    else
-        s_snapshot_path(s, j->path, sizeof j->path);
+    s_snapshot_path(s, j->path, sizeof j->path);
     if (kind == SNAP_STORE) {
         j->data = malloc(len ? len : 1);
         if (!j->data) {
@@ -1445,6 +1468,9 @@ typedef struct {
     cgroup_t *cg;
     char dir[PATH_MAX];      /* "" to keep the directory */
     char mount[PATH_MAX];    /* a workspace image to unmount once the kernel is gone, or "" */
+    broker_t *worker_of;     /* its directory is removed on this broker's worker (a snapshot
+                              * was being written there), or NULL: here */
+    char id[40];
 } orphan_t;
 
 static void s_orphan_finish(orphan_t *o)
@@ -1453,7 +1479,8 @@ static void s_orphan_finish(orphan_t *o)
     cgroup_destroy(&o->cg);
     if (o->mount[0] && disk_unmount(o->mount, 0) < 0)
         PLOG_E("umount(%s)", o->mount);
-    if (o->dir[0] && statedir_remove_tree(o->dir) < 0)
+    if (o->dir[0] && (!o->worker_of || s_remove_later(o->worker_of, o->id, o->dir) < 0) &&
+        statedir_remove_tree(o->dir) < 0)
         PLOG_W("remove %s", o->dir);
     free(o);
 }
@@ -1595,10 +1622,14 @@ static void s_close_sess(sess_t *s, int forget)
          * (the image file goes with the directory; its space, with the last user). */
         s_disk_unmount(s, 1);
         snprintf(o->dir, sizeof o->dir, "%s", s->dir);
-        /* A snapshot still being written there: removed after it, on the worker. */
-        if ((s->snap_jobs == 0 || s_snap_submit(s, SNAP_REMOVE_DIR, NULL, 0) < 0) &&
-            statedir_remove_tree(s->dir) < 0 && s->has_proc == 0)
+        /* A snapshot still being written there: removed after it, on the worker (the
+         * orphan's last pass too). */
+        if (s->snap_jobs > 0 && s_snap_submit(s, SNAP_REMOVE_DIR, NULL, 0) == 0) {
+            o->worker_of = b;
+            snprintf(o->id, sizeof o->id, "%s", s->id);
+        } else if (statedir_remove_tree(s->dir) < 0 && s->has_proc == 0) {
             PLOG_W("session=%s: remove %s", s->id, s->dir);
+        }
     } else if (s->disk_mounted) {
         /* Kept for the next kenneld: unmounted cleanly once the kernel has gone. */
         snprintf(o->mount, sizeof o->mount, "%s", s->workspace);

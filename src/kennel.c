@@ -147,14 +147,15 @@ static int s_cmd_new(int argc, char **argv)
                        ? (c == 'p' || c == 'c' || c == 'T' || c == 'i' ? s_number(optarg)
                                                                        : s_bytes(optarg))
                        : 0;
-        if (c == 'n' && json_string(optarg) == NULL) {
+        json_t *jname = c == 'n' ? json_string(optarg) : NULL;
+        if (c == 'n' && !jname) {
             /* (json_string's NULL, once dropped without a word: an unnamed session) */
             fprintf(stderr, "kennel: the name must be UTF-8 text\n");
             json_decref(content);
             json_decref(limits);
             return 2;
         } else if (c == 'n')
-            json_object_set_new(content, "name", json_string(optarg));
+            json_object_set_new(content, "name", jname);
         else if (c == 'N' && strcmp(optarg, "none") == 0)
             ; /* the only network a kernel has: none */
         else if ((c == 'd' || c == 'T' || c == 'i') && optarg && strcmp(optarg, "0") == 0)

@@ -60,6 +60,8 @@ struct session {
     char *notice;              /* told to the next cell: what a revival lost */
     char created[UTIL_ISO_LEN];
     long long active_ms;       /* monotonic time of the last client message */
+    long long used_ms;         /* ... or of the end of a request, if later: what the time to
+                                * live counts from (a day-long cell is no disuse) */
     long long cells;           /* execute_requests finished */
     long long restarts;
     log_limit_t warn_limit;
@@ -92,7 +94,7 @@ session_t *session_new(const char *id, const char *name, const session_limits_t 
     self->ctx = ops_ctx;
     self->state = SESSION_DEAD;
     util_iso_now(self->created);
-    self->active_ms = util_now_ms();
+    self->active_ms = self->used_ms = util_now_ms();
     return self;
 }
 
@@ -414,18 +416,25 @@ static void s_cell_end(session_t *self)
 /*  Restart the idle clock (any client message, the end of any request). */
 static void s_idle_rearm(session_t *self)
 {
+    self->used_ms = util_now_ms();
+    if (self->state == SESSION_EVICTED || self->state == SESSION_DEAD) {
+        /* No kernel to evict: the clock that runs is the time to live (an idle timeout
+         * here once ended such a session after --idle instead of --ttl). */
+        s_arm_ttl(self);
+        return;
+    }
     if (self->limits.idle_timeout_ms > 0)
         self->ops->timer_arm(self->ctx, SESSION_TIMER_IDLE, self->limits.idle_timeout_ms);
 }
 
 /*  After eviction the idle timer counts down the rest of the session's time to live, from
- *  its last client message. Not while kenneld stops: that save is no sign of disuse (it
+ *  its last use (a client message, or the end of a request). Not while kenneld stops: that save is no sign of disuse (it
  *  once ended, directory and all, every session whose --idle was at least its --ttl). */
 static void s_arm_ttl(session_t *self)
 {
     if (self->limits.ttl_ms <= 0 || self->stopping)
         return;
-    long long left = self->limits.ttl_ms - (util_now_ms() - self->active_ms);
+    long long left = self->limits.ttl_ms - (util_now_ms() - self->used_ms);
     self->ops->timer_arm(self->ctx, SESSION_TIMER_IDLE, left > 1 ? left : 1);
 }
 

@@ -1004,6 +1004,12 @@ TEST(evicted_session_expires_after_ttl)
      * test's idle timer fired at once). */
     CHECK(r->idle_ms > 3600000 - 5000 && r->idle_ms <= 3600000);
     CHECK_EQ_INT(r->ended, 0);
+    /* A message that revives nothing (an interrupt) keeps the time to live running: an idle
+     * timeout once replaced it, and ended the session after --idle. */
+    r->idle_ms = 0;
+    s_request(s, ROUTE_CONTROL, "interrupt_request", NULL, NULL);
+    CHECK_EQ_INT(session_state(s), SESSION_EVICTED);
+    CHECK(r->idle_ms > 3600000 - 5000 && r->idle_ms <= 3600000);
     session_on_timer(s, SESSION_TIMER_IDLE);
     CHECK_EQ_INT(session_state(s), SESSION_ENDED);
     CHECK_EQ_INT(r->ended, 1);
