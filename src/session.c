@@ -1094,17 +1094,19 @@ int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **
 
 /* ---- kernel exit ------------------------------------------------------------------------- */
 
-/*  Fail every request still waiting (the kernel could not start). */
-static void s_fail_waiting(session_t *self, const char *evalue)
+/*  Fail every request still waiting, queued or for the first hello (the kernel could not
+ *  start, the session ended), each in its own busy/idle. */
+static void s_fail_waiting(session_t *self, const char *ename, const char *evalue,
+                           const char *outcome)
 {
     jmsg_t *req;
     while ((req = zlistx_detach(self->queue, NULL))) {
-        s_fail(self, ROUTE_SHELL, req, "KernelStartFailed", evalue, "crashed", FAIL_WRAP | FAIL_UNRUN);
+        s_fail(self, ROUTE_SHELL, req, ename, evalue, outcome, FAIL_WRAP | FAIL_UNRUN);
         jmsg_destroy(&req);
     }
     size_t i = 0;
     while ((req = zlistx_detach(self->info_waiting, NULL))) {
-        s_fail(self, self->info_channels[i++], req, "KernelStartFailed", evalue, "crashed",
+        s_fail(self, self->info_channels[i++], req, ename, evalue, outcome,
                FAIL_WRAP | FAIL_UNRUN);
         jmsg_destroy(&req);
     }
@@ -1196,7 +1198,7 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
         s_arm_ttl(self); /* a session no kernel serves expires as an evicted one does */
     }
     self->start_error[0] = '\0';
-    s_fail_waiting(self, evalue);
+    s_fail_waiting(self, "KernelStartFailed", evalue, "crashed");
 }
 
 void session_start_failed(session_t *self, const char *why)
@@ -1222,16 +1224,6 @@ void session_end(session_t *self, const char *why)
         s_publish_status(self, self->current, "idle");
         jmsg_destroy(&self->current);
     }
-    jmsg_t *req;
-    while ((req = zlistx_detach(self->queue, NULL))) {
-        s_fail(self, ROUTE_SHELL, req, "SessionEnded", why, "killed", FAIL_WRAP | FAIL_UNRUN);
-        jmsg_destroy(&req);
-    }
-    size_t i = 0;
-    while ((req = zlistx_detach(self->info_waiting, NULL))) {
-        s_fail(self, self->info_channels[i++], req, "SessionEnded", why, "killed",
-               FAIL_WRAP | FAIL_UNRUN);
-        jmsg_destroy(&req);
-    }
+    s_fail_waiting(self, "SessionEnded", why, "killed");
     self->state = SESSION_ENDED;
 }

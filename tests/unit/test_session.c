@@ -254,6 +254,14 @@ static session_t *s_session(rec_t *r, size_t max_queued)
     return s;
 }
 
+/*  A started session (not yet said hello) with this idle timeout and an hour to live. */
+static session_t *s_session_ttl(rec_t *r, const char *id, long long idle_ms)
+{
+    session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
+                            .idle_timeout_ms = idle_ms, .ttl_ms = 3600000};
+    return session_new(id, "name1", &lim, &s_ops, r);
+}
+
 /*  Index of the first message sent after `from` with this type, or -1. */
 static int s_find(rec_t *r, int from, const char *type)
 {
@@ -614,9 +622,7 @@ TEST(a_session_no_kernel_serves_expires)
     /* DEAD (its kernel cannot start; or busy when kenneld stopped, restored without state):
      * it once held its directory and a --max-sessions place for ever. */
     rec_t *r = s_rec_new();
-    session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
-                            .idle_timeout_ms = 60000, .ttl_ms = 3600000};
-    session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
+    session_t *s = s_session_ttl(r, "id1", 60000);
     session_start(s);
     session_on_kernel_exit(s, "exited with status 1", SESSION_EXIT_CRASH);
     CHECK_EQ_INT(session_state(s), SESSION_DEAD);
@@ -627,7 +633,7 @@ TEST(a_session_no_kernel_serves_expires)
     session_destroy(&s);
     /* Restored without state: the same. */
     r->ended = 0;
-    s = session_new("id2", "name2", &lim, &s_ops, r);
+    s = s_session_ttl(r, "id2", 60000);
     session_start_restored(s, 0);
     CHECK_EQ_INT(session_state(s), SESSION_DEAD);
     session_on_timer(s, SESSION_TIMER_IDLE);
@@ -883,15 +889,21 @@ TEST(idle_eviction_and_revival)
     s_rec_free(r);
 }
 
+/*  The saving kernel sends its state ("S"), and the store keeps it. */
+static void s_saved(session_t *s)
+{
+    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "S"};
+    CHECK_EQ_INT(s_kernel(s, 2, saved), 0);
+    session_on_snapshot_stored(s, NULL);
+}
+
 /*  A session evicted with a snapshot, then asked for a cell: its new kernel restoring. */
 static session_t *s_restoring(rec_t *r)
 {
     session_t *s = s_session_with(r, 8, 0, 1 << 20);
     s_hello(s);
     session_on_timer(s, SESSION_TIMER_IDLE);
-    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "SNAP"};
-    s_kernel(s, 2, saved);
-    session_on_snapshot_stored(s, NULL);
+    s_saved(s);
     session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
     char id[40];
     s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), id);
@@ -989,15 +1001,11 @@ TEST(snapshot_kept_off_the_loop)
 TEST(evicted_session_expires_after_ttl)
 {
     rec_t *r = s_rec_new();
-    session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
-                            .idle_timeout_ms = 60000, .ttl_ms = 3600000};
-    session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
+    session_t *s = s_session_ttl(r, "id1", 60000);
     session_start(s);
     s_hello(s);
     session_on_timer(s, SESSION_TIMER_IDLE);
-    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "S"};
-    s_kernel(s, 2, saved);
-    session_on_snapshot_stored(s, NULL);
+    s_saved(s);
     session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
     CHECK_EQ_INT(session_state(s), SESSION_EVICTED);
     /* The rest of the time to live, counted from the last client message (just now: the
@@ -1024,9 +1032,7 @@ TEST(restart_while_eviction_kills_the_kernel)
     session_t *s = s_session_with(r, 8, 0, 1 << 20);
     s_hello(s);
     session_on_timer(s, SESSION_TIMER_IDLE);
-    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "S"};
-    s_kernel(s, 2, saved);
-    session_on_snapshot_stored(s, NULL);
+    s_saved(s);
     s_request(s, ROUTE_CONTROL, "shutdown_request", json_pack("{s:b}", "restart", 1), NULL);
     int starts = r->starts, drops = r->snapshot_drops;
     session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
@@ -1050,15 +1056,11 @@ TEST(a_save_as_kenneld_stops_starts_no_ttl)
     /* --idle at least --ttl: the eviction kenneld's stop asks for once ended the session at
      * once, directory and all. */
     rec_t *r = s_rec_new();
-    session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
-                            .idle_timeout_ms = 86400000, .ttl_ms = 3600000};
-    session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
+    session_t *s = s_session_ttl(r, "id1", 86400000);
     session_start(s);
     s_hello(s);
     CHECK_EQ_INT(session_save(s), 1);
-    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[]}", "S"};
-    s_kernel(s, 2, saved);
-    session_on_snapshot_stored(s, NULL);
+    s_saved(s);
     r->idle_ms = 0;
     session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
     CHECK_EQ_INT(session_state(s), SESSION_EVICTED);
