@@ -1263,16 +1263,9 @@ static int s_remove_later(broker_t *b, const char *id, const char *dir)
     return 0;
 }
 
-/*  Queue a job for s (path: its snapshot, or for SNAP_REMOVE_DIR its directory). data is
- *  copied. 0, or -1 with errno. */
+/*  Queue a store (data is copied) or a drop of s's snapshot. 0, or -1 with errno. */
 static int s_snap_submit(sess_t *s, snap_kind_t kind, const void *data, size_t len)
 {
-    if (kind == SNAP_REMOVE_DIR) {
-        if (s_remove_later(s->broker, s->id, s->dir) < 0)
-            return -1;
-        s->snap_jobs++;
-        return 0;
-    }
     snap_job_t *j = calloc(1, sizeof *j);
     if (!j)
         return -1;
@@ -1624,7 +1617,7 @@ static void s_close_sess(sess_t *s, int forget)
         snprintf(o->dir, sizeof o->dir, "%s", s->dir);
         /* A snapshot still being written there: removed after it, on the worker (the
          * orphan's last pass too). */
-        if (s->snap_jobs > 0 && s_snap_submit(s, SNAP_REMOVE_DIR, NULL, 0) == 0) {
+        if (s->snap_jobs > 0 && s_remove_later(b, s->id, s->dir) == 0) {
             o->worker_of = b;
             snprintf(o->id, sizeof o->id, "%s", s->id);
         } else if (statedir_remove_tree(s->dir) < 0 && s->has_proc == 0) {

@@ -151,9 +151,7 @@ static int s_cmd_new(int argc, char **argv)
         if (c == 'n' && !jname) {
             /* (json_string's NULL, once dropped without a word: an unnamed session) */
             fprintf(stderr, "kennel: the name must be UTF-8 text\n");
-            json_decref(content);
-            json_decref(limits);
-            return 2;
+            goto bad;
         } else if (c == 'n')
             json_object_set_new(content, "name", jname);
         else if (c == 'N' && strcmp(optarg, "none") == 0)
@@ -180,17 +178,13 @@ static int s_cmd_new(int argc, char **argv)
                 opt = "network (only none)";
             if (c != '?')
                 fprintf(stderr, "kennel: bad value for --%s: %s\n", opt, optarg ? optarg : "");
-            json_decref(content);
-            json_decref(limits);
-            return 2;
+            goto bad;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "kennel: new takes no argument %s (a name goes after --name)\n",
                 argv[optind]);
-        json_decref(content);
-        json_decref(limits);
-        return 2;
+        goto bad;
     }
     if (json_object_size(limits))
         json_object_set_new(content, "limits", limits);
@@ -201,7 +195,10 @@ static int s_cmd_new(int argc, char **argv)
         return 1;
     printf("%s\n", json_string_value(json_object_get(json_object_get(r, "session"), "connection_file")));
     json_decref(r);
-    return 0;
+    return 0;bad: /* a usage error, said */
+    json_decref(content);
+    json_decref(limits);
+    return 2;
 }
 
 static void s_human_bytes(char *out, size_t len, long long b)
