@@ -194,7 +194,7 @@ int config_load(config_t *cfg, int argc, char **argv)
             break;
         case 'y': {
             size_t v = 0;
-            rc = s_size(optarg, 256u << 20, (size_t)1 << 40, &v, "--memory"); /* a kernel's floor */
+            rc = s_size(optarg, KENNEL_MEMORY_MIN, (size_t)1 << 40, &v, "--memory");
             cfg->memory_bytes = v;
             break;
         }

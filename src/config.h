@@ -6,6 +6,11 @@
 #include <limits.h>
 #include <stddef.h>
 
+/*  The smallest memory limit a session may have, kenneld's default or its own: a kernel's
+ *  address space alone (the zygote's mappings) is over 224 MiB, and below this every start
+ *  failed, for good. */
+#define KENNEL_MEMORY_MIN (256ull << 20)
+
 typedef struct {
     char state_dir[PATH_MAX];
     char transport[8];         /* "tcp" or "ipc" for session channels */

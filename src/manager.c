@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "log.h"
 #include "route.h"
 #include "util.h"
@@ -26,7 +27,6 @@ struct manager {
     int park_timer;       /* retries the parked request, or -1 */
 };
 
-#define MEMORY_MIN (256 << 20) /* as kenneld's --memory */
 #define MANAGER_SNDHWM 8   /* replies queued for one client that does not read */
 #define PARK_RETRY_MS 1000 /* in case a word from the broker was missed; it should not be */
 
@@ -96,9 +96,7 @@ static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
             return "limits must be positive numbers (disk, idle and timeout may be 0: no cap, "
                    "never evicted, no deadline)";
         if (strcmp(key, "memory") == 0) {
-            /* A kernel's address space alone (the zygote's mappings) is over 224 MiB: below
-             * 256 MiB every start failed, for good. */
-            if (x < MEMORY_MIN || x > 1e12)
+            if (x < KENNEL_MEMORY_MIN || x > 1e12)
                 return "memory must be between 256 MiB (what a kernel needs to start) and 1 TB";
             lim->cg.memory_bytes = (unsigned long long)x;
         } else if (strcmp(key, "pids") == 0) {
