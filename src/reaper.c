@@ -60,8 +60,28 @@ pid_t reaper_fork_kernel(void)
     return kernel;
 }
 
+static volatile pid_t s_kernel;
+
+/*  An interrupt or a deadline reached this init: kenneld signals the session's process group,
+ *  and the kernel has it too, unless it left that group (os.setsid(), os.setpgrp()). Then the
+ *  kernel's own group gets it from here: once, whichever group the kernel is in. */
+static void s_forward(int sig)
+{
+    int saved = errno;
+    pid_t group = getpgid(s_kernel);
+    if (group > 0 && group != getpgrp())
+        kill(-group, sig);
+    errno = saved;
+}
+
 int reaper_run(pid_t kernel)
 {
+    s_kernel = kernel;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = s_forward;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
     for (;;) {
         int st;
         pid_t pid = wait(&st);

@@ -15,7 +15,9 @@ _Noreturn void reaper_fatal(const char *step, int err);
 /*  Ignore the signals kenneld sends the session's process group for the kernel (SIGINT to
  *  interrupt, SIGUSR2 at a deadline, …) with handler SIG_IGN, or restore them with SIG_DFL. */
 void reaper_signals(void (*handler)(int));
-/*  Reap every child until `kernel` exits; returns its exit status, 128+N for signal N. */
+/*  Reap every child until `kernel` exits; returns its exit status, 128+N for signal N. An
+ *  interrupt (SIGINT) or deadline (SIGUSR2) this process gets meanwhile is passed on to the
+ *  kernel's process group if the kernel left the session's. */
 int reaper_run(pid_t kernel);
 /*  Fork the kernel: from now on this process (the init) ignores the signals meant for the
  *  kernel, and the kernel starts with default dispositions and an empty mask. Returns as

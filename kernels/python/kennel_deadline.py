@@ -1,6 +1,6 @@
 """kennel_deadline: the exception a cell gets when it runs past its deadline.
 
-kenneld enforces a per-cell deadline by sending SIGUSR2 to the kernel's process group;
+kenneld enforces a per-cell deadline by sending SIGUSR2 to the session's process group;
 InterruptGate (kennel_pipe) turns it into CellTimeout inside the running cell, as it
 turns SIGINT into KeyboardInterrupt. KennelShell puts CellTimeout in the user namespace,
 so cells can write `except CellTimeout:`; `except TimeoutError:` catches it as well.

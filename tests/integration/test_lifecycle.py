@@ -14,7 +14,7 @@ import time
 import pytest
 
 from .itest_helpers import (control, finish, run, shell_reply, shell_request,
-                           skip_without_disk_caps, wait_for)
+                           skip_without_disk_caps, wait_for, wait_iopub)
 from .kenneld_proc import new_kenneld
 
 GRACE = ["--grace", "1"]
@@ -92,6 +92,42 @@ def test_a_sleeping_child_does_not_outlast_the_deadline(kenneld, connect):
     assert cell.content["status"] == "error"
     assert _meta(cell)["outcome"] == "timeout"
     assert run(kc, "'alive'", timeout=15).result == "'alive'"
+
+
+@pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
+@pytest.mark.parametrize("leave", ["os.setsid()", "os.setpgrp()"])
+def test_a_kernel_that_left_its_process_group_still_gets_deadlines_and_interrupts(
+        kenneld, connect, leave):
+    """kenneld signals the session's process group; a kernel out of it gets the signal from
+    the session's init, and so a CellTimeout (state kept) rather than the kill."""
+    info = kenneld.create("leaver", limits={"timeout": 2})
+    kc = connect(info["connection_file"])
+    run(kc, f"import os\n{leave}\nkept = 42\nos.getpgrp() == os.getpid()")
+    cell = run(kc, "import time\ntime.sleep(30)", timeout=10)
+    assert cell.content["ename"] == "CellTimeout", cell.content
+    assert _meta(cell)["outcome"] == "timeout"
+    assert "restarted" not in cell.content["evalue"]
+    assert run(kc, "kept").result == "42"
+    msg_id = kc.execute("time.sleep(30)")
+    wait_iopub(kc, msg_id, "execute_input")
+    time.sleep(0.2)
+    assert control(kc, "interrupt_request")["content"]["status"] == "ok"
+    assert shell_reply(kc, msg_id, timeout=5)["content"]["ename"] == "KeyboardInterrupt"
+    assert run(kc, "kept").result == "42"
+    assert kenneld.ok("info_request", {"session": "leaver"})["session"]["restarts"] == 0
+
+
+@pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
+def test_a_deadline_reaches_the_process_group_not_a_process_in_its_own_session(kenneld, connect):
+    """As README says: a background process in the kernel's group ends at a later cell's
+    deadline; one started in its own session lives on."""
+    info = kenneld.create("background", limits={"timeout": 1})
+    kc = connect(info["connection_file"])
+    run(kc, "import subprocess\n"
+            "grouped = subprocess.Popen(['sleep', '60'])\n"
+            "own = subprocess.Popen(['sleep', '60'], start_new_session=True)")
+    assert run(kc, "import time\ntime.sleep(30)", timeout=10).content["ename"] == "CellTimeout"
+    assert run(kc, "grouped.wait(5), own.poll()").result == "(-12, None)"  # -SIGUSR2
 
 
 def test_deadline_per_request_in_metadata(session):
