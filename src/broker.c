@@ -110,6 +110,7 @@ struct sess {
     int launcher_fd;         /* launched: a pidfd of the launcher, whose exit ends it; or -1 */
     int hold_timer;          /* the armed LAUNCHED_IOPUB_WAIT_MS timer, or -1 */
     int pipe_open;           /* proc.pipe_fd is registered for reading */
+    char killed_for[96];     /* why kenneld killed the running kernel, told with its exit */
     kpipe_t *decoder;
     uint8_t *out;            /* bytes waiting to be written to the kernel */
     size_t out_len, out_off;
@@ -151,6 +152,7 @@ static void s_pipe_close(sess_t *s)
 static void s_violation(sess_t *s, const char *why)
 {
     LOG_W("session=%s: kernel protocol violation: %s; killing it", s->id, why);
+    snprintf(s->killed_for, sizeof s->killed_for, "it broke the kernel pipe's protocol (%s)", why);
     s_pipe_close(s);
     if (s->has_proc)
         spawner_signal(&s->proc, SIGKILL);
@@ -778,6 +780,7 @@ static int s_kernel_started(sess_t *s)
     s->has_proc = 1;
     s->pipe_open = 1;
     s->mem_at = 0;
+    s->killed_for[0] = '\0';
     kpipe_destroy(&s->decoder);
     s->decoder = kpipe_new(b->cfg.max_pipe_frame);
     if (!s->decoder) {
@@ -1381,6 +1384,11 @@ static int s_on_pidfd(loop_t *loop, int fd, int revents, void *arg)
         }
         cgroup_destroy(&s->cg);
     }
+    if (s->killed_for[0] && kind == SESSION_EXIT_CRASH) {
+        size_t len = strlen(how);
+        snprintf(how + len, sizeof how - len, ": %s", s->killed_for);
+    }
+    s->killed_for[0] = '\0';
     LOG_I("session=%s: kernel %s", s->id, how);
     session_on_kernel_exit(s->core, how, kind);
     return 0;

@@ -207,6 +207,8 @@ class Pipe:
         self._wlock = threading.Lock()  # frames from different threads must not interleave
         self._rbuf = bytearray()
         os.set_blocking(fd, True)
+        st = os.fstat(fd)
+        self._ident = (st.st_dev, st.st_ino)
         # User code's subprocesses must not hold (or write to) kenneld's pipe.
         os.set_inheritable(fd, False)
         os.register_at_fork(after_in_child=self._after_fork)
@@ -221,6 +223,7 @@ class Pipe:
             raise OSError("the kernel pipe belongs to the kernel process, not a forked child")
         frame = encode_frame([encode_part(op)] + [encode_part(p) for p in parts])
         with self._gate.shielded(), self._wlock:
+            self._check()
             view = memoryview(frame)
             while view:
                 try:
@@ -269,12 +272,25 @@ class Pipe:
         # Wait outside the shield, so that a blocked input() can be interrupted, but read
         # inside it: an exception from a signal between os.read() returning and the bytes
         # reaching the buffer would lose part of a frame.
+        self._check()
         select.select([self._fd], [], [])
         with self._gate.shielded():
+            self._check()
             data = os.read(self._fd, 1 << 16)
             if not data:
                 os._exit(0)  # EOF: kenneld is done with this kernel
             self._rbuf += data
+
+    def _check(self):
+        # User code can close the pipe's fd or put another file on its number (os.dup2(x,
+        # 3)); the hangup watcher's poll() keeps the socket itself open, so kenneld would
+        # see no end and wait on a kernel whose frames went elsewhere. Such a kernel exits.
+        try:
+            st = os.fstat(self._fd)
+        except OSError:
+            os._exit(1)
+        if (st.st_dev, st.st_ino) != self._ident:
+            os._exit(1)
 
     def _watch_hangup(self):
         # recv() sees EOF only between cells; a cell that never ends would outlive

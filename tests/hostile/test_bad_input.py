@@ -206,10 +206,30 @@ def test_kernel_writing_garbage_into_its_pipe(kenneld, client, payload):
     assert r is not None, "no reply after the kernel broke protocol"
     assert r["content"]["status"] == "error"
     assert r["content"]["ename"] == "KernelDied"
+    assert "broke the kernel pipe's protocol" in r["content"]["evalue"], r["content"]["evalue"]
     assert time.monotonic() - t < 4
     assert_healthy(client, kenneld, value_code="1 + 1")
     info = kenneld.call("info_request", {"session": "victim"})["session"]
     assert info["restarts"] == 1
+
+
+@pytest.mark.parametrize("code", [
+    "os.dup2(os.open('/dev/null', os.O_WRONLY), 3)",
+    "os.close(3)",
+], ids=["dup2", "close"])
+def test_kernel_replacing_or_closing_its_pipe(kenneld, client, code):
+    """A kernel whose fd 3 is no longer its pipe exits at its next frame (here, the print's
+    output), rather than send the session's frames to another file and leave kenneld
+    waiting until the cell's deadline."""
+    _set_marker(client)
+    t = time.monotonic()
+    r = client.execute(f"import os, time; {code}; print('gone'); time.sleep(30)", timeout=15)
+    assert r is not None, "no reply after the kernel dropped its pipe"
+    assert r["content"]["ename"] == "KernelDied"
+    assert "exited with status 1" in r["content"]["evalue"], r["content"]["evalue"]
+    assert time.monotonic() - t < 5
+    assert_healthy(client, kenneld, value_code="1 + 1")
+    assert kenneld.call("info_request", {"session": "victim"})["session"]["restarts"] == 1
 
 
 def _peak_rss(pid):
