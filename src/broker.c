@@ -1227,6 +1227,7 @@ static void s_snap_run(void *arg)
 }
 
 static sess_t *s_find_id(broker_t *self, const char *id);
+static int s_write_meta(const sess_t *s);
 
 static void s_snap_done(void *arg)
 {
@@ -1242,6 +1243,9 @@ static void s_snap_done(void *arg)
         char why[160];
         snprintf(why, sizeof why, "writing it: %s", strerror(j->err));
         session_on_snapshot_stored(s->core, j->rc < 0 ? why : NULL);
+        /* The record goes with the state it describes (cells, names the save lost). */
+        if (j->rc == 0 && s_write_meta(s) < 0)
+            PLOG_W("session=%s: cannot update its meta.json", s->id);
     }
     free(j);
 }
@@ -1594,6 +1598,8 @@ static void s_close_sess(sess_t *s, int forget)
                                   "launcher's exit)"
                                 : "kenneld stopped; the session comes back with the next one, "
                                   "without this request's work");
+    if (!forget && s_write_meta(s) < 0)
+        PLOG_W("session=%s: cannot update its meta.json", s->id);
     s_op_timer_cancel(s, SESSION_TIMER_CELL);
     s_op_timer_cancel(s, SESSION_TIMER_IDLE);
     loop_timer_end(b->loop, s->hold_timer);
@@ -1838,7 +1844,8 @@ static int s_parse_connection(const json_t *conn, channels_cfg_t *cfg, int check
     return 0;
 }
 
-/*  What a session needs to come back after kenneld restarts: written at creation. */
+/*  What a session needs to come back after kenneld restarts: written at creation, again with
+ *  its history (session_history) when its state is saved and when kenneld closes it. */
 static int s_write_meta(const sess_t *s)
 {
     char path[PATH_MAX + 16];
@@ -1851,6 +1858,9 @@ static int s_write_meta(const sess_t *s)
                              l->cg.cpus, "tmp", (json_int_t)l->tmp_bytes, "nofile",
                              (json_int_t)l->nofile, "timeout_ms", (json_int_t)l->timeout_ms,
                              "idle_ms", (json_int_t)l->idle_ms, "disk", (json_int_t)l->disk_bytes);
+    json_t *history = meta ? session_history(s->core) : NULL;
+    if (history)
+        json_object_set_new(meta, "history", history);
     if (meta && s->launcher.pid > 0)
         json_object_set_new(meta, "launcher",
                             json_pack("{s:I, s:I, s:s}", "pid", (json_int_t)s->launcher.pid,
@@ -2313,6 +2323,7 @@ static void s_restore_one(broker_t *self, const char *dir)
     if (s) {
         snprintf(path, sizeof path, "%s/snapshot", dir);
         int has_state = access(path, F_OK) == 0;
+        session_history_restore(s->core, json_object_get(meta, "history"));
         session_start_restored(s->core, has_state);
         s_serve(self, s);
         if (launcher_fd >= 0)

@@ -148,6 +148,53 @@ json_t *session_info(const session_t *self)
                      (json_int_t)self->restarts, "last_outcome", self->last_outcome);
 }
 
+#define HISTORY_MAX_NAMES 256 /* unsaved names a record keeps: the notice shows ~1 KiB */
+
+static void s_set_notice(session_t *self, const char *text);
+
+json_t *session_history(const session_t *self)
+{
+    json_t *h = json_pack("{s:s, s:I, s:I, s:I}", "created", self->created, "cells",
+                          (json_int_t)self->cells, "restarts", (json_int_t)self->restarts,
+                          "used_at",
+                          (json_int_t)(util_wall_ms() - (util_now_ms() - self->used_ms)));
+    json_t *names = h && self->unsaved ? json_array() : NULL;
+    for (size_t i = 0; names && i < json_array_size(self->unsaved) && i < HISTORY_MAX_NAMES; i++)
+        json_array_append(names, json_array_get(self->unsaved, i));
+    if (names)
+        json_object_set_new(h, "unsaved", names);
+    if (h && self->notice)
+        json_object_set_new(h, "notice", json_string(self->notice));
+    return h;
+}
+
+void session_history_restore(session_t *self, const json_t *h)
+{
+    const char *created = json_string_value(json_object_get(h, "created"));
+    if (created && strlen(created) < sizeof self->created)
+        snprintf(self->created, sizeof self->created, "%s", created);
+    const json_t *cells = json_object_get(h, "cells"), *restarts = json_object_get(h, "restarts");
+    if (json_is_integer(cells) && json_integer_value(cells) >= 0)
+        self->cells = json_integer_value(cells);
+    if (json_is_integer(restarts) && json_integer_value(restarts) >= 0)
+        self->restarts = json_integer_value(restarts);
+    const json_t *used = json_object_get(h, "used_at");
+    if (json_is_integer(used)) {
+        /* As long ago as then (a time in the future: now). */
+        long long ago = util_wall_ms() - json_integer_value(used);
+        self->used_ms = util_now_ms() - (ago > 0 ? ago : 0);
+        self->active_ms = self->used_ms; /* idle_ms: since its last use, not this start */
+    }
+    const json_t *unsaved = json_object_get(h, "unsaved");
+    if (json_is_array(unsaved) && json_array_size(unsaved) <= HISTORY_MAX_NAMES) {
+        json_decref(self->unsaved);
+        self->unsaved = json_deep_copy(unsaved);
+    }
+    const char *notice = json_string_value(json_object_get(h, "notice"));
+    if (notice && strlen(notice) < 2048)
+        s_set_notice(self, notice);
+}
+
 /* ---- sending ---------------------------------------------------------------------------- */
 
 /*  Publish msg_type on iopub with parent as parent_header; steals content. */

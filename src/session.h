@@ -117,5 +117,14 @@ const char *session_name(const session_t *self);
 /*  A new JSON object: id, name, state, created, idle_ms, cells, queued, restarts,
  *  last_outcome. */
 json_t *session_info(const session_t *self);
+/*  What the session's record keeps for the next kenneld (meta.json's "history"), a new JSON
+ *  object: created, cells, restarts, used_at (wall-clock ms of its last use, which its time
+ *  to live counts from), unsaved (names its last save could not keep, told to the cell after
+ *  its revival) and notice (a line not yet told to a cell), or NULL. */
+json_t *session_history(const session_t *self);
+/*  Take back what session_history gave an earlier kenneld. Members missing or out of range
+ *  leave the session's own values. Before session_start_restored, whose time to live counts
+ *  from the last use. */
+void session_history_restore(session_t *self, const json_t *history);
 
 #endif

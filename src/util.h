@@ -15,6 +15,8 @@ int util_set_nonblock(int fd, int on);
  *  up: a positive time never becomes 0 (which means "none" for limits). */
 long long util_seconds_ms(double seconds);
 long long util_now_ms(void);
+/*  Milliseconds since the epoch (for what must outlast the process: a stored time of use). */
+long long util_wall_ms(void);
 /*  The current UTC time as ISO 8601 with microseconds, e.g. 2026-11-22T07:30:00.123456Z.
  *  out must hold UTIL_ISO_LEN bytes. Returns out. */
 #define UTIL_ISO_LEN 64

@@ -389,6 +389,52 @@ def test_a_session_idle_past_its_ttl_survives_kenneld_stopping(kenneld, connect)
         second.stop()
 
 
+@pytest.mark.own_kenneld
+@pytest.mark.parametrize("kenneld", [["--ttl", "8"]], indirect=True)
+def test_a_restart_keeps_each_sessions_history_and_ttl_clock(kenneld, connect):
+    """created, cells and restarts, the names the save could not keep (told to the first cell
+    after the revival), and the time to live counted from the last use, not from the next
+    kenneld's start."""
+    info = kenneld.create("record")
+    kc = connect(info["connection_file"])
+    run(kc, "import os\nos._exit(3)")                                # restarts: 1
+    run(kc, "x = 6\ngen = (i for i in range(3))")
+    before = kenneld.ok("info_request", {"session": "record"})["session"]
+    assert before["restarts"] == 1 and before["cells"] == 1, before  # the crash counts not
+    kc.stop_channels()
+    kenneld.stop()
+    assert kenneld.proc.returncode == 0
+    stopped = time.monotonic()
+    time.sleep(3)
+    second = kenneld.successor(["--ttl", "8"])
+    second.start()
+    try:
+        back = second.ok("info_request", {"session": "record"})["session"]
+        assert (back["created"], back["cells"], back["restarts"]) == \
+            (before["created"], 1, 1), back
+        # Evicted since the stop: its time to live ends 8 s after its last use, whenever this
+        # kenneld started.
+        wait_for(lambda: "record" not in [x["name"] for x in second.sessions()], timeout=15,
+                 what="the time to live to end the session")
+        assert time.monotonic() - stopped < 8 + 2.5
+    finally:
+        second.stop()
+
+
+@pytest.mark.own_kenneld
+def test_a_restart_keeps_the_names_a_save_lost(kenneld, connect):
+    info = kenneld.create("lossy")
+    run(connect(info["connection_file"]), "x = 6\ngen = (i for i in range(3))")
+    second = _restart(kenneld)
+    try:
+        cell = run(connect(info["connection_file"]), "x", timeout=20)
+        assert cell.result == "6"
+        assert "gen" in cell.stream("stderr"), cell.stream("stderr")
+        assert second.ok("info_request", {"session": "lossy"})["session"]["cells"] == 2
+    finally:
+        second.stop()
+
+
 def _restart(kenneld, args=()):
     """Stop kenneld (checking it stopped cleanly) and start its successor with args."""
     kenneld.stop()

@@ -9,6 +9,7 @@
 #include "../harness.h"
 #include "log.h"
 #include "route.h"
+#include "util.h"
 #include "session.h"
 #include "wire.h"
 
@@ -642,6 +643,58 @@ TEST(a_session_no_kernel_serves_expires)
     s_rec_free(r);
 }
 
+TEST(history_restored_with_its_ttl_clock_and_checked)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session_ttl(r, "id1", 60000);
+    /* Last used 50 minutes ago (by the wall clock): 10 of the hour's time to live are left. */
+    json_t *h = json_pack("{s:s, s:I, s:I, s:I, s:[s], s:s}", "created",
+                          "2026-01-02T03:04:05.000006Z", "cells", (json_int_t)41, "restarts",
+                          (json_int_t)2, "used_at", (json_int_t)(util_wall_ms() - 3000000),
+                          "unsaved", "gen", "notice", "[kennel: a line]");
+    session_history_restore(s, h);
+    session_start_restored(s, 1);
+    CHECK(r->idle_ms > 600000 - 5000 && r->idle_ms <= 600000);
+    json_t *info = session_info(s);
+    CHECK_STR(json_string_value(json_object_get(info, "created")), "2026-01-02T03:04:05.000006Z");
+    CHECK_EQ_INT(json_integer_value(json_object_get(info, "cells")), 41);
+    CHECK_EQ_INT(json_integer_value(json_object_get(info, "restarts")), 2);
+    json_decref(info);
+    /* What it gives the next kenneld is what it was given. */
+    json_t *again = session_history(s);
+    CHECK_STR(json_string_value(json_array_get(json_object_get(again, "unsaved"), 0)), "gen");
+    CHECK_STR(json_string_value(json_object_get(again, "notice")), "[kennel: a line]");
+    long long used = json_integer_value(json_object_get(again, "used_at"));
+    CHECK(llabs(used - (util_wall_ms() - 3000000)) < 5000);
+    json_decref(again);
+    json_decref(h);
+    session_destroy(&s);
+    /* Out of range or of the wrong type: the session's own values stay; a time of last use in
+     * the future is now. */
+    s = s_session_ttl(r, "id2", 60000);
+    h = json_pack("{s:s, s:I, s:s, s:I, s:s}", "created", "", "cells", (json_int_t)-5,
+                  "restarts", "2", "used_at", (json_int_t)(util_wall_ms() + 86400000),
+                  "unsaved", "gen");
+    char long_created[200];
+    memset(long_created, 'x', sizeof long_created - 1);
+    long_created[sizeof long_created - 1] = '\0';
+    json_object_set_new(h, "created", json_string(long_created));
+    session_history_restore(s, h);
+    session_start_restored(s, 1);
+    CHECK(r->idle_ms > 3600000 - 5000 && r->idle_ms <= 3600000);
+    info = session_info(s);
+    CHECK(strlen(json_string_value(json_object_get(info, "created"))) < 64);
+    CHECK_EQ_INT(json_integer_value(json_object_get(info, "cells")), 0);
+    CHECK_EQ_INT(json_integer_value(json_object_get(info, "restarts")), 0);
+    json_decref(info);
+    again = session_history(s);
+    CHECK(json_object_get(again, "unsaved") == NULL);
+    json_decref(again);
+    json_decref(h);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 TEST(queue_limit)
 {
     rec_t *r = s_rec_new();
@@ -1113,6 +1166,7 @@ int main(void)
     RUN(kernel_death_fails_request_and_restarts);
     RUN(failed_start_fails_waiting_requests);
     RUN(a_session_no_kernel_serves_expires);
+    RUN(history_restored_with_its_ttl_clock_and_checked);
     RUN(queue_limit);
     RUN(unknown_and_misrouted_ignored);
     RUN(deadline_signal_then_grace_kill);
