@@ -63,6 +63,7 @@ struct broker {
     size_t nslots;
     zlistx_t *pool;          /* pooled_t*: sealed kernels waiting for new sessions */
     int pool_timer;          /* armed refill timer, or -1 */
+    int respawn_timer;       /* armed when sessions wait for a kernel asked again, or -1 */
     int pool_failures;       /* in a row: the refill backs off */
     spawner_zygote_t *zygote; /* NULL with --spawner exec, or until (re)started on demand */
     int zygote_watch;        /* its watchdog timer, or -1 */
@@ -97,6 +98,8 @@ struct sess {
     disk_job_t *disk_job;    /* that image is being made and mounted; the kernel waits */
     int kill_pending;        /* a SIGKILL came before the kernel had a pid (a restart asked
                               * for while it started): delivered once it has one */
+    int respawn;             /* the zygote died owing this kernel: asked again (s_on_respawn) */
+    int respawned;           /* ... once per start: a zygote that dies at every fork fails it */
     broker_limits_t limits;
     cgroup_t *cg;            /* the running kernel's cgroup, or NULL */
     spawner_proc_t proc;
@@ -612,6 +615,7 @@ static void s_disk_run(void *arg)
 }
 
 static void s_sess_disk_ready(sess_t *s, const disk_job_t *j);
+static void s_spawn_deferred(sess_t *s);
 static void s_pool_disk_ready(broker_t *b, void *pooled, const disk_job_t *j);
 
 /*  A session's workspace is mounted, failed, or its session ended: broker_workspace answers
@@ -746,9 +750,16 @@ static void s_sess_disk_ready(sess_t *s, const disk_job_t *j)
     s->disk_mounted = 1;
     LOG_D("session=%s: workspace image (%llu MiB) made and mounted in %lld ms", s->id,
           s->limits.disk_bytes >> 20, j->ms);
+    s_spawn_deferred(s);
+}
+
+/*  Spawn the kernel of a starting session whose start waited (for its image, for a new
+ *  zygote); its failure, or a kill that came meanwhile, is the kernel's exit. */
+static void s_spawn_deferred(sess_t *s)
+{
     if (s->kill_pending) {
         /* Killed before it started (a restart): as if this kernel had run and been killed;
-         * the session starts the next one, on the image now mounted. */
+         * the session starts the next one. */
         s->kill_pending = 0;
         session_on_kernel_exit(s->core, "was killed before it started", SESSION_EXIT_CRASH);
         return;
@@ -806,14 +817,37 @@ static void s_watch_pidfd(sess_t *s)
         PLOG_W("session=%s: cannot watch the kernel's pidfd", s->id);
     LOG_I("session=%s: kernel started, pid %d%s", s->id, (int)s->proc.pid,
           b->cfg.sandbox ? "" : " (NOT SANDBOXED)");
+    s->respawned = 0;
     if (s->kill_pending) {
         s->kill_pending = 0;
         spawner_signal(&s->proc, SIGKILL); /* its exit comes through the pidfd */
     }
 }
 
+/*  Kernels the zygote died owing: asked of the next zygote, from the loop (not from within
+ *  the dead zygote's teardown, which this may start again). */
+static int s_on_respawn(loop_t *loop, int timer_id, void *arg)
+{
+    (void)loop;
+    (void)timer_id;
+    broker_t *b = arg;
+    b->respawn_timer = -1; /* fired: its id may be reused */
+    for (;;) {
+        sess_t *s = zlistx_first(b->sessions);
+        while (s && !s->respawn)
+            s = zlistx_next(b->sessions);
+        if (!s)
+            return 0;
+        s->respawn = 0;
+        LOG_I("session=%s: the zygote died before its kernel started; asking the next one",
+              s->id);
+        s_spawn_deferred(s); /* may end sessions: the table is walked again */
+    }
+}
+
 /*  The zygote's answers for sessions' kernels (and for kernels of sessions closed while they
- *  waited, kept as orphans). A failed spawn is the session's kernel exiting before its hello. */
+ *  waited, kept as orphans). A failed spawn is the session's kernel exiting before its hello,
+ *  except that a kernel the zygote died owing is asked of the next one, once per start. */
 static void s_sess_collect(broker_t *b)
 {
     char why[256];
@@ -825,7 +859,7 @@ static void s_sess_collect(broker_t *b)
                 continue;
             if (!b->zygote) {
                 snprintf(why, sizeof why, "the zygote is gone");
-                rc = -1;
+                rc = SPAWNER_ZYGOTE_GONE;
             } else {
                 rc = spawner_zygote_take(b->zygote, s->ticket, &s->proc, why, sizeof why);
             }
@@ -839,15 +873,23 @@ static void s_sess_collect(broker_t *b)
             s_watch_pidfd(s);
             continue;
         }
-        /* As if the kernel had exited before its hello (which may end the session, so the
-         * table is walked again from the start). */
-        LOG_W("session=%s: the zygote cannot start a kernel: %s", s->id, why);
         s_pipe_read(s, SIZE_MAX);
         s_pipe_close(s);
         spawner_release(&s->proc);
         s->has_proc = 0;
-        s->kill_pending = 0;
         cgroup_destroy(&s->cg);
+        if (rc == SPAWNER_ZYGOTE_GONE && !s->respawned) {
+            s->respawn = s->respawned = 1;
+            if (b->respawn_timer < 0)
+                b->respawn_timer = loop_timer(b->loop, 0, 1, s_on_respawn, b);
+            if (b->respawn_timer >= 0)
+                continue;
+            s->respawn = 0;
+        }
+        /* As if the kernel had exited before its hello (which may end the session, so the
+         * table is walked again from the start). */
+        LOG_W("session=%s: the zygote cannot start a kernel: %s", s->id, why);
+        s->kill_pending = 0;
         session_start_failed(s->core, why);
         session_on_kernel_exit(s->core, why, SESSION_EXIT_CRASH);
     }
@@ -1147,7 +1189,7 @@ static void s_op_kernel_signal(void *ctx, int sig)
     if (!s->has_proc || !s->proc.pid) {
         /* Starting: its image is being made, or the zygote has not said its pid. A kill (a
          * restart) must still reach it, or its hello would wait for an exit for ever. */
-        s->kill_pending |= sig == SIGKILL && (s->disk_job || s->ticket);
+        s->kill_pending |= sig == SIGKILL && (s->disk_job || s->ticket || s->respawn);
         return;
     }
     if (spawner_signal(&s->proc, sig) < 0 && errno != ESRCH)
@@ -2519,6 +2561,7 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->slots = calloc(self->nslots, 1);
     self->pool = zlistx_new();
     self->pool_timer = -1;
+    self->respawn_timer = -1;
     self->zygote_watch = -1;
     self->tick_timer = -1;
     self->lifeline[0] = self->lifeline[1] = -1;
@@ -2567,6 +2610,8 @@ void broker_destroy(broker_t **self_p)
     }
     if (self->pool_timer >= 0)
         loop_timer_end(self->loop, self->pool_timer);
+    if (self->respawn_timer >= 0)
+        loop_timer_end(self->loop, self->respawn_timer);
     if (self->tick_timer >= 0)
         loop_timer_end(self->loop, self->tick_timer);
     pooled_t *p;

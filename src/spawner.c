@@ -634,7 +634,7 @@ int spawner_zygote_take(spawner_zygote_t *self, unsigned long ticket, spawner_pr
     }
     if (self->dead) {
         snprintf(why, why_len, "the zygote is gone");
-        return -1;
+        return SPAWNER_ZYGOTE_GONE;
     }
     return 0;
 }

@@ -102,7 +102,9 @@ int spawner_zygote_send(spawner_zygote_t *self, json_t *request, const int fds[]
                         spawner_proc_t *out, unsigned long *ticket, char *why, size_t why_len);
 /*  The answer to ticket, if spawner_zygote_poll has read it: 1 and out's pid,
  *  pidfd and init_status filled; 0 when it has not come yet; -1 with why when the spawn
- *  failed or the zygote is gone (out's pipe is still the caller's to release). */
+ *  failed, SPAWNER_ZYGOTE_GONE (< 0) with why when the zygote died before answering (no
+ *  kernel of this ticket runs; out's pipe is still the caller's to release, either way). */
+#define SPAWNER_ZYGOTE_GONE (-2)
 int spawner_zygote_take(spawner_zygote_t *self, unsigned long ticket, spawner_proc_t *out,
                         char *why, size_t why_len);
 /*  1 when it has exited or failed a request for good (destroy it), without reading what it

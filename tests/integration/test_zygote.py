@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from .itest_helpers import run, wait_for
+from .itest_helpers import finish, run, wait_for
 from .kenneld_proc import children, pid_alive
 
 ZYGOTE = ["--spawner", "zygote"]
@@ -175,9 +175,12 @@ def test_a_dead_zygote_and_a_dead_pooled_kernel_are_replaced(start_kenneld, conn
 
 
 @pytest.mark.timeout_s(60)
-def test_a_kernel_the_zygote_cloned_but_never_named_is_killed_and_reaped(start_kenneld):
+def test_a_kernel_the_zygote_cloned_but_never_named_is_killed_and_asked_again(start_kenneld,
+                                                                              connect):
     """The zygote dies between cloning a kernel and saying its pid: the kernel is kenneld's
-    child (CLONE_PARENT) that nothing holds. strace holds the zygote's answer back."""
+    child (CLONE_PARENT) that nothing holds, killed and reaped; the session's kernel is asked
+    of the next zygote, so the request waiting for it is served. strace holds the zygote's
+    answer back."""
     strace = shutil.which("strace")
     if strace is None:
         pytest.skip("needs strace to hold the zygote's answer back")
@@ -194,7 +197,8 @@ def test_a_kernel_the_zygote_cloned_but_never_named_is_killed_and_reaped(start_k
                 return any(line.startswith("TracerPid:") and line.split()[1] != "0"
                            for line in f)
         wait_for(traced, timeout=10, what="strace attached")
-        kenneld.create("held")
+        kc = connect(kenneld.create("held")["connection_file"], ready=False)
+        waiting = kc.execute("1 + 1")
         strays = []
 
         def cloned():
@@ -211,6 +215,10 @@ def test_a_kernel_the_zygote_cloned_but_never_named_is_killed_and_reaped(start_k
                  timeout=20,
                  what="the unnamed kernel killed and reaped")
         assert "a kernel the zygote never named" in kenneld.log(tail=None)
+        cell = finish(kc, waiting, timeout=30)
+        assert cell.content["status"] == "ok" and cell.result == "2", cell.content
+        assert _stats(kenneld)["spawner"]["zygote_pid"] not in (0, zygote)
+        assert kenneld.ok("info_request", {"session": "held"})["session"]["restarts"] == 0
     finally:
         tracer.kill()
         tracer.wait(10)
