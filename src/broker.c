@@ -99,7 +99,8 @@ struct sess {
     int kill_pending;        /* a SIGKILL came before the kernel had a pid (a restart asked
                               * for while it started): delivered once it has one */
     int respawn;             /* the zygote died owing this kernel: asked again (s_on_respawn) */
-    int respawned;           /* ... once per start: a zygote that dies at every fork fails it */
+    int respawned;           /* ... once per start (s_op_kernel_start): a zygote that dies at
+                              * every fork fails it */
     broker_limits_t limits;
     cgroup_t *cg;            /* the running kernel's cgroup, or NULL */
     spawner_proc_t proc;
@@ -774,6 +775,7 @@ static void s_spawn_deferred(sess_t *s)
 static int s_op_kernel_start(void *ctx)
 {
     sess_t *s = ctx;
+    s->respawned = 0; /* a new start: its kernel may be asked again once */
     if (s->adopting) {
         /* A new session's kernel from the pool: already sealed, its hello waiting. */
         s->adopting = 0;
@@ -817,7 +819,6 @@ static void s_watch_pidfd(sess_t *s)
         PLOG_W("session=%s: cannot watch the kernel's pidfd", s->id);
     LOG_I("session=%s: kernel started, pid %d%s", s->id, (int)s->proc.pid,
           b->cfg.sandbox ? "" : " (NOT SANDBOXED)");
-    s->respawned = 0;
     if (s->kill_pending) {
         s->kill_pending = 0;
         spawner_signal(&s->proc, SIGKILL); /* its exit comes through the pidfd */
@@ -878,7 +879,10 @@ static void s_sess_collect(broker_t *b)
         spawner_release(&s->proc);
         s->has_proc = 0;
         cgroup_destroy(&s->cg);
-        if (rc == SPAWNER_ZYGOTE_GONE && !s->respawned) {
+        /* Asked again only if that kernel never said hello: one that did may have served cells
+         * already, and its loss is a crash like any other. */
+        if (rc == SPAWNER_ZYGOTE_GONE && !s->respawned &&
+            session_state(s->core) == SESSION_STARTING) {
             s->respawn = s->respawned = 1;
             if (b->respawn_timer < 0)
                 b->respawn_timer = loop_timer(b->loop, 0, 1, s_on_respawn, b);

@@ -149,6 +149,27 @@ json_t *session_info(const session_t *self)
 }
 
 #define HISTORY_MAX_NAMES 256 /* unsaved names a record keeps: the notice shows ~1 KiB */
+#define HISTORY_MAX_NAME 256  /* bytes of one (a Python name is rarely over 30) */
+
+/*  The names of `names` (an array) a record keeps: strings, bounded in number and size. */
+static json_t *s_history_names(const json_t *names)
+{
+    json_t *kept = json_array();
+    for (size_t i = 0; kept && i < json_array_size(names); i++) {
+        const json_t *name = json_array_get(names, i);
+        if (json_is_string(name) && json_string_length(name) <= HISTORY_MAX_NAME &&
+            json_array_size(kept) < HISTORY_MAX_NAMES)
+            json_array_append(kept, (json_t *)name);
+    }
+    return kept;
+}
+
+/*  A time as util_iso_now writes it: digits, '-', ':', '.', 'T' and 'Z', at least a date. */
+static int s_iso_like(const char *text)
+{
+    size_t n = strlen(text);
+    return n >= 10 && n < UTIL_ISO_LEN && strspn(text, "0123456789-:.TZ") == n;
+}
 
 static void s_set_notice(session_t *self, const char *text);
 
@@ -158,11 +179,8 @@ json_t *session_history(const session_t *self)
                           (json_int_t)self->cells, "restarts", (json_int_t)self->restarts,
                           "used_at",
                           (json_int_t)(util_wall_ms() - (util_now_ms() - self->used_ms)));
-    json_t *names = h && self->unsaved ? json_array() : NULL;
-    for (size_t i = 0; names && i < json_array_size(self->unsaved) && i < HISTORY_MAX_NAMES; i++)
-        json_array_append(names, json_array_get(self->unsaved, i));
-    if (names)
-        json_object_set_new(h, "unsaved", names);
+    if (h && self->unsaved)
+        json_object_set_new(h, "unsaved", s_history_names(self->unsaved));
     if (h && self->notice)
         json_object_set_new(h, "notice", json_string(self->notice));
     return h;
@@ -171,7 +189,7 @@ json_t *session_history(const session_t *self)
 void session_history_restore(session_t *self, const json_t *h)
 {
     const char *created = json_string_value(json_object_get(h, "created"));
-    if (created && strlen(created) < sizeof self->created)
+    if (created && s_iso_like(created))
         snprintf(self->created, sizeof self->created, "%s", created);
     const json_t *cells = json_object_get(h, "cells"), *restarts = json_object_get(h, "restarts");
     if (json_is_integer(cells) && json_integer_value(cells) >= 0)
@@ -179,16 +197,16 @@ void session_history_restore(session_t *self, const json_t *h)
     if (json_is_integer(restarts) && json_integer_value(restarts) >= 0)
         self->restarts = json_integer_value(restarts);
     const json_t *used = json_object_get(h, "used_at");
-    if (json_is_integer(used)) {
+    if (json_is_integer(used) && json_integer_value(used) >= 0) {
         /* As long ago as then (a time in the future: now). */
-        long long ago = util_wall_ms() - json_integer_value(used);
-        self->used_ms = util_now_ms() - (ago > 0 ? ago : 0);
+        long long wall = util_wall_ms(), at = json_integer_value(used);
+        self->used_ms = util_now_ms() - (at < wall ? wall - at : 0);
         self->active_ms = self->used_ms; /* idle_ms: since its last use, not this start */
     }
     const json_t *unsaved = json_object_get(h, "unsaved");
-    if (json_is_array(unsaved) && json_array_size(unsaved) <= HISTORY_MAX_NAMES) {
+    if (json_is_array(unsaved)) {
         json_decref(self->unsaved);
-        self->unsaved = json_deep_copy(unsaved);
+        self->unsaved = s_history_names(unsaved);
     }
     const char *notice = json_string_value(json_object_get(h, "notice"));
     if (notice && strlen(notice) < 2048)
@@ -513,6 +531,11 @@ static void s_evict(session_t *self)
 
 int session_save(session_t *self)
 {
+    /* A session whose kernel lives is in use until kenneld stops: its time to live, which
+     * the next kenneld runs, counts from now (a day-long cell, or a session never evicted
+     * under --idle 0, once ended as that kenneld started). */
+    if (!self->stopping && self->state != SESSION_EVICTED && self->state != SESSION_DEAD)
+        self->used_ms = util_now_ms();
     self->stopping = 1;
     if (self->state == SESSION_BUSY || self->state == SESSION_STARTING ||
         self->state == SESSION_RESTORING || zlistx_size(self->queue) > 0)

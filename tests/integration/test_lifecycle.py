@@ -422,6 +422,28 @@ def test_a_restart_keeps_each_sessions_history_and_ttl_clock(kenneld, connect):
 
 
 @pytest.mark.own_kenneld
+@pytest.mark.parametrize("kenneld", [["--ttl", "5"]], indirect=True)
+def test_sessions_in_use_when_kenneld_stops_count_the_stop_as_their_last_use(kenneld, connect):
+    """A cell running longer than --ttl, and a session never evicted (idle 0) and unused
+    longer than that: neither has a time to live running while its kernel lives, and the
+    next kenneld must not end them at once."""
+    busy = connect(kenneld.create("busy")["connection_file"])
+    run(busy, "pass")
+    msg_id = busy.execute("import time\ntime.sleep(60)")
+    kept = connect(kenneld.create("kept", limits={"idle": 0})["connection_file"])
+    run(kept, "v = 1")
+    time.sleep(6)
+    busy.stop_channels()
+    kept.stop_channels()
+    second = _restart(kenneld, ["--ttl", "5"])
+    try:
+        assert {x["name"]: x["state"] for x in second.sessions()} == \
+            {"busy": "dead", "kept": "evicted"}
+    finally:
+        second.stop()
+
+
+@pytest.mark.own_kenneld
 def test_a_restart_keeps_the_names_a_save_lost(kenneld, connect):
     info = kenneld.create("lossy")
     run(connect(info["connection_file"]), "x = 6\ngen = (i for i in range(3))")

@@ -7,6 +7,7 @@ session that asks for other walls still gets them, and memory is reported per se
 The rest of the integration suite runs under both spawners (see the Makefile's check).
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -174,22 +175,20 @@ def test_a_dead_zygote_and_a_dead_pooled_kernel_are_replaced(start_kenneld, conn
     assert "pool: a kernel was lost" in kenneld.log(tail=None)
 
 
-@pytest.mark.timeout_s(60)
-def test_a_kernel_the_zygote_cloned_but_never_named_is_killed_and_asked_again(start_kenneld,
-                                                                              connect):
-    """The zygote dies between cloning a kernel and saying its pid: the kernel is kenneld's
-    child (CLONE_PARENT) that nothing holds, killed and reaped; the session's kernel is asked
-    of the next zygote, so the request waiting for it is served. strace holds the zygote's
-    answer back."""
+@contextlib.contextmanager
+def _zygote_held(kenneld, syscalls):
+    """The zygote under strace, each of these system calls held back 30 s (its answers:
+    sendto, sendmsg; its writes of a new kernel's uid map: write). Yields the zygote's pid
+    and a function that kills it (a process our kenneld started) and waits until kenneld has
+    killed and reaped what it cloned and never named."""
     strace = shutil.which("strace")
     if strace is None:
         pytest.skip("needs strace to hold the zygote's answer back")
-    kenneld = start_kenneld(args=ZYGOTE + ["--pool", "0"])
     wait_for(lambda: _stats(kenneld)["spawner"]["zygote_ready"], timeout=30, what="the zygote")
     zygote = _stats(kenneld)["spawner"]["zygote_pid"]
     tracer = subprocess.Popen([strace, "-qq", "-o", "/dev/null", "-p", str(zygote),
-                               "-e", "trace=sendto,sendmsg",
-                               "-e", "inject=sendto,sendmsg:delay_enter=30000000"],
+                               "-e", f"trace={syscalls}",
+                               "-e", f"inject={syscalls}:delay_enter=30000000"],
                               stderr=subprocess.DEVNULL)
     try:
         def traced():
@@ -197,31 +196,60 @@ def test_a_kernel_the_zygote_cloned_but_never_named_is_killed_and_asked_again(st
                 return any(line.startswith("TracerPid:") and line.split()[1] != "0"
                            for line in f)
         wait_for(traced, timeout=10, what="strace attached")
+
+        def kill():
+            strays = [p for p in _kenneld_children(kenneld) if p != zygote]
+            os.kill(zygote, signal.SIGKILL)
+            # A killed tracee is reported to its tracer first, then to kenneld: end strace
+            # too (after the kill, or the zygote would go on and answer).
+            tracer.kill()
+            wait_for(lambda: not any(pid_alive(p) for p in strays)
+                     and not set(strays) & set(_kenneld_children(kenneld, zombies=True)),
+                     timeout=20, what="the unnamed kernel killed and reaped")
+            assert "a kernel the zygote never named" in kenneld.log(tail=None)
+        yield zygote, kill
+    finally:
+        tracer.kill()
+        tracer.wait(10)
+
+
+@pytest.mark.timeout_s(60)
+def test_a_kernel_the_zygote_cloned_but_never_named_is_killed_and_asked_again(start_kenneld,
+                                                                              connect):
+    """The zygote dies between cloning a kernel and saying its pid: the kernel is kenneld's
+    child (CLONE_PARENT) that nothing holds, killed and reaped; the session's kernel is asked
+    of the next zygote, so the request waiting for it is served. The zygote is held before
+    it writes the new kernel's uid map, so that kernel never says hello."""
+    kenneld = start_kenneld(args=ZYGOTE + ["--pool", "0"])
+    with _zygote_held(kenneld, "sendto,sendmsg,write") as (zygote, kill_zygote):
         kc = connect(kenneld.create("held")["connection_file"], ready=False)
         waiting = kc.execute("1 + 1")
-        strays = []
-
-        def cloned():
-            strays[:] = [p for p in _kenneld_children(kenneld) if p != zygote]
-            return strays
-        wait_for(cloned, timeout=20, what="the kernel cloned")
+        wait_for(lambda: [p for p in _kenneld_children(kenneld) if p != zygote], timeout=20,
+                 what="the kernel cloned")
         assert kenneld.sessions()[0]["kernel_pid"] == 0  # not named: the answer is held
-        os.kill(zygote, signal.SIGKILL)  # a process our kenneld started
-        # A killed tracee is reported to its tracer first, then to kenneld: end strace too
-        # (after the kill, or the zygote would go on and answer).
-        tracer.kill()
-        wait_for(lambda: not any(pid_alive(p) for p in strays)
-                 and not set(strays) & set(_kenneld_children(kenneld, zombies=True)),
-                 timeout=20,
-                 what="the unnamed kernel killed and reaped")
-        assert "a kernel the zygote never named" in kenneld.log(tail=None)
+        kill_zygote()
         cell = finish(kc, waiting, timeout=30)
         assert cell.content["status"] == "ok" and cell.result == "2", cell.content
         assert _stats(kenneld)["spawner"]["zygote_pid"] not in (0, zygote)
         assert kenneld.ok("info_request", {"session": "held"})["session"]["restarts"] == 0
-    finally:
-        tracer.kill()
-        tracer.wait(10)
+        assert "asking the next one" in kenneld.log(tail=None)
+
+
+@pytest.mark.timeout_s(60)
+def test_a_kernel_that_served_before_the_zygote_named_it_is_lost_as_a_crash(start_kenneld,
+                                                                           connect):
+    """Only the answer is held: the kernel says hello and serves a cell. The zygote's death
+    then ends it like any crash (a restart, the session's state lost), and its successor is
+    not taken for a second hello of the same kernel (a protocol violation)."""
+    kenneld = start_kenneld(args=ZYGOTE + ["--pool", "0"])
+    with _zygote_held(kenneld, "sendto,sendmsg") as (zygote, kill_zygote):
+        kc = connect(kenneld.create("served")["connection_file"])
+        assert run(kc, "x = 1\nx").result == "1"
+        assert kenneld.sessions()[0]["kernel_pid"] == 0  # not named: the answer is held
+        kill_zygote()
+        assert run(kc, "x", timeout=30).content["ename"] == "NameError"
+        assert kenneld.ok("info_request", {"session": "served"})["session"]["restarts"] == 1
+        assert "unexpected hello" not in kenneld.log(tail=None)
 
 
 _HINT_CELL = ("import _kennel_zygote, os, json\n"

@@ -3,6 +3,7 @@
  *  stop_on_error aborts, kernel protocol violations, stdin, interrupt, shutdown, kernel death,
  *  a failed start, and the queue limit. */
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -672,25 +673,35 @@ TEST(history_restored_with_its_ttl_clock_and_checked)
     /* Out of range or of the wrong type: the session's own values stay; a time of last use in
      * the future is now. */
     s = s_session_ttl(r, "id2", 60000);
-    h = json_pack("{s:s, s:I, s:s, s:I, s:s}", "created", "", "cells", (json_int_t)-5,
-                  "restarts", "2", "used_at", (json_int_t)(util_wall_ms() + 86400000),
-                  "unsaved", "gen");
-    char long_created[200];
-    memset(long_created, 'x', sizeof long_created - 1);
+    info = session_info(s);
+    char own[64];
+    snprintf(own, sizeof own, "%s", json_string_value(json_object_get(info, "created")));
+    json_decref(info);
+    char long_created[300]; /* over a time's length and a name's (HISTORY_MAX_NAME) */
+    memset(long_created, '1', sizeof long_created - 1);
     long_created[sizeof long_created - 1] = '\0';
-    json_object_set_new(h, "created", json_string(long_created));
-    session_history_restore(s, h);
+    const char *bad_created[] = {"", "yesterday", long_created};
+    for (size_t i = 0; i < sizeof bad_created / sizeof bad_created[0]; i++) {
+        h = json_pack("{s:s, s:I, s:s, s:I, s:[s, i, s]}", "created", bad_created[i], "cells",
+                      (json_int_t)-5, "restarts", "2", "used_at",
+                      (json_int_t)(i == 0 ? util_wall_ms() + 86400000 : INT64_MIN), "unsaved",
+                      "gen", 7, long_created);
+        session_history_restore(s, h);
+        json_decref(h);
+    }
     session_start_restored(s, 1);
     CHECK(r->idle_ms > 3600000 - 5000 && r->idle_ms <= 3600000);
     info = session_info(s);
-    CHECK(strlen(json_string_value(json_object_get(info, "created"))) < 64);
+    CHECK_STR(json_string_value(json_object_get(info, "created")), own);
     CHECK_EQ_INT(json_integer_value(json_object_get(info, "cells")), 0);
     CHECK_EQ_INT(json_integer_value(json_object_get(info, "restarts")), 0);
     json_decref(info);
+    /* Of the names, only the string of a name's size is kept. */
     again = session_history(s);
-    CHECK(json_object_get(again, "unsaved") == NULL);
+    const json_t *kept = json_object_get(again, "unsaved");
+    CHECK_EQ_INT(json_array_size(kept), 1);
+    CHECK_STR(json_string_value(json_array_get(kept, 0)), "gen");
     json_decref(again);
-    json_decref(h);
     session_destroy(&s);
     s_rec_free(r);
 }
