@@ -422,20 +422,30 @@ void session_start_restored(session_t *self, int has_state)
 }
 
 /*  A request reached an evicted session: start a kernel that will get the snapshot. */
-static void s_revive(session_t *self)
+static int s_revive(session_t *self)
 {
     LOG_I("session=%s: reviving", self->id);
     self->restore_pending = 1;
-    s_start_kernel(self);
+    return s_start_kernel(self);
 }
+
+static void s_fail_waiting(session_t *self, const char *ename, const char *evalue,
+                           const char *outcome);
 
 /*  Start a kernel if there is none: fresh for a dead session, restored for an evicted one. */
 static void s_ensure_kernel(session_t *self)
 {
-    if (self->state == SESSION_DEAD)
-        s_start_kernel(self);
-    else if (self->state == SESSION_EVICTED)
-        s_revive(self);
+    int rc = self->state == SESSION_DEAD      ? s_start_kernel(self)
+             : self->state == SESSION_EVICTED ? s_revive(self)
+                                              : 0;
+    if (rc < 0) {
+        /* Failed at once (no kernel will say hello or exit): the requests that asked for it
+         * are answered now. They once waited for ever. */
+        char evalue[300];
+        snprintf(evalue, sizeof evalue, "the kernel could not start: %.200s", self->start_error);
+        self->start_error[0] = '\0';
+        s_fail_waiting(self, "KernelStartFailed", evalue, "crashed");
+    }
 }
 
 /*  The request in `current` has just gone to the kernel: start its clock and deadline. The

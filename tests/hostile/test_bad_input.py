@@ -388,7 +388,14 @@ def test_sandbox_failure_reaches_the_client_with_its_step(kenneld, client):
     try:
         r = client.request("control", "shutdown_request", {"restart": True})
         assert r["content"]["restart"] is True
+        # The restart has failed before the request comes (it waited for ever so, while
+        # one that came first was answered).
+        deadline = time.monotonic() + 20
+        while kenneld.call("info_request", {"session": "victim"})["session"]["state"] != "dead":
+            assert time.monotonic() < deadline, "the restart did not fail"
+            time.sleep(0.05)
         reply = client.execute("print('ran')", timeout=20)
+        assert reply is not None, "no reply from a session whose kernel cannot start"
         assert reply["content"]["status"] == "error"
         assert reply["content"]["ename"] == "KernelStartFailed"
         assert "sandbox: open workspace: No such file or directory" in reply["content"]["evalue"]

@@ -615,6 +615,26 @@ TEST(failed_start_fails_waiting_requests)
     /* The next request tries again. */
     s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), NULL);
     CHECK_EQ_INT(r->starts, 2);
+    session_on_kernel_exit(s, "exited with status 1", SESSION_EXIT_CRASH);
+    /* A start that fails at once (the zygote cannot open the workspace, say) answers the
+     * requests that asked for it: they once waited for ever. */
+    r->start_fails = 1;
+    int from = r->nsent;
+    session_start_failed(s, "sandbox: open workspace: No such file or directory");
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), NULL);
+    CHECK_EQ_INT(r->starts, 3);
+    CHECK_EQ_INT(session_state(s), SESSION_DEAD);
+    rep = s_find(r, from, "execute_reply");
+    CHECK(rep >= 0);
+    if (rep >= 0) {
+        CHECK_STR(json_string_value(json_object_get(r->sent[rep].content, "ename")),
+                  "KernelStartFailed");
+        CHECK(strstr(json_string_value(json_object_get(r->sent[rep].content, "evalue")),
+                     "open workspace") != NULL);
+    }
+    from = r->nsent;
+    s_request(s, ROUTE_SHELL, "kernel_info_request", NULL, NULL);
+    CHECK(s_find(r, from, "kernel_info_reply") >= 0);
     session_destroy(&s);
     s_rec_free(r);
 }
