@@ -47,18 +47,21 @@ int util_set_nonblock(int fd, int on)
     return s_set_flag(fd, F_GETFL, F_SETFL, O_NONBLOCK, on);
 }
 
-long long util_now_ms(void)
+static long long s_clock_ms(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+long long util_now_ms(void)
+{
+    return s_clock_ms(CLOCK_MONOTONIC);
 }
 
 long long util_wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return s_clock_ms(CLOCK_REALTIME);
 }
 
 char *util_iso_now(char *out)
