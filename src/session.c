@@ -429,8 +429,7 @@ static int s_revive(session_t *self)
     return s_start_kernel(self);
 }
 
-static void s_fail_waiting(session_t *self, const char *ename, const char *evalue,
-                           const char *outcome);
+static void s_fail_start(session_t *self, const char *evalue);
 
 /*  Start a kernel if there is none: fresh for a dead session, restored for an evicted one. */
 static void s_ensure_kernel(session_t *self)
@@ -443,8 +442,7 @@ static void s_ensure_kernel(session_t *self)
          * are answered now. They once waited for ever. */
         char evalue[300];
         snprintf(evalue, sizeof evalue, "the kernel could not start: %.200s", self->start_error);
-        self->start_error[0] = '\0';
-        s_fail_waiting(self, "KernelStartFailed", evalue, "crashed");
+        s_fail_start(self, evalue);
     }
 }
 
@@ -1192,6 +1190,14 @@ static void s_fail_waiting(session_t *self, const char *ename, const char *evalu
     }
 }
 
+/*  No kernel came (evalue says why): the requests waiting for one fail with KernelStartFailed,
+ *  and the next start has its own error to report. */
+static void s_fail_start(session_t *self, const char *evalue)
+{
+    self->start_error[0] = '\0';
+    s_fail_waiting(self, "KernelStartFailed", evalue, "crashed");
+}
+
 void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kind)
 {
     if (self->state == SESSION_ENDED)
@@ -1277,8 +1283,7 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
         self->state = SESSION_DEAD;
         s_arm_ttl(self); /* a session no kernel serves expires as an evicted one does */
     }
-    self->start_error[0] = '\0';
-    s_fail_waiting(self, "KernelStartFailed", evalue, "crashed");
+    s_fail_start(self, evalue);
 }
 
 void session_start_failed(session_t *self, const char *why)
