@@ -20,7 +20,7 @@ import threading
 
 from IPython.core.error import StdinNotImplementedError
 
-from kennel_pipe import decode_object
+from kennel_pipe import decode_object, start_helper_thread
 
 FLUSH_INTERVAL_S = 0.05
 MAX_STREAM_CHARS = 64 * 1024  # one stream message at most; longer text is split
@@ -42,7 +42,7 @@ class StreamBuffer:
         self._pending = []  # [name, [text, ...]] runs; adjacent runs differ in name
         self._chars = 0
         os.register_at_fork(after_in_child=self._after_fork)
-        threading.Thread(target=self._flush_loop, name="kennel-flush", daemon=True).start()
+        start_helper_thread(self._flush_loop, "kennel-flush")
 
     def _init_locks(self):
         self._lock = threading.Lock()  # guards _pending and _chars
@@ -179,7 +179,7 @@ class FdCapture:
             self._readers[r] = (name, codecs.getincrementaldecoder("utf-8")("replace"))
             self._ready.register(r, select.POLLIN)
         buffer.set_drain(self.drain)
-        threading.Thread(target=self._read_loop, name="kennel-fd-reader", daemon=True).start()
+        start_helper_thread(self._read_loop, "kennel-fd-reader")
 
     def drain(self):
         """Move what is in the pipes now into the buffer (one poll() if nothing is)."""

@@ -59,6 +59,7 @@ def start(pipe_fd, hello=True):
             os.open(os.devnull, os.O_RDWR)  # takes the lowest free fd: this one
     gate = InterruptGate()
     gate.install()  # from here on a SIGINT or SIGUSR2 between cells is harmless
+    gate.relay_to_main_thread()
     pipe = Pipe(pipe_fd, gate)
     if hello:
         _hello(pipe)

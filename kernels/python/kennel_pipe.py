@@ -54,16 +54,61 @@ class InterruptGate:
     """
 
     SIGNALS = {signal.SIGINT: KeyboardInterrupt, signal.SIGUSR2: CellTimeout}
+    POKE = signal.SIGURG  # ignored by default: harmless should user code drop our handler
 
     def __init__(self):
         self._armed = False
         self._depth = 0  # nesting of shielded sections in the main thread
         self._pending = None  # the exception of a signal that came in a shielded section
         self._protected = {InterruptGate.arm.__code__, InterruptGate.disarm.__code__}
+        self._wakeup = -1  # the write end of the relay's pipe (relay_to_main_thread)
 
     def install(self):
         for signum in self.SIGNALS:
             signal.signal(signum, self._on_signal)
+
+    def relay_to_main_thread(self):
+        """Wake the main thread for the gate's signals, whichever thread took them.
+
+        Linux gives a process's signal to any thread that does not block it: a thread of
+        the user's when the main thread blocks every signal for a moment (subprocess does,
+        around its vfork). Python's C-level handler then runs in that thread; it marks the
+        signal and writes its number to the wakeup fd, but the main thread, already waiting
+        in a system call (subprocess.run's waitpid, time.sleep), would see the mark only
+        when its wait ended. A helper thread reads the wakeup fd and pokes the main thread
+        with POKE, whose handler does nothing: the poke ends the main thread's wait, and
+        Python runs the marked handlers before it retries (PEP 475). A poke of a main thread
+        that took the signal itself does nothing more.
+        """
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        self._wakeup = w
+        signal.signal(self.POKE, _ignore_poke)
+        self._claim_wakeup_fd()
+        main = threading.main_thread().ident
+        relayed = frozenset(self.SIGNALS)
+
+        def relay():
+            while True:
+                if not relayed.isdisjoint(os.read(r, 512)):
+                    signal.pthread_kill(main, self.POKE)
+
+        start_helper_thread(relay, "kennel-signal-relay")
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self):
+        # A forked child has no relay thread, and its signals must not poke the parent.
+        old = signal.set_wakeup_fd(-1)
+        if old not in (-1, self._wakeup):
+            signal.set_wakeup_fd(old)  # user code's, not ours
+        self._wakeup = -1
+
+    def _claim_wakeup_fd(self):
+        # Take the wakeup fd unless user code holds it (asyncio's signal handlers do, and
+        # give back -1 when done; arm() takes it back then).
+        old = signal.set_wakeup_fd(self._wakeup, warn_on_full_buffer=False)
+        if old not in (-1, self._wakeup):
+            signal.set_wakeup_fd(old)
 
     def protect(self, code):
         """Never raise while the innermost frame runs this code object."""
@@ -72,6 +117,8 @@ class InterruptGate:
     def arm(self):
         self._pending = None
         self._armed = True
+        if self._wakeup >= 0:
+            self._claim_wakeup_fd()
 
     def disarm(self):
         self._armed = False
@@ -95,6 +142,28 @@ class InterruptGate:
         if frame is not None and frame.f_code in self._protected:
             return
         raise exc
+
+
+def _ignore_poke(signum, frame):
+    pass  # InterruptGate.POKE only breaks the main thread out of a system call
+
+
+def start_helper_thread(target, name):
+    """Start one of the kernel's own daemon threads, with SIGINT and SIGUSR2 blocked.
+
+    kenneld's signals are sent to the process, and Linux hands such a signal to any of its
+    threads that does not block it. Taken by a helper thread while the main thread blocks
+    every signal (subprocess does, around its vfork), it ran Python's C-level handler
+    there, which does not wake the main thread: a cell then waiting in a system call
+    (subprocess.run's waitpid) missed its interrupt or deadline until the wait ended.
+    Threads the user starts are covered by InterruptGate.relay_to_main_thread. A new
+    thread inherits the signal mask of the thread that starts it.
+    """
+    saved = signal.pthread_sigmask(signal.SIG_BLOCK, InterruptGate.SIGNALS)
+    try:
+        threading.Thread(target=target, name=name, daemon=True).start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
 
 
 class _Shield:
@@ -212,7 +281,7 @@ class Pipe:
         # User code's subprocesses must not hold (or write to) kenneld's pipe.
         os.set_inheritable(fd, False)
         os.register_at_fork(after_in_child=self._after_fork)
-        threading.Thread(target=self._watch_hangup, name="kennel-hangup", daemon=True).start()
+        start_helper_thread(self._watch_hangup, "kennel-hangup")
 
     def send(self, op, *parts):
         """Send op (a dict) and parts (dicts, or bytes for buffers) as one frame.

@@ -118,6 +118,26 @@ def test_a_kernel_that_left_its_process_group_still_gets_deadlines_and_interrupt
 
 
 @pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
+def test_a_deadline_another_thread_took_still_ends_the_cell_and_keeps_state(kenneld, connect):
+    """The kernel's main thread blocks the deadline's signal (as subprocess does around its
+    vfork), so Linux gives it to the cell's own thread: the main thread's wait must end with
+    a CellTimeout, not the kill after the grace period."""
+    info = kenneld.create("threads", limits={"timeout": 1})
+    kc = connect(info["connection_file"])
+    run(kc, "kept = 42")
+    cell = run(kc, "import signal, threading, time\n"
+                   "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+                   "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})\n"
+                   "try:\n    time.sleep(30)\n"
+                   "finally:\n    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})",
+               timeout=10)
+    assert cell.content["ename"] == "CellTimeout", cell.content
+    assert "restarted" not in cell.content["evalue"]
+    assert run(kc, "kept").result == "42"
+    assert kenneld.ok("info_request", {"session": "threads"})["session"]["restarts"] == 0
+
+
+@pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
 def test_a_deadline_reaches_the_process_group_not_a_process_in_its_own_session(kenneld, connect):
     """As README says: a background process in the kernel's group ends at a later cell's
     deadline; one started in its own session lives on."""

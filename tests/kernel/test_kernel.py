@@ -5,6 +5,7 @@ Run with: /usr/bin/python3 -m pytest -q tests/kernel
 
 import contextlib
 import json
+import os
 import re
 import signal
 import time
@@ -424,6 +425,48 @@ def test_sigusr2_stops_a_child_process_cell(kernel):
     kernel.proc.send_signal(signal.SIGUSR2)
     _, reply, _ = kernel.collect(msg_id)
     assert reply["ename"] == "CellTimeout"
+    reply, _ = kernel.execute("1")
+    assert reply["status"] == "ok"
+
+
+def _blocked_signals(pid, tid):
+    with open(f"/proc/{pid}/task/{tid}/status") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk:"))
+    return {signum for signum in (signal.SIGINT, signal.SIGUSR2) if mask >> (signum - 1) & 1}
+
+
+def test_only_the_main_thread_takes_the_cell_signals(kernel):
+    # kenneld's signals go to the process, and Linux gives them to any thread that does
+    # not block them: one of the kernel's helper threads taking a deadline while the
+    # main thread blocked every signal (subprocess.run's vfork) left a cell waiting in
+    # waitpid deaf to it.
+    kernel.execute("1")  # the stream threads start with the shell, after the hello
+    pid = kernel.proc.pid
+    threads = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    assert len(threads) == 5, threads  # main, hangup watcher, relay, flusher, fd reader
+    assert _blocked_signals(pid, pid) == set()
+    for tid in threads:
+        if tid != pid:
+            assert _blocked_signals(pid, tid) == {signal.SIGINT, signal.SIGUSR2}, tid
+
+
+def test_a_deadline_another_thread_took_still_wakes_the_cell(kernel):
+    # The main thread blocks SIGUSR2, as subprocess does around its vfork, so Linux hands
+    # the signal to the cell's own thread; the main thread's sleep must end all the same.
+    msg_id = start_sleeping_cell(kernel, (
+        "import signal, threading\n"
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})\n"
+        "try:\n"
+        "    print('sleeping', flush=True)\n"
+        "    time.sleep(10)\n"
+        "finally:\n"
+        "    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})\n"), announce=False)
+    started = time.monotonic()
+    kernel.proc.send_signal(signal.SIGUSR2)
+    _, reply, _ = kernel.collect(msg_id)
+    assert reply["ename"] == "CellTimeout"
+    assert time.monotonic() - started < 2
     reply, _ = kernel.execute("1")
     assert reply["status"] == "ok"
 
