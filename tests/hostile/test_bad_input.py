@@ -254,6 +254,77 @@ def test_dense_json_output_costs_kenneld_its_size_not_sixty_times_it(kenneld, cl
     assert_healthy(client, kenneld, value_code="1 + 1")
 
 
+def _drain_until_idle(sock, session, msg_id, timeout=30):
+    """Read iopub until the idle status of msg_id; returns the stream bytes read on the way."""
+    deadline = time.monotonic() + timeout
+    streamed = 0
+    while time.monotonic() < deadline:
+        if not sock.poll(1000):
+            continue
+        _, frames = session.feed_identities(sock.recv_multipart())
+        msg = session.deserialize(frames)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            streamed += len(msg["content"]["text"])
+        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return streamed
+    raise AssertionError(f"no idle status for {msg_id} on iopub")
+
+
+@pytest.mark.parametrize("kenneld", [("--max-iopub-queue", "4M", "--max-output", "256M")],
+                         indirect=True)
+def test_iopub_a_subscriber_does_not_read_holds_its_bound_in_bytes(kenneld, client):
+    """libzmq bounds a PUB's queue in messages (10,000 here): a subscriber that stopped
+    reading made kenneld hold all its session printed, 96 MiB for this cell and gigabytes
+    for a few more. kenneld counts the bytes and drops output past --max-iopub-queue;
+    status messages still go out, and the session and its readers recover."""
+    _set_marker(client)
+    lazy = kenneld.ctx.socket(zmq.SUB)
+    lazy.linger = 0
+    lazy.rcvhwm = 1
+    lazy.rcvbuf = 4096
+    lazy.setsockopt(zmq.SUBSCRIBE, b"")
+    lazy.connect(client.sockets["iopub"].getsockopt_string(zmq.LAST_ENDPOINT))
+    pid = kenneld.proc.pid
+    try:
+        time.sleep(0.5)  # the subscription is recorded
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")  # the peak RSS starts again from the current one
+        before = _peak_rss(pid)
+        flood = client.session.send(client.sockets["shell"], "execute_request", {
+            "code": "for _ in range(96):\n    print('x' * ((1 << 20) - 1))",
+            "silent": False, "store_history": True, "user_expressions": {},
+            "allow_stdin": False, "stop_on_error": True})["header"]["msg_id"]
+        reply = client.reply_to("shell", flood, timeout=60)
+        assert reply is not None and reply["content"]["status"] == "ok", reply
+        grown = _peak_rss(pid) - before
+        info = kenneld.call("info_request", {"session": "victim"})["session"]
+        assert grown < 40 << 20, f"kenneld's peak RSS grew by {grown >> 20} MiB"
+        assert info["iopub_dropped"] > 0, info
+        assert info["iopub_held_bytes"] <= (4 << 20) + (1 << 20), info
+        # The reading client gets what was not dropped, and the cell's idle status.
+        streamed = _drain_until_idle(client.sockets["iopub"], client.session, flood)
+        assert 0 < streamed < 96 << 20, streamed
+    finally:
+        lazy.close()
+    # With the lagging subscriber gone, what it had not read is freed (once iopub is used
+    # again: here, by a request's busy and idle), and output flows whole again.
+    deadline = time.monotonic() + 10
+    while True:
+        assert client.request("control", "kernel_info_request") is not None
+        held = kenneld.call("info_request", {"session": "victim"})["session"]["iopub_held_bytes"]
+        if held < 1 << 20:
+            break
+        assert time.monotonic() < deadline, f"iopub still holds {held} bytes"
+        time.sleep(0.05)
+    after = client.session.send(client.sockets["shell"], "execute_request", {
+        "code": "print('y' * (3 << 20))", "silent": False, "store_history": True,
+        "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})["header"]["msg_id"]
+    assert _drain_until_idle(client.sockets["iopub"], client.session, after) == (3 << 20) + 1
+    assert_healthy(client, kenneld)
+
+
 def test_a_nul_inside_msg_type_is_dropped(kenneld, client):
     """kenneld (C) and the kernel (Python) would read "execute_request\\0" differently: the
     session was left busy for good. Such a message is dropped like any malformed one."""
