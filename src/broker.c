@@ -299,9 +299,8 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
     if (rc < 0 && log_allow(&s->broker->warn_limit, 5))
         LOG_W("session=%s: send on %s failed", s->id, route_channel_name(channel));
     else if (rc == CHANNELS_DROPPED && log_allow(&s->broker->warn_limit, 5))
-        LOG_W("session=%s: iopub holds %zu bytes its subscribers have not read: output dropped "
-              "(%zu messages so far; --max-iopub-queue)",
-              s->id, channels_iopub_held(s->ch), channels_iopub_dropped(s->ch));
+        LOG_W("session=%s: a client has not read %s's last --max-unread bytes: message dropped "
+              "(%zu so far)", s->id, route_channel_name(channel), channels_dropped(s->ch));
     /* A send can swallow the wake-up of a request arriving on the same socket, and we often
      * send from outside its reader (a kernel's reply, a timer): the loop must look again. This
      * is the one place session sockets are sent on (the heartbeat echoes in its own reader).
@@ -1798,8 +1797,8 @@ static json_t *s_info(sess_t *s)
     json_object_set_new(info, "uss_bytes", json_integer(live ? s->uss : 0));
     json_object_set_new(info, "limits", s_limits_json(&s->limits));
     json_object_set_new(info, "sandboxed", json_boolean(s->broker->cfg.sandbox));
-    json_object_set_new(info, "iopub_held_bytes", json_integer(s->ch ? (json_int_t)channels_iopub_held(s->ch) : 0));
-    json_object_set_new(info, "iopub_dropped", json_integer(s->ch ? (json_int_t)channels_iopub_dropped(s->ch) : 0));
+    json_object_set_new(info, "unread_bytes", json_integer(s->ch ? (json_int_t)channels_unread(s->ch) : 0));
+    json_object_set_new(info, "unread_dropped", json_integer(s->ch ? (json_int_t)channels_dropped(s->ch) : 0));
     return info;
 }
 
@@ -2007,7 +2006,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
         util_uuid(s->id);
     char key[40], ipc_prefix[PATH_MAX];
     channels_cfg_t cc = {self->cfg.transport, self->cfg.ip, {0}, util_uuid(key), s->launched,
-                         self->cfg.max_iopub_queue};
+                         self->cfg.max_unread};
     if (connection && s_parse_connection(connection, &cc, !id, err) < 0)
         goto fail;
     if (statedir_session_create(self->cfg.state_dir, s->id, s->dir, sizeof s->dir) < 0 ||
@@ -2507,7 +2506,7 @@ json_t *broker_stats(const broker_t *self)
                                 "preload", zygote ? self->cfg.preload : "");
     json_object_set_new(limits, "max_message",
                         json_integer((json_int_t)self->cfg.wire_limits.max_msg_bytes));
-    json_object_set_new(limits, "max_iopub_queue", json_integer((json_int_t)self->cfg.max_iopub_queue));
+    json_object_set_new(limits, "max_unread", json_integer((json_int_t)self->cfg.max_unread));
     json_t *lost = json_array();
     for (size_t i = 0; self->cfg.lost && self->cfg.lost[i]; i++)
         json_array_append_new(lost, json_string(self->cfg.lost[i]));

@@ -13,23 +13,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/*  What iopub holds for its subscribers, in bytes. libzmq counts a PUB's queue in messages
- *  only (its high-water mark, per subscriber), so kenneld counts bytes itself: each message's
- *  bytes from its send until libzmq frees it, written to every subscriber or dropped. libzmq
- *  frees in its I/O thread, or in ours: the counts are atomic. The account outlives the
- *  channels while messages are in flight (each holds a reference). */
+/*  What one socket holds for peers that have not read it, in bytes. libzmq bounds its queues
+ *  in messages only (the high-water mark, per peer), so kenneld counts bytes itself: each
+ *  message's bytes from its send until libzmq frees it, written to every peer it went to or
+ *  dropped. libzmq frees in its I/O thread, or in ours: the counts are atomic. An account
+ *  outlives the channels while messages are in flight (each holds a reference). */
 typedef struct {
     atomic_size_t bytes;
     atomic_size_t refs;
-} iopub_account_t;
+} unread_account_t;
 
 /*  One message in flight. Its largest frame goes to libzmq without a copy and counts for the
  *  whole message: libzmq frees a message's frames together, and the others are small. */
 typedef struct {
-    iopub_account_t *account;
+    unread_account_t *account;
     size_t bytes;
     zframe_t *frame;
-} iopub_held_t;
+} unread_msg_t;
 
 struct channels {
     zsock_t *sock[CHANNELS_N];
@@ -38,22 +38,22 @@ struct channels {
     char *ip;
     char *key;       /* wiped on destroy */
     wire_t *wire;
-    iopub_account_t *account;
-    size_t iopub_max;      /* bytes; 0: no bound */
-    size_t iopub_dropped;  /* messages */
+    unread_account_t *unread[CHANNELS_N]; /* the heartbeat's is NULL: it keeps 16 echoes */
+    size_t max_unread;  /* bytes per socket; 0: no bound */
+    size_t dropped;     /* messages dropped for it */
 };
 
-static void s_account_release(iopub_account_t *a)
+static void s_account_release(unread_account_t *a)
 {
     if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) == 1)
         free(a);
 }
 
-/*  libzmq's free function of a held frame (any thread). */
-static void s_held_free(void *data, void *hint)
+/*  libzmq's free function of a counted message's largest frame (any thread). */
+static void s_unread_free(void *data, void *hint)
 {
     (void)data;
-    iopub_held_t *h = hint;
+    unread_msg_t *h = hint;
     atomic_fetch_sub_explicit(&h->account->bytes, h->bytes, memory_order_relaxed);
     s_account_release(h->account);
     zframe_destroy(&h->frame);
@@ -123,12 +123,15 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     self->ip = strdup(cfg->ip);
     self->key = strdup(cfg->key);
     self->wire = wire_new(cfg->key, strlen(cfg->key), &lim);
-    self->account = calloc(1, sizeof *self->account);
-    if (!self->transport || !self->ip || !self->key || !self->wire || !self->account)
+    if (!self->transport || !self->ip || !self->key || !self->wire)
         goto fail;
-    atomic_init(&self->account->bytes, 0);
-    atomic_init(&self->account->refs, 1);
-    self->iopub_max = cfg->iopub_max_bytes;
+    for (int i = 0; i < CHANNELS_HB; i++) {
+        if (!(self->unread[i] = calloc(1, sizeof *self->unread[i])))
+            goto fail;
+        atomic_init(&self->unread[i]->bytes, 0);
+        atomic_init(&self->unread[i]->refs, 1);
+    }
+    self->max_unread = cfg->max_unread;
     int is_ipc = strcmp(cfg->transport, "ipc") == 0;
     for (int i = 0; i < CHANNELS_N; i++) {
         self->sock[i] = s_socket((channels_index_t)i, lim.max_msg_bytes, cfg->watch_iopub);
@@ -177,8 +180,9 @@ void channels_destroy(channels_t **self_p)
             unlink(path);
     }
     wire_destroy(&self->wire);
-    if (self->account)
-        s_account_release(self->account);
+    for (int i = 0; i < CHANNELS_N; i++)
+        if (self->unread[i])
+            s_account_release(self->unread[i]);
     if (self->key) {
         memset(self->key, 0, strlen(self->key));
         free(self->key);
@@ -202,25 +206,25 @@ int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out)
     return rc < 0 ? rc : wire_decode(self->wire, &z, out);
 }
 
-/*  Send z on iopub, its bytes counted until libzmq frees it (see iopub_account_t). Takes *z_p.
- *  0 or -1. */
-static int s_send_counted(channels_t *self, zmsg_t **z_p)
+/*  Send z on socket i, its bytes counted until libzmq frees it (see unread_account_t). Takes
+ *  *z_p. 0 or -1. */
+static int s_send_counted(channels_t *self, channels_index_t i, zmsg_t **z_p)
 {
     zmsg_t *z = *z_p;
     zframe_t *largest = zmsg_first(z);
     for (zframe_t *f = largest; f; f = zmsg_next(z))
         if (zframe_size(f) > zframe_size(largest))
             largest = f;
-    iopub_held_t *h = largest ? calloc(1, sizeof *h) : NULL;
+    unread_msg_t *h = largest ? calloc(1, sizeof *h) : NULL;
     if (!h) {
         zmsg_destroy(z_p);
         return -1;
     }
-    h->account = self->account;
+    h->account = self->unread[i];
     h->bytes = zmsg_content_size(z);
     atomic_fetch_add_explicit(&h->account->refs, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->account->bytes, h->bytes, memory_order_relaxed);
-    void *sock = zsock_resolve(self->sock[CHANNELS_IOPUB]);
+    void *sock = zsock_resolve(self->sock[i]);
     int rc = 0;
     zframe_t *f;
     while ((f = zmsg_pop(z))) {
@@ -228,8 +232,8 @@ static int s_send_counted(channels_t *self, zmsg_t **z_p)
         if (f == largest) {
             h->frame = f;
             zmq_msg_t m;
-            if (rc < 0 || zmq_msg_init_data(&m, zframe_data(f), zframe_size(f), s_held_free, h) < 0) {
-                s_held_free(NULL, h);
+            if (rc < 0 || zmq_msg_init_data(&m, zframe_data(f), zframe_size(f), s_unread_free, h) < 0) {
+                s_unread_free(NULL, h);
                 rc = -1;
             } else if (zmq_msg_send(&m, sock, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
                 zmq_msg_close(&m); /* frees h */
@@ -246,23 +250,24 @@ static int s_send_counted(channels_t *self, zmsg_t **z_p)
 
 int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
 {
-    int droppable = i == CHANNELS_IOPUB && self->iopub_max && strcmp(jmsg_type(*msg_p), "status");
+    /* iopub's status messages always go: a client waiting for `idle` must get it. */
+    int droppable = self->max_unread && (i != CHANNELS_IOPUB || strcmp(jmsg_type(*msg_p), "status"));
     zmsg_t *z = wire_encode(self->wire, *msg_p);
     jmsg_destroy(msg_p);
     if (!z)
         return -1;
-    if (i == CHANNELS_IOPUB) {
-        size_t held = channels_iopub_held(self);
+    if (self->unread[i]) {
+        size_t held = atomic_load_explicit(&self->unread[i]->bytes, memory_order_relaxed);
         if (droppable && held > 0 &&
-            (held >= self->iopub_max || zmsg_content_size(z) > self->iopub_max - held)) {
-            /* What a subscriber that left had not read is freed only once the socket has
-             * seen it leave, which it does when used: the next message will fit then. */
-            zsock_events(self->sock[CHANNELS_IOPUB]);
+            (held >= self->max_unread || zmsg_content_size(z) > self->max_unread - held)) {
+            /* What a peer that left had not read is freed only once the socket has seen it
+             * leave, which it does when used: the next message may fit then. */
+            zsock_events(self->sock[i]);
             zmsg_destroy(&z);
-            self->iopub_dropped++;
+            self->dropped++;
             return CHANNELS_DROPPED;
         }
-        return s_send_counted(self, &z);
+        return s_send_counted(self, i, &z);
     }
     /* czmq's zmsg_send keeps the message on failure; we never keep it. */
     if (zmsg_send(&z, self->sock[i]) < 0) {
@@ -272,14 +277,18 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
     return 0;
 }
 
-size_t channels_iopub_held(const channels_t *self)
+size_t channels_unread(const channels_t *self)
 {
-    return atomic_load_explicit(&self->account->bytes, memory_order_relaxed);
+    size_t sum = 0;
+    for (int i = 0; i < CHANNELS_N; i++)
+        if (self->unread[i])
+            sum += atomic_load_explicit(&self->unread[i]->bytes, memory_order_relaxed);
+    return sum;
 }
 
-size_t channels_iopub_dropped(const channels_t *self)
+size_t channels_dropped(const channels_t *self)
 {
-    return self->iopub_dropped;
+    return self->dropped;
 }
 
 int channels_read_subscription(channels_t *self)

@@ -21,7 +21,8 @@ typedef struct {
     const char *key;         /* the session's HMAC key (non-empty) */
     int watch_iopub;         /* iopub is an XPUB whose subscriptions the caller reads
                               * (channels_read_subscription) */
-    size_t iopub_max_bytes;  /* iopub bytes held for subscribers that lag (0: no bound) */
+    size_t max_unread;       /* bytes one socket holds for peers that have not read them
+                              * (0: no bound); the heartbeat keeps 16 echoes instead */
 } channels_cfg_t;
 
 typedef struct channels channels_t;
@@ -34,16 +35,15 @@ zsock_t *channels_socket(channels_t *self, channels_index_t i);
 /*  Receive one message from socket i and verify it. 0 and an owned *out, or a WIRE_E* code. */
 int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out);
 /*  Sign and send msg on socket i without blocking (ROUTER and PUB drop rather than block).
- *  Takes *msg_p. 0, -1, or CHANNELS_DROPPED: an iopub message not sent because what iopub
- *  already holds for subscribers that have not read it, with this message, would pass
- *  cfg.iopub_max_bytes. A `status` message is never dropped so, nor any message while
- *  iopub holds nothing. */
+ *  Takes *msg_p. 0, -1, or CHANNELS_DROPPED: not sent because what socket i already holds
+ *  for peers that have not read it, with this message, would pass cfg.max_unread. An iopub
+ *  `status` message is never dropped so, nor any message while its socket holds nothing. */
 #define CHANNELS_DROPPED 1
 int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p);
-/*  Bytes iopub holds now (sent, not yet written to every subscriber nor dropped by libzmq),
+/*  Bytes the sockets hold now (sent, not yet written to every peer nor dropped by libzmq),
  *  and how many messages CHANNELS_DROPPED has dropped in all. */
-size_t channels_iopub_held(const channels_t *self);
-size_t channels_iopub_dropped(const channels_t *self);
+size_t channels_unread(const channels_t *self);
+size_t channels_dropped(const channels_t *self);
 /*  Read one message from a watched iopub (cfg.watch_iopub). Read whenever the socket is
  *  readable: libzmq keeps what is not read. 1: a client subscribed (to a topic no one had
  *  subscribed to), 0: anything else (the last subscriber of a topic left), -1: nothing there. */

@@ -29,9 +29,8 @@ static const char s_usage[] =
     "  --max-sessions N    live sessions at most (default 256)\n"
     "  --max-queued N      shell requests waiting per session (default 256)\n"
     "  --max-message SIZE  largest client message or kernel frame, e.g. 64M (default 64M)\n"
-    "  --max-iopub-queue SIZE  iopub output held for a session's clients that read slowly;\n"
-    "                      past it, output messages are dropped until they catch up (default\n"
-    "                      64M)\n"
+    "  --max-unread SIZE   what one session socket holds for clients that have not read it;\n"
+    "                      past it, messages are dropped until they catch up (default 64M)\n"
     "  --log-level L       error, warn, info or debug (env KENNEL_LOG_LEVEL; default info)\n"
     "  --spawner S         zygote: kernels are forks of a warm Python that imported the\n"
     "                      preload list once; exec: a cold python3 per kernel (env\n"
@@ -136,7 +135,7 @@ int config_load(config_t *cfg, int argc, char **argv)
     cfg->ttl_s = 86400;
     cfg->max_output = 10u << 20;
     cfg->max_file = 32u << 20;
-    cfg->max_iopub_queue = 64u << 20;
+    cfg->max_unread = 64u << 20;
     strcpy(cfg->spawner, "zygote");
     strcpy(cfg->zygote_dir, KENNEL_ZYGOTE_DIR);
     strcpy(cfg->preload, DEFAULT_PRELOAD);
@@ -167,7 +166,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"timeout", required_argument, NULL, 'o'},   {"grace", required_argument, NULL, 'g'},
         {"max-output", required_argument, NULL, 'O'}, {"idle", required_argument, NULL, 'd'},
         {"max-file", required_argument, NULL, 'X'}, {"disk", required_argument, NULL, 'D'},
-        {"ttl", required_argument, NULL, 'L'},       {"max-iopub-queue", required_argument, NULL, 'B'},
+        {"ttl", required_argument, NULL, 'L'},       {"max-unread", required_argument, NULL, 'B'},
         {"spawner", required_argument, NULL, 'Z'},   {"preload", required_argument, NULL, 'R'},
         {"pool", required_argument, NULL, 'W'},      {"merge-pages", no_argument, NULL, 'K'},
         {NULL, 0, NULL, 0}};
@@ -253,7 +252,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         case 'O': rc = s_size(optarg, 1024, 1u << 30, &cfg->max_output, "--max-output"); break;
         case 'X': rc = s_size(optarg, 1024, 1u << 30, &cfg->max_file, "--max-file"); break;
         case 'B':
-            rc = s_size(optarg, 64u << 10, (size_t)16 << 30, &cfg->max_iopub_queue, "--max-iopub-queue");
+            rc = s_size(optarg, 64u << 10, (size_t)16 << 30, &cfg->max_unread, "--max-unread");
             break;
         case 'Z': rc = s_spawner(cfg, optarg); break;
         case 'R': rc = s_copy(cfg->preload, sizeof cfg->preload, optarg, "--preload"); break;

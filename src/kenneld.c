@@ -308,7 +308,7 @@ int main(int argc, char **argv)
                    cfg.disk_bytes},
         .sandbox_desc = sandbox_desc,
         .ttl_ms = (long long)(cfg.ttl_s * 1000),
-        .max_iopub_queue = cfg.max_iopub_queue,
+        .max_unread = cfg.max_unread,
         .session_limits = {.max_queued = cfg.max_queued,
                            .grace_ms = (long long)(cfg.grace_s * 1000),
                            .max_output = cfg.max_output},

@@ -272,13 +272,15 @@ def _drain_until_idle(sock, session, msg_id, timeout=30):
     raise AssertionError(f"no idle status for {msg_id} on iopub")
 
 
-@pytest.mark.parametrize("kenneld", [("--max-iopub-queue", "4M", "--max-output", "256M")],
-                         indirect=True)
+UNREAD_4M = ("--max-unread", "4M", "--max-output", "256M")
+
+
+@pytest.mark.parametrize("kenneld", [UNREAD_4M], indirect=True)
 def test_iopub_a_subscriber_does_not_read_holds_its_bound_in_bytes(kenneld, client):
     """libzmq bounds a PUB's queue in messages (10,000 here): a subscriber that stopped
     reading made kenneld hold all its session printed, 96 MiB for this cell and gigabytes
-    for a few more. kenneld counts the bytes and drops output past --max-iopub-queue;
-    status messages still go out, and the session and its readers recover."""
+    for a few more. kenneld counts the bytes and drops output past --max-unread; status
+    messages still go out, and the session and its readers recover."""
     _set_marker(client)
     lazy = kenneld.ctx.socket(zmq.SUB)
     lazy.linger = 0
@@ -301,8 +303,8 @@ def test_iopub_a_subscriber_does_not_read_holds_its_bound_in_bytes(kenneld, clie
         grown = _peak_rss(pid) - before
         info = kenneld.call("info_request", {"session": "victim"})["session"]
         assert grown < 40 << 20, f"kenneld's peak RSS grew by {grown >> 20} MiB"
-        assert info["iopub_dropped"] > 0, info
-        assert info["iopub_held_bytes"] <= (4 << 20) + (1 << 20), info
+        assert info["unread_dropped"] > 0, info
+        assert info["unread_bytes"] <= (4 << 20) + (1 << 20), info
         # The reading client gets what was not dropped, and the cell's idle status.
         streamed = _drain_until_idle(client.sockets["iopub"], client.session, flood)
         assert 0 < streamed < 96 << 20, streamed
@@ -313,7 +315,7 @@ def test_iopub_a_subscriber_does_not_read_holds_its_bound_in_bytes(kenneld, clie
     deadline = time.monotonic() + 10
     while True:
         assert client.request("control", "kernel_info_request") is not None
-        held = kenneld.call("info_request", {"session": "victim"})["session"]["iopub_held_bytes"]
+        held = kenneld.call("info_request", {"session": "victim"})["session"]["unread_bytes"]
         if held < 1 << 20:
             break
         assert time.monotonic() < deadline, f"iopub still holds {held} bytes"
@@ -322,6 +324,39 @@ def test_iopub_a_subscriber_does_not_read_holds_its_bound_in_bytes(kenneld, clie
         "code": "print('y' * (3 << 20))", "silent": False, "store_history": True,
         "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})["header"]["msg_id"]
     assert _drain_until_idle(client.sockets["iopub"], client.session, after) == (3 << 20) + 1
+    assert_healthy(client, kenneld)
+
+
+@pytest.mark.parametrize("kenneld", [UNREAD_4M], indirect=True)
+def test_replies_a_client_does_not_read_hold_their_bound_in_bytes(kenneld, client):
+    """The same for shell: libzmq keeps 1000 replies for each client that does not read
+    them, and an execute_reply's user_expressions can be large."""
+    _set_marker(client)
+    lazy = kenneld.ctx.socket(zmq.DEALER)
+    lazy.linger = 0
+    lazy.rcvhwm = 1
+    lazy.rcvbuf = 4096
+    lazy.connect(client.sockets["shell"].getsockopt_string(zmq.LAST_ENDPOINT))
+    pid = kenneld.proc.pid
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        before = _peak_rss(pid)
+        for _ in range(64):
+            client.session.send(lazy, "execute_request", {
+                "code": "", "silent": True, "store_history": False, "allow_stdin": False,
+                "user_expressions": {"big": "'x' * (1 << 20)"}, "stop_on_error": False})
+        deadline = time.monotonic() + 60
+        while kenneld.call("info_request", {"session": "victim"})["session"]["queued"] or \
+                kenneld.call("info_request", {"session": "victim"})["session"]["state"] != "idle":
+            assert time.monotonic() < deadline, "the 64 requests did not finish"
+            time.sleep(0.1)
+        grown = _peak_rss(pid) - before
+        info = kenneld.call("info_request", {"session": "victim"})["session"]
+        assert grown < 40 << 20, f"kenneld's peak RSS grew by {grown >> 20} MiB"
+        assert info["unread_dropped"] > 0 and info["unread_bytes"] <= 5 << 20, info
+    finally:
+        lazy.close()
     assert_healthy(client, kenneld)
 
 
