@@ -60,7 +60,8 @@ class InterruptGate:
         self._armed = False
         self._depth = 0  # nesting of shielded sections in the main thread
         self._pending = None  # the exception of a signal that came in a shielded section
-        self._protected = {InterruptGate.arm.__code__, InterruptGate.disarm.__code__}
+        self._protected = {InterruptGate.arm.__code__, InterruptGate.disarm.__code__,
+                           InterruptGate._claim_wakeup_fd.__code__}
         self._wakeup = -1  # the write end of the relay's pipe (relay_to_main_thread)
 
     def install(self):
@@ -90,7 +91,13 @@ class InterruptGate:
 
         def relay():
             while True:
-                if not relayed.isdisjoint(os.read(r, 512)):
+                try:
+                    data = os.read(r, 512)
+                except OSError:
+                    return  # user code closed it: no relay from now on
+                if not data:
+                    return
+                if not relayed.isdisjoint(data):
                     signal.pthread_kill(main, self.POKE)
 
         start_helper_thread(relay, "kennel-signal-relay")
@@ -106,7 +113,11 @@ class InterruptGate:
     def _claim_wakeup_fd(self):
         # Take the wakeup fd unless user code holds it (asyncio's signal handlers do, and
         # give back -1 when done; arm() takes it back then).
-        old = signal.set_wakeup_fd(self._wakeup, warn_on_full_buffer=False)
+        try:
+            old = signal.set_wakeup_fd(self._wakeup, warn_on_full_buffer=False)
+        except (ValueError, OSError):  # user code closed our fd, or reused its number
+            self._wakeup = -1
+            return
         if old not in (-1, self._wakeup):
             signal.set_wakeup_fd(old)
 
@@ -115,10 +126,11 @@ class InterruptGate:
         self._protected.add(code)
 
     def arm(self):
-        self._pending = None
-        self._armed = True
+        # The claim first: a signal in its frame must find the gate not yet armed.
         if self._wakeup >= 0:
             self._claim_wakeup_fd()
+        self._pending = None
+        self._armed = True
 
     def disarm(self):
         self._armed = False
@@ -135,9 +147,9 @@ class InterruptGate:
             if self._pending is not CellTimeout:
                 self._pending = exc
             return
-        # A second signal can run its handler as this one starts, with this handler's
-        # frame as the interrupted one: judge the frame that both interrupted.
-        while frame is not None and frame.f_code is InterruptGate._on_signal.__code__:
+        # A second signal can run its handler as this one (or a poke's) starts, with that
+        # handler's frame as the interrupted one: judge the frame that both interrupted.
+        while frame is not None and frame.f_code in _HANDLER_CODES:
             frame = frame.f_back
         if frame is not None and frame.f_code in self._protected:
             return
@@ -146,6 +158,9 @@ class InterruptGate:
 
 def _ignore_poke(signum, frame):
     pass  # InterruptGate.POKE only breaks the main thread out of a system call
+
+
+_HANDLER_CODES = (InterruptGate._on_signal.__code__, _ignore_poke.__code__)
 
 
 def start_helper_thread(target, name):

@@ -3,11 +3,15 @@
 Run with: /usr/bin/python3 -m pytest -q tests/kernel
 """
 
+import collections
 import contextlib
 import json
 import os
+import random
 import re
 import signal
+import sys
+import threading
 import time
 
 import pytest
@@ -471,6 +475,39 @@ def test_a_deadline_another_thread_took_still_wakes_the_cell(kernel):
     assert reply["status"] == "ok"
 
 
+def test_a_storm_of_interrupts_never_escapes_the_kernel(kernel):
+    """SIGINTs landing anywhere, a cell's start and end included, are raised in the cell or
+    dropped, never out of the kernel's own code (an arm() that let one out killed the
+    kernel within a few hundred cells of such a storm)."""
+    stop = threading.Event()
+    rng = random.Random(12)
+
+    def storm():
+        while not stop.is_set():
+            kernel.proc.send_signal(signal.SIGINT)
+            time.sleep(rng.uniform(0, 0.002))
+
+    stormer = threading.Thread(target=storm)
+    stormer.start()
+    outcomes = collections.Counter()
+    try:
+        for _ in range(20):
+            ids = [kernel.send_request("execute_request", {
+                "code": "pass", "silent": False, "store_history": False,
+                "user_expressions": {}, "allow_stdin": False, "stop_on_error": False})
+                for _ in range(50)]
+            for msg_id in ids:
+                _, reply, _ = kernel.collect(msg_id)
+                outcomes[reply.get("ename", reply["status"])] += 1
+    finally:
+        stop.set()
+        stormer.join()
+    assert kernel.proc.poll() is None, outcomes
+    assert set(outcomes) <= {"ok", "KeyboardInterrupt"}, outcomes
+    reply, _ = kernel.execute("1")
+    assert reply["status"] == "ok"
+
+
 # -- the gate, in this process -----------------------------------------------------
 
 
@@ -487,6 +524,35 @@ def gate(monkeypatch):
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
+
+
+def test_a_signal_while_arm_claims_the_wakeup_fd_stays_in_arm(gate):
+    """arm() takes the relay's wakeup fd back in a frame of its own: a signal handled at that
+    frame's start or end must not escape arm() (it would kill the kernel, or fail a cell
+    that never ran, outside the cell's try)."""
+    from kennel_pipe import InterruptGate
+
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    gate._wakeup = w
+
+    def tracer(frame, event, arg):
+        if frame.f_code is InterruptGate._claim_wakeup_fd.__code__:
+            gate._on_signal(signal.SIGINT, frame)  # as if SIGINT landed just here
+            return tracer
+        return None
+
+    sys.settrace(tracer)
+    try:
+        gate.arm()
+    except KeyboardInterrupt:
+        pytest.fail("the SIGINT escaped arm()")
+    finally:
+        sys.settrace(None)
+        signal.set_wakeup_fd(-1)
+        os.close(r)
+        os.close(w)
+    gate.disarm()
 
 
 def test_gate_raises_only_while_armed(gate):
