@@ -299,8 +299,8 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
     if (rc < 0 && log_allow(&s->broker->warn_limit, 5))
         LOG_W("session=%s: send on %s failed", s->id, route_channel_name(channel));
     else if (rc == CHANNELS_DROPPED && log_allow(&s->broker->warn_limit, 5))
-        LOG_W("session=%s: a client has not read %s's last --max-unread bytes: message dropped "
-              "(%zu so far)", s->id, route_channel_name(channel), channels_dropped(s->ch));
+        LOG_W("session=%s: iopub's subscribers have not read its last --max-unread bytes: "
+              "output dropped (%zu messages so far)", s->id, channels_dropped(s->ch));
     /* A send can swallow the wake-up of a request arriving on the same socket, and we often
      * send from outside its reader (a kernel's reply, a timer): the loop must look again. This
      * is the one place session sockets are sent on (the heartbeat echoes in its own reader).

@@ -49,7 +49,7 @@ typedef struct {
     long long ttl_ms;             /* an evicted session unused this long ends for good */
     size_t max_sessions;
     size_t max_pipe_frame;        /* largest kernel-pipe frame accepted */
-    size_t max_unread;            /* bytes a session socket holds for clients that lag */
+    size_t max_unread;            /* bytes a session's iopub holds for clients that lag */
     session_limits_t session_limits;
     wire_limits_t wire_limits;
 } broker_cfg_t;

@@ -13,11 +13,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/*  What one socket holds for peers that have not read it, in bytes. libzmq bounds its queues
+/*  What iopub holds for subscribers that have not read it, in bytes. libzmq bounds a queue
  *  in messages only (the high-water mark, per peer), so kenneld counts bytes itself: each
- *  message's bytes from its send until libzmq frees it, written to every peer it went to or
- *  dropped. libzmq frees in its I/O thread, or in ours: the counts are atomic. An account
- *  outlives the channels while messages are in flight (each holds a reference). */
+ *  message's bytes from its send until libzmq frees it, written to every subscriber or
+ *  dropped. libzmq frees in its I/O thread, or in ours: the counts are atomic. The account
+ *  outlives the channels while messages are in flight (each holds a reference).
+ *  Only iopub: a PUB drops for subscribers that lag anyway, and a status message is all a
+ *  client needs to finish a request. Dropping a ROUTER's replies past a bound for the
+ *  whole socket would leave every client of it waiting for ever; a bound per peer would
+ *  need the count per routing id (not done: libzmq's 1000 replies a peer stand). */
 typedef struct {
     atomic_size_t bytes;
     atomic_size_t refs;
@@ -38,8 +42,8 @@ struct channels {
     char *ip;
     char *key;       /* wiped on destroy */
     wire_t *wire;
-    unread_account_t *unread[CHANNELS_N]; /* the heartbeat's is NULL: it keeps 16 echoes */
-    size_t max_unread;  /* bytes per socket; 0: no bound */
+    unread_account_t *unread[CHANNELS_N]; /* iopub's only */
+    size_t max_unread;  /* bytes; 0: no bound */
     size_t dropped;     /* messages dropped for it */
 };
 
@@ -125,12 +129,11 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     self->wire = wire_new(cfg->key, strlen(cfg->key), &lim);
     if (!self->transport || !self->ip || !self->key || !self->wire)
         goto fail;
-    for (int i = 0; i < CHANNELS_HB; i++) {
-        if (!(self->unread[i] = calloc(1, sizeof *self->unread[i])))
-            goto fail;
-        atomic_init(&self->unread[i]->bytes, 0);
-        atomic_init(&self->unread[i]->refs, 1);
-    }
+    unread_account_t *a = self->unread[CHANNELS_IOPUB] = calloc(1, sizeof *a);
+    if (!a)
+        goto fail;
+    atomic_init(&a->bytes, 0);
+    atomic_init(&a->refs, 1);
     self->max_unread = cfg->max_unread;
     int is_ipc = strcmp(cfg->transport, "ipc") == 0;
     for (int i = 0; i < CHANNELS_N; i++) {
@@ -250,8 +253,8 @@ static int s_send_counted(channels_t *self, channels_index_t i, zmsg_t **z_p)
 
 int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
 {
-    /* iopub's status messages always go: a client waiting for `idle` must get it. */
-    int droppable = self->max_unread && (i != CHANNELS_IOPUB || strcmp(jmsg_type(*msg_p), "status"));
+    /* Status messages always go: a client waiting for `idle` must get it. */
+    int droppable = self->max_unread && strcmp(jmsg_type(*msg_p), "status");
     zmsg_t *z = wire_encode(self->wire, *msg_p);
     jmsg_destroy(msg_p);
     if (!z)

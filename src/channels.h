@@ -21,8 +21,8 @@ typedef struct {
     const char *key;         /* the session's HMAC key (non-empty) */
     int watch_iopub;         /* iopub is an XPUB whose subscriptions the caller reads
                               * (channels_read_subscription) */
-    size_t max_unread;       /* bytes one socket holds for peers that have not read them
-                              * (0: no bound); the heartbeat keeps 16 echoes instead */
+    size_t max_unread;       /* bytes iopub holds for subscribers that have not read them
+                              * (0: no bound) */
 } channels_cfg_t;
 
 typedef struct channels channels_t;
@@ -35,12 +35,13 @@ zsock_t *channels_socket(channels_t *self, channels_index_t i);
 /*  Receive one message from socket i and verify it. 0 and an owned *out, or a WIRE_E* code. */
 int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out);
 /*  Sign and send msg on socket i without blocking (ROUTER and PUB drop rather than block).
- *  Takes *msg_p. 0, -1, or CHANNELS_DROPPED: not sent because what socket i already holds
- *  for peers that have not read it, with this message, would pass cfg.max_unread. An iopub
- *  `status` message is never dropped so, nor any message while its socket holds nothing. */
+ *  Takes *msg_p. 0, -1, or CHANNELS_DROPPED: an iopub message not sent because what iopub
+ *  already holds for subscribers that have not read it, with this message, would pass
+ *  cfg.max_unread. A `status` message is never dropped so, nor any message while iopub
+ *  holds nothing. */
 #define CHANNELS_DROPPED 1
 int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p);
-/*  Bytes the sockets hold now (sent, not yet written to every peer nor dropped by libzmq),
+/*  Bytes iopub holds now (sent, not yet written to every subscriber nor dropped by libzmq),
  *  and how many messages CHANNELS_DROPPED has dropped in all. */
 size_t channels_unread(const channels_t *self);
 size_t channels_dropped(const channels_t *self);
