@@ -272,6 +272,19 @@ def _drain_until_idle(sock, session, msg_id, timeout=30):
     raise AssertionError(f"no idle status for {msg_id} on iopub")
 
 
+def _lazy_peer(kenneld, client, channel):
+    """A socket on the session's iopub (subscribed to all) or shell that never reads, and
+    holds little itself: what it is sent stays in kenneld."""
+    lazy = kenneld.ctx.socket(zmq.SUB if channel == "iopub" else zmq.DEALER)
+    lazy.linger = 0
+    lazy.rcvhwm = 1
+    lazy.rcvbuf = 4096
+    if channel == "iopub":
+        lazy.setsockopt(zmq.SUBSCRIBE, b"")
+    lazy.connect(client.sockets[channel].getsockopt_string(zmq.LAST_ENDPOINT))
+    return lazy
+
+
 UNREAD_4M = ("--max-unread", "4M", "--max-output", "256M")
 
 
@@ -282,12 +295,7 @@ def test_iopub_a_subscriber_does_not_read_holds_its_bound_in_bytes(kenneld, clie
     for a few more. kenneld counts the bytes and drops output past --max-unread; status
     messages still go out, and the session and its readers recover."""
     _set_marker(client)
-    lazy = kenneld.ctx.socket(zmq.SUB)
-    lazy.linger = 0
-    lazy.rcvhwm = 1
-    lazy.rcvbuf = 4096
-    lazy.setsockopt(zmq.SUBSCRIBE, b"")
-    lazy.connect(client.sockets["iopub"].getsockopt_string(zmq.LAST_ENDPOINT))
+    lazy = _lazy_peer(kenneld, client, "iopub")
     pid = kenneld.proc.pid
     try:
         time.sleep(0.5)  # the subscription is recorded
@@ -335,11 +343,7 @@ def test_replies_a_client_does_not_read_hold_their_bound_in_bytes(kenneld, clien
     them, and an execute_reply's user_expressions can be large. Not done: it needs a count
     per client (see test_one_client_not_reading_replies_never_starves_another)."""
     _set_marker(client)
-    lazy = kenneld.ctx.socket(zmq.DEALER)
-    lazy.linger = 0
-    lazy.rcvhwm = 1
-    lazy.rcvbuf = 4096
-    lazy.connect(client.sockets["shell"].getsockopt_string(zmq.LAST_ENDPOINT))
+    lazy = _lazy_peer(kenneld, client, "shell")
     pid = kenneld.proc.pid
     try:
         with open(f"/proc/{pid}/clear_refs", "w") as f:
@@ -369,11 +373,7 @@ def test_one_client_not_reading_replies_never_starves_another(kenneld, client):
     stopped reading cost every other client its replies: their cells ran, and they waited
     for ever. Replies stay bounded per client instead, by libzmq."""
     _set_marker(client)
-    lazy = kenneld.ctx.socket(zmq.DEALER)
-    lazy.linger = 0
-    lazy.rcvhwm = 1
-    lazy.rcvbuf = 4096
-    lazy.connect(client.sockets["shell"].getsockopt_string(zmq.LAST_ENDPOINT))
+    lazy = _lazy_peer(kenneld, client, "shell")
     try:
         # 24 MiB of replies (the TCP buffers take a few), then ever smaller ones: a bound
         # for the whole socket up to ~20 MiB would be full to its last 2 KiB.
