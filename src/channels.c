@@ -42,7 +42,7 @@ struct channels {
     char *ip;
     char *key;       /* wiped on destroy */
     wire_t *wire;
-    unread_account_t *unread[CHANNELS_N]; /* iopub's only */
+    unread_account_t *unread; /* iopub's */
     size_t max_unread;  /* bytes; 0: no bound */
     size_t dropped;     /* messages dropped for it */
 };
@@ -129,11 +129,10 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     self->wire = wire_new(cfg->key, strlen(cfg->key), &lim);
     if (!self->transport || !self->ip || !self->key || !self->wire)
         goto fail;
-    unread_account_t *a = self->unread[CHANNELS_IOPUB] = calloc(1, sizeof *a);
-    if (!a)
+    if (!(self->unread = calloc(1, sizeof *self->unread)))
         goto fail;
-    atomic_init(&a->bytes, 0);
-    atomic_init(&a->refs, 1);
+    atomic_init(&self->unread->bytes, 0);
+    atomic_init(&self->unread->refs, 1);
     self->max_unread = cfg->max_unread;
     int is_ipc = strcmp(cfg->transport, "ipc") == 0;
     for (int i = 0; i < CHANNELS_N; i++) {
@@ -183,9 +182,8 @@ void channels_destroy(channels_t **self_p)
             unlink(path);
     }
     wire_destroy(&self->wire);
-    for (int i = 0; i < CHANNELS_N; i++)
-        if (self->unread[i])
-            s_account_release(self->unread[i]);
+    if (self->unread)
+        s_account_release(self->unread);
     if (self->key) {
         memset(self->key, 0, strlen(self->key));
         free(self->key);
@@ -209,9 +207,9 @@ int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out)
     return rc < 0 ? rc : wire_decode(self->wire, &z, out);
 }
 
-/*  Send z on socket i, its bytes counted until libzmq frees it (see unread_account_t). Takes
+/*  Send z on iopub, its bytes counted until libzmq frees it (see unread_account_t). Takes
  *  *z_p. 0 or -1. */
-static int s_send_counted(channels_t *self, channels_index_t i, zmsg_t **z_p)
+static int s_send_counted(channels_t *self, zmsg_t **z_p)
 {
     zmsg_t *z = *z_p;
     zframe_t *largest = zmsg_first(z);
@@ -223,11 +221,11 @@ static int s_send_counted(channels_t *self, channels_index_t i, zmsg_t **z_p)
         zmsg_destroy(z_p);
         return -1;
     }
-    h->account = self->unread[i];
+    h->account = self->unread;
     h->bytes = zmsg_content_size(z);
     atomic_fetch_add_explicit(&h->account->refs, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->account->bytes, h->bytes, memory_order_relaxed);
-    void *sock = zsock_resolve(self->sock[i]);
+    void *sock = zsock_resolve(self->sock[CHANNELS_IOPUB]);
     int rc = 0;
     zframe_t *f;
     while ((f = zmsg_pop(z))) {
@@ -254,23 +252,23 @@ static int s_send_counted(channels_t *self, channels_index_t i, zmsg_t **z_p)
 int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
 {
     /* Status messages always go: a client waiting for `idle` must get it. */
-    int droppable = self->max_unread && strcmp(jmsg_type(*msg_p), "status");
+    int droppable = i == CHANNELS_IOPUB && self->max_unread && strcmp(jmsg_type(*msg_p), "status");
     zmsg_t *z = wire_encode(self->wire, *msg_p);
     jmsg_destroy(msg_p);
     if (!z)
         return -1;
-    if (self->unread[i]) {
-        size_t held = atomic_load_explicit(&self->unread[i]->bytes, memory_order_relaxed);
+    if (i == CHANNELS_IOPUB) {
+        size_t held = channels_unread(self);
         if (droppable && held > 0 &&
             (held >= self->max_unread || zmsg_content_size(z) > self->max_unread - held)) {
             /* What a peer that left had not read is freed only once the socket has seen it
              * leave, which it does when used: the next message may fit then. */
-            zsock_events(self->sock[i]);
+            zsock_events(self->sock[CHANNELS_IOPUB]);
             zmsg_destroy(&z);
             self->dropped++;
             return CHANNELS_DROPPED;
         }
-        return s_send_counted(self, i, &z);
+        return s_send_counted(self, &z);
     }
     /* czmq's zmsg_send keeps the message on failure; we never keep it. */
     if (zmsg_send(&z, self->sock[i]) < 0) {
@@ -282,11 +280,7 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
 
 size_t channels_unread(const channels_t *self)
 {
-    size_t sum = 0;
-    for (int i = 0; i < CHANNELS_N; i++)
-        if (self->unread[i])
-            sum += atomic_load_explicit(&self->unread[i]->bytes, memory_order_relaxed);
-    return sum;
+    return atomic_load_explicit(&self->unread->bytes, memory_order_relaxed);
 }
 
 size_t channels_dropped(const channels_t *self)
