@@ -295,12 +295,18 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
                          : (channel == ROUTE_STDIN || channel == ROUTE_KSTDIN) ? CHANNELS_STDIN
                                                                                  : CHANNELS_SHELL;
     LOG_D("session=%s: -> %s %s", s->id, route_channel_name(channel), jmsg_type(*msg_p));
+    char type[64]; /* for the log line: the send takes the message */
+    snprintf(type, sizeof type, "%s", jmsg_type(*msg_p));
     int rc = channels_send(s->ch, i, msg_p);
     if (rc < 0 && log_allow(&s->broker->warn_limit, 5))
         LOG_W("session=%s: send on %s failed", s->id, route_channel_name(channel));
-    else if (rc == CHANNELS_DROPPED && log_allow(&s->broker->warn_limit, 5))
+    else if (rc == CHANNELS_DROPPED && i == CHANNELS_IOPUB && log_allow(&s->broker->warn_limit, 5))
         LOG_W("session=%s: iopub's subscribers have not read its last --max-unread bytes: "
               "output dropped (%zu messages so far)", s->id, channels_dropped(s->ch));
+    else if (rc == CHANNELS_DROPPED && log_allow(&s->broker->warn_limit, 5))
+        LOG_W("session=%s: a client has not read its last --max-unread bytes of %s: %s "
+              "dropped (%zu messages so far)", s->id, route_channel_name(channel), type,
+              channels_dropped(s->ch));
     /* A send can swallow the wake-up of a request arriving on the same socket, and we often
      * send from outside its reader (a kernel's reply, a timer): the loop must look again. This
      * is the one place session sockets are sent on (the heartbeat echoes in its own reader).

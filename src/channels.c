@@ -1,5 +1,5 @@
 /*  channels: sockets never block kenneld. ROUTER and PUB sockets drop on a full queue instead
- *  of blocking (iopub also past a bound in bytes), linger is 0 so closing never waits, and
+ *  of blocking (also past a bound in bytes), linger is 0 so closing never waits, and
  *  ZMQ_MAXMSGSIZE makes libzmq drop a peer that sends a frame larger than the message limit
  *  before it is allocated whole. */
 #include "channels.h"
@@ -13,15 +13,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/*  What iopub holds for subscribers that have not read it, in bytes. libzmq bounds a queue
- *  in messages only (the high-water mark, per peer), so kenneld counts bytes itself: each
- *  message's bytes from its send until libzmq frees it, written to every subscriber or
- *  dropped. libzmq frees in its I/O thread, or in ours: the counts are atomic. The account
- *  outlives the channels while messages are in flight (each holds a reference).
- *  Only iopub: a PUB drops for subscribers that lag anyway, and a status message is all a
- *  client needs to finish a request. Dropping a ROUTER's replies past a bound for the
- *  whole socket would leave every client of it waiting for ever; a bound per peer would
- *  need the count per routing id (not done: libzmq's 1000 replies a peer stand). */
+/*  What kenneld holds for clients that have not read it, in bytes. libzmq bounds a queue in
+ *  messages only (the high-water mark, per peer), so kenneld counts bytes itself: each
+ *  message's bytes from its send until libzmq frees it, written or dropped. libzmq frees in
+ *  its I/O thread, or in ours: the counts are atomic. An account outlives the channels while
+ *  messages are in flight (each holds a reference).
+ *  iopub has one account: a PUB cannot tell which subscriber lags, and drops for it anyway.
+ *  Shell, control and stdin (ROUTERs) have one per client, by routing id: a bound for the
+ *  whole socket would make one client that stops reading cost every other its replies. */
 typedef struct {
     atomic_size_t bytes;
     atomic_size_t refs;
@@ -43,7 +42,10 @@ struct channels {
     char *key;       /* wiped on destroy */
     wire_t *wire;
     unread_account_t *unread; /* iopub's */
-    size_t max_unread;  /* bytes; 0: no bound */
+    zhashx_t *peers;    /* a ROUTER client's account (unread_account_t *) by its socket and
+                         * routing id, in hex; forgotten once nothing of it is in flight */
+    size_t sweep_at;    /* peers' size at which the next send forgets idle accounts */
+    size_t max_unread;  /* bytes, of iopub and of each client; 0: no bound */
     size_t dropped;     /* messages dropped for it */
 };
 
@@ -51,6 +53,28 @@ static void s_account_release(unread_account_t *a)
 {
     if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) == 1)
         free(a);
+}
+
+static void s_account_destructor(void **item)
+{
+    if (*item)
+        s_account_release(*item);
+    *item = NULL;
+}
+
+static unread_account_t *s_account_new(void)
+{
+    unread_account_t *a = calloc(1, sizeof *a);
+    if (a) {
+        atomic_init(&a->bytes, 0);
+        atomic_init(&a->refs, 1);
+    }
+    return a;
+}
+
+static size_t s_held(const unread_account_t *a)
+{
+    return atomic_load_explicit(&a->bytes, memory_order_relaxed);
 }
 
 /*  libzmq's free function of a counted message's largest frame (any thread). */
@@ -63,6 +87,8 @@ static void s_unread_free(void *data, void *hint)
     zframe_destroy(&h->frame);
     free(h);
 }
+
+#define PEERS_SWEEP_MIN 64 /* client accounts kept before idle ones are looked for */
 
 #define HB_MAX_MSG 1024 /* bytes of one heartbeat ping */
 #define HB_HWM 16        /* pings queued for a peer that does not read */
@@ -129,10 +155,10 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     self->wire = wire_new(cfg->key, strlen(cfg->key), &lim);
     if (!self->transport || !self->ip || !self->key || !self->wire)
         goto fail;
-    if (!(self->unread = calloc(1, sizeof *self->unread)))
+    if (!(self->unread = s_account_new()) || !(self->peers = zhashx_new()))
         goto fail;
-    atomic_init(&self->unread->bytes, 0);
-    atomic_init(&self->unread->refs, 1);
+    zhashx_set_destructor(self->peers, s_account_destructor);
+    self->sweep_at = PEERS_SWEEP_MIN;
     self->max_unread = cfg->max_unread;
     int is_ipc = strcmp(cfg->transport, "ipc") == 0;
     for (int i = 0; i < CHANNELS_N; i++) {
@@ -184,6 +210,7 @@ void channels_destroy(channels_t **self_p)
     wire_destroy(&self->wire);
     if (self->unread)
         s_account_release(self->unread);
+    zhashx_destroy(&self->peers);
     if (self->key) {
         memset(self->key, 0, strlen(self->key));
         free(self->key);
@@ -207,9 +234,10 @@ int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out)
     return rc < 0 ? rc : wire_decode(self->wire, &z, out);
 }
 
-/*  Send z on iopub, its bytes counted until libzmq frees it (see unread_account_t). Takes
- *  *z_p. 0 or -1. */
-static int s_send_counted(channels_t *self, zmsg_t **z_p)
+/*  Send z on socket i, its bytes counted in account until libzmq frees it (see
+ *  unread_account_t). Takes *z_p. 0 or -1. */
+static int s_send_counted(channels_t *self, channels_index_t i, unread_account_t *account,
+                          zmsg_t **z_p)
 {
     zmsg_t *z = *z_p;
     zframe_t *largest = zmsg_first(z);
@@ -221,11 +249,11 @@ static int s_send_counted(channels_t *self, zmsg_t **z_p)
         zmsg_destroy(z_p);
         return -1;
     }
-    h->account = self->unread;
+    h->account = account;
     h->bytes = zmsg_content_size(z);
     atomic_fetch_add_explicit(&h->account->refs, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->account->bytes, h->bytes, memory_order_relaxed);
-    void *sock = zsock_resolve(self->sock[CHANNELS_IOPUB]);
+    void *sock = zsock_resolve(self->sock[i]);
     int rc = 0;
     zframe_t *f;
     while ((f = zmsg_pop(z))) {
@@ -249,43 +277,112 @@ static int s_send_counted(channels_t *self, zmsg_t **z_p)
     return rc;
 }
 
+/*  Forget the client accounts with nothing in flight (the map's is their last reference), once
+ *  the map has doubled since the last time: a client's account lives while it lags, and
+ *  kenneld keeps at most about twice as many as there are. */
+static void s_sweep_peers(channels_t *self)
+{
+    if (zhashx_size(self->peers) < self->sweep_at)
+        return;
+    zlistx_t *keys = zhashx_keys(self->peers);
+    for (const char *k = keys ? zlistx_first(keys) : NULL; k; k = zlistx_next(keys)) {
+        unread_account_t *a = zhashx_lookup(self->peers, k);
+        if (atomic_load_explicit(&a->refs, memory_order_acquire) == 1)
+            zhashx_delete(self->peers, k);
+    }
+    zlistx_destroy(&keys);
+    self->sweep_at = 2 * zhashx_size(self->peers);
+    if (self->sweep_at < PEERS_SWEEP_MIN)
+        self->sweep_at = PEERS_SWEEP_MIN;
+}
+
+/*  The account of the client a ROUTER message goes to (its first frame, the routing id),
+ *  made on its first message. NULL if out of memory. */
+static unread_account_t *s_peer_account(channels_t *self, channels_index_t i, const zmsg_t *z)
+{
+    zframe_t *id = zmsg_first((zmsg_t *)z);
+    const unsigned char *b = id ? zframe_data(id) : NULL;
+    size_t n = id ? zframe_size(id) : 0;
+    if (n > 255) /* libzmq's longest routing id; a longer frame reaches no one */
+        n = 255;
+    char key[2 + 2 * 255 + 1];
+    static const char hex[] = "0123456789abcdef";
+    key[0] = (char)('0' + i);
+    key[1] = ':';
+    for (size_t k = 0; k < n; k++) {
+        key[2 + 2 * k] = hex[b[k] >> 4];
+        key[3 + 2 * k] = hex[b[k] & 15];
+    }
+    key[2 + 2 * n] = '\0';
+    unread_account_t *a = zhashx_lookup(self->peers, key);
+    if (a)
+        return a;
+    s_sweep_peers(self);
+    if (!(a = s_account_new()))
+        return NULL;
+    if (zhashx_insert(self->peers, key, a) < 0) {
+        s_account_release(a);
+        return NULL;
+    }
+    return a;
+}
+
+/*  Whether a message of `size` bytes passes the bound of an account that holds `held`. Never
+ *  while it holds nothing: one message larger than the bound still goes. */
+static int s_over(const channels_t *self, size_t held, size_t size)
+{
+    return self->max_unread && held > 0 &&
+           (held >= self->max_unread || size > self->max_unread - held);
+}
+
 int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
 {
     /* Status messages always go: a client waiting for `idle` must get it. */
-    int droppable = i == CHANNELS_IOPUB && self->max_unread && strcmp(jmsg_type(*msg_p), "status");
+    int is_status = strcmp(jmsg_type(*msg_p), "status") == 0;
     zmsg_t *z = wire_encode(self->wire, *msg_p);
     jmsg_destroy(msg_p);
     if (!z)
         return -1;
-    if (i == CHANNELS_IOPUB) {
-        size_t held = channels_unread(self);
-        if (droppable && held > 0 &&
-            (held >= self->max_unread || zmsg_content_size(z) > self->max_unread - held)) {
-            /* What a peer that left had not read is freed only once the socket has seen it
-             * leave, which it does when used: the next message may fit then. */
-            zsock_events(self->sock[CHANNELS_IOPUB]);
+    if (i == CHANNELS_HB) {
+        /* czmq's zmsg_send keeps the message on failure; we never keep it. */
+        if (zmsg_send(&z, self->sock[i]) < 0) {
             zmsg_destroy(&z);
-            self->dropped++;
-            return CHANNELS_DROPPED;
+            return -1;
         }
-        return s_send_counted(self, &z);
+        return 0;
     }
-    /* czmq's zmsg_send keeps the message on failure; we never keep it. */
-    if (zmsg_send(&z, self->sock[i]) < 0) {
+    unread_account_t *account = i == CHANNELS_IOPUB ? self->unread : s_peer_account(self, i, z);
+    if (!account) {
         zmsg_destroy(&z);
         return -1;
     }
-    return 0;
+    if (!(i == CHANNELS_IOPUB && is_status) && s_over(self, s_held(account), zmsg_content_size(z))) {
+        /* What a peer that left had not read is freed only once the socket has seen it
+         * leave, which it does when used: the next message may fit then. */
+        zsock_events(self->sock[i]);
+        zmsg_destroy(&z);
+        self->dropped++;
+        return CHANNELS_DROPPED;
+    }
+    return s_send_counted(self, i, account, &z);
 }
 
 size_t channels_unread(const channels_t *self)
 {
-    return atomic_load_explicit(&self->unread->bytes, memory_order_relaxed);
+    size_t held = s_held(self->unread);
+    for (unread_account_t *a = zhashx_first(self->peers); a; a = zhashx_next(self->peers))
+        held += s_held(a);
+    return held;
 }
 
 size_t channels_dropped(const channels_t *self)
 {
     return self->dropped;
+}
+
+size_t channels_clients(const channels_t *self)
+{
+    return zhashx_size(self->peers);
 }
 
 int channels_read_subscription(channels_t *self)

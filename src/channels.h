@@ -21,8 +21,8 @@ typedef struct {
     const char *key;         /* the session's HMAC key (non-empty) */
     int watch_iopub;         /* iopub is an XPUB whose subscriptions the caller reads
                               * (channels_read_subscription) */
-    size_t max_unread;       /* bytes iopub holds for subscribers that have not read them
-                              * (0: no bound) */
+    size_t max_unread;       /* bytes iopub holds for subscribers that have not read them,
+                              * and each socket for one client (0: no bound) */
 } channels_cfg_t;
 
 typedef struct channels channels_t;
@@ -35,16 +35,20 @@ zsock_t *channels_socket(channels_t *self, channels_index_t i);
 /*  Receive one message from socket i and verify it. 0 and an owned *out, or a WIRE_E* code. */
 int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out);
 /*  Sign and send msg on socket i without blocking (ROUTER and PUB drop rather than block).
- *  Takes *msg_p. 0, -1, or CHANNELS_DROPPED: an iopub message not sent because what iopub
- *  already holds for subscribers that have not read it, with this message, would pass
- *  cfg.max_unread. A `status` message is never dropped so, nor any message while iopub
- *  holds nothing. */
+ *  Takes *msg_p. 0, -1, or CHANNELS_DROPPED: not sent because what is held for its readers,
+ *  with this message, would pass cfg.max_unread: on iopub, what it holds for subscribers
+ *  that have not read it; on shell, control and stdin, what the socket holds for the one
+ *  client the message goes to. Never a message while its readers hold nothing, nor an iopub
+ *  `status` message. */
 #define CHANNELS_DROPPED 1
 int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p);
-/*  Bytes iopub holds now (sent, not yet written to every subscriber nor dropped by libzmq),
- *  and how many messages CHANNELS_DROPPED has dropped in all. */
+/*  Bytes held now (sent, not yet written nor dropped by libzmq) on iopub and for every
+ *  client of the other sockets, and how many messages CHANNELS_DROPPED has dropped in all. */
 size_t channels_unread(const channels_t *self);
 size_t channels_dropped(const channels_t *self);
+/*  How many clients of shell, control and stdin have an account now (one that lags keeps
+ *  its own; the others are forgotten as more arrive). */
+size_t channels_clients(const channels_t *self);
 /*  Read one message from a watched iopub (cfg.watch_iopub). Read whenever the socket is
  *  readable: libzmq keeps what is not read. 1: a client subscribed (to a topic no one had
  *  subscribed to), 0: anything else (the last subscriber of a topic left), -1: nothing there. */

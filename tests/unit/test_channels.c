@@ -1,0 +1,156 @@
+/*  Unit tests of channels' bounds in bytes on what clients have not read: replies held for one
+ *  client of a ROUTER are bounded per client (one that stops reading costs no other its
+ *  replies), and the accounts of clients that left are forgotten. Real sockets over ipc. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../harness.h"
+#include "channels.h"
+
+#define BOUND (256u << 10)
+#define REPLY (64u << 10)
+
+static char s_dir[] = "/tmp/kennel-channels-XXXXXX";
+static char s_prefix[64];
+
+static channels_t *s_channels(void)
+{
+    channels_cfg_t cfg = {.transport = "ipc", .ip = s_prefix, .key = "k", .max_unread = BOUND};
+    return channels_new(&cfg, NULL);
+}
+
+/*  A DEALER with routing id `id` on ch's shell, which the ROUTER knows once this returns. */
+static zsock_t *s_client(channels_t *ch, const char *id, int lazy)
+{
+    zsock_t *c = zsock_new(ZMQ_DEALER);
+    zsock_set_identity(c, id);
+    zsock_set_linger(c, 0);
+    if (lazy) {
+        zsock_set_rcvhwm(c, 1);
+        zsock_set_rcvbuf(c, 4096);
+    }
+    zsock_connect(c, "ipc://%s-%d", s_prefix, CHANNELS_SHELL + 1);
+    zstr_send(c, "hello");
+    zsock_set_rcvtimeo(channels_socket(ch, CHANNELS_SHELL), 5000);
+    zmsg_t *hello = zmsg_recv(channels_socket(ch, CHANNELS_SHELL));
+    CHECK(hello != NULL);
+    zmsg_destroy(&hello);
+    return c;
+}
+
+/*  Send a reply of about `size` bytes to the client `id`. channels_send's result. */
+static int s_reply(channels_t *ch, const char *id, size_t size)
+{
+    jmsg_t *m = jmsg_new("execute_reply", "s");
+    zmsg_addstr(jmsg_ids(m), id);
+    char *text = malloc(size + 1);
+    memset(text, 'x', size);
+    text[size] = '\0';
+    jmsg_set_json(m, JMSG_CONTENT, json_pack("{s:s}", "text", text));
+    free(text);
+    return channels_send(ch, CHANNELS_SHELL, &m);
+}
+
+/*  Read what client c was sent until nothing comes for 200 ms: how many messages. */
+static int s_drain(zsock_t *c)
+{
+    int n = 0;
+    zsock_set_rcvtimeo(c, 200);
+    zmsg_t *z;
+    while ((z = zmsg_recv(c))) {
+        zmsg_destroy(&z);
+        n++;
+    }
+    return n;
+}
+
+TEST(replies_for_one_client_are_bounded_and_never_starve_another)
+{
+    channels_t *ch = s_channels();
+    CHECK(ch != NULL);
+    if (!ch)
+        return;
+    zsock_t *lazy = s_client(ch, "lazy", 1), *busy = s_client(ch, "busy", 0);
+    int sent = 0, dropped = 0;
+    for (int i = 0; i < 64; i++) {
+        int rc = s_reply(ch, "lazy", REPLY);
+        CHECK(rc == 0 || rc == CHANNELS_DROPPED);
+        sent += rc == 0;
+        dropped += rc == CHANNELS_DROPPED;
+    }
+    CHECK(dropped > 0);
+    CHECK(sent >= (int)(BOUND / REPLY) - 1);
+    CHECK(channels_unread(ch) <= BOUND + REPLY);
+    CHECK_EQ_INT(channels_dropped(ch), dropped);
+    /* Another client's replies all go, however much the lazy one holds. */
+    zsock_set_rcvtimeo(busy, 5000);
+    for (int i = 0; i < 64; i++) {
+        CHECK_EQ_INT(s_reply(ch, "busy", REPLY), 0);
+        zmsg_t *z = zmsg_recv(busy);
+        CHECK(z != NULL);
+        zmsg_destroy(&z);
+    }
+    /* The lazy client reads at last: what it was sent arrives, and its replies go again. */
+    CHECK_EQ_INT(s_drain(lazy), sent);
+    CHECK_EQ_INT(s_reply(ch, "lazy", REPLY), 0);
+    CHECK_EQ_INT(s_drain(lazy), 1);
+    CHECK_EQ_INT(channels_unread(ch), 0);
+    zsock_destroy(&lazy);
+    zsock_destroy(&busy);
+    channels_destroy(&ch);
+}
+
+TEST(what_a_client_that_left_had_not_read_is_freed)
+{
+    channels_t *ch = s_channels();
+    zsock_t *lazy = s_client(ch, "lazy", 1), *busy = s_client(ch, "busy", 0);
+    for (int i = 0; i < 16; i++)
+        s_reply(ch, "lazy", REPLY);
+    CHECK(channels_unread(ch) > 0);
+    zsock_destroy(&lazy);
+    /* The socket frees them once it has seen the client leave, which it does when asked for
+     * its events, as kenneld's loop does after every send. */
+    for (int i = 0; i < 50 && channels_unread(ch) > 0; i++) {
+        zclock_sleep(20);
+        zsock_events(channels_socket(ch, CHANNELS_SHELL));
+    }
+    CHECK_EQ_INT(channels_unread(ch), 0);
+    zsock_destroy(&busy);
+    channels_destroy(&ch);
+}
+
+TEST(accounts_of_clients_that_left_are_forgotten)
+{
+    channels_t *ch = s_channels();
+    zsock_t *stays = s_client(ch, "stays", 1);
+    for (int i = 0; i < 16; i++)
+        s_reply(ch, "stays", REPLY); /* more than the socket's buffers: it lags */
+    size_t held = channels_unread(ch);
+    CHECK(held > 0);
+    for (int i = 0; i < 300; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "c%d", i);
+        zsock_t *c = s_client(ch, id, 0);
+        CHECK_EQ_INT(s_reply(ch, id, 16), 0);
+        CHECK_EQ_INT(s_drain(c), 1);
+        zsock_destroy(&c);
+    }
+    CHECK(channels_clients(ch) <= 64);
+    CHECK(channels_unread(ch) > 0); /* the account of the one that lags is kept */
+    zsock_destroy(&stays);
+    channels_destroy(&ch);
+}
+
+int main(void)
+{
+    if (!mkdtemp(s_dir))
+        return 1;
+    snprintf(s_prefix, sizeof s_prefix, "%s/s", s_dir);
+    RUN(replies_for_one_client_are_bounded_and_never_starve_another);
+    RUN(what_a_client_that_left_had_not_read_is_freed);
+    RUN(accounts_of_clients_that_left_are_forgotten);
+    rmdir(s_dir);
+    zsys_shutdown();
+    return harness_done();
+}
