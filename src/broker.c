@@ -69,9 +69,13 @@ struct broker {
     int zygote_watch;        /* its watchdog timer, or -1 */
     int lifeline[2];         /* the zygote's kernels hold [0]; it hangs up when kenneld dies */
     worker_t *worker;        /* makes and mounts new workspace images, off the loop */
+    worker_t *meter;         /* measures sessions' memory, off the loop and off the worker */
+    struct mem_job *mem_job; /* the measure under way on it, or NULL */
+    int mem_list_done;       /* a listing's measure is done: the next broker_list answers */
     char boot_id[40];        /* this boot's (/proc/sys/kernel/random/boot_id), or "" */
-    broker_notify_fn *workspace_ready; /* a session's workspace is no longer being made */
-    void *workspace_ready_arg;
+    broker_notify_fn *settled; /* what broker_workspace, broker_info or broker_list waited
+                                * for is done (a workspace, a measure) */
+    void *settled_arg;
     session_ops_t ops;
     log_limit_t warn_limit;
 };
@@ -629,12 +633,12 @@ static void s_sess_disk_ready(sess_t *s, const disk_job_t *j);
 static void s_spawn_deferred(sess_t *s);
 static void s_pool_disk_ready(broker_t *b, void *pooled, const disk_job_t *j);
 
-/*  A session's workspace is mounted, failed, or its session ended: broker_workspace answers
- *  now (see broker_on_workspace_ready). */
-static void s_workspace_settled(broker_t *b)
+/*  A session's workspace is mounted, failed, or its session ended, or a measure of memory is
+ *  done: what broker_workspace, broker_info or broker_list waited for (see broker_on_settled). */
+static void s_settled(broker_t *b)
 {
-    if (b->workspace_ready)
-        b->workspace_ready(b->workspace_ready_arg);
+    if (b->settled)
+        b->settled(b->settled_arg);
 }
 
 static void s_disk_done(void *arg)
@@ -643,7 +647,7 @@ static void s_disk_done(void *arg)
     if (j->sess) {
         j->sess->disk_job = NULL;
         s_sess_disk_ready(j->sess, j);
-        s_workspace_settled(j->broker);
+        s_settled(j->broker);
     } else if (j->pooled) {
         s_pool_disk_ready(j->broker, j->pooled, j);
     } else {
@@ -1679,7 +1683,7 @@ static void s_close_sess(sess_t *s, int forget)
          * not begun) undoes itself, removing the directory unless the session is kept. */
         s_disk_abandon(s->disk_job, !forget);
         s->disk_job = NULL;
-        s_workspace_settled(b);
+        s_settled(b);
     } else if (forget) {
         /* Off our tree first, so the removal below never walks the kernel's filesystem
          * (the image file goes with the directory; its space, with the last user). */
@@ -1767,23 +1771,87 @@ static json_t *s_limits_json(const broker_limits_t *l)
                      (json_int_t)l->disk_bytes);
 }
 
-/* Reading smaps_rollup walks a process's page tables: about a millisecond for a kernel with
- * the scientific stack mapped. A listing measures sessions for at most this long, oldest
- * measure first, and shows the others' last measure, so that `kennel ls` over hundreds of
- * sessions never stalls everyone else's traffic. */
+/* A listing measures sessions for at most this long (on the meter), oldest measure first, and
+ * shows the others' last measure, so that `kennel ls` over hundreds of sessions answers at
+ * once; a measure younger than MEMORY_FRESH_MS is not taken again for it. One session's info
+ * measures afresh, unless its measure is younger than INFO_FRESH_MS (the one it waited for). */
 #define LIST_MEMORY_BUDGET_MS 20
 #define MEMORY_FRESH_MS 1000
+#define INFO_FRESH_MS 100
 
-/*  Measure s's PSS and USS if its last measure is older than MEMORY_FRESH_MS. */
-static void s_memory(sess_t *s)
+/*  Sessions' memory, measured on the meter thread: reading smaps_rollup walks a process's
+ *  page tables, about a millisecond for a kernel with the scientific stack mapped, and a
+ *  session's code decides how many processes it runs and how much they map (200 forks
+ *  sharing 1 GiB took ~0.5 s). On the loop, that stalled every session's traffic. */
+typedef struct {
+    char id[40];
+    pid_t pid;
+    long long pss, uss;
+    int measured;
+} mem_entry_t;
+
+typedef struct mem_job {
+    broker_t *broker;
+    int for_list;
+    long long budget_ms; /* stop after the session that passes it; 0: none */
+    size_t n;
+    mem_entry_t e[];
+} mem_job_t;
+
+static void s_mem_run(void *arg)
 {
+    mem_job_t *j = arg;
+    long long t0 = util_now_ms();
+    for (size_t i = 0; i < j->n; i++) {
+        if (j->budget_ms && i > 0 && util_now_ms() - t0 >= j->budget_ms)
+            break;
+        spawner_tree_memory(j->e[i].pid, &j->e[i].pss, &j->e[i].uss);
+        j->e[i].measured = 1;
+    }
+}
+
+static void s_mem_done(void *arg)
+{
+    mem_job_t *j = arg;
+    broker_t *b = j->broker;
     long long now = util_now_ms();
-    if (s->mem_at && now - s->mem_at < MEMORY_FRESH_MS)
-        return;
-    s->pss = s->uss = 0;
-    if (s->has_proc)
-        spawner_tree_memory(s->proc.pid, &s->pss, &s->uss);
-    s->mem_at = now;
+    for (size_t i = 0; i < j->n; i++) {
+        sess_t *s = j->e[i].measured ? s_find_id(b, j->e[i].id) : NULL;
+        if (!s)
+            continue;
+        /* A kernel that ended meanwhile: its pid may be another process's now. */
+        int same = s->has_proc && s->proc.pid == j->e[i].pid;
+        s->pss = same ? j->e[i].pss : 0;
+        s->uss = same ? j->e[i].uss : 0;
+        s->mem_at = now;
+    }
+    b->mem_job = NULL;
+    b->mem_list_done = j->for_list;
+    free(j);
+    s_settled(b);
+}
+
+/*  Measure the n sessions in ss on the meter, oldest measure first, for at most budget_ms
+ *  (0: all of them). 0: under way (s_settled when done); -1: not (out of memory). */
+static int s_measure(broker_t *b, sess_t **ss, size_t n, int for_list, long long budget_ms)
+{
+    mem_job_t *j = calloc(1, sizeof *j + n * sizeof j->e[0]);
+    if (!j)
+        return -1;
+    j->broker = b;
+    j->for_list = for_list;
+    j->budget_ms = budget_ms;
+    j->n = n;
+    for (size_t i = 0; i < n; i++) {
+        snprintf(j->e[i].id, sizeof j->e[i].id, "%s", ss[i]->id);
+        j->e[i].pid = ss[i]->proc.pid;
+    }
+    if (worker_submit(b->meter, s_mem_run, s_mem_done, j) < 0) {
+        free(j);
+        return -1;
+    }
+    b->mem_job = j;
+    return 0;
 }
 
 static json_t *s_info(sess_t *s)
@@ -2446,13 +2514,22 @@ int broker_saving(const broker_t *self)
     return n;
 }
 
-json_t *broker_info(broker_t *self, const char *id_or_name)
+json_t *broker_info(broker_t *self, const char *id_or_name, int *pending)
 {
+    *pending = 0;
     sess_t *s = s_find(self, id_or_name);
     if (!s)
         return NULL;
-    s->mem_at = 0; /* one session: always measured afresh */
-    s_memory(s);
+    if (self->mem_job) {
+        *pending = 1;
+        return NULL;
+    }
+    /* One session: measured afresh (unless just now, for the request that waited for it). */
+    if (s->has_proc && (!s->mem_at || util_now_ms() - s->mem_at >= INFO_FRESH_MS) &&
+        s_measure(self, &s, 1, 0, 0) == 0) {
+        *pending = 1;
+        return NULL;
+    }
     return s_info(s);
 }
 
@@ -2462,18 +2539,28 @@ static int s_by_mem_at(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-json_t *broker_list(broker_t *self)
+json_t *broker_list(broker_t *self, int *pending)
 {
-    size_t n = zlistx_size(self->sessions), i = 0;
-    sess_t **by_age = n ? malloc(n * sizeof *by_age) : NULL;
-    if (by_age) {
-        for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
-            by_age[i++] = s;
-        qsort(by_age, n, sizeof *by_age, s_by_mem_at);
-        long long deadline = util_now_ms() + LIST_MEMORY_BUDGET_MS;
-        for (i = 0; i < n && util_now_ms() < deadline; i++)
-            s_memory(by_age[i]);
-        free(by_age);
+    *pending = 0;
+    if (self->mem_job) {
+        *pending = 1;
+        return NULL;
+    }
+    if (self->mem_list_done) {
+        self->mem_list_done = 0; /* the measure this listing waited for */
+    } else {
+        size_t n = 0;
+        long long now = util_now_ms();
+        sess_t **stale = malloc((zlistx_size(self->sessions) + 1) * sizeof *stale);
+        for (sess_t *s = zlistx_first(self->sessions); stale && s; s = zlistx_next(self->sessions))
+            if (s->has_proc && (!s->mem_at || now - s->mem_at >= MEMORY_FRESH_MS))
+                stale[n++] = s;
+        if (n)
+            qsort(stale, n, sizeof *stale, s_by_mem_at);
+        *pending = n && s_measure(self, stale, n, 1, LIST_MEMORY_BUDGET_MS) == 0;
+        free(stale);
+        if (*pending)
+            return NULL;
     }
     json_t *list = json_array();
     for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
@@ -2550,10 +2637,10 @@ int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t o
     return 0;
 }
 
-void broker_on_workspace_ready(broker_t *self, broker_notify_fn *fn, void *arg)
+void broker_on_settled(broker_t *self, broker_notify_fn *fn, void *arg)
 {
-    self->workspace_ready = fn;
-    self->workspace_ready_arg = arg;
+    self->settled = fn;
+    self->settled_arg = arg;
 }
 
 size_t broker_size(const broker_t *self)
@@ -2584,8 +2671,9 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->tick_timer = -1;
     self->lifeline[0] = self->lifeline[1] = -1;
     self->worker = worker_new(loop);
+    self->meter = worker_new(loop);
     if (!self->sessions || !self->closing || !self->orphans || !self->slots || !self->pool ||
-        !self->worker || pipe2(self->lifeline, O_CLOEXEC) < 0) {
+        !self->worker || !self->meter || pipe2(self->lifeline, O_CLOEXEC) < 0) {
         broker_destroy(&self);
         return NULL;
     }
@@ -2613,6 +2701,8 @@ void broker_destroy(broker_t **self_p)
     if (!self_p || !*self_p)
         return;
     broker_t *self = *self_p;
+    /* A measure under way ends first; its done callback finds the sessions still there. */
+    worker_destroy(&self->meter);
     sess_t *s;
     while (self->sessions && (s = zlistx_first(self->sessions)))
         s_close_sess(s, 0);

@@ -85,10 +85,13 @@ void broker_restore(broker_t *self);
  *  saves are under way; broker_saving says how many are still running. */
 int broker_save_all(broker_t *self);
 int broker_saving(const broker_t *self);
-/*  Info of the session with this id or name: a new reference, or NULL when there is none. */
-json_t *broker_info(broker_t *self, const char *id_or_name);
-/*  A new JSON array of every session's info, oldest first. */
-json_t *broker_list(broker_t *self);
+/*  Info of the session with this id or name: a new reference, or NULL when there is none, or
+ *  NULL and *pending = 1 when its memory is being measured (off the loop): ask again once
+ *  broker_on_settled's listener is called. */
+json_t *broker_info(broker_t *self, const char *id_or_name, int *pending);
+/*  A new JSON array of every session's info, oldest first; or NULL and *pending = 1, as for
+ *  broker_info. */
+json_t *broker_list(broker_t *self, int *pending);
 /*  End the session with this id or name. 0, or -1 when there is none. */
 int broker_end(broker_t *self, const char *id_or_name);
 /*  The limits sessions get unless they ask otherwise. */
@@ -100,12 +103,12 @@ json_t *broker_stats(const broker_t *self);
  *  (NoSuchSession, or DiskUnavailable when its image could not be mounted). */
 int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t out_len,
                      uid_t *uid, gid_t *gid, broker_error_t *err);
-/*  fn(arg) is called whenever a workspace that broker_workspace answered 1 for may answer
- *  otherwise: its image is mounted or failed, or its session ended. It may run inside a broker
- *  call (broker_end), so it must not call the broker: it schedules. One listener; NULL for
- *  none. */
+/*  fn(arg) is called whenever a call that waited may answer otherwise: a workspace that
+ *  broker_workspace answered 1 for is mounted or failed, or its session ended; a measure that
+ *  broker_info or broker_list was pending on is done. It may run inside a broker call
+ *  (broker_end), so it must not call the broker: it schedules. One listener; NULL for none. */
 typedef void broker_notify_fn(void *arg);
-void broker_on_workspace_ready(broker_t *self, broker_notify_fn *fn, void *arg);
+void broker_on_settled(broker_t *self, broker_notify_fn *fn, void *arg);
 /*  Number of live sessions. */
 size_t broker_size(const broker_t *self);
 

@@ -216,7 +216,8 @@ static json_t *s_on_file(manager_t *self, const jmsg_t *req, const char *sess, v
     return json_pack("{s:s, s:s, s:I}", "status", "ok", "path", path, "size", (json_int_t)size);
 }
 
-/*  Answer req, taking it; 0, or 1 when it is a file request that must wait (req kept). */
+/*  Answer req, taking it; 0, or 1 when it must wait (req kept): a file request whose
+ *  workspace image is being made, an info or list whose memory is being measured. */
 static int s_handle(manager_t *self, jmsg_t *req)
 {
     const char *type = jmsg_type(req);
@@ -231,7 +232,11 @@ static int s_handle(manager_t *self, jmsg_t *req)
         content = broker_stats(self->broker);
         json_object_set_new(content, "max_file", json_integer((json_int_t)self->max_file));
     } else if (strcmp(type, "list_request") == 0) {
-        content = json_pack("{s:s, s:o}", "status", "ok", "sessions", broker_list(self->broker));
+        int pending;
+        json_t *list = broker_list(self->broker, &pending);
+        if (pending)
+            return 1;
+        content = json_pack("{s:s, s:o}", "status", "ok", "sessions", list);
     } else if (!sess) {
         content = s_error("BadRequest", "session must be a non-empty string");
     } else if (strncmp(type, "file_", 5) == 0) {
@@ -247,7 +252,10 @@ static int s_handle(manager_t *self, jmsg_t *req)
             return 0;
         }
     } else if (strcmp(type, "info_request") == 0) {
-        json_t *info = broker_info(self->broker, sess);
+        int pending;
+        json_t *info = broker_info(self->broker, sess, &pending);
+        if (pending)
+            return 1;
         content = info ? s_ok_session(info) : s_error("NoSuchSession", "no session has that id or name");
     } else {
         content = broker_end(self->broker, sess) == 0
@@ -273,8 +281,9 @@ static void s_park_retry(manager_t *self, long long ms)
     }
 }
 
-/*  The broker's word that a workspace settled: try the parked request on the next turn. */
-static void s_on_workspace_ready(void *arg)
+/*  The broker's word that what the parked request waited for settled: try it on the next
+ *  turn. */
+static void s_on_settled(void *arg)
 {
     manager_t *self = arg;
     if (!self->parked)
@@ -282,7 +291,7 @@ static void s_on_workspace_ready(void *arg)
     s_park_retry(self, 0);
 }
 
-/*  Try the parked request again (the broker said its workspace settled, or PARK_RETRY_MS
+/*  Try the parked request again (the broker said it settled, or PARK_RETRY_MS
  *  passed); once answered, read the socket again. */
 static int s_on_park_timer(loop_t *loop, int timer_id, void *arg)
 {
@@ -321,10 +330,11 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
     LOG_D("manager: <- %s", jmsg_type(req));
     if (s_handle(self, req) == 1) {
         /* Its session's workspace image is being made (tens of ms, on kenneld's worker
-         * thread): later requests wait in the socket, so that a list after a put sees it. */
+         * thread), or memory measured (on its meter): later requests wait in the socket, so
+         * that a list after a put sees it, and answers keep their order. */
         self->parked = req;
         loop_reader_end(loop, sock);
-        s_park_retry(self, PARK_RETRY_MS); /* or sooner: s_on_workspace_ready */
+        s_park_retry(self, PARK_RETRY_MS); /* or sooner: s_on_settled */
     }
     return 0;
 }
@@ -366,7 +376,7 @@ manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, con
     self->endpoint = last ? last : strdup(endpoint);
     if (!self->endpoint || loop_reader(loop, self->sock, s_on_request, self) < 0)
         goto fail;
-    broker_on_workspace_ready(broker, s_on_workspace_ready, self);
+    broker_on_settled(broker, s_on_settled, self);
     return self;
 fail:;
     int saved = errno;
@@ -381,7 +391,7 @@ void manager_destroy(manager_t **self_p)
         return;
     manager_t *self = *self_p;
     if (self->broker)
-        broker_on_workspace_ready(self->broker, NULL, NULL);
+        broker_on_settled(self->broker, NULL, NULL);
     if (self->park_timer >= 0)
         loop_timer_end(self->loop, self->park_timer);
     jmsg_destroy(&self->parked);

@@ -21,6 +21,7 @@ import socket
 import subprocess
 import tempfile
 import textwrap
+import threading
 import time
 import uuid
 
@@ -689,6 +690,62 @@ def test_cpu_hog_is_throttled_and_does_not_starve_others(kenneld, victim, bystan
     r = verdict_of(reply["content"])
     # One CPU's worth over the wall time, with a period (100 ms) of slack on each side.
     assert r["cpu"] <= r["wall"] + 0.25, f"3 spinners got {r['cpu']:.2f} CPU-s in {r['wall']:.2f} s"
+    assert_bystander_unharmed(kenneld, bystander)
+
+
+def test_measuring_a_session_s_memory_never_stalls_the_others(kenneld, bystander):
+    """kenneld measures a session's PSS and USS by walking the page tables of each of its
+    processes, and the session's code decides how many there are and what they map: 200
+    forks sharing 1 GiB took ~0.5 s to measure. That ran on kenneld's loop, so each `kennel
+    info` or `ls` of that session stalled every other session as long. It runs on a thread
+    of its own; info and list wait for it, nothing else does."""
+    hog = open_session(kenneld, "hog", {"memory": 2048 * MiB})
+    try:
+        content, r = run(hog, textwrap.dedent('''
+            import numpy as np, os, time
+            hog = np.ones(1 << 30, dtype=np.uint8)
+            kids = []
+            for _ in range(200):
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(120)
+                    os._exit(0)
+                kids.append(pid)
+            r = len(kids)
+        '''), timeout=120)
+        assert content["status"] == "ok" and r == 200, content
+        measures = []
+        stop = threading.Event()
+
+        def ask():  # the manager's socket is this thread's alone meanwhile
+            while not stop.is_set():
+                t = time.monotonic()
+                info = kenneld.call("info_request", {"session": "hog"}, timeout=30)
+                listed = kenneld.call("list_request", timeout=30)
+                measures.append((time.monotonic() - t, info["session"]["pss_bytes"],
+                                 listed["status"]))
+
+        asker = threading.Thread(target=ask)
+        asker.start()
+        rtts = []
+        try:
+            end = time.monotonic() + 4
+            while time.monotonic() < end or len(measures) < 2:
+                t = time.monotonic()
+                assert_state_kept(bystander, "bystander_marker", 7)
+                rtts.append(time.monotonic() - t)
+        finally:
+            stop.set()
+            asker.join(60)
+        slowest = max(m[0] for m in measures)
+        assert slowest > 0.15, f"measuring the hog took {slowest:.3f} s: the test tests nothing"
+        assert all(m[2] == "ok" for m in measures), measures
+        assert all(m[1] >= 1 << 30 for m in measures), [m[1] for m in measures]
+        assert max(rtts) < slowest / 3, \
+            f"the bystander waited {max(rtts):.3f} s while the hog was measured ({slowest:.3f} s)"
+        run(hog, "for p in kids: os.kill(p, 9)\nfor p in kids: os.waitpid(p, 0)\ndel hog\nr = 0")
+    finally:
+        hog.close()
     assert_bystander_unharmed(kenneld, bystander)
 
 
