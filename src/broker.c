@@ -72,6 +72,8 @@ struct broker {
     worker_t *meter;         /* measures sessions' memory, off the loop and off the worker */
     struct mem_job *mem_job; /* the measure under way on it, or NULL */
     int mem_list_done;       /* a listing's measure is done: the next broker_list answers */
+    char mem_info_done[40];  /* the session whose info measure is done: broker_info answers
+                              * for it, however long the retry took to come (or "") */
     char boot_id[40];        /* this boot's (/proc/sys/kernel/random/boot_id), or "" */
     broker_notify_fn *settled; /* what broker_workspace, broker_info or broker_list waited
                                 * for is done (a workspace, a measure) */
@@ -806,7 +808,8 @@ static int s_kernel_started(sess_t *s)
     broker_t *b = s->broker;
     s->has_proc = 1;
     s->pipe_open = 1;
-    s->mem_at = 0;
+    s->mem_at = 0; /* a new kernel: not measured yet */
+    s->pss = s->uss = 0;
     s->killed_for[0] = '\0';
     kpipe_destroy(&s->decoder);
     s->decoder = kpipe_new(b->cfg.max_pipe_frame);
@@ -1774,7 +1777,7 @@ static json_t *s_limits_json(const broker_limits_t *l)
 /* A listing measures sessions for at most this long (on the meter), oldest measure first, and
  * shows the others' last measure, so that `kennel ls` over hundreds of sessions answers at
  * once; a measure younger than MEMORY_FRESH_MS is not taken again for it. One session's info
- * measures afresh, unless its measure is younger than INFO_FRESH_MS (the one it waited for). */
+ * measures afresh, unless its last measure is younger than INFO_FRESH_MS. */
 #define LIST_MEMORY_BUDGET_MS 20
 #define MEMORY_FRESH_MS 1000
 #define INFO_FRESH_MS 100
@@ -1815,15 +1818,18 @@ static void s_mem_done(void *arg)
     mem_job_t *j = arg;
     broker_t *b = j->broker;
     long long now = util_now_ms();
+    b->mem_info_done[0] = '\0';
     for (size_t i = 0; i < j->n; i++) {
         sess_t *s = j->e[i].measured ? s_find_id(b, j->e[i].id) : NULL;
-        if (!s)
+        /* A kernel that ended meanwhile (its pid may be another process's now) is left
+         * unmeasured: a new one is measured when asked. */
+        if (!s || !s->has_proc || s->proc.pid != j->e[i].pid)
             continue;
-        /* A kernel that ended meanwhile: its pid may be another process's now. */
-        int same = s->has_proc && s->proc.pid == j->e[i].pid;
-        s->pss = same ? j->e[i].pss : 0;
-        s->uss = same ? j->e[i].uss : 0;
+        s->pss = j->e[i].pss;
+        s->uss = j->e[i].uss;
         s->mem_at = now;
+        if (!j->for_list)
+            snprintf(b->mem_info_done, sizeof b->mem_info_done, "%s", s->id);
     }
     b->mem_job = NULL;
     b->mem_list_done = j->for_list;
@@ -2524,9 +2530,13 @@ json_t *broker_info(broker_t *self, const char *id_or_name, int *pending)
         *pending = 1;
         return NULL;
     }
-    /* One session: measured afresh (unless just now, for the request that waited for it). */
-    if (s->has_proc && (!s->mem_at || util_now_ms() - s->mem_at >= INFO_FRESH_MS) &&
-        s_measure(self, &s, 1, 0, 0) == 0) {
+    /* One session: measured afresh, unless just now. The request that waited for its measure
+     * takes it whatever the time since (a busy loop may be slow to retry it: a clock check
+     * there had it measure again and again, never answered). */
+    if (strcmp(self->mem_info_done, s->id) == 0) {
+        self->mem_info_done[0] = '\0';
+    } else if (s->has_proc && (!s->mem_at || util_now_ms() - s->mem_at >= INFO_FRESH_MS) &&
+               s_measure(self, &s, 1, 0, 0) == 0) {
         *pending = 1;
         return NULL;
     }

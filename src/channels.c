@@ -27,7 +27,9 @@ typedef struct {
 } unread_account_t;
 
 /*  One message in flight. Its largest frame goes to libzmq without a copy and counts for the
- *  whole message: libzmq frees a message's frames together, and the others are small. */
+ *  whole message until libzmq frees that frame. libzmq frees each frame once written, so the
+ *  count may drop a little before the rest of a message is out: by less than one message per
+ *  client. */
 typedef struct {
     unread_account_t *account;
     size_t bytes;
