@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util.h"
+
 /*  What kenneld holds for clients that have not read it, in bytes. libzmq bounds a queue in
  *  messages only (the high-water mark, per peer), so kenneld counts bytes itself: each
  *  message's bytes from its send until libzmq frees it, written or dropped. libzmq frees in
@@ -303,19 +305,14 @@ static void s_sweep_peers(channels_t *self)
 static unread_account_t *s_peer_account(channels_t *self, channels_index_t i, const zmsg_t *z)
 {
     zframe_t *id = zmsg_first((zmsg_t *)z);
-    const unsigned char *b = id ? zframe_data(id) : NULL;
+    const void *b = id ? zframe_data(id) : NULL;
     size_t n = id ? zframe_size(id) : 0;
     if (n > 255) /* libzmq's longest routing id; a longer frame reaches no one */
         n = 255;
     char key[2 + 2 * 255 + 1];
-    static const char hex[] = "0123456789abcdef";
     key[0] = (char)('0' + i);
     key[1] = ':';
-    for (size_t k = 0; k < n; k++) {
-        key[2 + 2 * k] = hex[b[k] >> 4];
-        key[3 + 2 * k] = hex[b[k] & 15];
-    }
-    key[2 + 2 * n] = '\0';
+    util_hex(key + 2, b, n);
     unread_account_t *a = zhashx_lookup(self->peers, key);
     if (a)
         return a;
