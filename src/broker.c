@@ -316,7 +316,7 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
     /* A send can swallow the wake-up of a request arriving on the same socket, and we often
      * send from outside its reader (a kernel's reply, a timer): the loop must look again. This
      * is the one place session sockets are sent on (the heartbeat echoes in its own reader).
-     * A watched iopub's subscriptions arrive the same way; a plain PUB has no reader (a no-op). */
+     * iopub's subscriptions arrive the same way. */
     loop_reader_touch(s->broker->loop, channels_socket(s->ch, i));
 }
 
@@ -1465,7 +1465,6 @@ static int s_on_pidfd(loop_t *loop, int fd, int revents, void *arg)
 
 static int s_on_socket(loop_t *loop, zsock_t *sock, void *arg)
 {
-    (void)loop;
     sess_t *s = arg;
     if (sock == channels_socket(s->ch, CHANNELS_HB)) {
         channels_hb_echo(s->ch);
@@ -1477,6 +1476,10 @@ static int s_on_socket(loop_t *loop, zsock_t *sock, void *arg)
     unsigned channel = i == CHANNELS_SHELL ? ROUTE_SHELL : i == CHANNELS_CONTROL ? ROUTE_CONTROL : ROUTE_STDIN;
     jmsg_t *m = NULL;
     int rc = channels_recv(s->ch, i, &m);
+    if (rc == WIRE_AGAIN) { /* a large message: its signature is checked a slice a turn */
+        loop_reader_again(loop, sock);
+        return 0;
+    }
     if (rc != 0) {
         if (log_allow(&s->broker->warn_limit, 5))
             LOG_W("session=%s: dropped a message on %s: %s", s->id, route_channel_name(channel),
@@ -2085,7 +2088,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     else
         util_uuid(s->id);
     char key[40], ipc_prefix[PATH_MAX];
-    channels_cfg_t cc = {self->cfg.transport, self->cfg.ip, {0}, util_uuid(key), s->launched,
+    channels_cfg_t cc = {self->cfg.transport, self->cfg.ip, {0}, util_uuid(key),
                          self->cfg.max_unread};
     if (connection && s_parse_connection(connection, &cc, !id, err) < 0)
         goto fail;
@@ -2176,14 +2179,19 @@ static void s_release_shell(sess_t *s)
     s_read(s, CHANNELS_SHELL, s_on_socket);
 }
 
-/*  A launched session's iopub (an XPUB), read for the session's life: libzmq keeps every
- *  subscription message we do not read. */
+/*  A session's iopub (an XPUB), read for the session's life: libzmq keeps every subscription
+ *  message we do not read, and what its subscribers hold is bounded here. */
 static int s_on_iopub(loop_t *loop, zsock_t *sock, void *arg)
 {
     (void)loop;
     (void)sock;
     sess_t *s = arg;
-    if (channels_read_subscription(s->ch) == 1 && s->shell_held) {
+    int rc = channels_read_subscription(s->ch);
+    if (rc == CHANNELS_CUT && log_allow(&s->broker->warn_limit, 5))
+        LOG_W("session=%s: iopub's subscribers hold more topics than a Jupyter client does: "
+              "every connection to iopub cut (%zu times so far); its clients reconnect",
+              s->id, channels_cuts(s->ch));
+    if (rc >= 1 && s->shell_held) {
         LOG_D("session=%s: a client is on iopub; serving shell", s->id);
         s_release_shell(s);
     }
@@ -2211,8 +2219,8 @@ static int s_on_hold_expired(loop_t *loop, int timer_id, void *arg)
  *  passed): its requests wait in the socket. Control, stdin and heartbeat are served at once. */
 static void s_serve(broker_t *self, sess_t *s)
 {
+    s_read(s, CHANNELS_IOPUB, s_on_iopub);
     if (s->shell_held) {
-        s_read(s, CHANNELS_IOPUB, s_on_iopub);
         s->hold_timer = loop_timer(self->loop, LAUNCHED_IOPUB_WAIT_MS, 1, s_on_hold_expired, s);
         if (s->hold_timer < 0) {
             LOG_E("out of memory");

@@ -1,16 +1,22 @@
 /*  channels: sockets never block kenneld. ROUTER and PUB sockets drop on a full queue instead
  *  of blocking (also past a bound in bytes), linger is 0 so closing never waits, and
  *  ZMQ_MAXMSGSIZE makes libzmq drop a peer that sends a frame larger than the message limit
- *  before it is allocated whole. */
+ *  before it is allocated whole. What iopub receives (subscriptions) is bounded apart: see
+ *  channels_read_subscription. */
 #include "channels.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -51,6 +57,10 @@ struct channels {
     size_t sweep_at;    /* peers' size at which the next send forgets idle accounts */
     size_t max_unread;  /* bytes, of iopub and of each client; 0: no bound */
     size_t dropped;     /* messages dropped for it */
+    wire_pending_t *pending[CHANNELS_N]; /* a message whose signature is being checked */
+    size_t topics;      /* iopub: bytes of the distinct topics its subscribers hold (+1 each) */
+    size_t topics_cut;  /* topics at which its subscribers are disconnected next */
+    size_t cuts;        /* how many times they were */
 };
 
 static void s_account_release(unread_account_t *a)
@@ -92,29 +102,50 @@ static void s_unread_free(void *data, void *hint)
     free(h);
 }
 
+/* Bytes of a message's signed parts hashed per call of channels_recv: ~1 ms here. Anyone who
+ * can connect may send messages of --max-message (64 MiB) with no key, each 0.1-0.5 s of
+ * hashing; checked whole, each held up every session for as long. */
+#define CHANNELS_SLICE (256u << 10)
+
 #define PEERS_SWEEP_MIN 64 /* client accounts kept before idle ones are looked for */
 
 #define HB_MAX_MSG 1024 /* bytes of one heartbeat ping */
 #define HB_HWM 16        /* pings queued for a peer that does not read */
 #define HB_MAX_FRAMES 8  /* of one ping: its routing id and the ping itself, as sent */
+/* What iopub takes in: subscriptions. Jupyter's clients subscribe to "" (one byte). libzmq
+ * keeps each distinct topic in a trie of ~30 bytes per byte of topic, and each connection's
+ * unread subscriptions in a queue of up to its high-water mark. Whenever the socket is used
+ * it applies what came, in a loop that ends only when the queue is empty: with room for
+ * more than one, a peer that sends fast kept it full, and kenneld's loop spent a second
+ * adding 20 MB of topics before it could count any. With room for one, each subscription
+ * waits for a hand-off between libzmq's threads. */
+#define IOPUB_MAX_MSG 1024     /* bytes of one subscription message */
+#define IOPUB_RCVHWM 1         /* subscription messages queued per connection */
+#define IOPUB_TOPICS 16384     /* bytes of distinct topics held before a cut */
+#define IOPUB_READS 1024       /* subscription messages read per call, at most */
 
 static const char *s_port_names[CHANNELS_N] = {"shell_port", "iopub_port", "stdin_port",
                                                "control_port", "hb_port"};
 
-static zsock_t *s_socket(channels_index_t i, size_t max_msg, int watch_iopub)
+static zsock_t *s_socket(channels_index_t i, size_t max_msg)
 {
     /* An XPUB publishes as a PUB does (dropping for subscribers that lag) and also hands us
      * each new subscription, once libzmq has recorded it: what we publish after reading one
-     * reaches that subscriber. */
-    zsock_t *s = zsock_new(i != CHANNELS_IOPUB ? ZMQ_ROUTER : watch_iopub ? ZMQ_XPUB : ZMQ_PUB);
+     * reaches that subscriber; and what its subscribers hold can be counted. */
+    zsock_t *s = zsock_new(i == CHANNELS_IOPUB ? ZMQ_XPUB : ZMQ_ROUTER);
     if (!s)
         return NULL;
     zsock_set_linger(s, 0);
     /* The heartbeat echoes what it gets: small pings only (jupyter_client's are 4 bytes), and
      * few of them queued for a peer that does not read, or anyone who can connect could make
-     * kenneld hold a thousand messages of --max-message each. */
+     * kenneld hold a thousand messages of --max-message each. iopub takes in subscriptions
+     * only: small, and few queued (it queued a thousand of --max-message, no key needed). */
     if (i == CHANNELS_HB)
         max_msg = HB_MAX_MSG;
+    if (i == CHANNELS_IOPUB) {
+        max_msg = IOPUB_MAX_MSG;
+        zsock_set_rcvhwm(s, IOPUB_RCVHWM);
+    }
     zsock_set_maxmsgsize(s, (int)(max_msg > INT32_MAX ? INT32_MAX : max_msg));
     zsock_set_sndhwm(s, i == CHANNELS_IOPUB ? 10000 : i == CHANNELS_HB ? HB_HWM : 1000);
     /* No router handover: a second connection with an identity already in use is ignored, as
@@ -164,9 +195,10 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     zhashx_set_destructor(self->peers, s_account_destructor);
     self->sweep_at = PEERS_SWEEP_MIN;
     self->max_unread = cfg->max_unread;
+    self->topics_cut = IOPUB_TOPICS;
     int is_ipc = strcmp(cfg->transport, "ipc") == 0;
     for (int i = 0; i < CHANNELS_N; i++) {
-        self->sock[i] = s_socket((channels_index_t)i, lim.max_msg_bytes, cfg->watch_iopub);
+        self->sock[i] = s_socket((channels_index_t)i, lim.max_msg_bytes);
         if (!self->sock[i])
             goto fail;
         int port = cfg->ports[i];
@@ -211,6 +243,8 @@ void channels_destroy(channels_t **self_p)
             lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
             unlink(path);
     }
+    for (int i = 0; i < CHANNELS_N; i++)
+        wire_pending_destroy(&self->pending[i]);
     wire_destroy(&self->wire);
     if (self->unread)
         s_account_release(self->unread);
@@ -233,9 +267,15 @@ zsock_t *channels_socket(channels_t *self, channels_index_t i)
 int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out)
 {
     *out = NULL;
-    zmsg_t *z = NULL;
-    int rc = wire_recv(self->sock[i], wire_max_frames(self->wire), &z);
-    return rc < 0 ? rc : wire_decode(self->wire, &z, out);
+    if (!self->pending[i]) {
+        zmsg_t *z = NULL;
+        int rc = wire_recv(self->sock[i], wire_max_frames(self->wire), &z);
+        if (rc == 0)
+            rc = wire_decode_begin(self->wire, &z, &self->pending[i]);
+        if (rc != 0)
+            return rc;
+    }
+    return wire_decode_step(self->wire, &self->pending[i], CHANNELS_SLICE, out);
 }
 
 /*  Send z on socket i, its bytes counted in account until libzmq frees it (see
@@ -384,22 +424,116 @@ size_t channels_clients(const channels_t *self)
     return zhashx_size(self->peers);
 }
 
+/*  Is fd a connection accepted on iopub's endpoint (not its listener)? 0, or its family. */
+static int s_iopub_peer(const channels_t *self, int fd, int is_ipc)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    int listening = 0;
+    socklen_t olen = sizeof listening;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &olen) < 0 || listening)
+        return 0;
+    int port = self->ports[CHANNELS_IOPUB];
+    if (is_ipc) {
+        char path[sizeof((struct sockaddr_un *)0)->sun_path + 1];
+        const struct sockaddr_un *un = (const struct sockaddr_un *)&ss;
+        size_t n = len > offsetof(struct sockaddr_un, sun_path)
+                       ? len - offsetof(struct sockaddr_un, sun_path) : 0;
+        if (ss.ss_family != AF_UNIX || n == 0 || n >= sizeof path)
+            return 0;
+        memcpy(path, un->sun_path, n);
+        path[n] = '\0';
+        char want[PATH_MAX];
+        return snprintf(want, sizeof want, "%s-%d", self->ip, port) < (int)sizeof want &&
+                       strcmp(path, want) == 0
+                   ? AF_UNIX
+                   : 0;
+    }
+    if (ss.ss_family == AF_INET && ntohs(((const struct sockaddr_in *)&ss)->sin_port) == port)
+        return AF_INET;
+    if (ss.ss_family == AF_INET6 && ntohs(((const struct sockaddr_in6 *)&ss)->sin6_port) == port)
+        return AF_INET6;
+    return 0;
+}
+
+/*  Disconnect every client of iopub: cut each connection libzmq accepted on its endpoint
+ *  (libzmq has no call to drop one peer of a bound socket; it sees the peer leave, and forgets
+ *  its subscriptions). A TCP connection is aborted (a connect to AF_UNSPEC: a reset, its
+ *  queues emptied): after a mere shutdown Linux still takes in what the peer sends, and
+ *  libzmq reads on as long as more comes. A Unix one is shut down: the peer's writes fail.
+ *  The descriptors stay libzmq's: none is closed. Clients reconnect and subscribe again. */
+static void s_cut_iopub(channels_t *self)
+{
+    int is_ipc = strcmp(self->transport, "ipc") == 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        if (*end || end == e->d_name || fd < 0 || fd == dirfd(d))
+            continue;
+        int family = s_iopub_peer(self, (int)fd, is_ipc);
+        if (family == AF_UNIX) {
+            shutdown((int)fd, SHUT_RDWR);
+        } else if (family) {
+            struct sockaddr unspec = {.sa_family = AF_UNSPEC};
+            connect((int)fd, &unspec, sizeof unspec);
+        }
+    }
+    closedir(d);
+}
+
 int channels_read_subscription(channels_t *self)
 {
     void *sock = zsock_resolve(self->sock[CHANNELS_IOPUB]);
-    zmq_msg_t msg;
-    zmq_msg_init(&msg);
-    if (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0) {
+    int rc = -1;
+    /* Read what is there, up to a bound: one a turn would fall behind a peer that sends many
+     * (libzmq takes in up to IOPUB_RCVHWM per connection each time the socket is used). */
+    for (int n = 0; n < IOPUB_READS; n++) {
+        zmq_msg_t msg;
+        zmq_msg_init(&msg);
+        if (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&msg);
+            break;
+        }
+        /* ZMTP subscriptions: byte 1 then the topic; byte 0 then a topic to forget. libzmq
+         * hands over a topic when the first subscriber takes it and when the last leaves. An
+         * XSUB client may send other messages, of several frames: read them whole, ignore
+         * them. */
+        size_t size = zmq_msg_size(&msg);
+        int kind = size > 0 ? *(const unsigned char *)zmq_msg_data(&msg) : -1;
+        int more = zmq_msg_more(&msg);
+        while (more && zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) >= 0)
+            more = zmq_msg_more(&msg), kind = -1;
         zmq_msg_close(&msg);
-        return -1;
+        if (kind == 1) {
+            self->topics += size;
+            rc = rc == CHANNELS_CUT ? rc : 1;
+        } else if (kind == 0) {
+            self->topics -= size < self->topics ? size : self->topics;
+        }
+        if (rc < 0)
+            rc = 0;
+        if (self->topics >= self->topics_cut) {
+            /* Its subscribers hold more topics than any Jupyter client does: someone is
+             * filling kenneld's memory. The next cut waits for as many again, as the topics
+             * of those cut go only as libzmq sees them leave. */
+            s_cut_iopub(self);
+            self->cuts++;
+            self->topics_cut = self->topics + IOPUB_TOPICS;
+            rc = CHANNELS_CUT;
+        } else if (self->topics < IOPUB_TOPICS) {
+            self->topics_cut = IOPUB_TOPICS;
+        }
     }
-    /* ZMTP subscriptions: byte 1 then the topic; byte 0 then a topic to forget. An XSUB
-     * client may send other messages, of several frames: read them whole, and ignore them. */
-    int subscribed = zmq_msg_size(&msg) > 0 && *(const unsigned char *)zmq_msg_data(&msg) == 1;
-    while (zmq_msg_more(&msg) && zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) >= 0)
-        subscribed = 0;
-    zmq_msg_close(&msg);
-    return subscribed;
+    return rc;
+}
+
+size_t channels_cuts(const channels_t *self)
+{
+    return self->cuts;
 }
 
 void channels_hb_echo(channels_t *self)

@@ -1,5 +1,5 @@
 /*  channels: one session's five Jupyter sockets: shell, control and stdin ROUTERs, the iopub
- *  PUB (an XPUB when its subscriptions are watched) and the heartbeat (a ROUTER that echoes).
+ *  XPUB (a PUB whose subscriptions the caller reads) and the heartbeat (a ROUTER that echoes).
  *  Binds them, signs what goes out and verifies what comes in (through its own wire_t), and
  *  describes them as a connection file. Knows nothing of sessions or kernels. */
 #ifndef KENNEL_CHANNELS_H
@@ -19,8 +19,6 @@ typedef struct {
     const char *ip;          /* tcp: the address to bind; ipc: the path prefix of the sockets */
     int ports[CHANNELS_N];   /* 0 picks a free port (tcp) or 1..5 (ipc) */
     const char *key;         /* the session's HMAC key (non-empty) */
-    int watch_iopub;         /* iopub is an XPUB whose subscriptions the caller reads
-                              * (channels_read_subscription) */
     size_t max_unread;       /* bytes iopub holds for subscribers that have not read them,
                               * and each socket for one client (0: no bound) */
 } channels_cfg_t;
@@ -32,7 +30,9 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
 void channels_destroy(channels_t **self_p);
 /*  The socket at index i (borrowed; for registering readers). */
 zsock_t *channels_socket(channels_t *self, channels_index_t i);
-/*  Receive one message from socket i and verify it. 0 and an owned *out, or a WIRE_E* code. */
+/*  Receive one message from socket i and verify it. 0 and an owned *out, or a WIRE_E* code,
+ *  or WIRE_AGAIN: a message is being checked, a slice of it per call (call again, whether or
+ *  not the socket has more; until then the socket is not read). */
 int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out);
 /*  Sign and send msg on socket i without blocking (ROUTER and PUB drop rather than block).
  *  Takes *msg_p. 0, -1, or CHANNELS_DROPPED: not sent because what is held for its readers,
@@ -49,10 +49,16 @@ size_t channels_dropped(const channels_t *self);
 /*  How many clients of shell, control and stdin have an account now (one that lags keeps
  *  its own; the others are forgotten as more arrive). */
 size_t channels_clients(const channels_t *self);
-/*  Read one message from a watched iopub (cfg.watch_iopub). Read whenever the socket is
- *  readable: libzmq keeps what is not read. 1: a client subscribed (to a topic no one had
- *  subscribed to), 0: anything else (the last subscriber of a topic left), -1: nothing there. */
+/*  Read what iopub received (subscriptions, up to a bound per call). Call whenever the
+ *  socket is readable: libzmq keeps what is not read. iopub's subscribers may hold 16 KiB of
+ *  distinct topics (Jupyter's clients hold one, ""): past that every connection to iopub is
+ *  cut, its clients reconnect and subscribe again, and CHANNELS_CUT is returned. 1: a client
+ *  subscribed (to a topic no one had subscribed to), 0: only other messages (the last
+ *  subscriber of a topic left, say), -1: nothing there. */
+#define CHANNELS_CUT 2
 int channels_read_subscription(channels_t *self);
+/*  How many times iopub's connections were cut. */
+size_t channels_cuts(const channels_t *self);
 /*  Echo one heartbeat message. */
 void channels_hb_echo(channels_t *self);
 /*  A new JSON object: the standard connection file (ports, ip, transport, key,

@@ -57,14 +57,65 @@ void hmac_sign(const hmac_t *self, const void *const *parts, const size_t *lens,
     sodium_memzero(&st, sizeof st);
 }
 
+struct hmac_check {
+    int is_null;  /* no key: sig must be empty */
+    int sig_ok;   /* sig has the length of a digest (or is empty, with no key) */
+    char sig[HMAC_HEX_LEN];
+    crypto_auth_hmacsha256_state st;
+};
+
+hmac_check_t *hmac_check_new(const hmac_t *self, const void *sig, size_t sig_len)
+{
+    hmac_check_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->is_null = self->key_len == 0;
+    c->sig_ok = c->is_null ? sig_len == 0 : sig_len == HMAC_HEX_LEN;
+    if (!c->is_null) {
+        if (c->sig_ok)
+            memcpy(c->sig, sig, HMAC_HEX_LEN);
+        crypto_auth_hmacsha256_init(&c->st, self->key, self->key_len);
+    }
+    return c;
+}
+
+void hmac_check_feed(hmac_check_t *check, const void *data, size_t len)
+{
+    if (!check->is_null && check->sig_ok)
+        crypto_auth_hmacsha256_update(&check->st, data, len);
+}
+
+int hmac_check_end(hmac_check_t **check_p)
+{
+    hmac_check_t *c = *check_p;
+    int ok = c->sig_ok;
+    if (ok && !c->is_null) {
+        unsigned char mac[crypto_auth_hmacsha256_BYTES];
+        char expect[HMAC_HEX_LEN + 1];
+        crypto_auth_hmacsha256_final(&c->st, mac);
+        util_hex(expect, mac, sizeof mac);
+        ok = sodium_memcmp(expect, c->sig, HMAC_HEX_LEN) == 0;
+    }
+    hmac_check_destroy(check_p);
+    return ok;
+}
+
+void hmac_check_destroy(hmac_check_t **check_p)
+{
+    if (!check_p || !*check_p)
+        return;
+    sodium_memzero(*check_p, sizeof **check_p);
+    free(*check_p);
+    *check_p = NULL;
+}
+
 int hmac_verify(const hmac_t *self, const void *const *parts, const size_t *lens, size_t n,
                 const void *sig, size_t sig_len)
 {
-    if (self->key_len == 0)
-        return sig_len == 0;
-    if (sig_len != HMAC_HEX_LEN)
+    hmac_check_t *c = hmac_check_new(self, sig, sig_len);
+    if (!c)
         return 0;
-    char expect[HMAC_HEX_LEN + 1];
-    hmac_sign(self, parts, lens, n, expect);
-    return sodium_memcmp(expect, sig, HMAC_HEX_LEN) == 0;
+    for (size_t i = 0; i < n; i++)
+        hmac_check_feed(c, parts[i], lens[i]);
+    return hmac_check_end(&c);
 }

@@ -24,4 +24,16 @@ void hmac_sign(const hmac_t *self, const void *const *parts, const size_t *lens,
 int hmac_verify(const hmac_t *self, const void *const *parts, const size_t *lens, size_t n,
                 const void *sig, size_t sig_len);
 
+/*  A verification fed a piece at a time (a large message is hashed over several turns of
+ *  kenneld's loop). */
+typedef struct hmac_check hmac_check_t;
+/*  Start checking sig (sig_len bytes, lowercase hex as Jupyter sends it; copied) against
+ *  what is fed next. NULL on allocation failure. */
+hmac_check_t *hmac_check_new(const hmac_t *self, const void *sig, size_t sig_len);
+void hmac_check_feed(hmac_check_t *check, const void *data, size_t len);
+/*  1 when sig signs all that was fed, else 0. Wipes and frees *check_p, sets it to NULL. */
+int hmac_check_end(hmac_check_t **check_p);
+/*  Wipe and free an unfinished check; set it to NULL. No-op on NULL. */
+void hmac_check_destroy(hmac_check_t **check_p);
+
 #endif

@@ -61,6 +61,7 @@ struct item {
     loop_fd_fn *on_fd;
     void *arg;
     int is_queued;           /* on the ready list (readers) */
+    int again;               /* a reader called on its next turn, input or not */
     int is_dead;             /* ended: never called again, freed at the end of the turn */
     size_t reader_pos;       /* index in readers[] (readers) */
     item_t *next_dead;
@@ -276,6 +277,17 @@ void loop_reader_touch(loop_t *self, zsock_t *sock)
     assert(self);
     item_t *it = sock ? s_lookup(self, zsock_fd(sock)) : NULL;
     if (it && it->sock == sock && !it->is_queued)
+        s_push_ready(self, it);
+}
+
+void loop_reader_again(loop_t *self, zsock_t *sock)
+{
+    assert(self);
+    item_t *it = sock ? s_lookup(self, zsock_fd(sock)) : NULL;
+    if (!it || it->sock != sock)
+        return;
+    it->again = 1;
+    if (!it->is_queued)
         s_push_ready(self, it);
 }
 
@@ -586,8 +598,9 @@ static void s_run_ready(loop_t *self)
             s_push_ready(self, it); /* kept for the next loop_run */
             continue;
         }
-        if (!s_has_input(it))
+        if (!it->again && !s_has_input(it))
             continue;
+        it->again = 0;
         if (it->on_read(self, it->sock, it->arg) == -1)
             self->stopped = 1;
         if (!it->is_dead && !it->is_queued && s_has_input(it))

@@ -50,6 +50,11 @@ void loop_reader_end(loop_t *self, zsock_t *sock);
  *  Cheap (no system call); no-op for sockets without a reader. */
 void loop_reader_touch(loop_t *self, zsock_t *sock);
 
+/*  Call sock's handler on the next turn whether or not a message is there: a handler that
+ *  has more to do with what it read (in slices, so as not to hold up the others) asks from
+ *  inside. No-op for sockets without a reader. */
+void loop_reader_again(loop_t *self, zsock_t *sock);
+
 /*  Call handler when fd has any of events (LOOP_IN, LOOP_OUT; errors always). The loop never
  *  ends an fd by itself, whatever it reports: a handler that ignores LOOP_ERR is called again.
  *  End it (loop_fd_end) before closing fd. 0, or -1 with errno (EEXIST: fd is registered). */

@@ -5,6 +5,7 @@
 #include "wire.h"
 
 #include <assert.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,91 +71,113 @@ static int s_replayed(wire_t *self, const char *sig)
         return 0;
     unsigned char key[REPLAY_KEY_BYTES];
     int hex = sodium_hex2bin(key, sizeof key, sig, 2 * sizeof key, NULL, NULL, NULL);
-    assert(hex == 0); /* hmac_verify passes only its own lowercase hex */
+    assert(hex == 0); /* a check passes only its own lowercase hex */
     (void)hex;
     return replay_check(self->seen, key);
 }
 
-int wire_decode(wire_t *self, zmsg_t **msg_p, jmsg_t **out)
+struct wire_pending {
+    zmsg_t *msg;
+    size_t nids;                 /* identity frames before the delimiter */
+    zframe_t *sig;               /* frames of msg */
+    zframe_t *parts[JMSG_NPARTS];
+    hmac_check_t *check;
+    int part;                    /* the part being hashed, and how far */
+    size_t done;
+};
+
+void wire_pending_destroy(wire_pending_t **p_p)
+{
+    if (!p_p || !*p_p)
+        return;
+    wire_pending_t *p = *p_p;
+    hmac_check_destroy(&p->check);
+    zmsg_destroy(&p->msg);
+    free(p);
+    *p_p = NULL;
+}
+
+int wire_decode_begin(wire_t *self, zmsg_t **msg_p, wire_pending_t **out)
 {
     zmsg_t *msg = *msg_p;
     *msg_p = NULL;
     *out = NULL;
-    int rc = 0;
-    jmsg_t *m = NULL;
     size_t nframes = zmsg_size(msg);
-
     if (nframes > wire_max_frames(self) ||
         zmsg_content_size(msg) > self->limits.max_msg_bytes) {
-        rc = WIRE_ETOOBIG;
-        goto done;
+        zmsg_destroy(&msg);
+        return WIRE_ETOOBIG;
     }
     /* Find the delimiter among the first max_ids + 1 frames. */
     size_t nids = 0;
     zframe_t *f = zmsg_first(msg);
+    int rc = 0;
     while (f && !zframe_streq(f, WIRE_DELIMITER)) {
         if (++nids > self->limits.max_ids) {
             rc = WIRE_ENODELIM;
-            goto done;
+            break;
         }
         f = zmsg_next(msg);
     }
-    if (!f) {
+    if (rc == 0 && !f)
         rc = WIRE_ENODELIM;
-        goto done;
-    }
-    if (nframes - nids - 1 < 5) {
+    else if (rc == 0 && nframes - nids - 1 < 5)
         rc = WIRE_ETOOFEW;
-        goto done;
-    }
-    if (nframes - nids - 6 > self->limits.max_buffers) {
+    else if (rc == 0 && nframes - nids - 6 > self->limits.max_buffers)
         rc = WIRE_ETOOBIG;
-        goto done;
+    wire_pending_t *p = rc == 0 ? calloc(1, sizeof *p) : NULL;
+    if (rc == 0 && !p)
+        rc = WIRE_ENOMEM;
+    if (rc != 0) {
+        zmsg_destroy(&msg);
+        return rc;
     }
-    zframe_t *sig = zmsg_next(msg);
-    zframe_t *parts[JMSG_NPARTS];
-    const void *data[JMSG_NPARTS];
-    size_t lens[JMSG_NPARTS];
-    for (int i = 0; i < JMSG_NPARTS; i++) {
-        parts[i] = zmsg_next(msg);
-        data[i] = zframe_data(parts[i]);
-        lens[i] = zframe_size(parts[i]);
+    p->msg = msg;
+    p->nids = nids;
+    p->sig = zmsg_next(msg);
+    for (int i = 0; i < JMSG_NPARTS; i++)
+        p->parts[i] = zmsg_next(msg);
+    p->check = hmac_check_new(self->hmac, zframe_data(p->sig), zframe_size(p->sig));
+    if (!p->check) {
+        wire_pending_destroy(&p);
+        return WIRE_ENOMEM;
     }
-    if (!hmac_verify(self->hmac, data, lens, JMSG_NPARTS, zframe_data(sig), zframe_size(sig))) {
-        rc = WIRE_ESIG;
-        goto done;
-    }
+    *out = p;
+    return 0;
+}
+
+/*  The rest of a decode, once the signature is known good: the replay guard, then JSON. */
+static int s_finish(wire_t *self, wire_pending_t *p, jmsg_t **out)
+{
+    zmsg_t *msg = p->msg;
     if (!hmac_is_null(self->hmac)) {
         char hex[HMAC_HEX_LEN + 1];
-        memcpy(hex, zframe_data(sig), HMAC_HEX_LEN);
+        memcpy(hex, zframe_data(p->sig), HMAC_HEX_LEN);
         hex[HMAC_HEX_LEN] = '\0';
         int replayed = s_replayed(self, hex);
-        if (replayed != 0) {
-            rc = replayed > 0 ? WIRE_EREPLAY : WIRE_ENOMEM;
-            goto done;
-        }
+        if (replayed != 0)
+            return replayed > 0 ? WIRE_EREPLAY : WIRE_ENOMEM;
     }
-    m = jmsg_new_empty();
-    if (!m) {
-        rc = WIRE_ENOMEM;
-        goto done;
-    }
-    for (int i = 0; i < JMSG_NPARTS; i++) {
-        if (jmsg_set_raw_max(m, (jmsg_part_t)i, data[i], lens[i], self->limits.max_values) < 0) {
+    jmsg_t *m = jmsg_new_empty();
+    if (!m)
+        return WIRE_ENOMEM;
+    int rc = 0;
+    for (int i = 0; i < JMSG_NPARTS && rc == 0; i++)
+        if (jmsg_set_raw_max(m, (jmsg_part_t)i, zframe_data(p->parts[i]),
+                             zframe_size(p->parts[i]), self->limits.max_values) < 0)
             rc = WIRE_EJSON;
-            goto done;
-        }
-    }
     /* A NUL inside either would make kenneld and the kernel read different strings. */
-    const char *type = jmsg_cstr(json_object_get(jmsg_header(m), "msg_type"));
-    const char *id = jmsg_cstr(json_object_get(jmsg_header(m), "msg_id"));
-    if (!type || !*type || !id || !*id) {
+    const char *type = rc ? NULL : jmsg_cstr(json_object_get(jmsg_header(m), "msg_type"));
+    const char *id = rc ? NULL : jmsg_cstr(json_object_get(jmsg_header(m), "msg_id"));
+    if (rc == 0 && (!type || !*type || !id || !*id))
         rc = WIRE_EHEADER;
-        goto done;
+    if (rc != 0) {
+        jmsg_destroy(&m);
+        return rc;
     }
     /* Move identities and buffers over without copying their bytes. */
     zmsg_t *ids = jmsg_ids(m);
-    for (size_t i = 0; i < nids; i++) {
+    for (size_t i = 0; i < p->nids; i++) {
         zframe_t *idf = zmsg_pop(msg);
         zmsg_append(ids, &idf);
     }
@@ -167,11 +190,39 @@ int wire_decode(wire_t *self, zmsg_t **msg_p, jmsg_t **out)
     while ((b = zmsg_pop(msg)))
         zmsg_append(bufs, &b);
     *out = m;
-    m = NULL;
-done:
-    jmsg_destroy(&m);
-    zmsg_destroy(&msg);
+    return 0;
+}
+
+int wire_decode_step(wire_t *self, wire_pending_t **p_p, size_t budget, jmsg_t **out)
+{
+    wire_pending_t *p = *p_p;
+    *out = NULL;
+    while (p->part < JMSG_NPARTS) {
+        zframe_t *f = p->parts[p->part];
+        size_t n = zframe_size(f) - p->done;
+        if (n > budget)
+            n = budget;
+        hmac_check_feed(p->check, zframe_data(f) + p->done, n);
+        budget -= n;
+        p->done += n;
+        if (p->done == zframe_size(f)) {
+            p->part++;
+            p->done = 0;
+        } else {
+            return WIRE_AGAIN;
+        }
+    }
+    int rc = hmac_check_end(&p->check) ? s_finish(self, p, out) : WIRE_ESIG;
+    wire_pending_destroy(p_p);
     return rc;
+}
+
+int wire_decode(wire_t *self, zmsg_t **msg_p, jmsg_t **out)
+{
+    wire_pending_t *p = NULL;
+    *out = NULL;
+    int rc = wire_decode_begin(self, msg_p, &p);
+    return rc != 0 ? rc : wire_decode_step(self, &p, SIZE_MAX, out);
 }
 
 size_t wire_max_frames(const wire_t *self)

@@ -22,6 +22,7 @@
 #define WIRE_EREPLAY -6    /* signature seen recently: a replayed message */
 #define WIRE_EJSON -7      /* a JSON part is not a UTF-8 JSON object */
 #define WIRE_EHEADER -8    /* header lacks a non-empty string msg_id or msg_type */
+#define WIRE_AGAIN 1       /* wire_decode_step: not done; step again */
 
 typedef struct {
     size_t max_ids;          /* routing identity frames before the delimiter */
@@ -43,6 +44,17 @@ void wire_destroy(wire_t **self_p);
 /*  Decode and verify. Takes *msg_p (always; sets it to NULL). On success stores an owned
  *  message in *out and returns 0; otherwise returns a WIRE_E* code and *out is NULL. */
 int wire_decode(wire_t *self, zmsg_t **msg_p, jmsg_t **out);
+/*  The same in steps, so that a large message's signature (HMAC-SHA256 over its JSON parts,
+ *  ~3 ms a MiB here) is checked over several turns of a loop rather than holding up one.
+ *  wire_decode_begin checks the frames (counts and sizes) and takes *msg_p (always): 0 and an
+ *  owned *out to step, or a WIRE_E* code. wire_decode_step hashes up to `budget` more bytes
+ *  of it: WIRE_AGAIN while some remain; then, as wire_decode, 0 and an owned message in *out
+ *  or a WIRE_E* code, *p_p freed and set to NULL. wire_pending_destroy drops one unfinished
+ *  (no-op on NULL). */
+typedef struct wire_pending wire_pending_t;
+int wire_decode_begin(wire_t *self, zmsg_t **msg_p, wire_pending_t **out);
+int wire_decode_step(wire_t *self, wire_pending_t **p_p, size_t budget, jmsg_t **out);
+void wire_pending_destroy(wire_pending_t **p_p);
 /*  Encode and sign msg (not taken). Caller owns the result. NULL on allocation failure. */
 zmsg_t *wire_encode(wire_t *self, const jmsg_t *msg);
 /*  Receive one multipart message from sock, keeping at most max_frames frames: a message of

@@ -1,8 +1,11 @@
 """Hostile input on every socket kenneld serves: garbage, forged and replayed messages,
 truncated and oversized ones, floods, and a kernel that writes garbage into its own pipe.
 Each test ends by checking that the session still answers and kept its state."""
+import ctypes
+import ctypes.util
 import json
 import os
+import socket
 import struct
 import threading
 import time
@@ -182,6 +185,74 @@ def test_garbage_flood_does_not_starve_others(kenneld, client):
         c2.close()
 
 
+def _flood_unsigned(kenneld, conn, stop):
+    """Send 60 MiB messages with a wrong signature (no key needed) to conn's shell as fast as
+    kenneld takes them, until stop is set."""
+    sock = kenneld.ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.sndhwm = 2
+    sock.connect(f"tcp://{conn['ip']}:{conn['shell_port']}")
+    junk = [b"<IDS|MSG>", b"0" * 64, b"{}", b"{}", b"{}", b"x" * (60 << 20)]
+    try:
+        while not stop.is_set():
+            if sock.poll(100, zmq.POLLOUT):
+                sock.send_multipart(junk, copy=False)
+    finally:
+        sock.close()
+
+
+def _hmac_seconds(nbytes):
+    """How long libsodium, kenneld's HMAC, takes over nbytes here and now."""
+    sodium = ctypes.CDLL(ctypes.util.find_library("sodium"))
+    data, key, mac = (ctypes.create_string_buffer(n) for n in (nbytes, 32, 32))
+    t = time.perf_counter()
+    sodium.crypto_auth_hmacsha256(mac, data, ctypes.c_ulonglong(nbytes), key)
+    return time.perf_counter() - t
+
+
+def test_large_unsigned_messages_hold_up_no_other_session(kenneld, client):
+    """No key needed: a message of up to --max-message (64 MiB) costs kenneld the HMAC of its
+    JSON parts before its signature is found wrong, 0.1-0.5 s for 60 MiB on this VM. Checked
+    whole on kenneld's loop, each held up every other session as long: a bystander's cells
+    waited about three times that long under a flood of them. The hash is taken 256 KiB a
+    turn, between the other sessions' messages."""
+    _set_marker(client)
+    other = kenneld.call("create_request", {"name": "bystander"})
+    with open(other["session"]["connection_file"]) as f:
+        bystander = Client(kenneld.ctx, json.load(f))
+    stop = threading.Event()
+    flooders = [threading.Thread(target=_flood_unsigned, args=(kenneld, client.conn, stop))
+                for _ in range(2)]
+    try:
+        assert bystander.execute("x = 1") is not None
+        stall = min(_hmac_seconds(60 << 20) for _ in range(3))
+        assert stall > 0.03, f"an HMAC of 60 MiB takes {stall:.3f} s: the test tests nothing"
+        for t in flooders:
+            t.start()
+        time.sleep(1)  # the flood is under way
+        rtts = []
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            t = time.monotonic()
+            r = bystander.execute("x += 1")
+            assert r is not None and r["content"]["status"] == "ok", r and r["content"]
+            rtts.append(time.monotonic() - t)
+    finally:
+        stop.set()
+        for t in flooders:
+            t.join(30)
+        bystander.close()
+    rtts.sort()
+    median = rtts[len(rtts) // 2]
+    # Checked whole, a cell of the bystander's waited for three such hashes (~0.5 s); in
+    # slices, what it waits for is mostly the CPU the flood takes (its copies and page
+    # faults in libzmq's I/O thread and the sender): 40-70 ms here.
+    assert median < stall, \
+        f"the bystander's cells took {median * 1000:.0f} ms (median of {len(rtts)}) under the " \
+        f"flood; one HMAC of its messages takes {stall * 1000:.0f} ms"
+    assert_healthy(client, kenneld)
+
+
 def _frame(*parts):
     body = struct.pack(">I", len(parts)) + b"".join(struct.pack(">I", len(p)) + p for p in parts)
     return struct.pack(">I", len(body)) + body
@@ -336,6 +407,112 @@ def test_iopub_a_subscriber_does_not_read_holds_its_bound_in_bytes(kenneld, clie
     assert_healthy(client, kenneld)
 
 
+def _zmtp_frame(body, command=False):
+    flags = 0x04 if command else 0
+    if len(body) > 255:
+        return bytes([flags | 0x02]) + struct.pack(">Q", len(body)) + body
+    return bytes([flags, len(body)]) + body
+
+
+def _subscribe_while_printing(kenneld, client, topics, seconds=2.0):
+    """Subscribe to the session's iopub (no key needed), as a ZMTP 3.0 SUB spoken by hand:
+    libzmq's own SUB keeps what it subscribes to in a trie it frees recursively, and a topic
+    of megabytes overflows the stack of the process that closes it. Meanwhile the session
+    prints (a publish makes libzmq take in what came). The growth of kenneld's peak RSS, and
+    whether kenneld hung up on the subscriber."""
+    pid = kenneld.proc.pid
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+    before = _peak_rss(pid)
+    sub = socket.create_connection((client.conn["ip"], client.conn["iopub_port"]), timeout=5)
+    done, hung_up = threading.Event(), []
+
+    def send():
+        try:
+            sub.sendall(b"\xff" + b"\0" * 8 + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\0")
+                        + b"\0" * 32)
+            greeting = b""
+            while len(greeting) < 64:  # libzmq drops a peer that sends on before it is read
+                got = sub.recv(64 - len(greeting))
+                if not got:
+                    raise ConnectionResetError("no greeting")
+                greeting += got
+            sub.sendall(_zmtp_frame(b"\x05READY\x0bSocket-Type" + struct.pack(">I", 3) + b"SUB",
+                                    command=True))
+            for topic in topics:
+                sub.sendall(_zmtp_frame(b"\x01" + topic))
+            # All sent: does kenneld hang up (what it publishes is read and dropped)?
+            while sub.recv(65536):
+                pass
+            hung_up.append(True)
+        except (ConnectionResetError, BrokenPipeError):
+            hung_up.append(True)
+        except OSError:  # a timeout, or the shutdown below
+            pass
+        finally:
+            done.set()
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not done.is_set():
+            r = client.execute("for i in range(50): print(i, flush=True)")
+            assert r is not None and r["content"]["status"] == "ok", r and r["content"]
+    finally:
+        try:
+            sub.shutdown(socket.SHUT_RDWR)  # a sender still blocked on a full pipe stops
+        except OSError:
+            pass  # kenneld hung up first
+        sender.join(10)
+        sub.close()
+    return _peak_rss(pid) - before, bool(hung_up)
+
+
+def _iopub_flows_again(client):
+    """The client's own iopub gets a cell's output again (its SUB reconnects on its own after
+    a cut, within a second or so)."""
+    deadline = time.monotonic() + 10
+    while True:
+        msg_id = client.session.send(client.sockets["shell"], "execute_request", {
+            "code": "print('back')", "silent": False, "store_history": True,
+            "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})["header"]["msg_id"]
+        try:
+            if _drain_until_idle(client.sockets["iopub"], client.session, msg_id, timeout=1) == 5:
+                return
+        except AssertionError:
+            pass  # its idle went out while the client was reconnecting
+        assert time.monotonic() < deadline, "the client's iopub never got output again"
+
+
+def test_large_subscriptions_to_iopub_are_refused(kenneld, client):
+    """No key needed: iopub takes subscriptions from anyone who can connect. libzmq queued up
+    to a thousand per connection of up to --max-message (64 MiB) each, then kept each topic
+    in a trie of ~30 bytes per byte: four of 8 MiB cost kenneld ~1 GiB. A subscription is at
+    most 1 KiB (a larger one drops its connection); Jupyter's clients send 1 byte."""
+    _set_marker(client)
+    grown, cut = _subscribe_while_printing(kenneld, client,
+                                           [b"%d" % i + b"t" * (8 << 20) for i in range(4)])
+    assert cut, "kenneld took four subscriptions of 8 MiB"
+    assert grown < 64 << 20, f"kenneld's peak RSS grew by {grown >> 20} MiB"
+    _iopub_flows_again(client)
+    assert_healthy(client, kenneld)
+
+
+def test_many_subscriptions_to_iopub_are_cut(kenneld, client):
+    """No key needed: 20,000 distinct topics of 1000 bytes (20 MB sent) cost kenneld ~600 MiB,
+    libzmq's trie keeping each for as long as its subscriber stayed. Past 16 KiB of topics
+    every connection to the session's iopub is cut (libzmq forgets their topics); clients
+    reconnect and subscribe again, the session's own client too."""
+    _set_marker(client)
+    grown, cut = _subscribe_while_printing(kenneld, client,
+                                           [b"%05d" % i + b"t" * 995 for i in range(20000)])
+    assert cut, "kenneld took 20,000 subscriptions of 1000 bytes"
+    assert grown < 64 << 20, f"kenneld's peak RSS grew by {grown >> 20} MiB"
+    _iopub_flows_again(client)
+    assert_healthy(client, kenneld)
+
+
 @pytest.mark.parametrize("kenneld", [UNREAD_4M], indirect=True)
 def test_replies_a_client_does_not_read_hold_their_bound_in_bytes(kenneld, client):
     """The same for shell: libzmq keeps 1000 replies for each client that does not read
@@ -396,7 +573,9 @@ def test_info_is_answered_while_the_loop_is_slow(kenneld, client):
     request waits for its memory measure, off the loop; its retry once checked the measure's
     age, found it stale after such a turn, measured again, and so for ever: neither it nor
     any manager request after it was answered. (Seen with a 150 ms delay put in the retry,
-    and with such a flood on a review's run; this flood does not always hit the window.)"""
+    and with such a flood on a review's run; this flood does not always hit the window, and
+    since a signature is hashed a slice per turn it slows a turn far less: this test now
+    only shows that info is answered under such a flood, not that the retry's fix holds.)"""
     _set_marker(client)
     conns = []
     for name in ("flooded", "flooded-too"):
@@ -405,21 +584,8 @@ def test_info_is_answered_while_the_loop_is_slow(kenneld, client):
         with open(flooded["session"]["connection_file"]) as f:
             conns.append(json.load(f))
     stop = threading.Event()
-
-    def flood(conn):
-        sock = kenneld.ctx.socket(zmq.DEALER)
-        sock.linger = 0
-        sock.sndhwm = 2
-        sock.connect(f"tcp://{conn['ip']}:{conn['shell_port']}")
-        junk = [b"<IDS|MSG>", b"0" * 64, b"{}", b"{}", b"{}", b"x" * (60 << 20)]
-        try:
-            while not stop.is_set():
-                if sock.poll(100, zmq.POLLOUT):
-                    sock.send_multipart(junk, copy=False)
-        finally:
-            sock.close()
-
-    flooders = [threading.Thread(target=flood, args=(c,)) for c in conns * 2]
+    flooders = [threading.Thread(target=_flood_unsigned, args=(kenneld, c, stop))
+                for c in conns * 2]
     for t in flooders:
         t.start()
     try:

@@ -1,8 +1,12 @@
-/*  Unit tests of channels' bounds in bytes on what clients have not read: replies held for one
- *  client of a ROUTER are bounded per client (one that stops reading costs no other its
- *  replies), and the accounts of clients that left are forgotten. Real sockets over ipc. */
+/*  Unit tests of channels' bounds: replies held for one client of a ROUTER are bounded in
+ *  bytes per client (one that stops reading costs no other its replies), the accounts of
+ *  clients that left are forgotten, and iopub's subscribers may hold only so many topics.
+ *  Real sockets over ipc. */
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "../harness.h"
@@ -159,6 +163,86 @@ TEST(accounts_of_clients_that_left_are_forgotten)
     channels_destroy(&ch);
 }
 
+/*  A ZMTP 3.0 SUB spoken by hand on a Unix socket (libzmq's own would reconnect, and hide the
+ *  cut): connected to ch's iopub, greeted, ready. Its fd. */
+static int s_raw_sub(void)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s-%d", s_prefix, CHANNELS_IOPUB + 1);
+    CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    unsigned char greeting[64] = {0xff, [9] = 0x7f, 3, 0, 'N', 'U', 'L', 'L'};
+    static const char ready[] = "\x04\x19\x05READY\x0bSocket-Type\0\0\0\x03SUB";
+    CHECK(write(fd, greeting, sizeof greeting) == (ssize_t)sizeof greeting);
+    /* libzmq drops a peer that sends on before it has read the peer's greeting. */
+    unsigned char theirs[64];
+    for (size_t got = 0; got < sizeof theirs;) {
+        ssize_t n = read(fd, theirs + got, sizeof theirs - got);
+        CHECK(n > 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    CHECK(write(fd, ready, sizeof ready - 1) == (ssize_t)sizeof ready - 1);
+    return fd;
+}
+
+/*  Subscribe fd to a topic of 1000 bytes that starts with n. */
+static void s_raw_subscribe(int fd, int n)
+{
+    unsigned char frame[1 + 8 + 1 + 1000] = {0x02, [7] = (1001 >> 8) & 0xff, 1001 & 0xff, 1};
+    memset(frame + 10, 't', 1000);
+    memcpy(frame + 10, &n, sizeof n);
+    CHECK(write(fd, frame, sizeof frame) == (ssize_t)sizeof frame);
+}
+
+/*  Whether fd's peer hung up within 5 s (what it sends is read and dropped), reading iopub's
+ *  subscriptions meanwhile. */
+static int s_hung_up(channels_t *ch, int fd)
+{
+    for (int i = 0; i < 500; i++) {
+        channels_read_subscription(ch);
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 10) == 1) {
+            char buf[4096];
+            if (read(fd, buf, sizeof buf) <= 0)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+TEST(subscribers_holding_too_many_topics_are_cut)
+{
+    channels_t *ch = s_channels();
+    zsock_t *good = zsock_new_sub(NULL, "");
+    zsock_connect(good, "ipc://%s-%d", s_prefix, CHANNELS_IOPUB + 1);
+    int fd = s_raw_sub();
+    for (int n = 0; n < 8; n++) /* 8 KiB of topics: under the bound */
+        s_raw_subscribe(fd, n);
+    CHECK(!s_hung_up(ch, fd));
+    CHECK_EQ_INT((int)channels_cuts(ch), 0);
+    for (int n = 8; n < 32; n++)
+        s_raw_subscribe(fd, n);
+    CHECK(s_hung_up(ch, fd));
+    CHECK(channels_cuts(ch) >= 1);
+    close(fd);
+    /* The client that subscribed to "" was cut too, and is back: it gets what is published. */
+    int got = 0;
+    zsock_set_rcvtimeo(good, 50);
+    for (int i = 0; i < 100 && !got; i++) {
+        channels_read_subscription(ch);
+        jmsg_t *m = jmsg_new("status", "s");
+        channels_send(ch, CHANNELS_IOPUB, &m);
+        zmsg_t *z = zmsg_recv(good);
+        got = z != NULL;
+        zmsg_destroy(&z);
+    }
+    CHECK(got);
+    zsock_destroy(&good);
+    channels_destroy(&ch);
+}
+
 int main(void)
 {
     if (!mkdtemp(s_dir))
@@ -167,6 +251,7 @@ int main(void)
     RUN(replies_for_one_client_are_bounded_and_never_starve_another);
     RUN(what_a_client_that_left_had_not_read_is_freed);
     RUN(accounts_of_clients_that_left_are_forgotten);
+    RUN(subscribers_holding_too_many_topics_are_cut);
     rmdir(s_dir);
     zsys_shutdown();
     return harness_done();

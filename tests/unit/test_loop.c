@@ -598,6 +598,63 @@ TEST(zmq_every_queued_message_is_delivered_one_per_turn_fairly)
     loop_destroy(&loop);
 }
 
+typedef struct {
+    int slices;      /* left of the message being worked on */
+    int calls;
+    int *trace;
+    int *trace_n;
+} slicer_t;
+
+/*  Works on each message in 5 slices, one per call, asking to be called again meanwhile. */
+static int s_on_sliced(loop_t *loop, zsock_t *sock, void *arg)
+{
+    slicer_t *sl = arg;
+    if (sl->slices == 0) {
+        zmsg_t *m = zmsg_recv(sock);
+        if (!m)
+            return 0;
+        zmsg_destroy(&m);
+        sl->slices = 5;
+    }
+    sl->calls++;
+    sl->trace[(*sl->trace_n)++] = 1;
+    if (--sl->slices > 0)
+        loop_reader_again(loop, sock);
+    return 0;
+}
+
+TEST(zmq_a_reader_asking_again_is_called_each_turn_between_the_others)
+{
+    loop_t *loop = s_new_loop();
+    char ep1[64], ep2[64];
+    zsock_t *r1 = s_router(0, ep1, sizeof ep1), *r2 = s_router(0, ep2, sizeof ep2);
+    zsock_t *d1 = s_dealer(ep1), *d2 = s_dealer(ep2);
+    zstr_send(d1, "one message, five slices");
+    for (int i = 0; i < 10; i++)
+        zstr_send(d2, "two");
+    zclock_sleep(20);
+    int trace[64], tn = 0;
+    slicer_t a = {0, 0, trace, &tn};
+    rdr_t b = {0, 10, 0, trace, &tn, 2};
+    CHECK_EQ_INT(loop_reader(loop, r1, s_on_sliced, &a), 0);
+    CHECK_EQ_INT(loop_reader(loop, r2, s_on_msg, &b), 0);
+    int guard = loop_timer(loop, 5000, 1, s_stop, NULL);
+    CHECK_EQ_INT(loop_run(loop), 0);
+    CHECK_EQ_INT(a.calls, 5); /* four of them with no message there */
+    CHECK_EQ_INT(a.slices, 0);
+    CHECK_EQ_INT(b.n, 10);
+    for (int i = 1; i < tn; i++) /* a slice, then the other socket's message, ... */
+        CHECK(!(trace[i] == 1 && trace[i - 1] == 1));
+    loop_timer_end(loop, guard);
+    loop_reader_end(loop, r1);
+    loop_reader_end(loop, r2);
+    zsock_destroy(&d1);
+    zsock_destroy(&d2);
+    zsock_destroy(&r1);
+    zsock_destroy(&r2);
+    loop_destroy(&loop);
+}
+
 TEST(zmq_a_handler_returning_minus_one_stops_and_the_loop_resumes)
 {
     loop_t *loop = s_new_loop();
@@ -1110,6 +1167,7 @@ int main(void)
     RUN(fds_are_level_triggered_and_change_events);
     RUN(fds_ended_inside_a_callback_get_no_stale_event);
     RUN(zmq_every_queued_message_is_delivered_one_per_turn_fairly);
+    RUN(zmq_a_reader_asking_again_is_called_each_turn_between_the_others);
     RUN(zmq_a_handler_returning_minus_one_stops_and_the_loop_resumes);
     RUN(zmq_a_swallowed_wakeup_is_lost_without_touch_and_found_with_it);
     RUN(zmq_sends_on_the_read_socket_while_requests_stream_in);
