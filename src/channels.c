@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -58,8 +59,8 @@ struct channels {
     size_t max_unread;  /* bytes, of iopub and of each client; 0: no bound */
     size_t dropped;     /* messages dropped for it */
     wire_pending_t *pending[CHANNELS_N]; /* a message whose signature is being checked */
-    size_t topics;      /* iopub: bytes of the distinct topics its subscribers hold (+1 each) */
-    size_t topics_cut;  /* topics at which its subscribers are disconnected next */
+    size_t topics;      /* iopub: bytes of the topics libzmq took since the last cut (+1 each) */
+    long long cut_at;   /* when its connections were last cut (monotonic ms) */
     size_t cuts;        /* how many times they were */
 };
 
@@ -121,7 +122,8 @@ static void s_unread_free(void *data, void *hint)
  * waits for a hand-off between libzmq's threads. */
 #define IOPUB_MAX_MSG 1024     /* bytes of one subscription message */
 #define IOPUB_RCVHWM 1         /* subscription messages queued per connection */
-#define IOPUB_TOPICS 16384     /* bytes of distinct topics held before a cut */
+#define IOPUB_TOPICS 16384     /* bytes of new topics taken before a cut */
+#define IOPUB_CUT_MS 50        /* between cuts, at least: each looks at every descriptor */
 #define IOPUB_READS 1024       /* subscription messages read per call, at most */
 
 static const char *s_port_names[CHANNELS_N] = {"shell_port", "iopub_port", "stdin_port",
@@ -195,7 +197,6 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     zhashx_set_destructor(self->peers, s_account_destructor);
     self->sweep_at = PEERS_SWEEP_MIN;
     self->max_unread = cfg->max_unread;
-    self->topics_cut = IOPUB_TOPICS;
     int is_ipc = strcmp(cfg->transport, "ipc") == 0;
     for (int i = 0; i < CHANNELS_N; i++) {
         self->sock[i] = s_socket((channels_index_t)i, lim.max_msg_bytes);
@@ -474,13 +475,19 @@ static void s_cut_iopub(channels_t *self)
         long fd = strtol(e->d_name, &end, 10);
         if (*end || end == e->d_name || fd < 0 || fd == dirfd(d))
             continue;
-        int family = s_iopub_peer(self, (int)fd, is_ipc);
+        /* On a copy: libzmq's I/O thread may close fd and reuse its number meanwhile; the
+         * copy is the socket that was looked at, whatever fd becomes. */
+        int copy = fcntl((int)fd, F_DUPFD_CLOEXEC, 0);
+        if (copy < 0)
+            continue;
+        int family = s_iopub_peer(self, copy, is_ipc);
         if (family == AF_UNIX) {
-            shutdown((int)fd, SHUT_RDWR);
+            shutdown(copy, SHUT_RDWR);
         } else if (family) {
             struct sockaddr unspec = {.sa_family = AF_UNSPEC};
-            connect((int)fd, &unspec, sizeof unspec);
+            connect(copy, &unspec, sizeof unspec);
         }
+        close(copy);
     }
     closedir(d);
 }
@@ -498,34 +505,31 @@ int channels_read_subscription(channels_t *self)
             zmq_msg_close(&msg);
             break;
         }
+        rc = rc < 0 ? 0 : rc;
         /* ZMTP subscriptions: byte 1 then the topic; byte 0 then a topic to forget. libzmq
-         * hands over a topic when the first subscriber takes it and when the last leaves. An
-         * XSUB client may send other messages, of several frames: read them whole, ignore
-         * them. */
-        size_t size = zmq_msg_size(&msg);
-        int kind = size > 0 ? *(const unsigned char *)zmq_msg_data(&msg) : -1;
-        int more = zmq_msg_more(&msg);
-        while (more && zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) >= 0)
-            more = zmq_msg_more(&msg), kind = -1;
-        zmq_msg_close(&msg);
-        if (kind == 1) {
-            self->topics += size;
-            rc = rc == CHANNELS_CUT ? rc : 1;
-        } else if (kind == 0) {
-            self->topics -= size < self->topics ? size : self->topics;
+         * hands over a topic when the first subscriber takes it, and takes any part of a
+         * message from an XSUB for a subscription, so each part is looked at. A topic to
+         * forget is not believed: libzmq hands over one that was never subscribed to as well
+         * (a peer that cancels made-up topics would keep the count down while the trie
+         * grows). So the count is of what was taken since the last cut, whatever left. */
+        for (int more = 1; more;) {
+            size_t size = zmq_msg_size(&msg);
+            if (size > 0 && *(const unsigned char *)zmq_msg_data(&msg) == 1) {
+                self->topics += size;
+                rc = rc == CHANNELS_CUT ? rc : 1;
+            }
+            more = zmq_msg_more(&msg) && zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) >= 0;
         }
-        if (rc < 0)
-            rc = 0;
-        if (self->topics >= self->topics_cut) {
-            /* Its subscribers hold more topics than any Jupyter client does: someone is
-             * filling kenneld's memory. The next cut waits for as many again, as the topics
-             * of those cut go only as libzmq sees them leave. */
+        zmq_msg_close(&msg);
+        long long now = util_now_ms();
+        if (self->topics >= IOPUB_TOPICS && now - self->cut_at >= IOPUB_CUT_MS) {
+            /* More topics than any Jupyter client takes: someone is filling kenneld's
+             * memory. Every connection goes, and libzmq forgets their topics. */
             s_cut_iopub(self);
             self->cuts++;
-            self->topics_cut = self->topics + IOPUB_TOPICS;
+            self->topics = 0;
+            self->cut_at = now;
             rc = CHANNELS_CUT;
-        } else if (self->topics < IOPUB_TOPICS) {
-            self->topics_cut = IOPUB_TOPICS;
         }
     }
     return rc;

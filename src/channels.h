@@ -50,11 +50,12 @@ size_t channels_dropped(const channels_t *self);
  *  its own; the others are forgotten as more arrive). */
 size_t channels_clients(const channels_t *self);
 /*  Read what iopub received (subscriptions, up to a bound per call). Call whenever the
- *  socket is readable: libzmq keeps what is not read. iopub's subscribers may hold 16 KiB of
- *  distinct topics (Jupyter's clients hold one, ""): past that every connection to iopub is
- *  cut, its clients reconnect and subscribe again, and CHANNELS_CUT is returned. 1: a client
- *  subscribed (to a topic no one had subscribed to), 0: only other messages (the last
- *  subscriber of a topic left, say), -1: nothing there. */
+ *  socket is readable: libzmq keeps what is not read. Once libzmq has taken 16 KiB of new
+ *  topics since the last cut (a Jupyter client takes one, "", when it joins), every
+ *  connection to iopub is cut (at most every 50 ms), its clients reconnect and subscribe
+ *  again, and CHANNELS_CUT is returned. 1: a client subscribed (to a topic no one had
+ *  subscribed to), 0: only other messages (the last subscriber of a topic left, say), -1:
+ *  nothing there. */
 #define CHANNELS_CUT 2
 int channels_read_subscription(channels_t *self);
 /*  How many times iopub's connections were cut. */

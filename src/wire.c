@@ -125,6 +125,9 @@ int wire_decode_begin(wire_t *self, zmsg_t **msg_p, wire_pending_t **out)
         rc = WIRE_ETOOFEW;
     else if (rc == 0 && nframes - nids - 6 > self->limits.max_buffers)
         rc = WIRE_ETOOBIG;
+    zframe_t *sig = rc == 0 ? zmsg_next(msg) : NULL;
+    if (rc == 0 && zframe_size(sig) != (hmac_is_null(self->hmac) ? 0 : HMAC_HEX_LEN))
+        rc = WIRE_ESIG; /* known without hashing anything */
     wire_pending_t *p = rc == 0 ? calloc(1, sizeof *p) : NULL;
     if (rc == 0 && !p)
         rc = WIRE_ENOMEM;
@@ -134,7 +137,7 @@ int wire_decode_begin(wire_t *self, zmsg_t **msg_p, wire_pending_t **out)
     }
     p->msg = msg;
     p->nids = nids;
-    p->sig = zmsg_next(msg);
+    p->sig = sig;
     for (int i = 0; i < JMSG_NPARTS; i++)
         p->parts[i] = zmsg_next(msg);
     p->check = hmac_check_new(self->hmac, zframe_data(p->sig), zframe_size(p->sig));

@@ -187,13 +187,20 @@ static int s_raw_sub(void)
     return fd;
 }
 
-/*  Subscribe fd to a topic of 1000 bytes that starts with n. */
-static void s_raw_subscribe(int fd, int n)
+/*  Send fd's peer a frame of 1001 bytes: `kind` (1 subscribes, 0 cancels, 2 neither) then a
+ *  topic of 1000 bytes that starts with n; more: another frame of the message follows. */
+static void s_raw_frame(int fd, int kind, int n, int more)
 {
-    unsigned char frame[1 + 8 + 1 + 1000] = {0x02, [7] = (1001 >> 8) & 0xff, 1001 & 0xff, 1};
+    unsigned char frame[1 + 8 + 1 + 1000] = {0x02 | (more ? 0x01 : 0), [7] = (1001 >> 8) & 0xff,
+                                             1001 & 0xff, (unsigned char)kind};
     memset(frame + 10, 't', 1000);
     memcpy(frame + 10, &n, sizeof n);
     CHECK(write(fd, frame, sizeof frame) == (ssize_t)sizeof frame);
+}
+
+static void s_raw_subscribe(int fd, int n)
+{
+    s_raw_frame(fd, 1, n, 0);
 }
 
 /*  Whether fd's peer hung up within 5 s (what it sends is read and dropped), reading iopub's
@@ -243,6 +250,29 @@ TEST(subscribers_holding_too_many_topics_are_cut)
     channels_destroy(&ch);
 }
 
+/*  libzmq hands over a cancel of a topic no one subscribed to, and takes a subscription in
+ *  any part of a message: neither hides topics from the count. */
+TEST(made_up_cancels_and_subscriptions_inside_messages_are_cut_too)
+{
+    for (int trick = 0; trick < 2; trick++) {
+        channels_t *ch = s_channels();
+        int fd = s_raw_sub();
+        for (int n = 0; n < 32; n++) {
+            if (trick == 0) {
+                s_raw_subscribe(fd, n);
+                s_raw_frame(fd, 0, 1000 + n, 0); /* cancel a topic never subscribed to */
+            } else {
+                s_raw_frame(fd, 2, n, 1); /* a part that is no subscription, then one */
+                s_raw_frame(fd, 1, n, 0);
+            }
+        }
+        CHECK(s_hung_up(ch, fd));
+        CHECK(channels_cuts(ch) >= 1);
+        close(fd);
+        channels_destroy(&ch);
+    }
+}
+
 int main(void)
 {
     if (!mkdtemp(s_dir))
@@ -252,6 +282,7 @@ int main(void)
     RUN(what_a_client_that_left_had_not_read_is_freed);
     RUN(accounts_of_clients_that_left_are_forgotten);
     RUN(subscribers_holding_too_many_topics_are_cut);
+    RUN(made_up_cancels_and_subscriptions_inside_messages_are_cut_too);
     rmdir(s_dir);
     zsys_shutdown();
     return harness_done();
