@@ -2188,8 +2188,8 @@ static int s_on_iopub(loop_t *loop, zsock_t *sock, void *arg)
     sess_t *s = arg;
     int rc = channels_read_subscription(s->ch);
     if (rc == CHANNELS_CUT && log_allow(&s->broker->warn_limit, 5))
-        LOG_W("session=%s: iopub's subscribers hold more topics than a Jupyter client does: "
-              "every connection to iopub cut (%zu times so far); its clients reconnect",
+        LOG_W("session=%s: iopub took more topics than Jupyter clients subscribe to: every "
+              "connection to iopub cut (%zu times so far); its clients reconnect",
               s->id, channels_cuts(s->ch));
     if (rc >= 1 && s->shell_held) {
         LOG_D("session=%s: a client is on iopub; serving shell", s->id);

@@ -46,11 +46,11 @@ void wire_destroy(wire_t **self_p);
 int wire_decode(wire_t *self, zmsg_t **msg_p, jmsg_t **out);
 /*  The same in steps, so that a large message's signature (HMAC-SHA256 over its JSON parts,
  *  ~3 ms a MiB here) is checked over several turns of a loop rather than holding up one.
- *  wire_decode_begin checks the frames (counts and sizes) and takes *msg_p (always): 0 and an
- *  owned *out to step, or a WIRE_E* code. wire_decode_step hashes up to `budget` more bytes
- *  of it: WIRE_AGAIN while some remain; then, as wire_decode, 0 and an owned message in *out
- *  or a WIRE_E* code, *p_p freed and set to NULL. wire_pending_destroy drops one unfinished
- *  (no-op on NULL). */
+ *  wire_decode_begin checks the frames (counts, sizes, the signature's length) and takes
+ *  *msg_p (always): 0 and an owned *out to step, or a WIRE_E* code. wire_decode_step hashes
+ *  up to `budget` more bytes of it: WIRE_AGAIN while some remain; then, as wire_decode, 0
+ *  and an owned message in *out or a WIRE_E* code, *p_p freed and set to NULL.
+ *  wire_pending_destroy drops one unfinished (no-op on NULL). */
 typedef struct wire_pending wire_pending_t;
 int wire_decode_begin(wire_t *self, zmsg_t **msg_p, wire_pending_t **out);
 int wire_decode_step(wire_t *self, wire_pending_t **p_p, size_t budget, jmsg_t **out);
