@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
@@ -58,6 +59,8 @@ struct broker {
     zlistx_t *closing;       /* sess_t* unhooked, freed by the next tick */
     zlistx_t *orphans;       /* orphan_t* killed kernels waiting to be reaped */
     int tick_timer;          /* the armed timer that frees closing sessions, or -1 */
+    int memory_timer;        /* the guard of kenneld's own memory (--max-memory), or -1 */
+    long long memory_cut_at; /* when it last cut every client (monotonic ms) */
     unsigned char *slots;    /* slots[n] = 1 while a session (or a pooled kernel) runs as
                               * uid_base + n; max_sessions + pool of them */
     size_t nslots;
@@ -2666,6 +2669,41 @@ size_t broker_size(const broker_t *self)
     return zlistx_size(self->sessions);
 }
 
+/*  The guard of kenneld's own memory. libzmq holds each message it receives whole until its
+ *  last frame has come, and nothing bounds a message's frames: anyone who can connect to a
+ *  session's ports, key or no key, can make kenneld hold as much as they send. Past
+ *  --max-memory of heap in use, every client connection of every session is cut (libzmq
+ *  frees what it held of them; clients reconnect), at most every MEMORY_CUT_MS. */
+#define MEMORY_GUARD_MS 250
+#define MEMORY_CUT_MS 1000
+
+static int s_on_memory_guard(loop_t *loop, int timer_id, void *arg)
+{
+    (void)loop;
+    (void)timer_id;
+    broker_t *b = arg;
+    struct mallinfo2 mi = mallinfo2();
+    size_t used = mi.uordblks + mi.hblkhd;
+    long long now = util_now_ms();
+    if (used <= b->cfg.max_memory || now - b->memory_cut_at < MEMORY_CUT_MS)
+        return 0;
+    size_t n = zlistx_size(b->sessions), k = 0;
+    channels_t **chs = calloc(n ? n : 1, sizeof *chs);
+    if (!chs)
+        return 0;
+    for (sess_t *s = zlistx_first(b->sessions); s; s = zlistx_next(b->sessions))
+        if (s->ch)
+            chs[k++] = s->ch;
+    size_t cut = channels_cut_clients(chs, k);
+    free(chs);
+    b->memory_cut_at = now;
+    LOG_E("kenneld's heap holds %zu MiB, past --max-memory (%zu MiB): cut all %zu client "
+          "connections of %zu sessions; clients reconnect", used >> 20, b->cfg.max_memory >> 20,
+          cut, k);
+    malloc_trim(0);
+    return 0;
+}
+
 broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
 {
     broker_t *self = calloc(1, sizeof *self);
@@ -2687,11 +2725,17 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->respawn_timer = -1;
     self->zygote_watch = -1;
     self->tick_timer = -1;
+    self->memory_timer = -1;
     self->lifeline[0] = self->lifeline[1] = -1;
     self->worker = worker_new(loop);
     self->meter = worker_new(loop);
     if (!self->sessions || !self->closing || !self->orphans || !self->slots || !self->pool ||
         !self->worker || !self->meter || pipe2(self->lifeline, O_CLOEXEC) < 0) {
+        broker_destroy(&self);
+        return NULL;
+    }
+    if (cfg->max_memory && (self->memory_timer = loop_timer(loop, MEMORY_GUARD_MS, 0,
+                                                            s_on_memory_guard, self)) < 0) {
         broker_destroy(&self);
         return NULL;
     }
@@ -2740,6 +2784,8 @@ void broker_destroy(broker_t **self_p)
         loop_timer_end(self->loop, self->respawn_timer);
     if (self->tick_timer >= 0)
         loop_timer_end(self->loop, self->tick_timer);
+    if (self->memory_timer >= 0)
+        loop_timer_end(self->loop, self->memory_timer);
     pooled_t *p;
     while (self->pool && (p = zlistx_detach(self->pool, NULL)))
         s_pool_drop(self, p);

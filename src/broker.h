@@ -50,6 +50,8 @@ typedef struct {
     size_t max_sessions;
     size_t max_pipe_frame;        /* largest kernel-pipe frame accepted */
     size_t max_unread;            /* bytes a session's iopub holds for clients that lag */
+    size_t max_memory;            /* kenneld's heap in use past which every client is cut;
+                                     0: no guard */
     session_limits_t session_limits;
     wire_limits_t wire_limits;
 } broker_cfg_t;

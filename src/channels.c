@@ -425,8 +425,9 @@ size_t channels_clients(const channels_t *self)
     return zhashx_size(self->peers);
 }
 
-/*  Is fd a connection accepted on iopub's endpoint (not its listener)? 0, or its family. */
-static int s_iopub_peer(const channels_t *self, int fd, int is_ipc)
+/*  Where fd was accepted, if it is an accepted connection (not a listener) of TCP or a Unix
+ *  socket: its family, and its local port (TCP) or path (Unix). 0 otherwise. */
+static int s_accepted_on(int fd, int *port, char *path, size_t path_size)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
@@ -435,41 +436,55 @@ static int s_iopub_peer(const channels_t *self, int fd, int is_ipc)
     if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
         getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &olen) < 0 || listening)
         return 0;
-    int port = self->ports[CHANNELS_IOPUB];
-    if (is_ipc) {
-        char path[sizeof((struct sockaddr_un *)0)->sun_path + 1];
+    if (ss.ss_family == AF_UNIX) {
         const struct sockaddr_un *un = (const struct sockaddr_un *)&ss;
         size_t n = len > offsetof(struct sockaddr_un, sun_path)
                        ? len - offsetof(struct sockaddr_un, sun_path) : 0;
-        if (ss.ss_family != AF_UNIX || n == 0 || n >= sizeof path)
+        if (n == 0 || n >= path_size)
             return 0;
         memcpy(path, un->sun_path, n);
         path[n] = '\0';
-        char want[PATH_MAX];
-        return snprintf(want, sizeof want, "%s-%d", self->ip, port) < (int)sizeof want &&
-                       strcmp(path, want) == 0
-                   ? AF_UNIX
-                   : 0;
+        return AF_UNIX;
     }
-    if (ss.ss_family == AF_INET && ntohs(((const struct sockaddr_in *)&ss)->sin_port) == port)
-        return AF_INET;
-    if (ss.ss_family == AF_INET6 && ntohs(((const struct sockaddr_in6 *)&ss)->sin6_port) == port)
-        return AF_INET6;
-    return 0;
+    if (ss.ss_family == AF_INET)
+        *port = ntohs(((const struct sockaddr_in *)&ss)->sin_port);
+    else if (ss.ss_family == AF_INET6)
+        *port = ntohs(((const struct sockaddr_in6 *)&ss)->sin6_port);
+    else
+        return 0;
+    return ss.ss_family;
 }
 
-/*  Disconnect every client of iopub: cut each connection libzmq accepted on its endpoint
- *  (libzmq has no call to drop one peer of a bound socket; it sees the peer leave, and forgets
- *  its subscriptions). A TCP connection is aborted (a connect to AF_UNSPEC: a reset, its
- *  queues emptied): after a mere shutdown Linux still takes in what the peer sends, and
- *  libzmq reads on as long as more comes. A Unix one is shut down: the peer's writes fail.
- *  The descriptors stay libzmq's: none is closed. Clients reconnect and subscribe again. */
-static void s_cut_iopub(channels_t *self)
+/*  Which endpoints a cut is for: TCP ports (a bitmap) and ipc paths ("PREFIX-PORT"). */
+typedef struct {
+    unsigned char ports[65536 / 8];
+    zhashx_t *paths;
+} cut_set_t;
+
+static void s_cut_add(cut_set_t *set, const channels_t *ch, int i)
 {
-    int is_ipc = strcmp(self->transport, "ipc") == 0;
+    if (strcmp(ch->transport, "ipc") == 0) {
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s-%d", ch->ip, ch->ports[i]) < (int)sizeof path)
+            zhashx_insert(set->paths, path, (void *)1);
+    } else if (ch->ports[i] > 0 && ch->ports[i] < 65536) {
+        set->ports[ch->ports[i] / 8] |= (unsigned char)(1u << (ch->ports[i] % 8));
+    }
+}
+
+/*  Cut every connection accepted on an endpoint of set: kenneld's own way to drop peers of a
+ *  bound socket, which libzmq has no call for (it sees the peer leave, and frees what it held
+ *  of it: its subscriptions, a message it had not finished). A TCP connection is aborted (a
+ *  connect to AF_UNSPEC: a reset, its queues emptied): after a mere shutdown Linux still
+ *  takes in what the peer sends, and libzmq reads on as long as more comes. A Unix one is
+ *  shut down: the peer's writes fail. The descriptors stay libzmq's: none is closed.
+ *  Clients reconnect. How many were cut. */
+static size_t s_cut(const cut_set_t *set)
+{
     DIR *d = opendir("/proc/self/fd");
     if (!d)
-        return;
+        return 0;
+    size_t cut = 0;
     for (struct dirent *e; (e = readdir(d));) {
         char *end;
         long fd = strtol(e->d_name, &end, 10);
@@ -480,16 +495,52 @@ static void s_cut_iopub(channels_t *self)
         int copy = fcntl((int)fd, F_DUPFD_CLOEXEC, 0);
         if (copy < 0)
             continue;
-        int family = s_iopub_peer(self, copy, is_ipc);
-        if (family == AF_UNIX) {
+        int port = 0;
+        char path[sizeof((struct sockaddr_un *)0)->sun_path + 1];
+        int family = s_accepted_on(copy, &port, path, sizeof path);
+        if (family == AF_UNIX && zhashx_lookup(set->paths, path)) {
             shutdown(copy, SHUT_RDWR);
-        } else if (family) {
+            cut++;
+        } else if ((family == AF_INET || family == AF_INET6) &&
+                   (set->ports[port / 8] & (1u << (port % 8)))) {
             struct sockaddr unspec = {.sa_family = AF_UNSPEC};
             connect(copy, &unspec, sizeof unspec);
+            cut++;
         }
         close(copy);
     }
     closedir(d);
+    return cut;
+}
+
+/*  Disconnect every client of iopub (see s_cut). Clients reconnect and subscribe again. */
+static void s_cut_iopub(channels_t *self)
+{
+    cut_set_t *set = calloc(1, sizeof *set);
+    if (!set || !(set->paths = zhashx_new())) {
+        free(set);
+        return;
+    }
+    s_cut_add(set, self, CHANNELS_IOPUB);
+    s_cut(set);
+    zhashx_destroy(&set->paths);
+    free(set);
+}
+
+size_t channels_cut_clients(channels_t *const *chs, size_t n)
+{
+    cut_set_t *set = calloc(1, sizeof *set);
+    if (!set || !(set->paths = zhashx_new())) {
+        free(set);
+        return 0;
+    }
+    for (size_t k = 0; k < n; k++)
+        for (int i = 0; i < CHANNELS_N; i++)
+            s_cut_add(set, chs[k], i);
+    size_t cut = s_cut(set);
+    zhashx_destroy(&set->paths);
+    free(set);
+    return cut;
 }
 
 int channels_read_subscription(channels_t *self)

@@ -60,6 +60,10 @@ size_t channels_clients(const channels_t *self);
 int channels_read_subscription(channels_t *self);
 /*  How many times iopub's connections were cut. */
 size_t channels_cuts(const channels_t *self);
+/*  Cut every client connection of the n channels chs, on all their sockets, in one pass
+ *  over kenneld's descriptors (a TCP reset, or a Unix socket shut down): libzmq then frees
+ *  whatever it held for them. Clients reconnect. How many connections were cut. */
+size_t channels_cut_clients(channels_t *const *chs, size_t n);
 /*  Echo one heartbeat message. */
 void channels_hb_echo(channels_t *self);
 /*  A new JSON object: the standard connection file (ports, ip, transport, key,

@@ -32,6 +32,9 @@ static const char s_usage[] =
     "  --max-unread SIZE   output a session's iopub holds for clients that have not read it,\n"
     "                      and replies its sockets hold for one client; past it, they are\n"
     "                      dropped until the readers catch up (default 64M)\n"
+    "  --max-memory SIZE   kenneld's own heap in use past which it cuts every client\n"
+    "                      connection of every session (they reconnect); 0: never\n"
+    "                      (default 2G)\n"
     "  --log-level L       error, warn, info or debug (env KENNEL_LOG_LEVEL; default info)\n"
     "  --spawner S         zygote: kernels are forks of a warm Python that imported the\n"
     "                      preload list once; exec: a cold python3 per kernel (env\n"
@@ -137,6 +140,7 @@ int config_load(config_t *cfg, int argc, char **argv)
     cfg->max_output = 10u << 20;
     cfg->max_file = 32u << 20;
     cfg->max_unread = 64u << 20;
+    cfg->max_memory = (size_t)2 << 30;
     strcpy(cfg->spawner, "zygote");
     strcpy(cfg->zygote_dir, KENNEL_ZYGOTE_DIR);
     strcpy(cfg->preload, DEFAULT_PRELOAD);
@@ -167,7 +171,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"timeout", required_argument, NULL, 'o'},   {"grace", required_argument, NULL, 'g'},
         {"max-output", required_argument, NULL, 'O'}, {"idle", required_argument, NULL, 'd'},
         {"max-file", required_argument, NULL, 'X'}, {"disk", required_argument, NULL, 'D'},
-        {"ttl", required_argument, NULL, 'L'},       {"max-unread", required_argument, NULL, 'B'},
+        {"ttl", required_argument, NULL, 'L'},       {"max-unread", required_argument, NULL, 'B'}, {"max-memory", required_argument, NULL, 'Y'},
         {"spawner", required_argument, NULL, 'Z'},   {"preload", required_argument, NULL, 'R'},
         {"pool", required_argument, NULL, 'W'},      {"merge-pages", no_argument, NULL, 'K'},
         {NULL, 0, NULL, 0}};
@@ -254,6 +258,11 @@ int config_load(config_t *cfg, int argc, char **argv)
         case 'X': rc = s_size(optarg, 1024, 1u << 30, &cfg->max_file, "--max-file"); break;
         case 'B':
             rc = s_size(optarg, 64u << 10, (size_t)16 << 30, &cfg->max_unread, "--max-unread");
+            break;
+        case 'Y':
+            rc = strcmp(optarg, "0") == 0 ? (cfg->max_memory = 0, 0)
+                                         : s_size(optarg, 64u << 20, (size_t)1 << 40,
+                                                  &cfg->max_memory, "--max-memory");
             break;
         case 'Z': rc = s_spawner(cfg, optarg); break;
         case 'R': rc = s_copy(cfg->preload, sizeof cfg->preload, optarg, "--preload"); break;

@@ -39,6 +39,7 @@ typedef struct {
     double grace_s;             /* after the deadline, how long before the kernel is killed */
     size_t max_output;          /* output bytes per cell */
     size_t max_unread;          /* bytes a session's iopub holds for clients that lag */
+    size_t max_memory;          /* kenneld's heap in use past which clients are cut; 0: off */
     size_t max_file;            /* largest file put into or got from a workspace */
     size_t uid_base;            /* kernels run as host uids uid_base .. uid_base+max_sessions */
     int log_level;

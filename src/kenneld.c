@@ -309,6 +309,7 @@ int main(int argc, char **argv)
         .sandbox_desc = sandbox_desc,
         .ttl_ms = (long long)(cfg.ttl_s * 1000),
         .max_unread = cfg.max_unread,
+        .max_memory = cfg.max_memory,
         .session_limits = {.max_queued = cfg.max_queued,
                            .grace_ms = (long long)(cfg.grace_s * 1000),
                            .max_output = cfg.max_output},

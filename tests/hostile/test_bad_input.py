@@ -407,11 +407,25 @@ def test_iopub_a_subscriber_does_not_read_holds_its_bound_in_bytes(kenneld, clie
     assert_healthy(client, kenneld)
 
 
-def _zmtp_frame(body, command=False):
-    flags = 0x04 if command else 0
+def _zmtp_frame(body, command=False, more=False):
+    flags = (0x04 if command else 0) | (0x01 if more else 0)
     if len(body) > 255:
         return bytes([flags | 0x02]) + struct.pack(">Q", len(body)) + body
     return bytes([flags, len(body)]) + body
+
+
+def _zmtp_greet(sock, socket_type):
+    """Speak ZMTP 3.0's greeting and READY on a connected socket, as a peer of socket_type."""
+    sock.sendall(b"\xff" + b"\0" * 8 + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\0")
+                 + b"\0" * 32)
+    greeting = b""
+    while len(greeting) < 64:  # libzmq drops a peer that sends on before it is read
+        got = sock.recv(64 - len(greeting))
+        if not got:
+            raise ConnectionResetError("no greeting")
+        greeting += got
+    sock.sendall(_zmtp_frame(b"\x05READY\x0bSocket-Type" + struct.pack(">I", len(socket_type))
+                             + socket_type, command=True))
 
 
 def _subscribe_while_printing(kenneld, client, topics, seconds=2.0):
@@ -429,16 +443,7 @@ def _subscribe_while_printing(kenneld, client, topics, seconds=2.0):
 
     def send():
         try:
-            sub.sendall(b"\xff" + b"\0" * 8 + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\0")
-                        + b"\0" * 32)
-            greeting = b""
-            while len(greeting) < 64:  # libzmq drops a peer that sends on before it is read
-                got = sub.recv(64 - len(greeting))
-                if not got:
-                    raise ConnectionResetError("no greeting")
-                greeting += got
-            sub.sendall(_zmtp_frame(b"\x05READY\x0bSocket-Type" + struct.pack(">I", 3) + b"SUB",
-                                    command=True))
+            _zmtp_greet(sub, b"SUB")
             for topic in topics:
                 sub.sendall(_zmtp_frame(b"\x01" + topic))
             # All sent: does kenneld hang up (what it publishes is read and dropped)?
@@ -512,6 +517,39 @@ def test_many_subscriptions_to_iopub_are_cut(kenneld, client):
     assert cut, "kenneld took 20,000 subscriptions of 1000 bytes"
     assert grown < 64 << 20, f"kenneld's peak RSS grew by {grown >> 20} MiB"
     _iopub_flows_again(client)
+    assert_healthy(client, kenneld)
+
+
+MEMORY_256M = ("--max-memory", "256M")
+
+
+@pytest.mark.parametrize("kenneld", [MEMORY_256M], indirect=True)
+def test_a_message_that_never_ends_is_cut_at_max_memory(kenneld, client):
+    """No key needed: libzmq holds a message it receives until its last frame has come, and
+    nothing bounds how many frames it has (each is at most --max-message): a peer that never
+    sends the last one made kenneld hold all it sent, 2 GiB here. Past --max-memory of heap
+    in use kenneld cuts every client connection of every session (libzmq frees what it held
+    of them); clients reconnect, the session's own client too."""
+    _set_marker(client)
+    pid = kenneld.proc.pid
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+    before = _peak_rss(pid)
+    peer = socket.create_connection((client.conn["ip"], client.conn["shell_port"]), timeout=10)
+    frame = _zmtp_frame(b"x" * (64 << 10), more=True)
+    sent, hung_up = 0, False
+    try:
+        _zmtp_greet(peer, b"DEALER")
+        while sent < 2 << 30:  # 2 GiB of one message's frames, the last never sent
+            peer.sendall(frame)
+            sent += len(frame)
+    except (ConnectionResetError, BrokenPipeError):
+        hung_up = True
+    finally:
+        peer.close()
+    grown = _peak_rss(pid) - before
+    assert hung_up, f"kenneld took {sent >> 20} MiB of one message's frames"
+    assert grown < 1 << 30, f"kenneld's peak RSS grew by {grown >> 20} MiB"
     assert_healthy(client, kenneld)
 
 
