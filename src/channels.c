@@ -513,21 +513,9 @@ static size_t s_cut(const cut_set_t *set)
     return cut;
 }
 
-/*  Disconnect every client of iopub (see s_cut). Clients reconnect and subscribe again. */
-static void s_cut_iopub(channels_t *self)
-{
-    cut_set_t *set = calloc(1, sizeof *set);
-    if (!set || !(set->paths = zhashx_new())) {
-        free(set);
-        return;
-    }
-    s_cut_add(set, self, CHANNELS_IOPUB);
-    s_cut(set);
-    zhashx_destroy(&set->paths);
-    free(set);
-}
-
-size_t channels_cut_clients(channels_t *const *chs, size_t n)
+/*  Cut the clients of socket `only` of each of the n channels chs, or of all their sockets
+ *  (only < 0). How many connections were cut. */
+static size_t s_cut_channels(channels_t *const *chs, size_t n, int only)
 {
     cut_set_t *set = calloc(1, sizeof *set);
     if (!set || !(set->paths = zhashx_new())) {
@@ -536,11 +524,17 @@ size_t channels_cut_clients(channels_t *const *chs, size_t n)
     }
     for (size_t k = 0; k < n; k++)
         for (int i = 0; i < CHANNELS_N; i++)
-            s_cut_add(set, chs[k], i);
+            if (only < 0 || i == only)
+                s_cut_add(set, chs[k], i);
     size_t cut = s_cut(set);
     zhashx_destroy(&set->paths);
     free(set);
     return cut;
+}
+
+size_t channels_cut_clients(channels_t *const *chs, size_t n)
+{
+    return s_cut_channels(chs, n, -1);
 }
 
 int channels_read_subscription(channels_t *self)
@@ -576,7 +570,7 @@ int channels_read_subscription(channels_t *self)
         if (self->topics >= IOPUB_TOPICS && now - self->cut_at >= IOPUB_CUT_MS) {
             /* More topics than any Jupyter client takes: someone is filling kenneld's
              * memory. Every connection goes, and libzmq forgets their topics. */
-            s_cut_iopub(self);
+            s_cut_channels(&self, 1, CHANNELS_IOPUB); /* clients subscribe again */
             self->cuts++;
             self->topics = 0;
             self->cut_at = now;
