@@ -176,6 +176,12 @@ static int s_bind_any_port(zsock_t *sock, const char *ip)
     return port;
 }
 
+/*  The path of socket i's ipc endpoint (PREFIX-PORT) into path; 0 when it does not fit. */
+static int s_ipc_path(const channels_t *self, int i, char *path, size_t size)
+{
+    return snprintf(path, size, "%s-%d", self->ip, self->ports[i]) < (int)size;
+}
+
 channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
 {
     channels_t *self = calloc(1, sizeof *self);
@@ -239,8 +245,7 @@ void channels_destroy(channels_t **self_p)
          * outside the session's directory, once stayed behind); only one bound here goes. */
         char path[PATH_MAX];
         struct stat st;
-        if (is_ipc && self->ports[i] && self->ip &&
-            snprintf(path, sizeof path, "%s-%d", self->ip, self->ports[i]) < (int)sizeof path &&
+        if (is_ipc && self->ports[i] && self->ip && s_ipc_path(self, i, path, sizeof path) &&
             lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
             unlink(path);
     }
@@ -465,7 +470,7 @@ static void s_cut_add(cut_set_t *set, const channels_t *ch, int i)
 {
     if (strcmp(ch->transport, "ipc") == 0) {
         char path[PATH_MAX];
-        if (snprintf(path, sizeof path, "%s-%d", ch->ip, ch->ports[i]) < (int)sizeof path)
+        if (s_ipc_path(ch, i, path, sizeof path))
             zhashx_insert(set->paths, path, (void *)1);
     } else if (ch->ports[i] > 0 && ch->ports[i] < 65536) {
         set->ports[ch->ports[i] / 8] |= (unsigned char)(1u << (ch->ports[i] % 8));

@@ -40,6 +40,11 @@ int hmac_is_null(const hmac_t *self)
     return self->key_len == 0;
 }
 
+size_t hmac_sig_len(const hmac_t *self)
+{
+    return self->key_len ? HMAC_HEX_LEN : 0;
+}
+
 void hmac_sign(const hmac_t *self, const void *const *parts, const size_t *lens, size_t n,
                char *hex_out)
 {
@@ -70,7 +75,7 @@ hmac_check_t *hmac_check_new(const hmac_t *self, const void *sig, size_t sig_len
     if (!c)
         return NULL;
     c->is_null = self->key_len == 0;
-    c->sig_ok = c->is_null ? sig_len == 0 : sig_len == HMAC_HEX_LEN;
+    c->sig_ok = sig_len == hmac_sig_len(self);
     if (!c->is_null) {
         if (c->sig_ok)
             memcpy(c->sig, sig, HMAC_HEX_LEN);

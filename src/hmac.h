@@ -16,6 +16,8 @@ hmac_t *hmac_new(const void *key, size_t key_len);
 void hmac_destroy(hmac_t **self_p);
 /*  1 when the key is empty (messages carry an empty signature). */
 int hmac_is_null(const hmac_t *self);
+/*  The length of the signatures this key makes: HMAC_HEX_LEN, or 0 with an empty key. */
+size_t hmac_sig_len(const hmac_t *self);
 /*  Sign n parts; writes HMAC_HEX_LEN lowercase hex digits plus NUL into hex_out.
  *  With an empty key writes "". */
 void hmac_sign(const hmac_t *self, const void *const *parts, const size_t *lens, size_t n,

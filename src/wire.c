@@ -126,7 +126,7 @@ int wire_decode_begin(wire_t *self, zmsg_t **msg_p, wire_pending_t **out)
     else if (rc == 0 && nframes - nids - 6 > self->limits.max_buffers)
         rc = WIRE_ETOOBIG;
     zframe_t *sig = rc == 0 ? zmsg_next(msg) : NULL;
-    if (rc == 0 && zframe_size(sig) != (hmac_is_null(self->hmac) ? 0 : HMAC_HEX_LEN))
+    if (rc == 0 && zframe_size(sig) != hmac_sig_len(self->hmac))
         rc = WIRE_ESIG; /* known without hashing anything */
     wire_pending_t *p = rc == 0 ? calloc(1, sizeof *p) : NULL;
     if (rc == 0 && !p)
