@@ -43,9 +43,7 @@ def test_a_message_of_countless_frames_is_dropped_as_it_is_read(kenneld, client)
     (~460 bytes apiece) before counting."""
     _set_marker(client)
     pid = kenneld.proc.pid
-    with open(f"/proc/{pid}/clear_refs", "w") as f:
-        f.write("5")
-    before = _peak_rss(pid)
+    before = _peak_rss_from_now(pid)
     frames = [b""] * 500_000
     for sock in (client.sockets["shell"], client.sockets["control"], kenneld.mgr):
         sock.send_multipart(frames)
@@ -309,14 +307,19 @@ def _peak_rss(pid):
         return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM:"))
 
 
+def _peak_rss_from_now(pid):
+    """Start pid's peak RSS again from its current RSS (clear_refs 5); returns it."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+    return _peak_rss(pid)
+
+
 def test_dense_json_output_costs_kenneld_its_size_not_sixty_times_it(kenneld, client):
     """A cell's output is passed on as the kernel's bytes: 8 MiB of `[{},{},...]` once took
     kenneld ~500 MiB, parsed into objects it never reads."""
     _set_marker(client)
     pid = kenneld.proc.pid
-    with open(f"/proc/{pid}/clear_refs", "w") as f:
-        f.write("5")  # the peak RSS starts again from the current one
-    before = _peak_rss(pid)
+    before = _peak_rss_from_now(pid)
     r = client.execute("from IPython.display import display\n"
                        "display({'application/json': {'x': [{}] * 2_000_000}}, raw=True)",
                        timeout=60)
@@ -371,9 +374,7 @@ def test_iopub_a_subscriber_does_not_read_holds_its_bound_in_bytes(kenneld, clie
     pid = kenneld.proc.pid
     try:
         time.sleep(0.5)  # the subscription is recorded
-        with open(f"/proc/{pid}/clear_refs", "w") as f:
-            f.write("5")  # the peak RSS starts again from the current one
-        before = _peak_rss(pid)
+        before = _peak_rss_from_now(pid)
         flood = client.session.send(client.sockets["shell"], "execute_request", {
             "code": "for _ in range(96):\n    print('x' * ((1 << 20) - 1))",
             "silent": False, "store_history": True, "user_expressions": {},
@@ -435,9 +436,7 @@ def _subscribe_while_printing(kenneld, client, topics, seconds=2.0):
     prints (a publish makes libzmq take in what came). The growth of kenneld's peak RSS, and
     whether kenneld hung up on the subscriber."""
     pid = kenneld.proc.pid
-    with open(f"/proc/{pid}/clear_refs", "w") as f:
-        f.write("5")
-    before = _peak_rss(pid)
+    before = _peak_rss_from_now(pid)
     sub = socket.create_connection((client.conn["ip"], client.conn["iopub_port"]), timeout=5)
     done, closing, hung_up = threading.Event(), threading.Event(), []
 
@@ -532,9 +531,7 @@ def test_a_message_that_never_ends_is_cut_at_max_memory(kenneld, client):
     of them); clients reconnect, the session's own client too."""
     _set_marker(client)
     pid = kenneld.proc.pid
-    with open(f"/proc/{pid}/clear_refs", "w") as f:
-        f.write("5")
-    before = _peak_rss(pid)
+    before = _peak_rss_from_now(pid)
     peer = socket.create_connection((client.conn["ip"], client.conn["shell_port"]), timeout=10)
     frame = _zmtp_frame(b"x" * (64 << 10), more=True)
     sent, hung_up = 0, False
@@ -563,9 +560,7 @@ def test_replies_a_client_does_not_read_hold_their_bound_in_bytes(kenneld, clien
     lazy = _lazy_peer(kenneld, client, "shell")
     pid = kenneld.proc.pid
     try:
-        with open(f"/proc/{pid}/clear_refs", "w") as f:
-            f.write("5")
-        before = _peak_rss(pid)
+        before = _peak_rss_from_now(pid)
         for _ in range(64):
             client.session.send(lazy, "execute_request", {
                 "code": "", "silent": True, "store_history": False, "allow_stdin": False,
