@@ -13,12 +13,14 @@
 #include "wire.h"
 
 /*  Limits for what kenneld sends a client, which trusts it: messages up to 1 GiB and a bit
- *  (a file, an output and its headers) of any number of JSON values. */
+ *  (a file, an output and its headers) of any number of JSON values, all parsed whole (the
+ *  client prints them). */
 static void s_trusting_limits(wire_limits_t *lim)
 {
     wire_limits_default(lim);
     lim->max_msg_bytes = (1u << 30) + (1u << 20);
     lim->max_values = SIZE_MAX;
+    lim->parse_max = SIZE_MAX;
 }
 
 json_t *client_manager_call(const char *state_dir, const char *msg_type, json_t *content,

@@ -2,6 +2,7 @@
  *  forwarding and parent headers reuse them byte for byte, instead of re-serialising JSON. */
 #include "jmsg.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,10 +12,23 @@
 #include "jvalid.h"
 #include "util.h"
 
+/*  A member of a part's outer object that a shallow parse left out: where its key and its
+ *  end are in the part's raw bytes. */
+typedef struct {
+    size_t key_at, key_len, end;
+} member_t;
+
+/*  The members a part's parse left out (see JMSG_PARSE_MAX). */
+typedef struct {
+    member_t *m;
+    size_t n, cap;
+} omitted_t;
+
 struct jmsg {
     zmsg_t *ids;                  /* routing identity frames */
     json_t *json[JMSG_NPARTS];    /* parsed parts: objects, or NULL for raw-only ones */
     zframe_t *raw[JMSG_NPARTS];   /* bytes as received, or NULL when built here */
+    omitted_t omitted[JMSG_NPARTS]; /* members of raw left out of json (large parts only) */
     zmsg_t *buffers;              /* binary buffers after content */
 };
 
@@ -94,39 +108,122 @@ void jmsg_destroy(jmsg_t **self_p)
     for (int i = 0; i < JMSG_NPARTS; i++) {
         json_decref(self->json[i]);
         zframe_destroy(&self->raw[i]);
+        free(self->omitted[i].m);
     }
     free(self);
     *self_p = NULL;
 }
 
-/*  Keep data as part's raw bytes, and obj (NULL: unparsed) as its parsed form. */
-static void s_set_part(jmsg_t *self, jmsg_part_t part, const void *data, size_t len, json_t *obj)
+/*  Keep *frame_p (taken) as part's raw bytes, obj (NULL: unparsed) as its parsed form, and
+ *  *omitted (taken) as the members obj lacks. */
+static void s_set_part(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p, json_t *obj,
+                       omitted_t *omitted)
 {
     json_decref(self->json[part]);
     self->json[part] = obj;
     zframe_destroy(&self->raw[part]);
-    self->raw[part] = zframe_new(data, len);
+    self->raw[part] = *frame_p;
+    *frame_p = NULL;
+    free(self->omitted[part].m);
+    self->omitted[part] = *omitted;
+    *omitted = (omitted_t){0};
+}
+
+/*  A shallow parse under way: the members parsed so far, and those left out. */
+typedef struct {
+    const char *data;
+    json_t *obj;
+    size_t budget; /* bytes of keys and values jansson may still be given */
+    omitted_t omitted;
+} shallow_t;
+
+static json_t *s_load_any(const char *data, size_t len)
+{
+    return json_loadb(data, len, JSON_DECODE_ANY | JMSG_JSON_LOAD_FLAGS, NULL);
+}
+
+static int s_shallow_member(void *arg, size_t key_at, size_t key_len, size_t value_at,
+                            size_t value_len)
+{
+    shallow_t *sh = arg;
+    if (key_len <= JMSG_SHALLOW_KEY_MAX && value_len <= JMSG_SHALLOW_VALUE_MAX &&
+        key_len + value_len <= sh->budget) {
+        sh->budget -= key_len + value_len;
+        json_t *key = s_load_any(sh->data + key_at, key_len);
+        json_t *value = s_load_any(sh->data + value_at, value_len);
+        /* jvalid refused keys holding a NUL: the C string is the whole key. */
+        int rc = -1;
+        if (key && value)
+            rc = json_object_set_new(sh->obj, json_string_value(key), value); /* takes value */
+        else
+            json_decref(value);
+        json_decref(key);
+        return rc;
+    }
+    omitted_t *o = &sh->omitted;
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? 2 * o->cap : 8;
+        member_t *m = realloc(o->m, cap * sizeof *m);
+        if (!m)
+            return -1;
+        o->m = m;
+        o->cap = cap;
+    }
+    o->m[o->n++] = (member_t){key_at, key_len, value_at + value_len};
+    return 0;
+}
+
+/*  Parse data, which must be one JSON object of at most max_values values and keys, into
+ *  *obj: whole, or past parse_max bytes, shallowly (its members of small keys and values, up
+ *  to parse_max bytes of them; the others listed in *omitted). 0 or -1. */
+static int s_parse(const void *data, size_t len, size_t max_values, size_t parse_max,
+                   json_t **obj, omitted_t *omitted)
+{
+    size_t values;
+    *obj = NULL;
+    *omitted = (omitted_t){0};
+    if (len > parse_max) {
+        shallow_t sh = {data, json_object(), parse_max, {0}};
+        if (sh.obj && jvalid_members(data, len, &values, s_shallow_member, &sh) == 0 &&
+            values <= max_values) {
+            *obj = sh.obj;
+            *omitted = sh.omitted;
+            return 0;
+        }
+        json_decref(sh.obj);
+        free(sh.omitted.m);
+        return -1;
+    }
+    /* Checked first: jansson would take bytes after a raw NUL, and spend ~100 bytes on
+     * every value, which makes 10 MiB of `[{},{},…]` a gigabyte. */
+    if (jvalid_object(data, len, &values) < 0 || values > max_values)
+        return -1;
+    *obj = json_loadb(data, len, JMSG_JSON_LOAD_FLAGS, NULL);
+    if (!*obj || !json_is_object(*obj)) {
+        json_decref(*obj);
+        *obj = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 int jmsg_set_raw(jmsg_t *self, jmsg_part_t part, const void *data, size_t len)
 {
-    return jmsg_set_raw_max(self, part, data, len, JMSG_MAX_VALUES);
+    zframe_t *frame = zframe_new(data, len);
+    return frame ? jmsg_take_raw(self, part, &frame, JMSG_MAX_VALUES, JMSG_PARSE_MAX) : -1;
 }
 
-int jmsg_set_raw_max(jmsg_t *self, jmsg_part_t part, const void *data, size_t len,
-                     size_t max_values)
+int jmsg_take_raw(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p, size_t max_values,
+                  size_t parse_max)
 {
-    /* Checked first: jansson would take bytes after a raw NUL, and spend ~100 bytes on
-     * every value, which makes 10 MiB of `[{},{},…]` a gigabyte. */
-    size_t values;
-    if (jvalid_object(data, len, &values) < 0 || values > max_values)
-        return -1;
-    json_t *obj = json_loadb(data, len, JMSG_JSON_LOAD_FLAGS, NULL);
-    if (!obj || !json_is_object(obj)) {
-        json_decref(obj);
+    json_t *obj;
+    omitted_t omitted;
+    if (s_parse(zframe_data(*frame_p), zframe_size(*frame_p), max_values, parse_max, &obj,
+                &omitted) < 0) {
+        zframe_destroy(frame_p);
         return -1;
     }
-    s_set_part(self, part, data, len, obj);
+    s_set_part(self, part, frame_p, obj, &omitted);
     return 0;
 }
 
@@ -135,7 +232,10 @@ int jmsg_set_raw_unparsed(jmsg_t *self, jmsg_part_t part, const void *data, size
     size_t values;
     if (jvalid_object(data, len, &values) < 0)
         return -1;
-    s_set_part(self, part, data, len, NULL);
+    zframe_t *frame = zframe_new(data, len);
+    if (!frame)
+        return -1;
+    s_set_part(self, part, &frame, NULL, &(omitted_t){0});
     return 0;
 }
 
@@ -144,6 +244,66 @@ void jmsg_set_json(jmsg_t *self, jmsg_part_t part, json_t *obj)
     json_decref(self->json[part]);
     self->json[part] = obj;
     zframe_destroy(&self->raw[part]);
+    free(self->omitted[part].m);
+    self->omitted[part] = (omitted_t){0};
+}
+
+/*  Whether the key of member m of raw is one of obj's. A key of more than
+ *  JMSG_SHALLOW_KEY_MAX bytes is taken to be none: it may spell a long key of obj in
+ *  escapes, but never a short one (six bytes a character at most), such as kenneld's own. */
+static int s_key_in(const json_t *obj, const char *raw, const member_t *m)
+{
+    if (m->key_len > JMSG_SHALLOW_KEY_MAX)
+        return 0;
+    json_t *key = s_load_any(raw + m->key_at, m->key_len);
+    int in = key && json_object_get(obj, json_string_value(key)) != NULL;
+    json_decref(key);
+    return in;
+}
+
+int jmsg_amend(jmsg_t *self, jmsg_part_t part, json_t *obj)
+{
+    omitted_t *o = &self->omitted[part];
+    if (!o->n || !self->raw[part]) {
+        jmsg_set_json(self, part, obj);
+        return 0;
+    }
+    /* obj's members, then the left-out ones but for those whose key obj has: what obj says of
+     * a key stands (where the peer's bytes held a key twice, the one parsed stands). */
+    const char *raw = (const char *)zframe_data(self->raw[part]);
+    size_t kept = 0;
+    for (size_t i = 0; i < o->n; i++)
+        if (!s_key_in(obj, raw, &o->m[i]))
+            o->m[kept++] = o->m[i];
+    o->n = kept;
+    char *head = json_dumps(obj, JSON_COMPACT);
+    size_t head_len = head ? strlen(head) : 0, len = head_len;
+    for (size_t i = 0; i < o->n; i++) /* each with a comma before it, but a first one */
+        len += (i > 0 || json_object_size(obj) > 0) + o->m[i].end - o->m[i].key_at;
+    zframe_t *frame = head ? zframe_new(NULL, len) : NULL;
+    if (!frame) {
+        free(head);
+        json_decref(obj);
+        return -1;
+    }
+    char *out = (char *)zframe_data(frame);
+    memcpy(out, head, head_len - 1);
+    size_t at = head_len - 1;
+    for (size_t i = 0; i < o->n; i++) {
+        member_t m = o->m[i];
+        if (i > 0 || json_object_size(obj) > 0)
+            out[at++] = ',';
+        memcpy(out + at, raw + m.key_at, m.end - m.key_at);
+        o->m[i] = (member_t){at, m.key_len, at + m.end - m.key_at};
+        at += m.end - m.key_at;
+    }
+    out[at++] = '}';
+    assert(at == len);
+    free(head);
+    omitted_t keep = *o;
+    *o = (omitted_t){0};
+    s_set_part(self, part, &frame, obj, &keep);
+    return 0;
 }
 
 int jmsg_set_parent_from(jmsg_t *self, const jmsg_t *parent)
@@ -153,6 +313,8 @@ int jmsg_set_parent_from(jmsg_t *self, const jmsg_t *parent)
         self->json[JMSG_PARENT] = json_incref(parent->json[JMSG_HEADER]);
         zframe_destroy(&self->raw[JMSG_PARENT]);
         self->raw[JMSG_PARENT] = zframe_dup(parent->raw[JMSG_HEADER]);
+        free(self->omitted[JMSG_PARENT].m); /* (a parent is never amended) */
+        self->omitted[JMSG_PARENT] = (omitted_t){0};
         return self->raw[JMSG_PARENT] ? 0 : -1;
     }
     jmsg_set_json(self, JMSG_PARENT, json_deep_copy(parent->json[JMSG_HEADER]));

@@ -1,6 +1,7 @@
 /*  jmsg: one Jupyter message in memory: routing identities, the four JSON parts (header,
- *  parent_header, metadata, content), each held both parsed and, when it came from a peer,
- *  as the raw bytes that were signed, and binary buffers. No I/O and no signing (see wire). */
+ *  parent_header, metadata, content), each held both parsed (a large one only in part: see
+ *  JMSG_PARSE_MAX) and, when it came from a peer, as the raw bytes that were signed, and
+ *  binary buffers. No I/O and no signing (see wire). */
 #ifndef KENNEL_JMSG_H
 #define KENNEL_JMSG_H
 
@@ -15,6 +16,14 @@ typedef enum { JMSG_HEADER = 0, JMSG_PARENT, JMSG_METADATA, JMSG_CONTENT, JMSG_N
 #define JMSG_JSON_LOAD_FLAGS JSON_ALLOW_NUL
 /*  The most values and keys a peer's JSON part may hold to be parsed: ~10 MiB in jansson. */
 #define JMSG_MAX_VALUES 100000
+/*  A part larger than this is parsed shallowly by kenneld: jansson takes ~28 ns a byte of a
+ *  long string here, so a whole 60 MiB part held kenneld's loop, every session's traffic,
+ *  for 1.7 s. Its outer object gets only the members whose key and value are short (what
+ *  kenneld reads of a peer's message: ids, types, flags), up to this many bytes of them in
+ *  order; the others stay in the raw bytes only, which is what kenneld passes on. */
+#define JMSG_PARSE_MAX (64u << 10)
+#define JMSG_SHALLOW_KEY_MAX 256    /* bytes of a key, quotes included */
+#define JMSG_SHALLOW_VALUE_MAX 4096 /* bytes of a value */
 
 typedef struct jmsg jmsg_t;
 
@@ -30,17 +39,24 @@ jmsg_t *jmsg_new_reply(const jmsg_t *parent, const char *msg_type, const char *s
 /*  Free *self_p and set it to NULL. No-op on NULL. */
 void jmsg_destroy(jmsg_t **self_p);
 
-/*  Set part `part` from raw JSON bytes (copied) which must parse to an object of at most
- *  JMSG_MAX_VALUES values and keys. 0, or -1 when they do not (the part is then unchanged). */
+/*  Set part `part` from the bytes of *frame_p, taken (also on failure), not copied, which
+ *  must be one JSON object of at most max_values values and keys; parsed whole, or shallowly
+ *  past parse_max bytes (see JMSG_PARSE_MAX; SIZE_MAX: always whole, as a client, which
+ *  trusts kenneld's outputs and prints them). 0, or -1 when they are not such an object (the
+ *  part is then unchanged). */
+int jmsg_take_raw(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p, size_t max_values,
+                  size_t parse_max);
+/*  The same from bytes (copied), with kenneld's bounds: JMSG_MAX_VALUES, JMSG_PARSE_MAX. */
 int jmsg_set_raw(jmsg_t *self, jmsg_part_t part, const void *data, size_t len);
-/*  The same with another bound than JMSG_MAX_VALUES (a client trusts kenneld's outputs). */
-int jmsg_set_raw_max(jmsg_t *self, jmsg_part_t part, const void *data, size_t len,
-                     size_t max_values);
 /*  The same for bytes kenneld only passes on: checked to be one JSON object (jvalid), any
  *  size, and kept as bytes only: jmsg_json() of the part is NULL. */
 int jmsg_set_raw_unparsed(jmsg_t *self, jmsg_part_t part, const void *data, size_t len);
 /*  Set part `part` to a JSON object; steals the reference. The part is serialised on encode. */
 void jmsg_set_json(jmsg_t *self, jmsg_part_t part, json_t *obj);
+/*  Set part `part` to obj (a copy of jmsg_json(part), changed; stolen): as jmsg_set_json,
+ *  but a shallowly parsed part keeps the members obj lacks, as their raw bytes, except
+ *  those whose key obj has. 0, or -1 on allocation failure (obj is freed, the part left). */
+int jmsg_amend(jmsg_t *self, jmsg_part_t part, json_t *obj);
 /*  Set the parent from another message's header (raw bytes reused when present). */
 int jmsg_set_parent_from(jmsg_t *self, const jmsg_t *parent);
 /*  The raw bytes of a part, or NULL when it was set as JSON. Borrowed, valid until the part

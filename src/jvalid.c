@@ -189,12 +189,14 @@ static int s_scalar(cur_t *c)
 
 /*  A key and its colon, from wherever the key may start. A key may hold no NUL (jansson
  *  keeps keys as C strings). */
-static int s_key(cur_t *c)
+static int s_key(cur_t *c, const unsigned char **key, const unsigned char **key_end)
 {
     int nul = 0;
     s_space(c);
+    *key = c->p;
     if (c->p >= c->end || *c->p != '"' || s_string(c, &nul) < 0 || nul)
         return -1;
+    *key_end = c->p;
     s_space(c);
     if (c->p >= c->end || *c->p != ':')
         return -1;
@@ -202,11 +204,16 @@ static int s_key(cur_t *c)
     return 0;
 }
 
-int jvalid_object(const void *data, size_t len, size_t *values)
+/*  The check, telling fn (when not NULL) of each member of the outer object as it ends. */
+static int s_object(const void *data, size_t len, size_t *values, jvalid_member_fn *fn,
+                    void *arg)
 {
-    cur_t c = {data, (const unsigned char *)data + len};
+    const unsigned char *base = data;
+    cur_t c = {base, base + len};
     unsigned char open[JVALID_MAX_DEPTH]; /* '{' or '[' for each level we are in */
     size_t depth = 0, n = 0;
+    /* The outer object's member being read: its key (quotes included) and its value. */
+    const unsigned char *key = NULL, *key_end = NULL, *value = NULL, *k, *k_end;
     s_space(&c);
     if (c.p >= c.end || *c.p != '{')
         return -1;
@@ -216,6 +223,8 @@ int jvalid_object(const void *data, size_t len, size_t *values)
         if (c.p >= c.end || depth >= JVALID_MAX_DEPTH)
             return -1;
         n++;
+        if (depth == 1)
+            value = c.p;
         if (*c.p == '{' || *c.p == '[') {
             unsigned char kind = *c.p++;
             open[depth++] = kind;
@@ -226,16 +235,25 @@ int jvalid_object(const void *data, size_t len, size_t *values)
             } else {
                 if (kind == '{') {
                     n++;
-                    if (s_key(&c) < 0)
+                    if (s_key(&c, &k, &k_end) < 0)
                         return -1;
+                    if (depth == 1)
+                        key = k, key_end = k_end;
                 }
                 continue;
             }
         } else if (s_scalar(&c) < 0) {
             return -1;
         }
-        /* A value has ended: a comma, or the end of its container (and maybe of more). */
+        /* A value has ended: a comma, or the end of its container (and maybe of more). Each
+         * time that leaves us in the outer object, one of its members has ended. */
+        int ended = depth == 1;
         for (;;) {
+            if (ended && fn &&
+                fn(arg, (size_t)(key - base), (size_t)(key_end - key), (size_t)(value - base),
+                   (size_t)(c.p - value)) < 0)
+                return -1;
+            ended = 0;
             s_space(&c);
             if (depth == 0) {
                 if (c.p != c.end)
@@ -249,6 +267,7 @@ int jvalid_object(const void *data, size_t len, size_t *values)
             if (*c.p == (kind == '{' ? '}' : ']')) {
                 c.p++;
                 depth--;
+                ended = depth == 1;
                 continue;
             }
             if (*c.p != ',')
@@ -256,10 +275,22 @@ int jvalid_object(const void *data, size_t len, size_t *values)
             c.p++;
             if (kind == '{') {
                 n++;
-                if (s_key(&c) < 0)
+                if (s_key(&c, &k, &k_end) < 0)
                     return -1;
+                if (depth == 1)
+                    key = k, key_end = k_end;
             }
             break;
         }
     }
+}
+
+int jvalid_object(const void *data, size_t len, size_t *values)
+{
+    return s_object(data, len, values, NULL, NULL);
+}
+
+int jvalid_members(const void *data, size_t len, size_t *values, jvalid_member_fn *fn, void *arg)
+{
+    return s_object(data, len, values, fn, arg);
 }

@@ -14,6 +14,15 @@
  *  number of values and keys in it, itself included; -1 otherwise. */
 int jvalid_object(const void *data, size_t len, size_t *values);
 
+/*  Told of each member of the outer object once its value has been read: the key's bytes
+ *  (its quotes included) and the value's, as offsets into the data. Non-zero stops the check,
+ *  which then fails. */
+typedef int(jvalid_member_fn)(void *arg, size_t key_at, size_t key_len, size_t value_at,
+                              size_t value_len);
+/*  jvalid_object, telling fn of the outer object's members as it goes (also when the check
+ *  fails later on: the caller drops what it made of them then). */
+int jvalid_members(const void *data, size_t len, size_t *values, jvalid_member_fn *fn, void *arg);
+
 /*  The length of the one UTF-8 sequence at p, of at most left bytes: 1 to 4 (ASCII, NUL
  *  included, is 1), or 0 when p starts none (a stray or cut-short byte, an overlong form, a
  *  surrogate, past U+10FFFF). */

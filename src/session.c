@@ -811,9 +811,16 @@ void session_on_request(session_t *self, unsigned channel, jmsg_t **msg_p)
 
 /* ---- kernel frames ----------------------------------------------------------------------- */
 
+/*  The kernel's op headers and hello are parsed whole, so they are bounded: the runtime's are
+ *  under 100 KiB (its longest, `saved` and `restored`, name at most 256 variables). A larger
+ *  one would hold the loop in jansson (~28 ns a byte), so it is a protocol violation. */
+#define OP_MAX_BYTES (256u << 10)
+
 static json_t *s_part_json(const kpipe_frame_t *f, size_t i)
 {
     kpipe_iov_t p = kpipe_frame_part(f, i);
+    if (p.len > OP_MAX_BYTES)
+        return NULL;
     json_t *obj = json_loadb(p.data, p.len, JMSG_JSON_LOAD_FLAGS, NULL);
     if (obj && !json_is_object(obj)) {
         json_decref(obj);
@@ -1073,7 +1080,10 @@ static int s_on_reply(session_t *self, const kpipe_frame_t *f, const json_t *op,
                               : self->cell_truncated               ? "output_truncated"
                               : status && strcmp(status, "ok") == 0 ? "ok"
                                                                     : "aborted";
-        jmsg_set_json(reply, JMSG_METADATA, s_outcome_metadata(self, jmsg_metadata(reply), outcome, 1));
+        /* (A large metadata was parsed shallowly: its other members are kept as they came.) */
+        if (jmsg_amend(reply, JMSG_METADATA,
+                       s_outcome_metadata(self, jmsg_metadata(reply), outcome, 1)) < 0)
+            LOG_W("session=%s: out of memory: the reply goes without its outcome", self->id);
     }
     s_cell_end(self);
     self->ops->send(self->ctx, ROUTE_SHELL, &reply);

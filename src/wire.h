@@ -30,6 +30,8 @@ typedef struct {
     size_t max_msg_bytes;    /* all frames together */
     size_t replay_window;    /* signatures remembered; 0 turns the guard off */
     size_t max_values;       /* JSON values and keys in one part (JMSG_MAX_VALUES) */
+    size_t parse_max;        /* a larger part is parsed shallowly (JMSG_PARSE_MAX; SIZE_MAX:
+                              * none is) */
 } wire_limits_t;
 
 /*  The defaults: 16 identities, 64 buffers, 64 MiB, 8192 signatures. */

@@ -25,6 +25,11 @@ from kennel_pipe import MAX_FRAME_BYTES, FrameError, decode_object
 from kennel_shell import KennelShell, safe_str
 
 _NO_REPLY = {"comm_open", "comm_msg", "comm_close"}
+# The names an op header lists (`saved`' unsaved, `restored`' failed): kenneld keeps as many,
+# each of at most as many UTF-8 bytes (HISTORY_MAX_NAMES, HISTORY_MAX_NAME in src/session.c),
+# and refuses an op header over 256 KiB (OP_MAX_BYTES) rather than parse it.
+MAX_NAMES = 256
+MAX_NAME_BYTES = 256
 MAX_SNAPSHOT_BYTES = MAX_FRAME_BYTES - (1 << 20)  # a snapshot and its saved frame's op header
 
 
@@ -146,7 +151,7 @@ class Kernel:
         self._gate.disarm()
         try:
             if error is None:
-                self._pipe.send({"op": "saved", "unsaved": unsaved}, data)
+                self._pipe.send({"op": "saved", "unsaved": _some(unsaved)}, data)
                 return
         except FrameError as e:  # too large for a frame: keep the kernel
             error = f"{type(e).__name__}: {e}"[:500]
@@ -163,7 +168,7 @@ class Kernel:
         except BaseException as e:  # SystemExit from a __setstate__ too
             failed = [f"(the whole snapshot: {type(e).__name__})"]
         self._gate.disarm()
-        self._pipe.send({"op": "restored", "failed": failed})
+        self._pipe.send({"op": "restored", "failed": _some(failed)})
 
     def publish(self, msg_type, content):
         """Send one iopub message after all stream output written before it."""
@@ -364,6 +369,11 @@ class _Usage:
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         self.cpu_s = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
         self.maxrss_bytes = own.ru_maxrss * 1024  # Linux reports KiB
+
+
+def _some(names):
+    """As many of names as kenneld keeps (MAX_NAMES)."""
+    return [n for n in names if len(n.encode("utf-8", "replace")) <= MAX_NAME_BYTES][:MAX_NAMES]
 
 
 def _error(ename, evalue):

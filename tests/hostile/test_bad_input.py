@@ -3,6 +3,8 @@ truncated and oversized ones, floods, and a kernel that writes garbage into its 
 Each test ends by checking that the session still answers and kept its state."""
 import ctypes
 import ctypes.util
+import hashlib
+import hmac
 import json
 import os
 import socket
@@ -199,6 +201,18 @@ def _flood_unsigned(kenneld, conn, stop):
         sock.close()
 
 
+def _bystander_cells(bystander, seconds):
+    """Run cells in bystander, one after another, for that many seconds: their round trips."""
+    rtts = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t = time.monotonic()
+        r = bystander.execute("x += 1")
+        assert r is not None and r["content"]["status"] == "ok", r and r["content"]
+        rtts.append(time.monotonic() - t)
+    return rtts
+
+
 def _hmac_seconds(nbytes):
     """How long libsodium, kenneld's HMAC, takes over nbytes here and now."""
     sodium = ctypes.CDLL(ctypes.util.find_library("sodium"))
@@ -228,13 +242,7 @@ def test_large_unsigned_messages_hold_up_no_other_session(kenneld, client):
         for t in flooders:
             t.start()
         time.sleep(1)  # the flood is under way
-        rtts = []
-        end = time.monotonic() + 3
-        while time.monotonic() < end:
-            t = time.monotonic()
-            r = bystander.execute("x += 1")
-            assert r is not None and r["content"]["status"] == "ok", r and r["content"]
-            rtts.append(time.monotonic() - t)
+        rtts = _bystander_cells(bystander, 3)
     finally:
         stop.set()
         for t in flooders:
@@ -251,6 +259,112 @@ def test_large_unsigned_messages_hold_up_no_other_session(kenneld, client):
     assert_healthy(client, kenneld)
 
 
+class _SignedFlood:
+    """Signed kernel_info_requests whose content is 60 MiB (kenneld answers them itself: no
+    kernel runs), sent to a session's shell by run() as fast as kenneld takes them, until
+    stop is set; `answered` counts the replies. Each message differs in the last digits of
+    its content, so that the replay guard lets it through: they are written into one of
+    three buffers made here, beforehand, once libzmq is done sending what that buffer held,
+    and the HMAC of everything ahead of them is taken once and copied. So no step of the
+    flood holds this process's GIL for long: a 60 MiB concatenation per message did, and
+    slowed the bystander's client, in this same process, more than kenneld did."""
+
+    def __init__(self, kenneld, client):
+        self.sock = kenneld.ctx.socket(zmq.DEALER)
+        self.sock.linger = 0
+        self.sock.sndhwm = 2
+        conn = client.conn
+        self.sock.connect(f"tcp://{conn['ip']}:{conn['shell_port']}")
+        session = client.session
+        self.head = [session.pack(session.msg_header("kernel_info_request")), b"{}", b"{}"]
+        prefix = b'{"pad":"' + b"x" * (60 << 20) + b'","n":"'
+        self.signer = hmac.new(conn["key"].encode(), digestmod=hashlib.sha256)
+        for part in self.head + [prefix]:
+            self.signer.update(part)
+        self.buffers = [bytearray(prefix + b'000000000000"}') for _ in range(3)]
+        self.stop = threading.Event()
+        self.answered = 0
+
+    def run(self):
+        sock, trackers, n = self.sock, [None] * len(self.buffers), 0
+        try:
+            while not self.stop.is_set():
+                while sock.poll(0):
+                    sock.recv_multipart()
+                    self.answered += 1
+                i = n % len(self.buffers)
+                if not sock.poll(100, zmq.POLLOUT) or \
+                        (trackers[i] is not None and not trackers[i].done):
+                    time.sleep(0.01)
+                    continue
+                n += 1
+                tail = b'%012d"}' % n
+                self.buffers[i][-len(tail):] = tail
+                sig = self.signer.copy()
+                sig.update(tail)
+                trackers[i] = sock.send_multipart(
+                    [b"<IDS|MSG>", sig.hexdigest().encode(), *self.head, self.buffers[i]],
+                    copy=False, track=True)
+        finally:
+            sock.close()
+
+
+def _jansson_seconds(nbytes):
+    """How long jansson, kenneld's JSON parser, takes here and now to parse an object holding
+    one string of nbytes."""
+    jansson = ctypes.CDLL(ctypes.util.find_library("jansson"))
+    jansson.json_loadb.restype = ctypes.c_void_p
+    jansson.json_loadb.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
+                                   ctypes.c_void_p]
+    jansson.json_delete.argtypes = [ctypes.c_void_p]
+    text = b'{"pad":"' + b"x" * nbytes + b'"}'
+    t = time.perf_counter()
+    obj = jansson.json_loadb(text, len(text), 0, None)
+    took = time.perf_counter() - t
+    assert obj, "jansson refused the test's JSON"
+    jansson.json_delete(obj)
+    return took
+
+
+def test_large_signed_messages_hold_up_no_other_session(kenneld, client):
+    """With the key: every JSON part of a signed message, up to --max-message, was parsed
+    whole on kenneld's loop, and jansson takes ~1.7 s for a 60 MiB string on this VM: a
+    session's own client held up every other session that long per message. kenneld now
+    parses a part over 64 KiB shallowly (its members with short keys and values) and passes
+    the rest on as checked bytes; what is left on the loop per message is jvalid's one pass,
+    ~50 ms."""
+    _set_marker(client)
+    other = kenneld.call("create_request", {"name": "bystander-signed"})
+    with open(other["session"]["connection_file"]) as f:
+        bystander = Client(kenneld.ctx, json.load(f))
+    flood = _SignedFlood(kenneld, client)
+    flooder = threading.Thread(target=flood.run)
+    try:
+        assert bystander.execute("x = 1") is not None
+        parse = min(_jansson_seconds(60 << 20) for _ in range(2))
+        assert parse > 0.2, f"jansson parses 60 MiB in {parse:.3f} s: the test tests nothing"
+        flooder.start()
+        time.sleep(1)  # the flood is under way
+        rtts = _bystander_cells(bystander, 4)
+    finally:
+        flood.stop.set()
+        if flooder.is_alive():
+            flooder.join(30)
+        else:
+            flood.sock.close()
+        bystander.close()
+    # Parsed whole, a message held the loop the whole parse, and the bystander's cell that
+    # came meanwhile waited for it (its longest cell: 0.9-1.7 s); now 20-60 ms.
+    assert max(rtts) < parse / 2, \
+        f"a bystander's cell took {max(rtts) * 1000:.0f} ms under the flood (median " \
+        f"{sorted(rtts)[len(rtts) // 2] * 1000:.0f} ms of {len(rtts)}); jansson parses one of " \
+        f"its messages in {parse * 1000:.0f} ms"
+    assert flood.answered >= 2, f"kenneld answered {flood.answered} of the flood's messages"
+    r = client.request("shell", "kernel_info_request", {})
+    assert r is not None and r["content"]["status"] == "ok"
+    assert_healthy(client, kenneld)
+
+
 def _frame(*parts):
     body = struct.pack(">I", len(parts)) + b"".join(struct.pack(">I", len(p)) + p for p in parts)
     return struct.pack(">I", len(body)) + body
@@ -264,8 +378,10 @@ def _frame(*parts):
     _frame(b'{"op":"iopub","msg_type":"stream"}', b"{}", b"[not json"),
     _frame(b'{"op":"iopub","msg_type":"stream"}', b"{}", b'{"name":"stdout","text":"x","n":0\x00}'),
     _frame(b'{"op":"iopub","msg_type":"stream"}', b"{}", b'{"name":"stdout","text":"\xed\xa0\x80"}'),
+    # An op header is parsed whole, so it is bounded (256 KiB): jansson takes ~28 ns a byte.
+    _frame(b'{"op":"log","text":"' + b"x" * (1 << 20) + b'"}'),
 ], ids=["garbage", "huge-length", "status-from-kernel", "forged-reply", "bad-json", "nul-then-junk",
-        "bad-utf8"])
+        "bad-utf8", "huge-op-header"])
 def test_kernel_writing_garbage_into_its_pipe(kenneld, client, payload):
     """User code can write to the kernel's pipe: kenneld must treat it as hostile, kill that
     kernel, answer the cell with an error, restart, and keep serving."""

@@ -378,8 +378,10 @@ def test_kenneld_restart_brings_sessions_back(kenneld, connect):
     second = kenneld.successor()
     second.start()
     try:
-        back = second.ok("info_request", {"session": "durable"})["session"]
-        assert back["id"] == info["id"] and back["state"] == "evicted"
+        back = second.call("info_request", {"session": "durable"}).get("session")
+        # Seen once under make check: the session was not served. Its log says why (a port
+        # taken by the parallel test run in between is the suspect).
+        assert back and back["id"] == info["id"] and back["state"] == "evicted", second.log()
         kc2 = connect(info["connection_file"])  # the same connection file still works
         assert run(kc2, "kept", timeout=20).result == "'across restarts'"
     finally:

@@ -294,6 +294,128 @@ TEST(reply_reuses_raw_parent)
     wire_destroy(&w);
 }
 
+/*  A string of n copies of c, as a JSON string's bytes would hold it. Owned. */
+static char *s_run(char c, size_t n)
+{
+    char *s = malloc(n + 1);
+    memset(s, c, n);
+    s[n] = '\0';
+    return s;
+}
+
+/*  A signed message over JMSG_PARSE_MAX: kenneld reads its short members, and passes the
+ *  part on byte for byte; jansson never sees its long code. */
+TEST(a_large_part_is_parsed_shallowly)
+{
+    wire_t *w = wire_new("k", 1, NULL);
+    char *code = s_run('x', JMSG_PARSE_MAX + 1);
+    jmsg_t *m = jmsg_new("execute_request", "test-session");
+    zframe_t *id = zframe_new("ID", 2);
+    zmsg_append(jmsg_ids(m), &id);
+    json_t *big = json_array();
+    for (int i = 0; i < 2000; i++)
+        json_array_append_new(big, json_integer(i));
+    jmsg_set_json(m, JMSG_CONTENT,
+                  json_pack("{s:s, s:b, s:o, s:{s:i}, s:b}", "code", code, "silent", 1, "big", big,
+                            "user_expressions", "a", 1, "allow_stdin", 0));
+    zmsg_t *z = wire_encode(w, m);
+    jmsg_destroy(&m);
+    zframe_t *sent = zmsg_first(z);
+    for (int i = 0; i < 6; i++)
+        sent = zmsg_next(z); /* ID, delimiter, signature, header, parent, metadata, content */
+    zframe_t *sent_copy = zframe_dup(sent);
+    CHECK_EQ_INT(wire_decode(w, &z, &m), 0);
+    json_t *c = jmsg_content(m);
+    CHECK(json_is_true(json_object_get(c, "silent")));
+    CHECK(json_is_false(json_object_get(c, "allow_stdin")));
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(c, "user_expressions"), "a")), 1);
+    CHECK(json_object_get(c, "code") == NULL); /* too long a value */
+    CHECK(json_object_get(c, "big") == NULL);  /* ~8.9 KiB: over JMSG_SHALLOW_VALUE_MAX */
+    size_t len;
+    const void *raw = jmsg_raw(m, JMSG_CONTENT, &len);
+    CHECK(raw && len == zframe_size(sent_copy) && memcmp(raw, zframe_data(sent_copy), len) == 0);
+    /* The header, small, is whole. */
+    CHECK_STR(json_string_value(json_object_get(jmsg_header(m), "version")), "5.3");
+    zframe_destroy(&sent_copy);
+    jmsg_destroy(&m);
+    /* A part over the bound is still checked whole: one bad byte at its end refuses it. */
+    jmsg_t *bad = jmsg_new_empty();
+    char *text = malloc(JMSG_PARSE_MAX + 64);
+    int n = snprintf(text, JMSG_PARSE_MAX + 64, "{\"silent\":true,\"code\":\"%s\"", code);
+    zframe_t *f = zframe_new(text, (size_t)n); /* no closing brace */
+    CHECK_EQ_INT(jmsg_take_raw(bad, JMSG_CONTENT, &f, JMSG_MAX_VALUES, JMSG_PARSE_MAX), -1);
+    CHECK(f == NULL);
+    text[n] = '}';
+    f = zframe_new(text, (size_t)n + 1);
+    CHECK_EQ_INT(jmsg_take_raw(bad, JMSG_CONTENT, &f, JMSG_MAX_VALUES, JMSG_PARSE_MAX), 0);
+    /* Only the first JMSG_PARSE_MAX bytes of short members are parsed. */
+    json_t *many = json_object();
+    char key[16];
+    for (int i = 0; i < 20000; i++) {
+        snprintf(key, sizeof key, "k%05d", i);
+        json_object_set_new(many, key, json_true());
+    }
+    char *dumped = json_dumps(many, JSON_COMPACT | JSON_SORT_KEYS);
+    CHECK_EQ_INT(jmsg_set_raw(bad, JMSG_METADATA, dumped, strlen(dumped)), 0);
+    size_t parsed = json_object_size(jmsg_metadata(bad));
+    CHECK(parsed > 1000 && parsed < 20000);
+    CHECK(json_object_get(jmsg_metadata(bad), "k00000") != NULL);
+    CHECK(json_object_get(jmsg_metadata(bad), "k19999") == NULL);
+    free(dumped);
+    json_decref(many);
+    free(text);
+    jmsg_destroy(&bad);
+    free(code);
+    wire_destroy(&w);
+}
+
+/*  kenneld adds its outcome to a kernel's reply metadata: a shallow one keeps the members it
+ *  did not parse, as they came, but for those whose key kenneld sets. */
+TEST(amending_a_shallow_part_keeps_what_it_left_out)
+{
+    char *files = s_run('f', JMSG_PARSE_MAX);
+    char *outcome = s_run('o', 5000);
+    json_t *md = json_pack("{s:{s:i}, s:[s], s:s, s:n}", "metrics", "cpu_ms", 3, "files", files,
+                           "outcome", outcome, "z", NULL);
+    char *text = json_dumps(md, JSON_COMPACT);
+    jmsg_t *m = jmsg_new_empty();
+    CHECK_EQ_INT(jmsg_set_raw(m, JMSG_METADATA, text, strlen(text)), 0);
+    CHECK(json_object_get(jmsg_metadata(m), "files") == NULL);
+    json_t *amended = json_deep_copy(jmsg_metadata(m));
+    json_object_set_new(json_object_get(amended, "metrics"), "wall_ms", json_integer(7));
+    json_object_set_new(amended, "outcome", json_string("ok"));
+    CHECK_EQ_INT(jmsg_amend(m, JMSG_METADATA, amended), 0);
+    size_t len;
+    const char *raw = jmsg_raw(m, JMSG_METADATA, &len);
+    json_t *back = raw ? json_loadb(raw, len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    CHECK(back != NULL);
+    CHECK_STR(json_string_value(json_object_get(back, "outcome")), "ok");
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(back, "metrics"), "wall_ms")), 7);
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(back, "metrics"), "cpu_ms")), 3);
+    CHECK(json_equal(json_object_get(back, "files"), json_object_get(md, "files")));
+    CHECK(json_is_null(json_object_get(back, "z")));
+    CHECK_EQ_INT(json_object_size(back), 4);
+    /* Amended again, it still keeps them. */
+    CHECK_EQ_INT(jmsg_amend(m, JMSG_METADATA, json_pack("{s:s}", "outcome", "error")), 0);
+    raw = jmsg_raw(m, JMSG_METADATA, &len);
+    json_t *again = raw ? json_loadb(raw, len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    CHECK(again && json_equal(json_object_get(again, "files"), json_object_get(md, "files")));
+    CHECK_STR(json_string_value(json_object_get(again, "outcome")), "error");
+    CHECK_EQ_INT(json_object_size(again), 2);
+    json_decref(again);
+    json_decref(back);
+    /* A part parsed whole is amended as JSON. */
+    CHECK_EQ_INT(jmsg_set_raw(m, JMSG_METADATA, "{\"a\":1}", 7), 0);
+    CHECK_EQ_INT(jmsg_amend(m, JMSG_METADATA, json_pack("{s:i}", "b", 2)), 0);
+    CHECK(jmsg_raw(m, JMSG_METADATA, &len) == NULL);
+    CHECK_EQ_INT(json_integer_value(json_object_get(jmsg_metadata(m), "b")), 2);
+    jmsg_destroy(&m);
+    free(text);
+    json_decref(md);
+    free(outcome);
+    free(files);
+}
+
 static int s_cmp_id(const void *a, const void *b)
 {
     return strcmp(a, b);
@@ -332,6 +454,8 @@ int main(void)
     RUN(limits);
     RUN(hmac_known_answer);
     RUN(reply_reuses_raw_parent);
+    RUN(a_large_part_is_parsed_shallowly);
+    RUN(amending_a_shallow_part_keeps_what_it_left_out);
     RUN(msg_ids_are_distinct_uuids);
     return harness_done();
 }
