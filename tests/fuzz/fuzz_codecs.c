@@ -318,6 +318,19 @@ TEST(jvalid_against_jansson)
         }
         s_compare(buf, len);
     }
+    /* Every byte value at every place of a string's first 24 bytes, and before a second
+     * byte of every value: jvalid takes plain runs eight bytes at a time. */
+    for (size_t at = 0; at < 24; at++) {
+        for (int b = 0; b < 256; b++) {
+            for (int next = -1; next < 256; next += next < 0 ? 1 + 0x7F : 1) {
+                char s[40] = "{\"s\":\"aaaaaaaaaaaaaaaaaaaaaaaa\"}";
+                s[6 + at] = (char)b;
+                if (next >= 0 && at + 1 < 24)
+                    s[7 + at] = (char)next;
+                s_compare(s, 33);
+            }
+        }
+    }
     /* Nesting: at most JVALID_MAX_DEPTH levels of values, a scalar's level included. */
     for (int levels = JVALID_MAX_DEPTH - 2; levels <= JVALID_MAX_DEPTH + 1; levels++) {
         for (int scalar = 0; scalar < 2; scalar++) {
