@@ -133,7 +133,8 @@ static void s_set_part(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p, json_
 typedef struct {
     const char *data;
     json_t *obj;
-    size_t budget; /* bytes of keys and values jansson may still be given */
+    size_t budget;       /* bytes of keys and values jansson may still be given */
+    size_t members_left; /* members the part may still have within its bound on values */
     omitted_t omitted;
 } shallow_t;
 
@@ -142,10 +143,38 @@ static json_t *s_load_any(const char *data, size_t len)
     return json_loadb(data, len, JSON_DECODE_ANY | JMSG_JSON_LOAD_FLAGS, NULL);
 }
 
+/*  Delete from obj (del) or find in it the key whose JSON bytes (quotes included) are raw.
+ *  A key without escapes is looked up as it is, so that only escaped ones cost a parse. A
+ *  key of more than JMSG_SHALLOW_KEY_MAX bytes is taken to be none of obj's: it may spell a
+ *  long key of obj in escapes, but never one kenneld reads or sets (six bytes a character at
+ *  most). Found: the value (NULL once deleted, or when absent). */
+static json_t *s_raw_key(json_t *obj, const char *raw, size_t len, int del)
+{
+    if (len > JMSG_SHALLOW_KEY_MAX)
+        return NULL;
+    if (!memchr(raw, '\\', len)) {
+        if (del)
+            json_object_deln(obj, raw + 1, len - 2);
+        return del ? NULL : json_object_getn(obj, raw + 1, len - 2);
+    }
+    json_t *key = s_load_any(raw, len);
+    json_t *found = NULL;
+    if (key && del)
+        json_object_del(obj, json_string_value(key));
+    else if (key)
+        found = json_object_get(obj, json_string_value(key));
+    json_decref(key);
+    return found;
+}
+
 static int s_shallow_member(void *arg, size_t key_at, size_t key_len, size_t value_at,
                             size_t value_len)
 {
     shallow_t *sh = arg;
+    /* Each member is at least two values: past the bound the part is refused anyway, and is
+     * so at once, before a list of millions of left-out members is made. */
+    if (sh->members_left-- == 0)
+        return -1;
     if (key_len <= JMSG_SHALLOW_KEY_MAX && value_len <= JMSG_SHALLOW_VALUE_MAX &&
         key_len + value_len <= sh->budget) {
         sh->budget -= key_len + value_len;
@@ -160,6 +189,10 @@ static int s_shallow_member(void *arg, size_t key_at, size_t key_len, size_t val
         json_decref(key);
         return rc;
     }
+    /* A key left out is no key of the object, even where an earlier member with that key
+     * was parsed: the last one stands, as in jansson's and the kernel's parse, and kenneld
+     * must not read another value than the kernel does. */
+    s_raw_key(sh->obj, sh->data + key_at, key_len, 1);
     omitted_t *o = &sh->omitted;
     if (o->n == o->cap) {
         size_t cap = o->cap ? 2 * o->cap : 8;
@@ -183,7 +216,8 @@ static int s_parse(const void *data, size_t len, size_t max_values, size_t parse
     *obj = NULL;
     *omitted = (omitted_t){0};
     if (len > parse_max) {
-        shallow_t sh = {data, json_object(), parse_max, {0}};
+        shallow_t sh = {data, json_object(), parse_max, max_values ? (max_values - 1) / 2 : 0,
+                        {0}};
         if (sh.obj && jvalid_members(data, len, &values, s_shallow_member, &sh) == 0 &&
             values <= max_values) {
             *obj = sh.obj;
@@ -248,19 +282,6 @@ void jmsg_set_json(jmsg_t *self, jmsg_part_t part, json_t *obj)
     self->omitted[part] = (omitted_t){0};
 }
 
-/*  Whether the key of member m of raw is one of obj's. A key of more than
- *  JMSG_SHALLOW_KEY_MAX bytes is taken to be none: it may spell a long key of obj in
- *  escapes, but never a short one (six bytes a character at most), such as kenneld's own. */
-static int s_key_in(const json_t *obj, const char *raw, const member_t *m)
-{
-    if (m->key_len > JMSG_SHALLOW_KEY_MAX)
-        return 0;
-    json_t *key = s_load_any(raw + m->key_at, m->key_len);
-    int in = key && json_object_get(obj, json_string_value(key)) != NULL;
-    json_decref(key);
-    return in;
-}
-
 int jmsg_amend(jmsg_t *self, jmsg_part_t part, json_t *obj)
 {
     omitted_t *o = &self->omitted[part];
@@ -269,39 +290,40 @@ int jmsg_amend(jmsg_t *self, jmsg_part_t part, json_t *obj)
         return 0;
     }
     /* obj's members, then the left-out ones but for those whose key obj has: what obj says of
-     * a key stands (where the peer's bytes held a key twice, the one parsed stands). */
+     * a key stands. */
     const char *raw = (const char *)zframe_data(self->raw[part]);
-    size_t kept = 0;
-    for (size_t i = 0; i < o->n; i++)
-        if (!s_key_in(obj, raw, &o->m[i]))
-            o->m[kept++] = o->m[i];
-    o->n = kept;
-    char *head = json_dumps(obj, JSON_COMPACT);
+    omitted_t keep = {malloc(o->n * sizeof *o->m), 0, o->n};
+    char *head = keep.m ? json_dumps(obj, JSON_COMPACT) : NULL;
     size_t head_len = head ? strlen(head) : 0, len = head_len;
-    for (size_t i = 0; i < o->n; i++) /* each with a comma before it, but a first one */
-        len += (i > 0 || json_object_size(obj) > 0) + o->m[i].end - o->m[i].key_at;
+    for (size_t i = 0; head && i < o->n; i++) {
+        member_t m = o->m[i];
+        if (s_raw_key(obj, raw + m.key_at, m.key_len, 0))
+            continue;
+        /* each with a comma before it, but a first one */
+        len += (keep.n > 0 || json_object_size(obj) > 0) + m.end - m.key_at;
+        keep.m[keep.n++] = m;
+    }
     zframe_t *frame = head ? zframe_new(NULL, len) : NULL;
     if (!frame) {
         free(head);
+        free(keep.m);
         json_decref(obj);
         return -1;
     }
     char *out = (char *)zframe_data(frame);
     memcpy(out, head, head_len - 1);
     size_t at = head_len - 1;
-    for (size_t i = 0; i < o->n; i++) {
-        member_t m = o->m[i];
+    for (size_t i = 0; i < keep.n; i++) {
+        member_t m = keep.m[i];
         if (i > 0 || json_object_size(obj) > 0)
             out[at++] = ',';
         memcpy(out + at, raw + m.key_at, m.end - m.key_at);
-        o->m[i] = (member_t){at, m.key_len, at + m.end - m.key_at};
+        keep.m[i] = (member_t){at, m.key_len, at + m.end - m.key_at};
         at += m.end - m.key_at;
     }
     out[at++] = '}';
     assert(at == len);
     free(head);
-    omitted_t keep = *o;
-    *o = (omitted_t){0};
     s_set_part(self, part, &frame, obj, &keep);
     return 0;
 }

@@ -21,7 +21,7 @@ from kennel_deadline import CellTimeout
 import kennel_files
 import kennel_snapshot
 from kennel_io import FdCapture, Stdin, StreamBuffer, StreamWriter
-from kennel_pipe import MAX_FRAME_BYTES, FrameError, decode_object
+from kennel_pipe import MAX_FRAME_BYTES, FrameError, decode_object, encode_part
 from kennel_shell import KennelShell, safe_str
 
 _NO_REPLY = {"comm_open", "comm_msg", "comm_close"}
@@ -372,8 +372,9 @@ class _Usage:
 
 
 def _some(names):
-    """As many of names as kenneld keeps (MAX_NAMES)."""
-    return [n for n in names if len(n.encode("utf-8", "replace")) <= MAX_NAME_BYTES][:MAX_NAMES]
+    """As many of names as kenneld keeps (MAX_NAMES), each of at most MAX_NAME_BYTES as the
+    pipe writes it (control characters as six-byte escapes)."""
+    return [n for n in names if len(encode_part(n)) <= MAX_NAME_BYTES + 2][:MAX_NAMES]
 
 
 def _error(ename, evalue):

@@ -210,10 +210,11 @@ static int s_repeats_a_key(const char *data, size_t len)
     return !v && strstr(err.text, "duplicate") != NULL;
 }
 
-/*  jmsg's shallow parse of bytes jansson parsed whole (as `whole`, its keys unrepeated),
- *  past a bound drawn at random: each member it kept is jansson's, and amended unchanged,
+/*  jmsg's shallow parse of bytes jansson parsed whole (as `whole`), past a bound drawn at
+ *  random: each member it kept is jansson's (where a key repeats, jansson's is the last one,
+ *  and a left-out one hides those before it), and, unless a key repeats, amended unchanged,
  *  the part's bytes (its members left out as they came) parse back to jansson's object. */
-static void s_compare_shallow(const char *data, size_t len, const json_t *whole)
+static void s_compare_shallow(const char *data, size_t len, const json_t *whole, int repeats)
 {
     jmsg_t *m = jmsg_new_empty();
     zframe_t *f = zframe_new(data, len);
@@ -222,6 +223,10 @@ static void s_compare_shallow(const char *data, size_t len, const json_t *whole)
     const char *key;
     json_t *v;
     json_object_foreach(part, key, v) CHECK(json_equal(v, json_object_get(whole, key)));
+    if (repeats) {
+        jmsg_destroy(&m);
+        return;
+    }
     CHECK_EQ_INT(jmsg_amend(m, JMSG_CONTENT, json_deep_copy(part)), 0);
     size_t n;
     const char *raw = jmsg_raw(m, JMSG_CONTENT, &n);
@@ -257,8 +262,8 @@ static void s_compare(const char *data, size_t len)
         int repeats = s_repeats_a_key(data, len);
         if (ours == 0 && values != s_count(v) && !(values > s_count(v) && repeats))
             CHECK(values == s_count(v));
-        if (ours == 0 && !repeats)
-            s_compare_shallow(data, len, v);
+        if (ours == 0)
+            s_compare_shallow(data, len, v, repeats);
     } else if (ours == 0) {
         CHECK(!v && (strstr(err.text, "too big") || strstr(err.text, "overflow")));
     }

@@ -712,17 +712,20 @@ def test_a_save_names_at_most_what_kenneld_keeps(kernel):
     """kenneld parses an op header whole, so it refuses one over 256 KiB as a protocol
     violation: 2000 unsaved names of 200 characters would have made the save one, and lost
     the session. The kernel names the first 256 (as many as kenneld keeps) and leaves out
-    any name over 256 UTF-8 bytes (kenneld keeps none such)."""
+    any name over 256 bytes as the pipe writes it (kenneld keeps none over 256 UTF-8 bytes;
+    a control character is written in six)."""
     reply, _ = kernel.execute(
         "for i in range(2000):\n"
         "    globals()[f'g{i:04d}_' + 'x' * 195] = (j for j in range(1))\n"
         "globals()['a' * 300] = (j for j in range(1))\n"
+        "for i in range(300):\n"  # each escaped in six bytes: 1500 in all
+        "    globals()[chr(1) * 250 + f'{i:05d}'] = (j for j in range(1))\n"
         "kept = 1")
     assert reply["status"] == "ok"
     op, parts = _save(kernel)
     assert len(op["unsaved"]) == 256, len(op["unsaved"])
     assert op["unsaved"][0].startswith("g0000_") and op["unsaved"][-1].startswith("g0255_")
-    assert len(json.dumps(op)) < 256 << 10
+    assert len(json.dumps(op, ensure_ascii=False).encode()) < 256 << 10
     assert parts and parts[0]
 
 

@@ -369,6 +369,48 @@ TEST(a_large_part_is_parsed_shallowly)
     wire_destroy(&w);
 }
 
+/*  Where a key repeats, the last one stands for kenneld as for the kernel (Python's json,
+ *  like jansson, keeps the last): one left out hides those parsed before it. */
+TEST(a_key_left_out_hides_the_same_key_before_it)
+{
+    char *pad = s_run('p', 4000);
+    size_t cap = 2 * JMSG_PARSE_MAX;
+    char *text = malloc(cap);
+    /* msg_type parsed, then again left out: past what is left of the budget, or too long a
+     * value, with its key in escapes. */
+    char *c3000 = s_run('c', 3000), *c5000 = s_run('c', 5000);
+    char later[2][5100];
+    snprintf(later[0], sizeof later[0], "\"msg_type\":\"%s\"", c3000);
+    snprintf(later[1], sizeof later[1], "\"msg\\u005ftype\":\"%s\"", c5000);
+    for (int i = 0; i < 2; i++) {
+        size_t n = (size_t)snprintf(text, cap, "{\"msg_type\":\"execute_request\",\"msg_id\":\"a\"");
+        for (int k = 0; k < 17; k++)
+            n += (size_t)snprintf(text + n, cap - n, ",\"p%d\":\"%s\"", k, pad);
+        n += (size_t)snprintf(text + n, cap - n, ",%s}", later[i]);
+        CHECK(n > JMSG_PARSE_MAX && n < cap);
+        jmsg_t *m = jmsg_new_empty();
+        CHECK_EQ_INT(jmsg_set_raw(m, JMSG_HEADER, text, n), 0);
+        CHECK(json_object_get(jmsg_header(m), "p0") != NULL);
+        CHECK(json_object_get(jmsg_header(m), "p16") == NULL);
+        CHECK(json_object_get(jmsg_header(m), "msg_type") == NULL);
+        CHECK_STR(json_string_value(json_object_get(jmsg_header(m), "msg_id")), "a");
+        jmsg_destroy(&m);
+    }
+    /* One parsed after one left out stands. */
+    char *big = s_run('x', JMSG_PARSE_MAX);
+    size_t n = (size_t)snprintf(text, cap, "{\"msg_type\":\"%s\",\"msg_type\":\"kernel_info_request\"}",
+                                big);
+    jmsg_t *m = jmsg_new_empty();
+    CHECK_EQ_INT(jmsg_set_raw(m, JMSG_HEADER, text, n), 0);
+    CHECK_STR(json_string_value(json_object_get(jmsg_header(m), "msg_type")), "kernel_info_request");
+    jmsg_destroy(&m);
+    free(big);
+    free(c3000);
+    free(c5000);
+    free(text);
+    free(pad);
+}
+
 /*  kenneld adds its outcome to a kernel's reply metadata: a shallow one keeps the members it
  *  did not parse, as they came, but for those whose key kenneld sets. */
 TEST(amending_a_shallow_part_keeps_what_it_left_out)
@@ -456,6 +498,7 @@ int main(void)
     RUN(reply_reuses_raw_parent);
     RUN(a_large_part_is_parsed_shallowly);
     RUN(amending_a_shallow_part_keeps_what_it_left_out);
+    RUN(a_key_left_out_hides_the_same_key_before_it);
     RUN(msg_ids_are_distinct_uuids);
     return harness_done();
 }
