@@ -384,8 +384,7 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
 {
     /* Status messages always go: a client waiting for `idle` must get it. */
     int is_status = strcmp(jmsg_type(*msg_p), "status") == 0;
-    zmsg_t *z = wire_encode(self->wire, *msg_p);
-    jmsg_destroy(msg_p);
+    zmsg_t *z = wire_encode_take(self->wire, msg_p);
     if (!z)
         return -1;
     if (i == CHANNELS_HB) {

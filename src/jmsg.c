@@ -343,6 +343,15 @@ int jmsg_set_parent_from(jmsg_t *self, const jmsg_t *parent)
     return self->json[JMSG_PARENT] ? 0 : -1;
 }
 
+zframe_t *jmsg_release_raw(jmsg_t *self, jmsg_part_t part)
+{
+    zframe_t *f = self->raw[part];
+    self->raw[part] = NULL;
+    free(self->omitted[part].m);
+    self->omitted[part] = (omitted_t){0};
+    return f;
+}
+
 const void *jmsg_raw(const jmsg_t *self, jmsg_part_t part, size_t *len_out)
 {
     zframe_t *f = self->raw[part];

@@ -266,16 +266,22 @@ int wire_recv(zsock_t *sock, size_t max_frames, zmsg_t **out)
     return rc;
 }
 
-zmsg_t *wire_encode(wire_t *self, const jmsg_t *msg)
+/*  Encode and sign msg; take: its raw parts' and buffers' frames move into the result
+ *  instead of being copied (the caller destroys msg). */
+static zmsg_t *s_encode(wire_t *self, jmsg_t *msg, int take)
 {
     zmsg_t *z = zmsg_new();
     char *dumped[JMSG_NPARTS] = {NULL};
+    zframe_t *moved[JMSG_NPARTS] = {NULL};
     const void *data[JMSG_NPARTS];
     size_t lens[JMSG_NPARTS];
     if (!z)
         return NULL;
     for (int i = 0; i < JMSG_NPARTS; i++) {
-        data[i] = jmsg_raw(msg, (jmsg_part_t)i, &lens[i]);
+        moved[i] = take ? jmsg_release_raw(msg, (jmsg_part_t)i) : NULL;
+        data[i] = moved[i] ? zframe_data(moved[i]) : jmsg_raw(msg, (jmsg_part_t)i, &lens[i]);
+        if (moved[i])
+            lens[i] = zframe_size(moved[i]);
         if (!data[i]) {
             dumped[i] = json_dumps(jmsg_json(msg, (jmsg_part_t)i), JSON_COMPACT);
             if (!dumped[i])
@@ -293,19 +299,43 @@ zmsg_t *wire_encode(wire_t *self, const jmsg_t *msg)
     if (zmsg_addstr(z, WIRE_DELIMITER) < 0 || zmsg_addstr(z, sig) < 0)
         goto fail;
     for (int i = 0; i < JMSG_NPARTS; i++)
-        if (zmsg_addmem(z, data[i], lens[i]) < 0)
+        if (moved[i] ? zmsg_append(z, &moved[i]) < 0 : zmsg_addmem(z, data[i], lens[i]) < 0)
             goto fail;
-    for (zframe_t *f = zmsg_first(jmsg_buffers(msg)); f; f = zmsg_next(jmsg_buffers(msg)))
-        if (zmsg_addmem(z, zframe_data(f), zframe_size(f)) < 0)
-            goto fail;
+    if (take) {
+        zframe_t *f;
+        while ((f = zmsg_pop(jmsg_buffers(msg))))
+            if (zmsg_append(z, &f) < 0) {
+                zframe_destroy(&f);
+                goto fail;
+            }
+    } else {
+        for (zframe_t *f = zmsg_first(jmsg_buffers(msg)); f; f = zmsg_next(jmsg_buffers(msg)))
+            if (zmsg_addmem(z, zframe_data(f), zframe_size(f)) < 0)
+                goto fail;
+    }
     for (int i = 0; i < JMSG_NPARTS; i++)
         free(dumped[i]);
     return z;
 fail:
-    for (int i = 0; i < JMSG_NPARTS; i++)
+    for (int i = 0; i < JMSG_NPARTS; i++) {
         free(dumped[i]);
+        zframe_destroy(&moved[i]);
+    }
     zmsg_destroy(&z);
     return NULL;
+}
+
+zmsg_t *wire_encode(wire_t *self, const jmsg_t *msg)
+{
+    /* (nothing of msg is changed without take) */
+    return s_encode(self, (jmsg_t *)msg, 0);
+}
+
+zmsg_t *wire_encode_take(wire_t *self, jmsg_t **msg_p)
+{
+    zmsg_t *z = s_encode(self, *msg_p, 1);
+    jmsg_destroy(msg_p);
+    return z;
 }
 
 const char *wire_strerror(int code)

@@ -458,6 +458,35 @@ TEST(amending_a_shallow_part_keeps_what_it_left_out)
     free(files);
 }
 
+/*  A message kenneld sends and drops (channels_send) gives its raw parts' and buffers' bytes
+ *  to libzmq as they are: the same bytes wire_encode would make, none copied. */
+TEST(encoding_a_message_it_takes_moves_its_frames)
+{
+    wire_t *w = wire_new("k", 1, NULL);
+    jmsg_t *m = jmsg_new("display_data", "kernel-session");
+    const char *content = "{\"data\":{\"text/plain\":\"big\"},\"metadata\":{}}";
+    CHECK_EQ_INT(jmsg_set_raw_unparsed(m, JMSG_CONTENT, content, strlen(content)), 0);
+    zmsg_addmem(jmsg_buffers(m), "buf", 3);
+    size_t len;
+    const void *raw = jmsg_raw(m, JMSG_CONTENT, &len);
+    const void *buffer = zframe_data(zmsg_first(jmsg_buffers(m)));
+    zmsg_t *copied = wire_encode(w, m);
+    zmsg_t *moved = wire_encode_take(w, &m);
+    CHECK(m == NULL);
+    CHECK(copied && moved && zmsg_size(copied) == zmsg_size(moved));
+    int found_content = 0, found_buffer = 0;
+    zframe_t *a = zmsg_first(copied), *b = zmsg_first(moved);
+    for (; a && b; a = zmsg_next(copied), b = zmsg_next(moved)) {
+        CHECK(zframe_eq(a, b));
+        found_content |= zframe_data(b) == raw;
+        found_buffer |= zframe_data(b) == buffer;
+    }
+    CHECK(found_content && found_buffer);
+    zmsg_destroy(&copied);
+    zmsg_destroy(&moved);
+    wire_destroy(&w);
+}
+
 static int s_cmp_id(const void *a, const void *b)
 {
     return strcmp(a, b);
@@ -499,6 +528,7 @@ int main(void)
     RUN(a_large_part_is_parsed_shallowly);
     RUN(amending_a_shallow_part_keeps_what_it_left_out);
     RUN(a_key_left_out_hides_the_same_key_before_it);
+    RUN(encoding_a_message_it_takes_moves_its_frames);
     RUN(msg_ids_are_distinct_uuids);
     return harness_done();
 }
