@@ -141,6 +141,13 @@ int wire_decode_begin(wire_t *self, zmsg_t **msg_p, wire_pending_t **out)
     p->sig = sig;
     for (int i = 0; i < JMSG_NPARTS; i++)
         p->parts[i] = zmsg_next(msg);
+    /* A request's header is the parent of every message it makes, a copy in each (a status,
+     * each line of output, the reply): a 60 MiB one would cost a copy and an HMAC of 60 MiB
+     * per line a cell prints. Jupyter's are under 1 KiB. */
+    if (zframe_size(p->parts[JMSG_HEADER]) > WIRE_MAX_HEADER) {
+        wire_pending_destroy(&p);
+        return WIRE_EHEADER;
+    }
     p->check = hmac_check_new(self->hmac, zframe_data(p->sig), zframe_size(p->sig));
     if (!p->check) {
         wire_pending_destroy(&p);
@@ -349,7 +356,7 @@ const char *wire_strerror(int code)
     case WIRE_ESIG: return "bad signature";
     case WIRE_EREPLAY: return "replayed message";
     case WIRE_EJSON: return "a JSON part is not a UTF-8 JSON object";
-    case WIRE_EHEADER: return "header lacks msg_id or msg_type";
+    case WIRE_EHEADER: return "header lacks msg_id or msg_type, or is over 64 KiB";
     default: return "unknown wire error";
     }
 }

@@ -21,8 +21,12 @@
 #define WIRE_ESIG -5       /* signature does not match */
 #define WIRE_EREPLAY -6    /* signature seen recently: a replayed message */
 #define WIRE_EJSON -7      /* a JSON part is not a UTF-8 JSON object */
-#define WIRE_EHEADER -8    /* header lacks a non-empty string msg_id or msg_type */
+#define WIRE_EHEADER -8    /* header lacks a non-empty string msg_id or msg_type, or is
+                            * over WIRE_MAX_HEADER bytes */
 #define WIRE_AGAIN 1       /* wire_decode_step: not done; step again */
+
+/*  The largest header a message may have (so it is also parsed whole: JMSG_PARSE_MAX). */
+#define WIRE_MAX_HEADER (64u << 10)
 
 typedef struct {
     size_t max_ids;          /* routing identity frames before the delimiter */

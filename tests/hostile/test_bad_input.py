@@ -69,6 +69,25 @@ def test_wrong_key_is_ignored(kenneld, client):
     assert r["content"]["status"] == "ok", r["content"]
 
 
+def test_a_header_over_64_KiB_is_refused(kenneld, client):
+    """A request's header is the parent header of every message the request makes, so kenneld
+    copies and signs it once per status, line of output and reply: a signed request with a
+    60 MiB header would have cost the loop a copy and an HMAC of 60 MiB per line its cell
+    printed. Jupyter's headers are under 1 KiB; past 64 KiB a request is dropped."""
+    _set_marker(client)
+    content = {"code": "kennel_marker += 1", "silent": False, "store_history": True,
+               "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}
+    for pad, answered in ((60 << 10, True), (65 << 10, False)):
+        msg = client.session.msg("execute_request", content)
+        msg["header"]["pad"] = "p" * pad
+        client.sockets["shell"].send_multipart(client.session.serialize(msg))
+        r = client.reply_to("shell", msg["header"]["msg_id"], timeout=5 if answered else 1)
+        assert (r is not None) == answered, (pad, r)
+    assert_healthy(client, kenneld)
+    r = client.execute("assert kennel_marker == 2, kennel_marker")
+    assert r["content"]["status"] == "ok", r["content"]
+
+
 def test_replayed_message_runs_once(kenneld, client):
     _set_marker(client)
     msg = client.session.msg("execute_request", {"code": "kennel_marker += 1", "silent": False,

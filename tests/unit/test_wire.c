@@ -253,6 +253,32 @@ TEST(limits)
     wire_destroy(&w);
 }
 
+/*  A request's header goes, as the parent, into every message the request makes: it is
+ *  refused past WIRE_MAX_HEADER, before any hashing. */
+TEST(a_header_is_at_most_64_KiB)
+{
+    wire_t *w = wire_new("k", 1, NULL);
+    char *text = malloc(WIRE_MAX_HEADER + 2);
+    for (size_t size = WIRE_MAX_HEADER; size <= WIRE_MAX_HEADER + 1; size++) {
+        int n = snprintf(text, WIRE_MAX_HEADER + 2,
+                         "{\"msg_id\":\"a\",\"msg_type\":\"kernel_info_request\",\"pad\":\"");
+        memset(text + n, 'p', size - (size_t)n - 2);
+        memcpy(text + size - 2, "\"}", 2);
+        jmsg_t *m = jmsg_new_empty();
+        CHECK_EQ_INT(jmsg_set_raw(m, JMSG_HEADER, text, size), 0);
+        zframe_t *id = zframe_new("ID", 2);
+        zmsg_append(jmsg_ids(m), &id);
+        zmsg_t *z = wire_encode(w, m);
+        jmsg_destroy(&m);
+        CHECK_EQ_INT(wire_decode(w, &z, &m), size <= WIRE_MAX_HEADER ? 0 : WIRE_EHEADER);
+        CHECK_STR(size <= WIRE_MAX_HEADER ? jmsg_type(m) : "kernel_info_request",
+                  "kernel_info_request");
+        jmsg_destroy(&m);
+    }
+    free(text);
+    wire_destroy(&w);
+}
+
 TEST(hmac_known_answer)
 {
     /* RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?". */
@@ -529,6 +555,7 @@ int main(void)
     RUN(amending_a_shallow_part_keeps_what_it_left_out);
     RUN(a_key_left_out_hides_the_same_key_before_it);
     RUN(encoding_a_message_it_takes_moves_its_frames);
+    RUN(a_header_is_at_most_64_KiB);
     RUN(msg_ids_are_distinct_uuids);
     return harness_done();
 }
