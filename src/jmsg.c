@@ -210,7 +210,7 @@ static int s_shallow_member(void *arg, size_t key_at, size_t key_len, size_t val
  *  *obj: whole, or past parse_max bytes, shallowly (its members of small keys and values, up
  *  to parse_max bytes of them; the others listed in *omitted). 0 or -1. */
 static int s_parse(const void *data, size_t len, size_t max_values, size_t parse_max,
-                   json_t **obj, omitted_t *omitted)
+                   unsigned flags, json_t **obj, omitted_t *omitted)
 {
     size_t values;
     *obj = NULL;
@@ -218,7 +218,8 @@ static int s_parse(const void *data, size_t len, size_t max_values, size_t parse
     if (len > parse_max) {
         shallow_t sh = {data, json_object(), parse_max, max_values ? (max_values - 1) / 2 : 0,
                         {0}};
-        if (sh.obj && jvalid_members(data, len, &values, s_shallow_member, &sh) == 0 &&
+        if (sh.obj && jvalid_members(data, len, &values, s_shallow_member, &sh,
+                                      flags & JMSG_UTF8_CHECKED ? JVALID_UTF8_CHECKED : 0) == 0 &&
             values <= max_values) {
             *obj = sh.obj;
             *omitted = sh.omitted;
@@ -244,15 +245,15 @@ static int s_parse(const void *data, size_t len, size_t max_values, size_t parse
 int jmsg_set_raw(jmsg_t *self, jmsg_part_t part, const void *data, size_t len)
 {
     zframe_t *frame = zframe_new(data, len);
-    return frame ? jmsg_take_raw(self, part, &frame, JMSG_MAX_VALUES, JMSG_PARSE_MAX) : -1;
+    return frame ? jmsg_take_raw(self, part, &frame, JMSG_MAX_VALUES, JMSG_PARSE_MAX, 0) : -1;
 }
 
 int jmsg_take_raw(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p, size_t max_values,
-                  size_t parse_max)
+                  size_t parse_max, unsigned flags)
 {
     json_t *obj;
     omitted_t omitted;
-    if (s_parse(zframe_data(*frame_p), zframe_size(*frame_p), max_values, parse_max, &obj,
+    if (s_parse(zframe_data(*frame_p), zframe_size(*frame_p), max_values, parse_max, flags, &obj,
                 &omitted) < 0) {
         zframe_destroy(frame_p);
         return -1;

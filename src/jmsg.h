@@ -42,10 +42,13 @@ void jmsg_destroy(jmsg_t **self_p);
 /*  Set part `part` from the bytes of *frame_p, taken (also on failure), not copied, which
  *  must be one JSON object of at most max_values values and keys; parsed whole, or shallowly
  *  past parse_max bytes (see JMSG_PARSE_MAX; SIZE_MAX: always whole, as a client, which
- *  trusts kenneld's outputs and prints them). 0, or -1 when they are not such an object (the
- *  part is then unchanged). */
+ *  trusts kenneld's outputs and prints them). flags: 0 or JMSG_UTF8_CHECKED. 0, or -1 when
+ *  they are not such an object (the part is then unchanged). */
 int jmsg_take_raw(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p, size_t max_values,
-                  size_t parse_max);
+                  size_t parse_max, unsigned flags);
+/*  jmsg_take_raw's flag: the bytes are known to be UTF-8 (wire checks a large part's in
+ *  slices), so a shallow parse's check reads strings without decoding them. */
+#define JMSG_UTF8_CHECKED 1u
 /*  The same from bytes (copied), with kenneld's bounds: JMSG_MAX_VALUES, JMSG_PARSE_MAX. */
 int jmsg_set_raw(jmsg_t *self, jmsg_part_t part, const void *data, size_t len);
 /*  The same for bytes kenneld only passes on: checked to be one JSON object (jvalid), any

@@ -6,6 +6,7 @@
 
 typedef struct {
     const unsigned char *p, *end;
+    int utf8_checked; /* the caller has checked all the bytes are UTF-8 (JVALID_UTF8_CHECKED) */
 } cur_t;
 
 static int s_digit(const cur_t *c)
@@ -90,8 +91,12 @@ static int s_utf8(cur_t *c)
 /*  Past the bytes from p on that a string may hold as they are (printable ASCII other than
  *  the quote and the backslash), eight at a time: the text of a cell, say, is mostly such
  *  runs, and a byte at a time the check of a 60 MiB part held kenneld's loop ~50 ms. */
-static const unsigned char *s_plain_run(const unsigned char *p, const unsigned char *end)
+static const unsigned char *s_plain_run(const unsigned char *p, const unsigned char *end,
+                                        int utf8_checked)
 {
+    /* Bytes of 0x80 or more are plain too once they are known to be UTF-8. */
+    const uint64_t high_stops = utf8_checked ? 0 : 0x8080808080808080ull;
+    const unsigned char high_stop = utf8_checked ? 0xFF : 0x7F;
     const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
     while (end - p >= 8) {
         uint64_t x;
@@ -101,13 +106,36 @@ static const unsigned char *s_plain_run(const unsigned char *p, const unsigned c
          * without one); a byte of 0x80 or more shows in x's own high bits. */
         uint64_t q = x ^ (ones * '"'), bs = x ^ (ones * '\\');
         uint64_t special = ((x - ones * 0x20) | (q - ones) | (bs - ones)) & ~x & highs;
-        if (special | (x & highs))
+        if (special | (x & high_stops))
             break;
         p += 8;
     }
-    while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
+    while (p < end && *p >= 0x20 && *p <= high_stop && *p != '"' && *p != '\\')
         p++;
     return p;
+}
+
+int jvalid_utf8_run(const void *data, size_t len, size_t *at, size_t budget)
+{
+    const unsigned char *base = data, *p = base + *at, *end = base + len;
+    const unsigned char *stop = budget < (size_t)(end - p) ? p + budget : end;
+    const uint64_t highs = 0x8080808080808080ull;
+    while (p < stop) {
+        if (stop - p >= 8) {
+            uint64_t x;
+            memcpy(&x, p, 8);
+            if (!(x & highs)) {
+                p += 8;
+                continue;
+            }
+        }
+        size_t n = *p < 0x80 ? 1 : jvalid_utf8(p, (size_t)(end - p)); /* may end past stop */
+        if (n == 0)
+            return -1;
+        p += n;
+    }
+    *at = (size_t)(p - base);
+    return p < end;
 }
 
 /*  A string, from its opening quote. \u0000 is allowed (JSON_ALLOW_NUL) and noted in *nul; a
@@ -116,7 +144,7 @@ static int s_string(cur_t *c, int *nul)
 {
     c->p++;
     while (c->p < c->end) {
-        c->p = s_plain_run(c->p, c->end);
+        c->p = s_plain_run(c->p, c->end, c->utf8_checked);
         if (c->p >= c->end)
             break;
         unsigned char b = *c->p;
@@ -233,10 +261,10 @@ static int s_key(cur_t *c, const unsigned char **key, const unsigned char **key_
 
 /*  The check, telling fn (when not NULL) of each member of the outer object as it ends. */
 static int s_object(const void *data, size_t len, size_t *values, jvalid_member_fn *fn,
-                    void *arg)
+                    void *arg, unsigned flags)
 {
     const unsigned char *base = data;
-    cur_t c = {base, base + len};
+    cur_t c = {base, base + len, (flags & JVALID_UTF8_CHECKED) != 0};
     unsigned char open[JVALID_MAX_DEPTH]; /* '{' or '[' for each level we are in */
     size_t depth = 0, n = 0;
     /* The outer object's member being read: its key (quotes included) and its value. */
@@ -314,10 +342,11 @@ static int s_object(const void *data, size_t len, size_t *values, jvalid_member_
 
 int jvalid_object(const void *data, size_t len, size_t *values)
 {
-    return s_object(data, len, values, NULL, NULL);
+    return s_object(data, len, values, NULL, NULL, 0);
 }
 
-int jvalid_members(const void *data, size_t len, size_t *values, jvalid_member_fn *fn, void *arg)
+int jvalid_members(const void *data, size_t len, size_t *values, jvalid_member_fn *fn, void *arg,
+                   unsigned flags)
 {
-    return s_object(data, len, values, fn, arg);
+    return s_object(data, len, values, fn, arg, flags);
 }

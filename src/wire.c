@@ -12,6 +12,7 @@
 #include <sodium.h>
 
 #include "hmac.h"
+#include "jvalid.h"
 #include "replay.h"
 
 struct wire {
@@ -82,8 +83,8 @@ struct wire_pending {
     size_t nids;                 /* identity frames before the delimiter */
     zframe_t *sig;               /* frames of msg */
     zframe_t *parts[JMSG_NPARTS];
-    hmac_check_t *check;
-    int part;                    /* the part being hashed, and how far */
+    hmac_check_t *check;         /* NULL once the signature is found good */
+    int part;                    /* the part being hashed, then checked as UTF-8, and how far */
     size_t done;
 };
 
@@ -157,18 +158,22 @@ int wire_decode_begin(wire_t *self, zmsg_t **msg_p, wire_pending_t **out)
     return 0;
 }
 
-/*  The rest of a decode, once the signature is known good: the replay guard, then JSON. */
+/*  Once the signature is known good: the replay guard. 0 or a WIRE_E* code. */
+static int s_admit(wire_t *self, wire_pending_t *p)
+{
+    if (hmac_is_null(self->hmac))
+        return 0;
+    char hex[HMAC_HEX_LEN + 1];
+    memcpy(hex, zframe_data(p->sig), HMAC_HEX_LEN);
+    hex[HMAC_HEX_LEN] = '\0';
+    int replayed = s_replayed(self, hex);
+    return replayed == 0 ? 0 : replayed > 0 ? WIRE_EREPLAY : WIRE_ENOMEM;
+}
+
+/*  The rest of a decode, once admitted and its large parts found UTF-8: JSON. */
 static int s_finish(wire_t *self, wire_pending_t *p, jmsg_t **out)
 {
     zmsg_t *msg = p->msg;
-    if (!hmac_is_null(self->hmac)) {
-        char hex[HMAC_HEX_LEN + 1];
-        memcpy(hex, zframe_data(p->sig), HMAC_HEX_LEN);
-        hex[HMAC_HEX_LEN] = '\0';
-        int replayed = s_replayed(self, hex);
-        if (replayed != 0)
-            return replayed > 0 ? WIRE_EREPLAY : WIRE_ENOMEM;
-    }
     jmsg_t *m = jmsg_new_empty();
     if (!m)
         return WIRE_ENOMEM;
@@ -177,8 +182,9 @@ static int s_finish(wire_t *self, wire_pending_t *p, jmsg_t **out)
     int rc = 0;
     for (int i = 0; i < JMSG_NPARTS; i++) {
         zmsg_remove(msg, p->parts[i]);
+        /* (a part over parse_max was checked as UTF-8 in slices by wire_decode_step) */
         if (rc == 0 && jmsg_take_raw(m, (jmsg_part_t)i, &p->parts[i], self->limits.max_values,
-                                     self->limits.parse_max) < 0)
+                                     self->limits.parse_max, JMSG_UTF8_CHECKED) < 0)
             rc = WIRE_EJSON;
         zframe_destroy(&p->parts[i]);
     }
@@ -209,26 +215,52 @@ static int s_finish(wire_t *self, wire_pending_t *p, jmsg_t **out)
     return 0;
 }
 
+/*  Up to budget more bytes of a part's HMAC (hashing) or UTF-8 check: 0 once every part is
+ *  done, WIRE_AGAIN while some remain, WIRE_EJSON for bytes that are not UTF-8. */
+static int s_step_parts(wire_t *self, wire_pending_t *p, size_t *budget, int hashing)
+{
+    while (p->part < JMSG_NPARTS) {
+        zframe_t *f = p->parts[p->part];
+        size_t size = zframe_size(f), from = p->done;
+        if (hashing) {
+            size_t n = size - p->done < *budget ? size - p->done : *budget;
+            hmac_check_feed(p->check, zframe_data(f) + p->done, n);
+            p->done += n;
+        } else if (size > self->limits.parse_max && *budget > 0 &&
+                   jvalid_utf8_run(zframe_data(f), size, &p->done, *budget) < 0) {
+            return WIRE_EJSON;
+        } else if (size <= self->limits.parse_max) {
+            p->done = size; /* checked whole with its JSON: small */
+        }
+        *budget -= p->done - from < *budget ? p->done - from : *budget;
+        if (p->done < size)
+            return WIRE_AGAIN;
+        p->part++;
+        p->done = 0;
+    }
+    return 0;
+}
+
 int wire_decode_step(wire_t *self, wire_pending_t **p_p, size_t budget, jmsg_t **out)
 {
     wire_pending_t *p = *p_p;
     *out = NULL;
-    while (p->part < JMSG_NPARTS) {
-        zframe_t *f = p->parts[p->part];
-        size_t n = zframe_size(f) - p->done;
-        if (n > budget)
-            n = budget;
-        hmac_check_feed(p->check, zframe_data(f) + p->done, n);
-        budget -= n;
-        p->done += n;
-        if (p->done == zframe_size(f)) {
-            p->part++;
-            p->done = 0;
-        } else {
-            return WIRE_AGAIN;
-        }
+    int rc = 0;
+    if (p->check) {
+        rc = s_step_parts(self, p, &budget, 1);
+        if (rc == WIRE_AGAIN)
+            return rc;
+        rc = hmac_check_end(&p->check) ? s_admit(self, p) : WIRE_ESIG;
+        p->part = 0;
+        p->done = 0;
     }
-    int rc = hmac_check_end(&p->check) ? s_finish(self, p, out) : WIRE_ESIG;
+    /* Signed: a large part's UTF-8 is checked in slices too, before its JSON is, whole. */
+    if (rc == 0)
+        rc = s_step_parts(self, p, &budget, 0);
+    if (rc == WIRE_AGAIN)
+        return rc;
+    if (rc == 0)
+        rc = s_finish(self, p, out);
     wire_pending_destroy(p_p);
     return rc;
 }

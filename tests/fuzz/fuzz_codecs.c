@@ -218,7 +218,9 @@ static void s_compare_shallow(const char *data, size_t len, const json_t *whole,
 {
     jmsg_t *m = jmsg_new_empty();
     zframe_t *f = zframe_new(data, len);
-    CHECK_EQ_INT(jmsg_take_raw(m, JMSG_CONTENT, &f, SIZE_MAX, s_rand((unsigned)len)), 0);
+    size_t at = 0;
+    unsigned flags = jvalid_utf8_run(data, len, &at, len) == 0 && s_rand(2) ? JMSG_UTF8_CHECKED : 0;
+    CHECK_EQ_INT(jmsg_take_raw(m, JMSG_CONTENT, &f, SIZE_MAX, s_rand((unsigned)len), flags), 0);
     json_t *part = jmsg_content(m);
     const char *key;
     json_t *v;
@@ -242,6 +244,16 @@ static void s_compare(const char *data, size_t len)
 {
     size_t values = 0;
     int ours = jvalid_object(data, len, &values);
+    /* Bytes known to be UTF-8, checked in slices of a random size, read alike. */
+    size_t at = 0, checked_values = 0;
+    int utf8 = 1;
+    while (utf8 == 1)
+        utf8 = jvalid_utf8_run(data, len, &at, 1 + s_rand(16));
+    if (utf8 == 0) {
+        CHECK_EQ_INT(jvalid_members(data, len, &checked_values, NULL, NULL, JVALID_UTF8_CHECKED),
+                     ours);
+        CHECK(ours < 0 || checked_values == values);
+    }
     if (memchr(data, 0, len)) {
         /* A raw NUL byte is never JSON (jansson stops reading at one, and may then take what
          * came before it). */

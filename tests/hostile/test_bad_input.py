@@ -281,14 +281,15 @@ def test_large_unsigned_messages_hold_up_no_other_session(kenneld, client):
 class _SignedFlood:
     """Signed kernel_info_requests of 60 MiB (kenneld answers them itself: no kernel runs),
     sent to a session's shell by run() as fast as kenneld takes them, until stop is set;
-    `answered` counts the replies. Their content takes turns between two shapes: one 60 MiB
-    string, and 12 million members (`{"":0,"":0,…}`), far past the bound on values, so
-    refused unanswered. Each message differs in the last digits of its content, so that the
-    replay guard lets it through: they are written into one of four buffers made here,
-    beforehand, once libzmq is done sending what that buffer held, and the HMAC of
-    everything ahead of them is taken once per shape and copied. So no step of the flood
-    holds this process's GIL for long: a 60 MiB concatenation per message did, and slowed
-    the bystander's client, in this same process, more than kenneld did."""
+    `answered` counts the replies. Their content takes turns between three shapes: one 60
+    MiB string of ASCII, one of two-byte characters, and 12 million members
+    (`{"":0,"":0,…}`), far past the bound on values, so refused unanswered. Each message
+    differs in the last digits of its content, so that the replay guard lets it through:
+    each shape has its buffer, made here, beforehand, and written again once libzmq is done
+    sending what it held, and the HMAC of everything ahead of those digits is taken once
+    per shape and copied. So no step of the flood holds this process's GIL for long: a 60
+    MiB concatenation per message did, and slowed the bystander's client, in this same
+    process, more than kenneld did."""
 
     def __init__(self, kenneld, client):
         self.sock = kenneld.ctx.socket(zmq.DEALER)
@@ -299,6 +300,7 @@ class _SignedFlood:
         session = client.session
         self.head = [session.pack(session.msg_header("kernel_info_request")), b"{}", b"{}"]
         shapes = [b'{"pad":"' + b"x" * (60 << 20) + b'","n":"',
+                  b'{"pad":"' + "\u00e9".encode() * (30 << 20) + b'","n":"',
                   b"{" + b'"":0,' * ((60 << 20) // 5) + b'"n":"']
         self.signers = []
         for prefix in shapes:
@@ -306,7 +308,7 @@ class _SignedFlood:
             for part in self.head + [prefix]:
                 signer.update(part)
             self.signers.append(signer)
-        self.buffers = [bytearray(shapes[i % 2] + b'000000000000"}') for i in range(4)]
+        self.buffers = [bytearray(shape + b'000000000000"}') for shape in shapes]
         self.stop = threading.Event()
         self.answered = 0
 
@@ -325,7 +327,7 @@ class _SignedFlood:
                 n += 1
                 tail = b'%012d"}' % n
                 self.buffers[i][-len(tail):] = tail
-                sig = self.signers[i % 2].copy()
+                sig = self.signers[i].copy()
                 sig.update(tail)
                 trackers[i] = sock.send_multipart(
                     [b"<IDS|MSG>", sig.hexdigest().encode(), *self.head, self.buffers[i]],
@@ -357,7 +359,8 @@ def test_large_signed_messages_hold_up_no_other_session(kenneld, client):
     session's own client held up every other session that long per message. kenneld now
     parses a part over 64 KiB shallowly (its members with short keys and values) and passes
     the rest on as checked bytes; what is left on the loop per message is jvalid's one pass,
-    ~7 ms for 60 MiB of ASCII. A part of millions of members is refused as soon as they are
+    ~7 ms for 60 MiB of ASCII, ~13 ms for 60 MiB of two-byte characters once their UTF-8 has
+    been checked in slices (~135 ms when checked whole). A part of millions of members is refused as soon as they are
     more than the bound on values allows (the first shallow parse listed every one it left
     out first: 1.2-2.3 s and 200 MiB for such a message)."""
     _set_marker(client)

@@ -369,11 +369,11 @@ TEST(a_large_part_is_parsed_shallowly)
     char *text = malloc(JMSG_PARSE_MAX + 64);
     int n = snprintf(text, JMSG_PARSE_MAX + 64, "{\"silent\":true,\"code\":\"%s\"", code);
     zframe_t *f = zframe_new(text, (size_t)n); /* no closing brace */
-    CHECK_EQ_INT(jmsg_take_raw(bad, JMSG_CONTENT, &f, JMSG_MAX_VALUES, JMSG_PARSE_MAX), -1);
+    CHECK_EQ_INT(jmsg_take_raw(bad, JMSG_CONTENT, &f, JMSG_MAX_VALUES, JMSG_PARSE_MAX, 0), -1);
     CHECK(f == NULL);
     text[n] = '}';
     f = zframe_new(text, (size_t)n + 1);
-    CHECK_EQ_INT(jmsg_take_raw(bad, JMSG_CONTENT, &f, JMSG_MAX_VALUES, JMSG_PARSE_MAX), 0);
+    CHECK_EQ_INT(jmsg_take_raw(bad, JMSG_CONTENT, &f, JMSG_MAX_VALUES, JMSG_PARSE_MAX, 0), 0);
     /* Only the first JMSG_PARSE_MAX bytes of short members are parsed. */
     json_t *many = json_object();
     char key[16];
@@ -393,6 +393,89 @@ TEST(a_large_part_is_parsed_shallowly)
     jmsg_destroy(&bad);
     free(code);
     wire_destroy(&w);
+}
+
+/*  Decode z a slice of `budget` bytes at a time: the result, and the steps it took. */
+static int s_decode_in_slices(wire_t *w, zmsg_t *z, size_t budget, jmsg_t **m, int *steps)
+{
+    wire_pending_t *p = NULL;
+    int rc = wire_decode_begin(w, &z, &p);
+    *steps = 0;
+    if (rc == 0)
+        while ((rc = wire_decode_step(w, &p, budget, m)) == WIRE_AGAIN)
+            (*steps)++;
+    return rc;
+}
+
+/*  A signed part over JMSG_PARSE_MAX is checked as UTF-8 a slice at a time, after its HMAC,
+ *  and then as JSON whole, reading its strings without decoding them: any slice size gives
+ *  what a whole decode gives, for text of every UTF-8 length, and a bad sequence anywhere
+ *  (one cut by a slice's end too) refuses it. */
+TEST(a_large_part_is_checked_as_utf8_in_slices)
+{
+    static const char *const chars[] = {"a", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
+    /* each over whole two-byte characters */
+    static const char *const bad[] = {"\xc3x", "\xed\xa0\x80x", "\xc0\xaf", "\xf4\x90\x80\x80",
+                                      "\x80x"};
+    static const size_t budgets[] = {1, 7, 4096, SIZE_MAX};
+    size_t count = JMSG_PARSE_MAX; /* characters: the part is over JMSG_PARSE_MAX bytes */
+    char *text = malloc(4 * count + 64);
+    for (size_t c = 0; c < 4 + 5 * 3; c++) {
+        /* chars[0..3] alone; then each bad sequence early, in the middle and at the end */
+        const char *ch = chars[c < 4 ? c : 1];
+        size_t n = (size_t)snprintf(text, 64, "{\"silent\":true,\"code\":\"");
+        for (size_t k = 0; k < count; k++)
+            n += (size_t)snprintf(text + n, 8, "%s", ch);
+        if (c >= 4) {
+            const char *b = bad[(c - 4) / 3];
+            size_t where = (c - 4) % 3 == 0 ? 40 : (c - 4) % 3 == 1 ? n / 2 : n - 2;
+            where -= (where - 24) % 2; /* on a character's first byte */
+            memcpy(text + where, b, strlen(b));
+        }
+        n += (size_t)snprintf(text + n, 8, "\"}");
+        for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
+            wire_t *w = wire_new("k", 1, NULL);
+            jmsg_t *m = jmsg_new("execute_request", "test-session");
+            zframe_t *id = zframe_new("ID", 2);
+            zmsg_append(jmsg_ids(m), &id);
+            CHECK_EQ_INT(jmsg_set_raw_unparsed(m, JMSG_CONTENT, "{}", 2), 0);
+            zmsg_t *z = wire_encode(w, m);
+            jmsg_destroy(&m);
+            /* The content's frame replaced by the large one, then signed again. */
+            zframe_t *f = zmsg_last(z);
+            zframe_reset(f, text, n);
+            const void *data[JMSG_NPARTS];
+            size_t lens[JMSG_NPARTS];
+            zframe_t *part = zmsg_first(z);
+            for (int k = 0; k < 2; k++)
+                part = zmsg_next(z); /* ID, delimiter, signature */
+            zframe_t *sig = part;
+            for (int k = 0; k < JMSG_NPARTS; k++) {
+                part = zmsg_next(z);
+                data[k] = zframe_data(part);
+                lens[k] = zframe_size(part);
+            }
+            hmac_t *h = hmac_new("k", 1);
+            char hex[HMAC_HEX_LEN + 1];
+            hmac_sign(h, data, lens, JMSG_NPARTS, hex);
+            hmac_destroy(&h);
+            zframe_reset(sig, hex, HMAC_HEX_LEN);
+            int steps;
+            int rc = s_decode_in_slices(w, z, budgets[b], &m, &steps);
+            CHECK_EQ_INT(rc, c < 4 ? 0 : WIRE_EJSON);
+            /* hashed, then checked, in slices: about twice the slices of the hashing alone */
+            if (budgets[b] == 4096 && c < 4)
+                CHECK(steps > (int)(3 * n / 2 / 4096));
+            if (rc == 0) {
+                CHECK(json_is_true(json_object_get(jmsg_content(m), "silent")));
+                size_t raw_len = 0;
+                CHECK(jmsg_raw(m, JMSG_CONTENT, &raw_len) != NULL && raw_len == n);
+            }
+            jmsg_destroy(&m);
+            wire_destroy(&w);
+        }
+    }
+    free(text);
 }
 
 /*  Where a key repeats, the last one stands for kenneld as for the kernel (Python's json,
@@ -556,6 +639,7 @@ int main(void)
     RUN(a_key_left_out_hides_the_same_key_before_it);
     RUN(encoding_a_message_it_takes_moves_its_frames);
     RUN(a_header_is_at_most_64_KiB);
+    RUN(a_large_part_is_checked_as_utf8_in_slices);
     RUN(msg_ids_are_distinct_uuids);
     return harness_done();
 }
