@@ -815,7 +815,7 @@ static int s_kernel_started(sess_t *s)
     s->pss = s->uss = 0;
     s->killed_for[0] = '\0';
     kpipe_destroy(&s->decoder);
-    s->decoder = kpipe_new(b->cfg.max_pipe_frame);
+    s->decoder = kpipe_new_with(b->cfg.max_pipe_frame, session_kpipe_alloc());
     if (!s->decoder) {
         spawner_signal(&s->proc, SIGKILL);
         s_pipe_close(s);

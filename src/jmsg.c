@@ -274,6 +274,17 @@ int jmsg_set_raw_unparsed(jmsg_t *self, jmsg_part_t part, const void *data, size
     return 0;
 }
 
+int jmsg_take_raw_unparsed(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p)
+{
+    size_t values;
+    if (jvalid_object(zframe_data(*frame_p), zframe_size(*frame_p), &values) < 0) {
+        zframe_destroy(frame_p);
+        return -1;
+    }
+    s_set_part(self, part, frame_p, NULL, &(omitted_t){0});
+    return 0;
+}
+
 void jmsg_set_json(jmsg_t *self, jmsg_part_t part, json_t *obj)
 {
     json_decref(self->json[part]);

@@ -1,6 +1,6 @@
 /*  kpipe: framing for the kernel pipe. The decoder never trusts a length: the frame length is
- *  checked against the limit before the body buffer is allocated, and part lengths are checked
- *  against what is left of the body before they are used. */
+ *  checked against the limit before anything is allocated, and each part's length against
+ *  what is left of the body before its buffer is. */
 #include "kpipe.h"
 
 #include <stdlib.h>
@@ -9,17 +9,22 @@
 struct kpipe_frame {
     size_t n;
     kpipe_iov_t part[KPIPE_MAX_PARTS];
-    uint8_t *body; /* owns the bytes the parts point into */
+    void *handle[KPIPE_MAX_PARTS]; /* what owns each part's bytes; NULL once taken */
+    kpipe_alloc_t alloc;
 };
 
 struct kpipe {
     size_t max_frame;
-    uint8_t hdr[4];    /* the length prefix being read */
-    size_t hdr_have;
-    uint8_t *body;     /* the body being read, once its length is known and allowed */
+    kpipe_alloc_t alloc;
+    uint8_t word[4];       /* a length being read: the frame's, its part count, a part's */
+    size_t word_have;
+    int in_body;           /* the frame's length has been read and allowed */
     size_t body_len;
-    size_t body_have;
-    int error;         /* sticky: a malformed stream is never resynchronised */
+    size_t body_have;      /* bytes of the body read, lengths included */
+    size_t nparts;         /* 0 until the part count is read */
+    kpipe_frame_t *frame;  /* the parts read so far; the last one may be partly filled */
+    size_t part_have;      /* bytes of frame's last part read */
+    int error;             /* sticky: a malformed stream is never resynchronised */
     /* Bytes fed but not yet consumed. */
     uint8_t *in;
     size_t in_len, in_off, in_cap;
@@ -78,20 +83,50 @@ kpipe_iov_t kpipe_frame_part(const kpipe_frame_t *frame, size_t i)
     return frame->part[i];
 }
 
+void *kpipe_frame_take(kpipe_frame_t *frame, size_t i)
+{
+    void *h = frame->handle[i];
+    frame->handle[i] = NULL;
+    return h;
+}
+
 void kpipe_frame_destroy(kpipe_frame_t **frame_p)
 {
     if (!frame_p || !*frame_p)
         return;
-    free((*frame_p)->body);
-    free(*frame_p);
+    kpipe_frame_t *f = *frame_p;
+    for (size_t i = 0; i < KPIPE_MAX_PARTS; i++)
+        if (f->handle[i])
+            f->alloc.release(f->alloc.arg, f->handle[i]);
+    free(f);
     *frame_p = NULL;
+}
+
+static void *s_malloc(void *arg, size_t len, void **handle)
+{
+    (void)arg;
+    return *handle = malloc(len ? len : 1);
+}
+
+static void s_free(void *arg, void *handle)
+{
+    (void)arg;
+    free(handle);
 }
 
 kpipe_t *kpipe_new(size_t max_frame)
 {
+    kpipe_alloc_t plain = {s_malloc, s_free, NULL};
+    return kpipe_new_with(max_frame, &plain);
+}
+
+kpipe_t *kpipe_new_with(size_t max_frame, const kpipe_alloc_t *alloc)
+{
     kpipe_t *self = calloc(1, sizeof *self);
-    if (self)
+    if (self) {
         self->max_frame = max_frame;
+        self->alloc = *alloc;
+    }
     return self;
 }
 
@@ -99,7 +134,7 @@ void kpipe_destroy(kpipe_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    free((*self_p)->body);
+    kpipe_frame_destroy(&(*self_p)->frame);
     free((*self_p)->in);
     free(*self_p);
     *self_p = NULL;
@@ -132,40 +167,84 @@ int kpipe_feed(kpipe_t *self, const void *data, size_t len)
     return 0;
 }
 
-/*  Parse a complete body into parts; the frame takes the body. */
-static int s_parse(kpipe_t *self, kpipe_frame_t **out)
+/*  Read a 4-byte length into self->word, of the body when in_body: 1 once whole, 0 when the
+ *  fed bytes ran out. */
+static int s_word(kpipe_t *self)
 {
-    const uint8_t *p = self->body, *end = self->body + self->body_len;
-    if (self->body_len < 4)
-        return KPIPE_ELAYOUT;
-    uint32_t n = s_get32(p);
-    p += 4;
-    if (n == 0 || n > KPIPE_MAX_PARTS)
-        return KPIPE_EPARTS;
-    kpipe_frame_t *f = calloc(1, sizeof *f);
-    if (!f)
-        return KPIPE_ENOMEM;
-    for (uint32_t i = 0; i < n; i++) {
-        if ((size_t)(end - p) < 4)
-            goto layout;
-        uint32_t len = s_get32(p);
-        p += 4;
-        if ((size_t)(end - p) < len)
-            goto layout;
-        f->part[i].data = p;
-        f->part[i].len = len;
-        p += len;
+    while (self->word_have < 4) {
+        if (self->in_off == self->in_len)
+            return 0;
+        self->word[self->word_have++] = self->in[self->in_off++];
+        self->body_have += self->in_body;
     }
-    if (p != end)
-        goto layout;
-    f->n = n;
-    f->body = self->body;
-    self->body = NULL;
-    *out = f;
+    self->word_have = 0;
     return 1;
-layout:
-    free(f);
-    return KPIPE_ELAYOUT;
+}
+
+/*  One step of a frame's decoding: 1 when a frame is whole, 0 when more bytes are needed, 2
+ *  to go on, or a KPIPE_E* code. */
+static int s_step(kpipe_t *self)
+{
+    kpipe_frame_t *f = self->frame;
+    if (!self->in_body) { /* the frame's length */
+        if (!s_word(self))
+            return 0;
+        self->body_len = s_get32(self->word);
+        if (self->body_len > self->max_frame)
+            return KPIPE_ETOOBIG;
+        if (self->body_len < 4)
+            return KPIPE_ELAYOUT;
+        self->frame = calloc(1, sizeof *self->frame);
+        if (!self->frame)
+            return KPIPE_ENOMEM;
+        self->frame->alloc = self->alloc;
+        self->in_body = 1;
+        self->body_have = self->nparts = 0;
+        return 2;
+    }
+    if (self->nparts == 0) { /* the part count */
+        if (!s_word(self))
+            return 0;
+        uint32_t n = s_get32(self->word);
+        if (n == 0 || n > KPIPE_MAX_PARTS)
+            return KPIPE_EPARTS;
+        self->nparts = n;
+        return 2;
+    }
+    if (f->n > 0 && self->part_have < f->part[f->n - 1].len) { /* the last part's bytes */
+        size_t want = f->part[f->n - 1].len - self->part_have;
+        size_t avail = self->in_len - self->in_off;
+        size_t take = want < avail ? want : avail;
+        if (take == 0)
+            return 0;
+        memcpy((uint8_t *)f->part[f->n - 1].data + self->part_have, self->in + self->in_off, take);
+        self->part_have += take;
+        self->in_off += take;
+        self->body_have += take;
+        return 2;
+    }
+    if (f->n == self->nparts) { /* every part read: the body must end here */
+        if (self->body_have != self->body_len)
+            return KPIPE_ELAYOUT;
+        self->in_body = 0;
+        return 1;
+    }
+    if (self->body_len - self->body_have < 4 - self->word_have)
+        return KPIPE_ELAYOUT; /* no room left for the next part's length */
+    if (!s_word(self))
+        return 0;
+    uint32_t len = s_get32(self->word);
+    if (len > self->body_len - self->body_have)
+        return KPIPE_ELAYOUT;
+    void *handle = NULL;
+    void *buf = self->alloc.alloc(self->alloc.arg, len, &handle);
+    if (!buf)
+        return KPIPE_ENOMEM;
+    f->part[f->n] = (kpipe_iov_t){buf, len};
+    f->handle[f->n] = handle;
+    f->n++;
+    self->part_have = 0;
+    return 2;
 }
 
 int kpipe_next(kpipe_t *self, kpipe_frame_t **out)
@@ -173,40 +252,23 @@ int kpipe_next(kpipe_t *self, kpipe_frame_t **out)
     *out = NULL;
     if (self->error)
         return self->error;
-    while (self->hdr_have < 4) {
-        if (self->in_off == self->in_len)
-            return 0;
-        self->hdr[self->hdr_have++] = self->in[self->in_off++];
-        if (self->hdr_have == 4) {
-            self->body_len = s_get32(self->hdr);
-            if (self->body_len > self->max_frame)
-                return self->error = KPIPE_ETOOBIG;
-            self->body = malloc(self->body_len ? self->body_len : 1);
-            if (!self->body)
-                return self->error = KPIPE_ENOMEM;
-            self->body_have = 0;
-        }
-    }
-    size_t want = self->body_len - self->body_have;
-    size_t avail = self->in_len - self->in_off;
-    size_t take = want < avail ? want : avail;
-    memcpy(self->body + self->body_have, self->in + self->in_off, take);
-    self->body_have += take;
-    self->in_off += take;
-    if (self->body_have < self->body_len)
-        return 0;
-    self->hdr_have = 0;
-    int rc = s_parse(self, out);
-    free(self->body);
-    self->body = NULL;
-    if (rc < 0)
+    int rc;
+    while ((rc = s_step(self)) == 2)
+        ;
+    if (rc == 1) {
+        *out = self->frame;
+        self->frame = NULL;
+    } else if (rc < 0) {
         self->error = rc;
+        kpipe_frame_destroy(&self->frame);
+    }
     return rc;
 }
 
 int kpipe_finish(const kpipe_t *self)
 {
-    return (self->hdr_have > 0 || self->in_off < self->in_len) ? KPIPE_ETRUNC : 0;
+    return (self->in_body || self->word_have > 0 || self->in_off < self->in_len) ? KPIPE_ETRUNC
+                                                                                 : 0;
 }
 
 const char *kpipe_strerror(int code)

@@ -1,6 +1,7 @@
 /*  kpipe: the length-prefixed frames of the kernel pipe (protocol/kernel-pipe.md):
  *  `len:u32be body`, body = `nparts:u32be (plen:u32be bytes)…`. An encoder, and an incremental
- *  decoder that checks every length against its limits before it allocates. No I/O. */
+ *  decoder that checks every length against its limits before it allocates, and reads each
+ *  part into a buffer of its own as it comes. No I/O. */
 #ifndef KENNEL_KPIPE_H
 #define KENNEL_KPIPE_H
 
@@ -30,16 +31,31 @@ typedef struct {
 int kpipe_encode(const kpipe_iov_t *parts, size_t n, size_t max_frame, uint8_t **out,
                  size_t *out_len);
 
-/*  A decoded frame: its parts point into the frame's own buffer. */
+/*  Where a decoder puts each part's bytes as they come, so that a large part (a kernel's
+ *  output) can be handed on as it is instead of copied out of the frame: alloc returns a
+ *  buffer of len bytes (len may be 0) and sets *handle to what owns it, or returns NULL;
+ *  release frees a handle. kpipe_new's: malloc and free, the handle being the buffer. */
+typedef struct {
+    void *(*alloc)(void *arg, size_t len, void **handle);
+    void (*release)(void *arg, void *handle);
+    void *arg;
+} kpipe_alloc_t;
+
+/*  A decoded frame: each part in its own buffer, from the decoder's allocator. */
 typedef struct kpipe_frame kpipe_frame_t;
 size_t kpipe_frame_count(const kpipe_frame_t *frame);
-/*  Part i (borrowed, valid until the frame is destroyed). */
+/*  Part i (borrowed, valid until the frame is destroyed, or its handle is taken and freed). */
 kpipe_iov_t kpipe_frame_part(const kpipe_frame_t *frame, size_t i);
+/*  Take part i's handle (the caller releases it); the frame no longer frees it. NULL when
+ *  taken before. */
+void *kpipe_frame_take(kpipe_frame_t *frame, size_t i);
 void kpipe_frame_destroy(kpipe_frame_t **frame_p);
 
 typedef struct kpipe kpipe_t;
 /*  An incremental decoder accepting frames of at most max_frame body bytes. */
 kpipe_t *kpipe_new(size_t max_frame);
+/*  The same, with parts in buffers from alloc (copied). */
+kpipe_t *kpipe_new_with(size_t max_frame, const kpipe_alloc_t *alloc);
 void kpipe_destroy(kpipe_t **self_p);
 /*  Append bytes read from the pipe. 0, or KPIPE_ENOMEM. */
 int kpipe_feed(kpipe_t *self, const void *data, size_t len);

@@ -829,9 +829,32 @@ static json_t *s_part_json(const kpipe_frame_t *f, size_t i)
     return obj;
 }
 
+/*  Kernel frames' parts, each read into a zframe of its own. */
+static void *s_part_alloc(void *arg, size_t len, void **handle)
+{
+    (void)arg;
+    static char empty; /* what an empty part's bytes are (never read) */
+    zframe_t *f = zframe_new(NULL, len);
+    *handle = f;
+    return !f ? NULL : len ? (void *)zframe_data(f) : &empty;
+}
+
+static void s_part_release(void *arg, void *handle)
+{
+    (void)arg;
+    zframe_t *f = handle;
+    zframe_destroy(&f);
+}
+
+const kpipe_alloc_t *session_kpipe_alloc(void)
+{
+    static const kpipe_alloc_t alloc = {s_part_alloc, s_part_release, NULL};
+    return &alloc;
+}
+
 /*  Build a message of type from the kernel's metadata, content and buffers (parts 1, 2, 3…).
  *  NULL when they are not JSON objects. */
-static jmsg_t *s_from_kernel(session_t *self, const kpipe_frame_t *f, const char *type,
+static jmsg_t *s_from_kernel(session_t *self, kpipe_frame_t *f, const char *type,
                              const jmsg_t *parent, int reply)
 {
     if (kpipe_frame_count(f) < 3)
@@ -844,17 +867,21 @@ static jmsg_t *s_from_kernel(session_t *self, const kpipe_frame_t *f, const char
         jmsg_set_parent_from(m, parent);
     /* kenneld adds to a reply's metadata (its status comes in the op header); anything else
      * it only passes on, as the kernel's bytes (checked to be JSON objects, never parsed):
-     * a reply's content may be large and dense (user_expressions, history with outputs). */
-    kpipe_iov_t md = kpipe_frame_part(f, 1), ct = kpipe_frame_part(f, 2);
-    int md_rc = reply ? jmsg_set_raw(m, JMSG_METADATA, md.data, md.len)
-                      : jmsg_set_raw_unparsed(m, JMSG_METADATA, md.data, md.len);
-    if (md_rc < 0 || jmsg_set_raw_unparsed(m, JMSG_CONTENT, ct.data, ct.len) < 0) {
+     * a reply's content may be large and dense (user_expressions, history with outputs).
+     * Each part is the frame the decoder read it into (session_kpipe_alloc), moved on, not
+     * copied: a copy of a 60 MiB output into fresh pages held the loop ~200 ms. */
+    zframe_t *md = kpipe_frame_take(f, 1), *ct = kpipe_frame_take(f, 2);
+    int md_rc = reply ? jmsg_take_raw(m, JMSG_METADATA, &md, JMSG_MAX_VALUES, JMSG_PARSE_MAX, 0)
+                      : jmsg_take_raw_unparsed(m, JMSG_METADATA, &md);
+    if (md_rc < 0 || jmsg_take_raw_unparsed(m, JMSG_CONTENT, &ct) < 0) {
+        zframe_destroy(&md);
+        zframe_destroy(&ct);
         jmsg_destroy(&m);
         return NULL;
     }
     for (size_t i = 3; i < kpipe_frame_count(f); i++) {
-        kpipe_iov_t b = kpipe_frame_part(f, i);
-        zmsg_addmem(jmsg_buffers(m), b.data, b.len);
+        zframe_t *b = kpipe_frame_take(f, i);
+        zmsg_append(jmsg_buffers(m), &b);
     }
     return m;
 }
@@ -1046,7 +1073,7 @@ static int s_on_restored(session_t *self, const json_t *op, const char **why)
     return 0;
 }
 
-static int s_on_reply(session_t *self, const kpipe_frame_t *f, const json_t *op, const char **why)
+static int s_on_reply(session_t *self, kpipe_frame_t *f, const json_t *op, const char **why)
 {
     const char *type = json_string_value(json_object_get(op, "msg_type"));
     const char *parent_id = json_string_value(json_object_get(op, "parent_msg_id"));
@@ -1111,7 +1138,7 @@ static void s_on_log(session_t *self, const json_t *op)
           log_sanitize(clean, sizeof clean, text ? text : "", text ? strlen(text) : 0));
 }
 
-int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **why)
+int session_on_kernel(session_t *self, kpipe_frame_t *frame, const char **why)
 {
     *why = NULL;
     /* Frames still in the pipe of a kernel that is being killed are of no use to anyone. */

@@ -82,9 +82,14 @@ int session_start(session_t *self);
 /*  A verified client message arrived on channel (ROUTE_SHELL, ROUTE_CONTROL or ROUTE_STDIN).
  *  Takes *msg_p. */
 void session_on_request(session_t *self, unsigned channel, jmsg_t **msg_p);
-/*  A frame arrived from the kernel. 0, or -1 for a protocol violation (reason in *why): the
- *  caller must then kill the kernel. */
-int session_on_kernel(session_t *self, const kpipe_frame_t *frame, const char **why);
+/*  A frame arrived from the kernel (decoded with session_kpipe_alloc; parts may be taken from
+ *  it). 0, or -1 for a protocol violation (reason in *why): the caller must then kill the
+ *  kernel. */
+int session_on_kernel(session_t *self, kpipe_frame_t *frame, const char **why);
+/*  The allocator the decoder of the frames given to session_on_kernel must use (kpipe_new_with):
+ *  each part in a zframe of its own, which session_on_kernel may take from the frame to send
+ *  on as it is. */
+const kpipe_alloc_t *session_kpipe_alloc(void);
 /*  The kernel process is gone; `how` describes it ("exited with status 1", "killed by signal
  *  9 (SIGKILL)"). In-flight work gets error replies; a kernel that had started is restarted. */
 void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kind);

@@ -158,18 +158,90 @@ TEST(wire_mutations)
             zframe_destroy(&signed_parts[i][p]);
 }
 
+/*  One frame as the plain reading of a whole stream finds it: its parts, as offsets. */
+typedef struct {
+    size_t n, at[KPIPE_MAX_PARTS], len[KPIPE_MAX_PARTS];
+} ref_frame_t;
+
+static uint32_t s_get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/*  The kernel pipe's framing read the plain way, the whole stream at once, each body parsed
+ *  once it is all there (as kpipe decoded before it read parts as they came): the frames, at
+ *  most max_frames, and 0 when the stream ended between frames, 1 inside one, or the
+ *  KPIPE_E* code of the first bad frame. */
+static int s_ref_decode(const uint8_t *b, size_t len, size_t max, ref_frame_t *frames,
+                        size_t max_frames, size_t *nframes)
+{
+    size_t off = 0;
+    *nframes = 0;
+    while (off < len) {
+        if (len - off < 4)
+            return 1;
+        size_t body = s_get32(b + off);
+        if (body > max)
+            return KPIPE_ETOOBIG;
+        if (len - off - 4 < body)
+            return 1;
+        const uint8_t *p = b + off + 4, *end = p + body;
+        if (body < 4)
+            return KPIPE_ELAYOUT;
+        uint32_t n = s_get32(p);
+        p += 4;
+        if (n == 0 || n > KPIPE_MAX_PARTS)
+            return KPIPE_EPARTS;
+        ref_frame_t *f = &frames[*nframes];
+        for (uint32_t i = 0; i < n; i++) {
+            if (end - p < 4)
+                return KPIPE_ELAYOUT;
+            uint32_t plen = s_get32(p);
+            p += 4;
+            if ((size_t)(end - p) < plen)
+                return KPIPE_ELAYOUT;
+            f->at[i] = (size_t)(p - b);
+            f->len[i] = plen;
+            p += plen;
+        }
+        if (p != end)
+            return KPIPE_ELAYOUT;
+        f->n = n;
+        off = (size_t)(end - b);
+        if (++*nframes == max_frames)
+            return 0;
+    }
+    return 0;
+}
+
+/*  Streams of one to three frames, mutated, fed in random pieces: the decoder, which reads
+ *  each part into its own buffer as it comes, finds what the plain reading finds. It may
+ *  find a bad frame before all of it has come, never another verdict. */
 TEST(kpipe_mutations)
 {
     long iters = getenv("KENNEL_FUZZ_ITERS") ? atol(getenv("KENNEL_FUZZ_ITERS")) : 20000;
     for (long i = 0; i < iters; i++) {
         kpipe_iov_t parts[4] = {{"{\"op\":\"iopub\"}", 14}, {"{}", 2}, {"{\"text\":\"x\"}", 12}, {"", 0}};
-        uint8_t *buf;
-        size_t len;
-        kpipe_encode(parts, 1 + s_rand(4), 1 << 16, &buf, &len);
-        for (unsigned k = 1 + s_rand(3); k > 0; k--)
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        for (unsigned k = 1 + s_rand(3); k > 0; k--) {
+            uint8_t *one;
+            size_t one_len;
+            kpipe_encode(parts, 1 + s_rand(4), 1 << 16, &one, &one_len);
+            buf = realloc(buf, len + one_len);
+            memcpy(buf + len, one, one_len);
+            len += one_len;
+            free(one);
+        }
+        for (unsigned k = s_rand(4); k > 0; k--)
             buf[s_rand((unsigned)len)] ^= (uint8_t)(1 + s_rand(255));
+        if (s_rand(4) == 0)
+            len -= s_rand((unsigned)len); /* cut short */
+        ref_frame_t ref[3];
+        size_t nref;
+        int ref_rc = s_ref_decode(buf, len, 1 << 16, ref, 3, &nref);
         kpipe_t *d = kpipe_new(1 << 16);
-        size_t off = 0;
+        size_t off = 0, got = 0;
         int rc = 0;
         while (off < len && rc >= 0) {
             size_t chunk = 1 + s_rand((unsigned)(len - off));
@@ -177,11 +249,27 @@ TEST(kpipe_mutations)
             off += chunk;
             kpipe_frame_t *f = NULL;
             while ((rc = kpipe_next(d, &f)) == 1) {
-                for (size_t p = 0; p < kpipe_frame_count(f); p++)
-                    CHECK(kpipe_frame_part(f, p).len <= len);
+                CHECK(got < nref);
+                if (got < nref) {
+                    CHECK_EQ_INT(kpipe_frame_count(f), ref[got].n);
+                    for (size_t p = 0; p < kpipe_frame_count(f) && p < ref[got].n; p++) {
+                        kpipe_iov_t part = kpipe_frame_part(f, p);
+                        CHECK(part.len == ref[got].len[p] &&
+                              (!part.len || memcmp(part.data, buf + ref[got].at[p], part.len) == 0));
+                    }
+                }
+                got++;
                 kpipe_frame_destroy(&f);
             }
         }
+        CHECK_EQ_INT(got, nref);
+        if (ref_rc < 0)
+            CHECK_EQ_INT(rc, ref_rc);
+        else if (ref_rc == 1)
+            CHECK(rc == 0 ? kpipe_finish(d) == KPIPE_ETRUNC
+                          : rc == KPIPE_ELAYOUT || rc == KPIPE_EPARTS);
+        else
+            CHECK(rc == 0 && kpipe_finish(d) == 0);
         kpipe_destroy(&d);
         free(buf);
     }

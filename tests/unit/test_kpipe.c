@@ -163,9 +163,73 @@ TEST(truncated_stream)
     free(buf);
 }
 
+/*  An allocator that counts, its handles being the buffers. */
+static int s_allocs, s_releases;
+
+static void *s_count_alloc(void *arg, size_t len, void **handle)
+{
+    (void)arg;
+    s_allocs++;
+    return *handle = malloc(len ? len : 1);
+}
+
+static void s_count_release(void *arg, void *handle)
+{
+    (void)arg;
+    s_releases++;
+    free(handle);
+}
+
+/*  Each part is read into a buffer of its own from the decoder's allocator, as it comes; a
+ *  part taken is the caller's to release, the others go with the frame, or with the decoder
+ *  when it is destroyed (or fails) half-way through a frame. */
+TEST(parts_come_in_buffers_of_their_own)
+{
+    kpipe_alloc_t alloc = {s_count_alloc, s_count_release, NULL};
+    kpipe_iov_t parts[] = {{"{\"op\":\"iopub\"}", 14}, {"{}", 2}, {"0123456789", 10}};
+    uint8_t *buf;
+    size_t len;
+    kpipe_encode(parts, 3, 1024, &buf, &len);
+    s_allocs = s_releases = 0;
+    kpipe_t *d = kpipe_new_with(1024, &alloc);
+    kpipe_frame_t *f = NULL;
+    /* A part's buffer is there once its length is: before the frame is whole. */
+    kpipe_feed(d, buf, len - 5);
+    CHECK_EQ_INT(kpipe_next(d, &f), 0);
+    CHECK_EQ_INT(s_allocs, 3);
+    kpipe_feed(d, buf + len - 5, 5);
+    CHECK_EQ_INT(kpipe_next(d, &f), 1);
+    void *taken = kpipe_frame_take(f, 2);
+    CHECK(taken == kpipe_frame_part(f, 2).data);
+    CHECK(memcmp(taken, "0123456789", 10) == 0);
+    CHECK(kpipe_frame_take(f, 2) == NULL);
+    kpipe_frame_destroy(&f);
+    CHECK_EQ_INT(s_releases, 2);
+    s_count_release(NULL, taken);
+    /* Destroyed inside a frame. */
+    kpipe_feed(d, buf, len - 5);
+    CHECK_EQ_INT(kpipe_next(d, &f), 0);
+    kpipe_destroy(&d);
+    CHECK_EQ_INT(s_allocs, 6);
+    CHECK_EQ_INT(s_releases, 6);
+    /* Failed inside a frame: the first part read, the second's length past the body. */
+    d = kpipe_new_with(1024, &alloc);
+    uint8_t bad[40];
+    memcpy(bad, buf, 4 + 4 + 4 + 14);
+    bad[26] = bad[27] = bad[28] = 0x7f; /* the second part's length */
+    bad[29] = 0;
+    kpipe_feed(d, bad, 30);
+    CHECK_EQ_INT(kpipe_next(d, &f), KPIPE_ELAYOUT);
+    CHECK_EQ_INT(s_allocs, 7);
+    CHECK_EQ_INT(s_releases, 7);
+    kpipe_destroy(&d);
+    free(buf);
+}
+
 int main(void)
 {
     RUN(round_trip_bytewise);
+    RUN(parts_come_in_buffers_of_their_own);
     RUN(many_frames_in_one_feed);
     RUN(encode_limits);
     RUN(oversize_frame_refused_before_allocating);

@@ -19,6 +19,7 @@ typedef struct {
     char type[64];
     char parent_id[64];
     json_t *content;
+    const void *content_at; /* where its content's bytes were (compared, never read) */
 } sent_t;
 
 typedef struct {
@@ -60,6 +61,8 @@ static void op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
     const char *pid = json_string_value(json_object_get(jmsg_json(*msg_p, JMSG_PARENT), "msg_id"));
     snprintf(s->parent_id, sizeof s->parent_id, "%s", pid ? pid : "");
     s->content = s_wire_part(*msg_p, JMSG_CONTENT);
+    size_t len;
+    s->content_at = jmsg_raw(*msg_p, JMSG_CONTENT, &len);
     r->metadata[r->nsent - 1] = s_wire_part(*msg_p, JMSG_METADATA);
     jmsg_destroy(msg_p);
 }
@@ -199,6 +202,9 @@ static void s_request(session_t *s, unsigned channel, const char *type, json_t *
     session_on_request(s, channel, &m);
 }
 
+/*  Where the content part (the third) of the last frame s_kernel fed was read into. */
+static const void *s_fed_content_at;
+
 /*  Feed the session one kernel frame made of string parts. */
 static int s_kernel(session_t *s, int n, const char **parts)
 {
@@ -208,10 +214,11 @@ static int s_kernel(session_t *s, int n, const char **parts)
     uint8_t *buf;
     size_t len;
     kpipe_encode(iov, (size_t)n, 1 << 20, &buf, &len);
-    kpipe_t *d = kpipe_new(1 << 20);
+    kpipe_t *d = kpipe_new_with(1 << 20, session_kpipe_alloc());
     kpipe_feed(d, buf, len);
     kpipe_frame_t *f = NULL;
     kpipe_next(d, &f);
+    s_fed_content_at = n > 2 ? kpipe_frame_part(f, 2).data : NULL;
     const char *why = NULL;
     int rc = session_on_kernel(s, f, &why);
     kpipe_frame_destroy(&f);
@@ -359,6 +366,8 @@ TEST(one_request_at_a_time)
     int at = s_find(r, 0, "stream");
     CHECK(at > 0);
     CHECK_STR(r->sent[at].parent_id, id1);
+    /* ... its content the very bytes the pipe's decoder read, not a copy of them. */
+    CHECK(r->sent[at].content_at == s_fed_content_at);
     /* The reply releases the next request. */
     CHECK_EQ_INT(s_reply(s, "execute_reply", id1, "{\"status\":\"ok\",\"execution_count\":1}"), 0);
     int rep = s_find(r, 0, "execute_reply");
