@@ -68,7 +68,9 @@ int jmsg_set_parent_from(jmsg_t *self, const jmsg_t *parent);
  *  changes. */
 const void *jmsg_raw(const jmsg_t *self, jmsg_part_t part, size_t *len_out);
 /*  Take a part's raw bytes out of the message (caller owns them), or NULL when it has none;
- *  the part keeps what was parsed of it (jmsg_json), and no raw bytes. */
+ *  the part keeps what was parsed of it (jmsg_json), and no raw bytes: for a message about
+ *  to be destroyed only (wire_encode_take), since encoding it again would lose what a
+ *  shallow parse left out. */
 zframe_t *jmsg_release_raw(jmsg_t *self, jmsg_part_t part);
 /*  A JSON string as C reads it, or NULL when v is not a string or holds a NUL (C would read
  *  a shorter one: "a\u0000b" is not "a"). Borrowed. */

@@ -101,9 +101,12 @@ static const unsigned char *s_plain_run(const unsigned char *p, const unsigned c
     while (end - p >= 8) {
         uint64_t x;
         memcpy(&x, p, 8);
-        /* A byte under 0x20, or the quote, or the backslash, makes its own high bit set in
-         * one of the first three terms (exactly: any such byte sets some bit, none is set
-         * without one); a byte of 0x80 or more shows in x's own high bits. */
+        /* Whether the word holds a byte under 0x20, the quote or the backslash: the lowest
+         * such byte sets its own high bit in one of the three terms (no borrow comes from the
+         * plain bytes below it), and a word of plain bytes sets none. Bits above the lowest
+         * hit may be set by its borrow: only whether any is set is used. A byte of 0x80 or
+         * more never sets one (masked by ~x, and it lends no borrow): it shows in x's own
+         * high bits. */
         uint64_t q = x ^ (ones * '"'), bs = x ^ (ones * '\\');
         uint64_t special = ((x - ones * 0x20) | (q - ones) | (bs - ones)) & ~x & highs;
         if (special | (x & high_stops))

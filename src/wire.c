@@ -343,10 +343,8 @@ static zmsg_t *s_encode(wire_t *self, jmsg_t *msg, int take)
     if (take) {
         zframe_t *f;
         while ((f = zmsg_pop(jmsg_buffers(msg))))
-            if (zmsg_append(z, &f) < 0) {
-                zframe_destroy(&f);
+            if (zmsg_append(z, &f) < 0)
                 goto fail;
-            }
     } else {
         for (zframe_t *f = zmsg_first(jmsg_buffers(msg)); f; f = zmsg_next(jmsg_buffers(msg)))
             if (zmsg_addmem(z, zframe_data(f), zframe_size(f)) < 0)

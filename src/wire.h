@@ -27,6 +27,7 @@
 
 /*  The largest header a message may have (so it is also parsed whole: JMSG_PARSE_MAX). */
 #define WIRE_MAX_HEADER (64u << 10)
+_Static_assert(WIRE_MAX_HEADER <= JMSG_PARSE_MAX, "a header is parsed whole");
 
 typedef struct {
     size_t max_ids;          /* routing identity frames before the delimiter */

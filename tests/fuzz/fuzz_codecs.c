@@ -423,11 +423,12 @@ TEST(jvalid_against_jansson)
         }
         s_compare(buf, len);
     }
-    /* Every byte value at every place of a string's first 24 bytes, and before a second
-     * byte of every value: jvalid takes plain runs eight bytes at a time. */
+    /* Every byte value at every place of a string's first 24 bytes, alone and before a
+     * second byte of 0x7F or more (a sequence's possible rest): jvalid takes plain runs
+     * eight bytes at a time. */
     for (size_t at = 0; at < 24; at++) {
         for (int b = 0; b < 256; b++) {
-            for (int next = -1; next < 256; next += next < 0 ? 1 + 0x7F : 1) {
+            for (int next = -1; next < 256; next = next < 0 ? 0x7F : next + 1) {
                 char s[40] = "{\"s\":\"aaaaaaaaaaaaaaaaaaaaaaaa\"}";
                 s[6 + at] = (char)b;
                 if (next >= 0 && at + 1 < 24)

@@ -407,10 +407,66 @@ static int s_decode_in_slices(wire_t *w, zmsg_t *z, size_t budget, jmsg_t **m, i
     return rc;
 }
 
+/*  A signed execute_request whose parent, metadata and content are the given bytes (NULL:
+ *  "{}"), from the identity "ID". */
+static zmsg_t *s_signed_with(const char *const text[JMSG_NPARTS], const size_t len[JMSG_NPARTS])
+{
+    jmsg_t *m = jmsg_new("execute_request", "test-session");
+    zframe_t *id = zframe_new("ID", 2);
+    zmsg_append(jmsg_ids(m), &id);
+    for (int k = JMSG_PARENT; k < JMSG_NPARTS; k++)
+        jmsg_set_raw_unparsed(m, (jmsg_part_t)k, "{}", 2);
+    hmac_t *h = hmac_new("k", 1);
+    wire_t *w = wire_new("k", 1, NULL);
+    zmsg_t *z = wire_encode(w, m);
+    jmsg_destroy(&m);
+    wire_destroy(&w);
+    zframe_t *sig = zmsg_first(z);
+    for (int k = 0; k < 2; k++)
+        sig = zmsg_next(z); /* ID, delimiter, signature */
+    const void *data[JMSG_NPARTS];
+    size_t lens[JMSG_NPARTS];
+    zframe_t *part = sig;
+    for (int k = 0; k < JMSG_NPARTS; k++) {
+        part = zmsg_next(z);
+        if (text[k])
+            zframe_reset(part, text[k], len[k]);
+        data[k] = zframe_data(part);
+        lens[k] = zframe_size(part);
+    }
+    char hex[HMAC_HEX_LEN + 1];
+    hmac_sign(h, data, lens, JMSG_NPARTS, hex);
+    hmac_destroy(&h);
+    zframe_reset(sig, hex, HMAC_HEX_LEN);
+    return z;
+}
+
+/*  An object of JMSG_PARSE_MAX characters ch in one string (over JMSG_PARSE_MAX bytes), with
+ *  the bad sequence b (or none) written over whole characters at `where` (0: early, 1: in the
+ *  middle, 2: at the end). Its length in *len. Owned. */
+static char *s_long_text(const char *ch, const char *b, int where, size_t *len)
+{
+    static const char prefix[] = "{\"silent\":true,\"code\":\"";
+    size_t count = JMSG_PARSE_MAX, cl = strlen(ch), pl = sizeof prefix - 1;
+    char *text = malloc(pl + count * cl + 8);
+    memcpy(text, prefix, pl);
+    for (size_t k = 0; k < count; k++)
+        memcpy(text + pl + k * cl, ch, cl);
+    size_t n = pl + count * cl;
+    if (b) {
+        size_t at = where == 0 ? 16 * cl : where == 1 ? count / 2 * cl : (count - 2) * cl;
+        memcpy(text + pl + at, b, strlen(b));
+    }
+    memcpy(text + n, "\"}", 2);
+    *len = n + 2;
+    return text;
+}
+
 /*  A signed part over JMSG_PARSE_MAX is checked as UTF-8 a slice at a time, after its HMAC,
  *  and then as JSON whole, reading its strings without decoding them: any slice size gives
  *  what a whole decode gives, for text of every UTF-8 length, and a bad sequence anywhere
- *  (one cut by a slice's end too) refuses it. */
+ *  (one cut by a slice's end too), in the parent, the metadata or the content, or in the
+ *  second of two large parts, refuses it. */
 TEST(a_large_part_is_checked_as_utf8_in_slices)
 {
     static const char *const chars[] = {"a", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
@@ -418,64 +474,46 @@ TEST(a_large_part_is_checked_as_utf8_in_slices)
     static const char *const bad[] = {"\xc3x", "\xed\xa0\x80x", "\xc0\xaf", "\xf4\x90\x80\x80",
                                       "\x80x"};
     static const size_t budgets[] = {1, 7, 4096, SIZE_MAX};
-    size_t count = JMSG_PARSE_MAX; /* characters: the part is over JMSG_PARSE_MAX bytes */
-    char *text = malloc(4 * count + 64);
-    for (size_t c = 0; c < 4 + 5 * 3; c++) {
-        /* chars[0..3] alone; then each bad sequence early, in the middle and at the end */
-        const char *ch = chars[c < 4 ? c : 1];
-        size_t n = (size_t)snprintf(text, 64, "{\"silent\":true,\"code\":\"");
-        for (size_t k = 0; k < count; k++)
-            n += (size_t)snprintf(text + n, 8, "%s", ch);
-        if (c >= 4) {
-            const char *b = bad[(c - 4) / 3];
-            size_t where = (c - 4) % 3 == 0 ? 40 : (c - 4) % 3 == 1 ? n / 2 : n - 2;
-            where -= (where - 24) % 2; /* on a character's first byte */
-            memcpy(text + where, b, strlen(b));
-        }
-        n += (size_t)snprintf(text + n, 8, "\"}");
-        for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
-            wire_t *w = wire_new("k", 1, NULL);
-            jmsg_t *m = jmsg_new("execute_request", "test-session");
-            zframe_t *id = zframe_new("ID", 2);
-            zmsg_append(jmsg_ids(m), &id);
-            CHECK_EQ_INT(jmsg_set_raw_unparsed(m, JMSG_CONTENT, "{}", 2), 0);
-            zmsg_t *z = wire_encode(w, m);
-            jmsg_destroy(&m);
-            /* The content's frame replaced by the large one, then signed again. */
-            zframe_t *f = zmsg_last(z);
-            zframe_reset(f, text, n);
-            const void *data[JMSG_NPARTS];
-            size_t lens[JMSG_NPARTS];
-            zframe_t *part = zmsg_first(z);
-            for (int k = 0; k < 2; k++)
-                part = zmsg_next(z); /* ID, delimiter, signature */
-            zframe_t *sig = part;
-            for (int k = 0; k < JMSG_NPARTS; k++) {
-                part = zmsg_next(z);
-                data[k] = zframe_data(part);
-                lens[k] = zframe_size(part);
+    size_t good_len;
+    char *good = s_long_text("\xc3\xa9", NULL, 0, &good_len);
+    /* where: the parent, the metadata, the content, or the content after a large metadata */
+    for (int where = 0; where < 4; where++) {
+        for (size_t c = 0; c < 4 + 5 * 3; c++) {
+            size_t n;
+            char *text = c < 4 ? s_long_text(chars[c], NULL, 0, &n)
+                               : s_long_text("\xc3\xa9", bad[(c - 4) / 3], (int)(c - 4) % 3, &n);
+            if (c < 4 && where != 2)
+                continue; /* good text: in the content */
+            const char *texts[JMSG_NPARTS] = {NULL};
+            size_t lens[JMSG_NPARTS] = {0};
+            jmsg_part_t at = where == 0 ? JMSG_PARENT : where == 1 ? JMSG_METADATA : JMSG_CONTENT;
+            texts[at] = text;
+            lens[at] = n;
+            if (where == 3) {
+                texts[JMSG_METADATA] = good;
+                lens[JMSG_METADATA] = good_len;
             }
-            hmac_t *h = hmac_new("k", 1);
-            char hex[HMAC_HEX_LEN + 1];
-            hmac_sign(h, data, lens, JMSG_NPARTS, hex);
-            hmac_destroy(&h);
-            zframe_reset(sig, hex, HMAC_HEX_LEN);
-            int steps;
-            int rc = s_decode_in_slices(w, z, budgets[b], &m, &steps);
-            CHECK_EQ_INT(rc, c < 4 ? 0 : WIRE_EJSON);
-            /* hashed, then checked, in slices: about twice the slices of the hashing alone */
-            if (budgets[b] == 4096 && c < 4)
-                CHECK(steps > (int)(3 * n / 2 / 4096));
-            if (rc == 0) {
-                CHECK(json_is_true(json_object_get(jmsg_content(m), "silent")));
-                size_t raw_len = 0;
-                CHECK(jmsg_raw(m, JMSG_CONTENT, &raw_len) != NULL && raw_len == n);
+            for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
+                wire_t *w = wire_new("k", 1, NULL);
+                jmsg_t *m = NULL;
+                int steps;
+                int rc = s_decode_in_slices(w, s_signed_with(texts, lens), budgets[b], &m, &steps);
+                CHECK_EQ_INT(rc, c < 4 ? 0 : WIRE_EJSON);
+                /* hashed, then checked, in slices: about twice the slices of hashing alone */
+                if (budgets[b] == 4096 && c < 4)
+                    CHECK(steps > (int)(3 * n / 2 / 4096));
+                if (rc == 0) {
+                    CHECK(json_is_true(json_object_get(jmsg_content(m), "silent")));
+                    size_t raw_len = 0;
+                    CHECK(jmsg_raw(m, JMSG_CONTENT, &raw_len) != NULL && raw_len == n);
+                }
+                jmsg_destroy(&m);
+                wire_destroy(&w);
             }
-            jmsg_destroy(&m);
-            wire_destroy(&w);
+            free(text);
         }
     }
-    free(text);
+    free(good);
 }
 
 /*  Where a key repeats, the last one stands for kenneld as for the kernel (Python's json,
