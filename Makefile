@@ -18,7 +18,7 @@ LIB_SRCS  := $(filter-out src/kenneld.c src/kennel.c src/init.c,$(wildcard src/*
 LIB_OBJS  := $(LIB_SRCS:src/%.c=$(BUILD)/%.o)
 # The zygote's C part: a CPython extension linking the sandbox from src/.
 ZYGOTE_SO   := $(BUILD)/zygote/_kennel_zygote.so
-ZYGOTE_OBJS := $(addprefix $(BUILD)/,sandbox.o sysfilter.o reaper.o kpipe.o util.o)
+ZYGOTE_OBJS := $(addprefix $(BUILD)/,sandbox.o sysfilter.o reaper.o kpipe.o jvalid.o util.o)
 PY_INCLUDE   = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)

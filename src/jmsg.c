@@ -274,10 +274,11 @@ int jmsg_set_raw_unparsed(jmsg_t *self, jmsg_part_t part, const void *data, size
     return 0;
 }
 
-int jmsg_take_raw_unparsed(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p)
+int jmsg_take_raw_unparsed(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p, unsigned flags)
 {
     size_t values;
-    if (jvalid_object(zframe_data(*frame_p), zframe_size(*frame_p), &values) < 0) {
+    if (jvalid_members(zframe_data(*frame_p), zframe_size(*frame_p), &values, NULL, NULL,
+                       flags & JMSG_UTF8_CHECKED ? JVALID_UTF8_CHECKED : 0) < 0) {
         zframe_destroy(frame_p);
         return -1;
     }

@@ -54,8 +54,9 @@ int jmsg_set_raw(jmsg_t *self, jmsg_part_t part, const void *data, size_t len);
 /*  The same for bytes kenneld only passes on: checked to be one JSON object (jvalid), any
  *  size, and kept as bytes only: jmsg_json() of the part is NULL. */
 int jmsg_set_raw_unparsed(jmsg_t *self, jmsg_part_t part, const void *data, size_t len);
-/*  The same with the bytes of *frame_p, taken (also on failure), not copied. */
-int jmsg_take_raw_unparsed(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p);
+/*  The same with the bytes of *frame_p, taken (also on failure), not copied. flags: 0 or
+ *  JMSG_UTF8_CHECKED. */
+int jmsg_take_raw_unparsed(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p, unsigned flags);
 /*  Set part `part` to a JSON object; steals the reference. The part is serialised on encode. */
 void jmsg_set_json(jmsg_t *self, jmsg_part_t part, json_t *obj);
 /*  Set part `part` to obj (a copy of jmsg_json(part), changed; stolen): as jmsg_set_json,

@@ -3,6 +3,8 @@
  *  what is left of the body before its buffer is. */
 #include "kpipe.h"
 
+#include "jvalid.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +12,7 @@ struct kpipe_frame {
     size_t n;
     kpipe_iov_t part[KPIPE_MAX_PARTS];
     void *handle[KPIPE_MAX_PARTS]; /* what owns each part's bytes; NULL once taken */
+    char utf8[KPIPE_MAX_PARTS];    /* 0 once a part's bytes are found not to be UTF-8 */
     kpipe_alloc_t alloc;
 };
 
@@ -24,6 +27,7 @@ struct kpipe {
     size_t nparts;         /* 0 until the part count is read */
     kpipe_frame_t *frame;  /* the parts read so far; the last one may be partly filled */
     size_t part_have;      /* bytes of frame's last part read */
+    size_t utf8_at;        /* bytes of it checked as UTF-8 */
     int error;             /* sticky: a malformed stream is never resynchronised */
     /* Bytes fed but not yet consumed. */
     uint8_t *in;
@@ -81,6 +85,11 @@ size_t kpipe_frame_count(const kpipe_frame_t *frame)
 kpipe_iov_t kpipe_frame_part(const kpipe_frame_t *frame, size_t i)
 {
     return frame->part[i];
+}
+
+int kpipe_frame_part_utf8(const kpipe_frame_t *frame, size_t i)
+{
+    return frame->utf8[i];
 }
 
 void *kpipe_frame_take(kpipe_frame_t *frame, size_t i)
@@ -217,10 +226,19 @@ static int s_step(kpipe_t *self)
         size_t take = want < avail ? want : avail;
         if (take == 0)
             return 0;
-        memcpy((uint8_t *)f->part[f->n - 1].data + self->part_have, self->in + self->in_off, take);
+        kpipe_iov_t *part = &f->part[f->n - 1];
+        memcpy((uint8_t *)part->data + self->part_have, self->in + self->in_off, take);
         self->part_have += take;
         self->in_off += take;
         self->body_have += take;
+        /* UTF-8 as it comes, but for a character the next bytes may finish (a binary part
+         * stops this at its first stray byte). */
+        size_t ready = self->part_have == part->len ? part->len
+                       : self->part_have > 3        ? self->part_have - 3
+                                                    : 0;
+        if (f->utf8[f->n - 1] && ready > self->utf8_at &&
+            jvalid_utf8_run(part->data, self->part_have, &self->utf8_at, ready - self->utf8_at) < 0)
+            f->utf8[f->n - 1] = 0;
         return 2;
     }
     if (f->n == self->nparts) { /* every part read: the body must end here */
@@ -242,8 +260,9 @@ static int s_step(kpipe_t *self)
         return KPIPE_ENOMEM;
     f->part[f->n] = (kpipe_iov_t){buf, len};
     f->handle[f->n] = handle;
+    f->utf8[f->n] = 1;
     f->n++;
-    self->part_have = 0;
+    self->part_have = self->utf8_at = 0;
     return 2;
 }
 

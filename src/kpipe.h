@@ -46,6 +46,10 @@ typedef struct kpipe_frame kpipe_frame_t;
 size_t kpipe_frame_count(const kpipe_frame_t *frame);
 /*  Part i (borrowed, valid until the frame is destroyed, or its handle is taken and freed). */
 kpipe_iov_t kpipe_frame_part(const kpipe_frame_t *frame, size_t i);
+/*  1 when part i's bytes are all UTF-8 (as jvalid_utf8 reads them), checked as they came, so
+ *  that the part's JSON check may read its strings without decoding them
+ *  (JVALID_UTF8_CHECKED); else 0. */
+int kpipe_frame_part_utf8(const kpipe_frame_t *frame, size_t i);
 /*  Take part i's handle (the caller releases it); the frame no longer frees it. NULL when
  *  taken before. */
 void *kpipe_frame_take(kpipe_frame_t *frame, size_t i);

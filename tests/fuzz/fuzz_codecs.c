@@ -221,7 +221,8 @@ TEST(kpipe_mutations)
 {
     long iters = getenv("KENNEL_FUZZ_ITERS") ? atol(getenv("KENNEL_FUZZ_ITERS")) : 20000;
     for (long i = 0; i < iters; i++) {
-        kpipe_iov_t parts[4] = {{"{\"op\":\"iopub\"}", 14}, {"{}", 2}, {"{\"text\":\"x\"}", 12}, {"", 0}};
+        kpipe_iov_t parts[4] = {{"{\"op\":\"iopub\"}", 14}, {"{}", 2},
+                                {"{\"text\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}", 25}, {"", 0}};
         uint8_t *buf = NULL;
         size_t len = 0;
         for (unsigned k = 1 + s_rand(3); k > 0; k--) {
@@ -256,6 +257,10 @@ TEST(kpipe_mutations)
                         kpipe_iov_t part = kpipe_frame_part(f, p);
                         CHECK(part.len == ref[got].len[p] &&
                               (!part.len || memcmp(part.data, buf + ref[got].at[p], part.len) == 0));
+                        /* its UTF-8, checked as it came in pieces, as checked whole */
+                        size_t at = 0;
+                        int whole = part.len ? jvalid_utf8_run(part.data, part.len, &at, part.len) : 0;
+                        CHECK_EQ_INT(kpipe_frame_part_utf8(f, p), whole == 0);
                     }
                 }
                 got++;

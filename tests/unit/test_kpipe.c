@@ -226,10 +226,42 @@ TEST(parts_come_in_buffers_of_their_own)
     free(buf);
 }
 
+/*  Each part's UTF-8 is checked as its bytes come, a character cut between two reads
+ *  included: what kenneld's JSON check of a kernel's output then need not decode. */
+TEST(parts_are_checked_as_utf8_as_they_come)
+{
+    kpipe_iov_t parts[] = {{"{\"op\":\"iopub\"}", 14},
+                           {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 done", 21},
+                           {"x\xed\xa0\x80y", 5}, /* a surrogate */
+                           {"ok \xc3", 4},          /* a character cut by the part's end */
+                           {"", 0},
+                           {"\x80", 1}};
+    int expect[] = {1, 1, 0, 0, 1, 0};
+    uint8_t *buf;
+    size_t len;
+    kpipe_encode(parts, 6, 1024, &buf, &len);
+    for (size_t piece = 1; piece <= len; piece *= 3) {
+        kpipe_t *d = kpipe_new(1024);
+        kpipe_frame_t *f = NULL;
+        int rc = 0;
+        for (size_t off = 0; off < len && rc == 0; off += piece) {
+            kpipe_feed(d, buf + off, off + piece <= len ? piece : len - off);
+            rc = kpipe_next(d, &f);
+        }
+        CHECK_EQ_INT(rc, 1);
+        for (size_t i = 0; f && i < 6; i++)
+            CHECK_EQ_INT(kpipe_frame_part_utf8(f, i), expect[i]);
+        kpipe_frame_destroy(&f);
+        kpipe_destroy(&d);
+    }
+    free(buf);
+}
+
 int main(void)
 {
     RUN(round_trip_bytewise);
     RUN(parts_come_in_buffers_of_their_own);
+    RUN(parts_are_checked_as_utf8_as_they_come);
     RUN(many_frames_in_one_feed);
     RUN(encode_limits);
     RUN(oversize_frame_refused_before_allocating);
