@@ -869,8 +869,8 @@ static jmsg_t *s_from_kernel(session_t *self, kpipe_frame_t *f, const char *type
      * it only passes on, as the kernel's bytes (checked to be JSON objects, never parsed):
      * a reply's content may be large and dense (user_expressions, history with outputs).
      * Each part is the frame the decoder read it into (session_kpipe_alloc), moved on, not
-     * copied: a copy of a 60 MiB output into fresh pages held the loop ~200 ms. */
-    /* The decoder checked their UTF-8 as they came: the JSON checks need not decode it. */
+     * copied: a copy of a 60 MiB output into fresh pages held the loop ~200 ms. The decoder
+     * checked their UTF-8 as they came, so the JSON checks need not decode it. */
     unsigned md_utf8 = kpipe_frame_part_utf8(f, 1) ? JMSG_UTF8_CHECKED : 0;
     unsigned ct_utf8 = kpipe_frame_part_utf8(f, 2) ? JMSG_UTF8_CHECKED : 0;
     zframe_t *md = kpipe_frame_take(f, 1), *ct = kpipe_frame_take(f, 2);
