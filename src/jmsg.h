@@ -47,7 +47,8 @@ void jmsg_destroy(jmsg_t **self_p);
 int jmsg_take_raw(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p, size_t max_values,
                   size_t parse_max, unsigned flags);
 /*  jmsg_take_raw's flag: the bytes are known to be UTF-8 (wire checks a large part's in
- *  slices), so a shallow parse's check reads strings without decoding them. */
+ *  slices, kpipe a kernel's parts as they come), so the check reads strings without decoding
+ *  them. */
 #define JMSG_UTF8_CHECKED 1u
 /*  The same from bytes (copied), with kenneld's bounds: JMSG_MAX_VALUES, JMSG_PARSE_MAX. */
 int jmsg_set_raw(jmsg_t *self, jmsg_part_t part, const void *data, size_t len);
