@@ -73,6 +73,7 @@ struct broker {
     int lifeline[2];         /* the zygote's kernels hold [0]; it hangs up when kenneld dies */
     worker_t *worker;        /* makes and mounts new workspace images, off the loop */
     worker_t *meter;         /* measures sessions' memory, off the loop and off the worker */
+    worker_t *signer;        /* signs sessions' large messages, off the loop (channels) */
     struct mem_job *mem_job; /* the measure under way on it, or NULL */
     int mem_list_done;       /* a listing's measure is done: the next broker_list answers */
     char mem_info_done[40];  /* the session whose info measure is done: broker_info answers
@@ -123,6 +124,9 @@ struct sess {
     int launcher_fd;         /* launched: a pidfd of the launcher, whose exit ends it; or -1 */
     int hold_timer;          /* the armed LAUNCHED_IOPUB_WAIT_MS timer, or -1 */
     int pipe_open;           /* proc.pipe_fd is registered for reading */
+    int pipe_paused;         /* not read while the channels hold messages behind a large one
+                              * being signed (channels_pending): the kernel waits, so what
+                              * kenneld holds for it stays bounded */
     char killed_for[96];     /* why kenneld killed the running kernel, told with its exit */
     kpipe_t *decoder;
     uint8_t *out;            /* bytes waiting to be written to the kernel */
@@ -131,6 +135,7 @@ struct sess {
     long long pss, uss;      /* the kernel's memory as last measured (s_memory) */
     long long mem_at;        /* util_now_ms() of that measure; 0: never */
     int snap_jobs;           /* snapshot jobs of this session on the worker (snap_job_t) */
+    size_t dropped_seen;     /* channels_dropped when s_on_flushed last looked */
     unsigned snap_gen;       /* bumped by each store and drop: a store answers if still last */
 };
 
@@ -138,12 +143,17 @@ struct sess {
 
 static int s_on_pipe(loop_t *loop, int fd, int revents, void *arg);
 
-/*  Watch the kernel pipe: always for reading, for writing while bytes wait (want_pollout). */
+/*  Watch the kernel pipe: for reading unless paused, for writing while bytes wait
+ *  (want_pollout). Neither: not watched (its hang-up would be reported at every turn). */
 static void s_pipe_poll(sess_t *s)
 {
     if (!s->pipe_open)
         return;
-    int events = LOOP_IN | (s->want_pollout ? LOOP_OUT : 0);
+    int events = (s->pipe_paused ? 0 : LOOP_IN) | (s->want_pollout ? LOOP_OUT : 0);
+    if (!events) {
+        loop_fd_end(s->broker->loop, s->proc.pipe_fd);
+        return;
+    }
     if (loop_fd_events(s->broker->loop, s->proc.pipe_fd, events) < 0 &&
         loop_fd(s->broker->loop, s->proc.pipe_fd, events, s_on_pipe, s) < 0)
         PLOG_W("session=%s: cannot watch the kernel pipe", s->id);
@@ -171,11 +181,36 @@ static void s_violation(sess_t *s, const char *why)
         spawner_signal(&s->proc, SIGKILL);
 }
 
-/*  Read what the kernel wrote, up to max bytes; dispatch whole frames. */
-static void s_pipe_read(sess_t *s, size_t max)
+/*  Dispatch the whole frames the decoder holds: 0, or -1 if the pipe was closed or the read
+ *  paused (unless drain: a kernel that is gone, whose every frame is taken). */
+static int s_pipe_dispatch(sess_t *s, int drain)
+{
+    kpipe_frame_t *f;
+    int rc;
+    while (s->pipe_open && (drain || !s->pipe_paused) && (rc = kpipe_next(s->decoder, &f)) != 0) {
+        if (rc < 0) {
+            s_violation(s, kpipe_strerror(rc));
+            return -1;
+        }
+        const char *why = NULL;
+        int bad = session_on_kernel(s->core, f, &why);
+        kpipe_frame_destroy(&f);
+        if (bad < 0) {
+            s_violation(s, why);
+            return -1;
+        }
+    }
+    return s->pipe_open && (drain || !s->pipe_paused) ? 0 : -1;
+}
+
+/*  Read what the kernel wrote, up to max bytes, and dispatch whole frames (those read before
+ *  first); while paused, nothing (drain: all the same). */
+static void s_pipe_read(sess_t *s, size_t max, int drain)
 {
     static char buf[65536];
     size_t total = 0;
+    if (s_pipe_dispatch(s, drain) < 0)
+        return;
     while (s->pipe_open && total < max) {
         ssize_t n = recv(s->proc.pipe_fd, buf, sizeof buf, MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
@@ -196,21 +231,8 @@ static void s_pipe_read(sess_t *s, size_t max)
             s_violation(s, "out of memory");
             return;
         }
-        kpipe_frame_t *f;
-        int rc;
-        while (s->pipe_open && (rc = kpipe_next(s->decoder, &f)) != 0) {
-            if (rc < 0) {
-                s_violation(s, kpipe_strerror(rc));
-                return;
-            }
-            const char *why = NULL;
-            int bad = session_on_kernel(s->core, f, &why);
-            kpipe_frame_destroy(&f);
-            if (bad < 0) {
-                s_violation(s, why);
-                return;
-            }
-        }
+        if (s_pipe_dispatch(s, drain) < 0)
+            return;
     }
 }
 
@@ -250,7 +272,7 @@ static int s_on_pipe(loop_t *loop, int fd, int revents, void *arg)
     if (revents & LOOP_OUT)
         s_pipe_flush(s);
     if (revents & (LOOP_IN | LOOP_ERR))
-        s_pipe_read(s, READ_SLICE);
+        s_pipe_read(s, READ_SLICE, 0);
     return 0;
 }
 
@@ -318,9 +340,31 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
               channels_dropped(s->ch));
     /* A send can swallow the wake-up of a request arriving on the same socket, and we often
      * send from outside its reader (a kernel's reply, a timer): the loop must look again. This
-     * is the one place session sockets are sent on (the heartbeat echoes in its own reader).
-     * iopub's subscriptions arrive the same way. */
+     * is the one place session sockets are sent on (the heartbeat echoes in its own reader,
+     * and s_on_flushed sends what waited here). iopub's subscriptions arrive the same way. */
     loop_reader_touch(s->broker->loop, channels_socket(s->ch, i));
+    if (channels_pending(s->ch) && !s->pipe_paused) {
+        s->pipe_paused = 1; /* the kernel's next frames wait for the signer */
+        s_pipe_poll(s);
+    }
+}
+
+/*  A large message was signed and what waited behind it went (see channels_send). */
+static void s_on_flushed(void *arg)
+{
+    sess_t *s = arg;
+    for (int i = 0; i < CHANNELS_HB; i++)
+        loop_reader_touch(s->broker->loop, channels_socket(s->ch, (channels_index_t)i));
+    size_t dropped = channels_dropped(s->ch);
+    if (dropped > s->dropped_seen && log_allow(&s->broker->warn_limit, 5))
+        LOG_W("session=%s: clients have not read their last --max-unread bytes: messages "
+              "dropped (%zu so far)", s->id, dropped);
+    s->dropped_seen = dropped;
+    if (s->pipe_paused && !channels_pending(s->ch)) {
+        s->pipe_paused = 0;
+        s_pipe_poll(s);
+        s_pipe_read(s, READ_SLICE, 0); /* frames it read before the pause come first */
+    }
 }
 
 /*  A kernel's environment: nothing of kenneld's, only this allowlist. */
@@ -894,7 +938,7 @@ static void s_sess_collect(broker_t *b)
             s_watch_pidfd(s);
             continue;
         }
-        s_pipe_read(s, SIZE_MAX);
+        s_pipe_read(s, SIZE_MAX, 1);
         s_pipe_close(s);
         spawner_release(&s->proc);
         s->has_proc = 0;
@@ -1436,7 +1480,7 @@ static int s_on_pidfd(loop_t *loop, int fd, int revents, void *arg)
         return 0;
     if (rc < 0)
         snprintf(how, sizeof how, "vanished (%s)", strerror(errno));
-    s_pipe_read(s, SIZE_MAX);
+    s_pipe_read(s, SIZE_MAX, 1);
     s_pipe_close(s);
     loop_fd_end(loop, s->proc.pidfd);
     spawner_release(&s->proc);
@@ -2092,7 +2136,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
         util_uuid(s->id);
     char key[40], ipc_prefix[PATH_MAX];
     channels_cfg_t cc = {self->cfg.transport, self->cfg.ip, {0}, util_uuid(key),
-                         self->cfg.max_unread};
+                         self->cfg.max_unread, self->signer};
     if (connection && s_parse_connection(connection, &cc, !id, err) < 0)
         goto fail;
     if (statedir_session_create(self->cfg.state_dir, s->id, s->dir, sizeof s->dir) < 0 ||
@@ -2138,6 +2182,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
                  strerror(errno));
         goto fail;
     }
+    channels_on_flushed(s->ch, s_on_flushed, s);
     session_limits_t lim = self->cfg.session_limits;
     lim.end_on_shutdown = s->launched;
     lim.timeout_ms = s->limits.timeout_ms;
@@ -2729,8 +2774,9 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->lifeline[0] = self->lifeline[1] = -1;
     self->worker = worker_new(loop);
     self->meter = worker_new(loop);
+    self->signer = worker_new(loop);
     if (!self->sessions || !self->closing || !self->orphans || !self->slots || !self->pool ||
-        !self->worker || !self->meter || pipe2(self->lifeline, O_CLOEXEC) < 0) {
+        !self->worker || !self->meter || !self->signer || pipe2(self->lifeline, O_CLOEXEC) < 0) {
         broker_destroy(&self);
         return NULL;
     }
@@ -2770,6 +2816,8 @@ void broker_destroy(broker_t **self_p)
         s_close_sess(s, 0);
     while (self->closing && (s = zlistx_detach(self->closing, NULL)))
         s_free_sess(&s);
+    /* Every session's channels are gone: the signings under way only free themselves. */
+    worker_destroy(&self->signer);
     /* Before the orphans are reaped: the zygote's strays join them. */
     s_zygote_stop(self);
     orphan_t *o;

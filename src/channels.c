@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "util.h"
+#include "worker.h"
 
 /*  What kenneld holds for clients that have not read it, in bytes. libzmq bounds a queue in
  *  messages only (the high-water mark, per peer), so kenneld counts bytes itself: each
@@ -45,6 +46,28 @@ typedef struct {
     zframe_t *frame;
 } unread_msg_t;
 
+/*  A message sent while another of the same session was being signed: it waits, so that
+ *  the session's messages leave in the order they were sent, on every socket. */
+typedef struct out {
+    struct out *next;
+    channels_index_t i;
+    int is_status;
+    int is_signed;
+    zmsg_t *z; /* NULL while the signer has it */
+    size_t sig_frame;
+} out_t;
+
+/*  One large message's signing on the signer thread. It has a key of its own and the
+ *  message, so it touches nothing of the channels, which may be destroyed meanwhile (owner
+ *  NULL: the done callback only frees it). */
+typedef struct sign_job {
+    channels_t *owner;
+    hmac_t *hmac;
+    zmsg_t *z;
+    size_t sig_frame;
+    int rc;
+} sign_job_t;
+
 struct channels {
     zsock_t *sock[CHANNELS_N];
     int ports[CHANNELS_N];
@@ -62,6 +85,11 @@ struct channels {
     size_t topics;      /* iopub: bytes of the topics libzmq took since the last cut (+1 each) */
     long long cut_at;   /* when its connections were last cut (monotonic ms) */
     size_t cuts;        /* how many times they were */
+    worker_t *signer;   /* signs large messages off the loop (borrowed), or NULL */
+    out_t *out_head, *out_tail; /* messages waiting behind one being signed, in send order */
+    sign_job_t *job;    /* the head's signing, on the signer, or NULL */
+    channels_flushed_fn *flushed;
+    void *flushed_arg;
 };
 
 static void s_account_release(unread_account_t *a)
@@ -203,6 +231,7 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     zhashx_set_destructor(self->peers, s_account_destructor);
     self->sweep_at = PEERS_SWEEP_MIN;
     self->max_unread = cfg->max_unread;
+    self->signer = cfg->signer;
     int is_ipc = strcmp(cfg->transport, "ipc") == 0;
     for (int i = 0; i < CHANNELS_N; i++) {
         self->sock[i] = s_socket((channels_index_t)i, lim.max_msg_bytes);
@@ -251,6 +280,14 @@ void channels_destroy(channels_t **self_p)
     }
     for (int i = 0; i < CHANNELS_N; i++)
         wire_pending_destroy(&self->pending[i]);
+    if (self->job)
+        self->job->owner = NULL; /* its done callback frees it */
+    while (self->out_head) {
+        out_t *o = self->out_head;
+        self->out_head = o->next;
+        zmsg_destroy(&o->z);
+        free(o);
+    }
     wire_destroy(&self->wire);
     if (self->unread)
         s_account_release(self->unread);
@@ -380,13 +417,103 @@ static int s_over(const channels_t *self, size_t held, size_t size)
            (held >= self->max_unread || size > self->max_unread - held);
 }
 
+/*  Send the signed z on socket i (not the heartbeat), or drop it past the unread bound.
+ *  Takes *z_p. As channels_send. */
+static int s_deliver(channels_t *self, channels_index_t i, int is_status, zmsg_t **z_p)
+{
+    zmsg_t *z = *z_p;
+    unread_account_t *account = i == CHANNELS_IOPUB ? self->unread : s_peer_account(self, i, z);
+    if (!account) {
+        zmsg_destroy(z_p);
+        return -1;
+    }
+    if (!(i == CHANNELS_IOPUB && is_status) && s_over(self, s_held(account), zmsg_content_size(z))) {
+        /* What a peer that left had not read is freed only once the socket has seen it
+         * leave, which it does when used: the next message may fit then. */
+        zsock_events(self->sock[i]);
+        zmsg_destroy(z_p);
+        self->dropped++;
+        return CHANNELS_DROPPED;
+    }
+    return s_send_counted(self, i, account, z_p);
+}
+
+static void s_sign_run(void *arg)
+{
+    sign_job_t *j = arg;
+    j->rc = wire_sign(j->hmac, j->z, j->sig_frame);
+}
+
+static void s_pump(channels_t *self);
+
+static void s_sign_done(void *arg)
+{
+    sign_job_t *j = arg;
+    channels_t *self = j->owner;
+    hmac_destroy(&j->hmac);
+    if (!self) {
+        zmsg_destroy(&j->z);
+        free(j);
+        return;
+    }
+    self->job = NULL;
+    out_t *head = self->out_head;
+    head->z = j->z;
+    head->is_signed = j->rc == 0;
+    if (!head->is_signed)
+        zmsg_destroy(&head->z); /* (never: z is wire_encode_unsigned's) dropped, not resent */
+    free(j);
+    s_pump(self);
+    if (self->flushed)
+        self->flushed(self->flushed_arg); /* last: it may destroy the channels */
+}
+
+/*  Send the queue's signed head messages in order; give the first unsigned one to the
+ *  signer (signed here if the signer cannot take it). */
+static void s_pump(channels_t *self)
+{
+    out_t *o;
+    while ((o = self->out_head) && !self->job) {
+        if (!o->is_signed && o->z) {
+            sign_job_t *j = calloc(1, sizeof *j);
+            if (j && (j->hmac = hmac_dup(wire_hmac(self->wire)))) {
+                j->owner = self;
+                j->z = o->z;
+                j->sig_frame = o->sig_frame;
+                o->z = NULL;
+                if (worker_submit(self->signer, s_sign_run, s_sign_done, j) == 0) {
+                    self->job = j;
+                    return;
+                }
+                o->z = j->z;
+                hmac_destroy(&j->hmac);
+            }
+            free(j);
+            o->is_signed = wire_sign(wire_hmac(self->wire), o->z, o->sig_frame) == 0;
+        }
+        self->out_head = o->next;
+        if (!self->out_head)
+            self->out_tail = NULL;
+        if (o->is_signed)
+            s_deliver(self, o->i, o->is_status, &o->z);
+        zmsg_destroy(&o->z);
+        free(o);
+    }
+}
+
 int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
 {
     /* Status messages always go: a client waiting for `idle` must get it. */
     int is_status = strcmp(jmsg_type(*msg_p), "status") == 0;
-    zmsg_t *z = wire_encode_take(self->wire, msg_p);
+    size_t sig_frame, signed_len;
+    zmsg_t *z = wire_encode_unsigned(self->wire, msg_p, &sig_frame, &signed_len);
     if (!z)
         return -1;
+    int off_loop = self->signer && i != CHANNELS_HB && signed_len >= CHANNELS_SIGN_OFF_LOOP;
+    if (!off_loop && wire_sign(wire_hmac(self->wire), z, sig_frame) < 0) {
+        zmsg_destroy(&z);
+        return -1;
+    }
     if (i == CHANNELS_HB) {
         /* czmq's zmsg_send keeps the message on failure; we never keep it. */
         if (zmsg_send(&z, self->sock[i]) < 0) {
@@ -395,20 +522,33 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
         }
         return 0;
     }
-    unread_account_t *account = i == CHANNELS_IOPUB ? self->unread : s_peer_account(self, i, z);
-    if (!account) {
+    if (!off_loop && !self->out_head)
+        return s_deliver(self, i, is_status, &z);
+    out_t *o = calloc(1, sizeof *o);
+    if (!o) {
         zmsg_destroy(&z);
         return -1;
     }
-    if (!(i == CHANNELS_IOPUB && is_status) && s_over(self, s_held(account), zmsg_content_size(z))) {
-        /* What a peer that left had not read is freed only once the socket has seen it
-         * leave, which it does when used: the next message may fit then. */
-        zsock_events(self->sock[i]);
-        zmsg_destroy(&z);
-        self->dropped++;
-        return CHANNELS_DROPPED;
-    }
-    return s_send_counted(self, i, account, &z);
+    *o = (out_t){.i = i, .is_status = is_status, .is_signed = !off_loop, .z = z,
+                 .sig_frame = sig_frame};
+    if (self->out_tail)
+        self->out_tail->next = o;
+    else
+        self->out_head = o;
+    self->out_tail = o;
+    s_pump(self);
+    return 0;
+}
+
+int channels_pending(const channels_t *self)
+{
+    return self->out_head != NULL;
+}
+
+void channels_on_flushed(channels_t *self, channels_flushed_fn *fn, void *arg)
+{
+    self->flushed = fn;
+    self->flushed_arg = arg;
 }
 
 size_t channels_unread(const channels_t *self)

@@ -10,6 +10,7 @@
 
 #include "jmsg.h"
 #include "wire.h"
+#include "worker.h"
 
 /*  Socket indices, in the order of Jupyter's port fields. */
 typedef enum { CHANNELS_SHELL = 0, CHANNELS_IOPUB, CHANNELS_STDIN, CHANNELS_CONTROL, CHANNELS_HB, CHANNELS_N } channels_index_t;
@@ -21,6 +22,8 @@ typedef struct {
     const char *key;         /* the session's HMAC key (non-empty) */
     size_t max_unread;       /* bytes iopub holds for subscribers that have not read them,
                               * and each socket for one client (0: no bound) */
+    worker_t *signer;        /* a thread for signing large messages (see channels_send; it
+                              * must outlive the channels' loop), or NULL: all on the loop */
 } channels_cfg_t;
 
 typedef struct channels channels_t;
@@ -42,6 +45,17 @@ int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out);
  *  `status` message. */
 #define CHANNELS_DROPPED 1
 int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p);
+/*  A message whose signed parts reach CHANNELS_SIGN_OFF_LOOP bytes is signed on cfg.signer
+ *  (60 MiB is ~150 ms of HMAC on this VM, which on the loop held up every session), and the
+ *  messages sent after it on any of the five sockets but the heartbeat wait for it: channels_send
+ *  then returns 0 and the drop (CHANNELS_DROPPED) is decided, and counted, when each goes. The
+ *  caller should stop making more while channels_pending: nothing else bounds the queue. */
+#define CHANNELS_SIGN_OFF_LOOP (256u << 10)
+int channels_pending(const channels_t *self);
+/*  fn(arg) runs on the loop each time a signing ends and the messages behind it went (some
+ *  may wait for the next). Sends done there swallow wake-ups as any send does. */
+typedef void(channels_flushed_fn)(void *arg);
+void channels_on_flushed(channels_t *self, channels_flushed_fn *fn, void *arg);
 /*  Bytes held now (sent, not yet written nor dropped by libzmq) on iopub and for every
  *  client of the other sockets, and how many messages CHANNELS_DROPPED has dropped in all. */
 size_t channels_unread(const channels_t *self);

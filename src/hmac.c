@@ -25,6 +25,11 @@ hmac_t *hmac_new(const void *key, size_t key_len)
     return self;
 }
 
+hmac_t *hmac_dup(const hmac_t *self)
+{
+    return hmac_new(self->key, self->key_len);
+}
+
 void hmac_destroy(hmac_t **self_p)
 {
     if (!self_p || !*self_p)

@@ -305,9 +305,11 @@ int wire_recv(zsock_t *sock, size_t max_frames, zmsg_t **out)
     return rc;
 }
 
-/*  Encode and sign msg; take: its raw parts' and buffers' frames move into the result
- *  instead of being copied (the caller destroys msg). */
-static zmsg_t *s_encode(wire_t *self, jmsg_t *msg, int take)
+/*  Encode msg; take: its raw parts' and buffers' frames move into the result instead of
+ *  being copied (the caller destroys msg). sign: sign it here; else its signature frame is
+ *  left blank, at index *sig_frame, for wire_sign. *signed_len: the bytes it signs. */
+static zmsg_t *s_encode(wire_t *self, jmsg_t *msg, int take, int sign, size_t *sig_frame,
+                        size_t *signed_len)
 {
     zmsg_t *z = zmsg_new();
     char *dumped[JMSG_NPARTS] = {NULL};
@@ -329,13 +331,20 @@ static zmsg_t *s_encode(wire_t *self, jmsg_t *msg, int take)
             lens[i] = strlen(dumped[i]);
         }
     }
-    char sig[HMAC_HEX_LEN + 1];
-    hmac_sign(self->hmac, data, lens, JMSG_NPARTS, sig);
+    char sig[HMAC_HEX_LEN + 1] = "";
+    if (sign)
+        hmac_sign(self->hmac, data, lens, JMSG_NPARTS, sig);
+    *signed_len = 0;
+    for (int i = 0; i < JMSG_NPARTS; i++)
+        *signed_len += lens[i];
 
     for (zframe_t *f = zmsg_first(jmsg_ids(msg)); f; f = zmsg_next(jmsg_ids(msg)))
         if (zmsg_addmem(z, zframe_data(f), zframe_size(f)) < 0)
             goto fail;
-    if (zmsg_addstr(z, WIRE_DELIMITER) < 0 || zmsg_addstr(z, sig) < 0)
+    *sig_frame = zmsg_size(z) + 1;
+    /* Left blank: as many bytes as the signature will have. */
+    if (zmsg_addstr(z, WIRE_DELIMITER) < 0 ||
+        zmsg_addmem(z, sig, sign ? strlen(sig) : hmac_sig_len(self->hmac)) < 0)
         goto fail;
     for (int i = 0; i < JMSG_NPARTS; i++)
         if (moved[i] ? zmsg_append(z, &moved[i]) < 0 : zmsg_addmem(z, data[i], lens[i]) < 0)
@@ -364,15 +373,53 @@ fail:
 
 zmsg_t *wire_encode(wire_t *self, const jmsg_t *msg)
 {
+    size_t sig_frame, signed_len;
     /* (nothing of msg is changed without take) */
-    return s_encode(self, (jmsg_t *)msg, 0);
+    return s_encode(self, (jmsg_t *)msg, 0, 1, &sig_frame, &signed_len);
 }
 
 zmsg_t *wire_encode_take(wire_t *self, jmsg_t **msg_p)
 {
-    zmsg_t *z = s_encode(self, *msg_p, 1);
+    size_t sig_frame, signed_len;
+    zmsg_t *z = s_encode(self, *msg_p, 1, 1, &sig_frame, &signed_len);
     jmsg_destroy(msg_p);
     return z;
+}
+
+zmsg_t *wire_encode_unsigned(wire_t *self, jmsg_t **msg_p, size_t *sig_frame, size_t *signed_len)
+{
+    zmsg_t *z = s_encode(self, *msg_p, 1, 0, sig_frame, signed_len);
+    jmsg_destroy(msg_p);
+    return z;
+}
+
+const hmac_t *wire_hmac(const wire_t *self)
+{
+    return self->hmac;
+}
+
+int wire_sign(const hmac_t *hmac, zmsg_t *z, size_t sig_frame)
+{
+    size_t n = zmsg_size(z);
+    if (sig_frame + JMSG_NPARTS >= n)
+        return -1;
+    zframe_t *f = zmsg_first(z);
+    for (size_t i = 0; i < sig_frame; i++)
+        f = zmsg_next(z);
+    zframe_t *sig = f;
+    if (zframe_size(sig) != hmac_sig_len(hmac))
+        return -1;
+    const void *data[JMSG_NPARTS];
+    size_t lens[JMSG_NPARTS];
+    for (int i = 0; i < JMSG_NPARTS; i++) {
+        f = zmsg_next(z);
+        data[i] = zframe_data(f);
+        lens[i] = zframe_size(f);
+    }
+    char hex[HMAC_HEX_LEN + 1];
+    hmac_sign(hmac, data, lens, JMSG_NPARTS, hex);
+    memcpy(zframe_data(sig), hex, zframe_size(sig));
+    return 0;
 }
 
 const char *wire_strerror(int code)

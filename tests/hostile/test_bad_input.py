@@ -395,6 +395,95 @@ def test_large_signed_messages_hold_up_no_other_session(kenneld, client):
     assert_healthy(client, kenneld)
 
 
+# A cell's code that makes `frame`: an execute_result of 60 MB of text, framed for the kernel
+# pipe (protocol/kernel-pipe.md), as the kernel would send it.
+_MAKE_LARGE_RESULT = """
+import json, struct
+def _frame(*parts):
+    body = struct.pack(">I", len(parts)) + b"".join(struct.pack(">I", len(p)) + p for p in parts)
+    return struct.pack(">I", len(body)) + body
+frame = _frame(b'{"op":"iopub","msg_type":"execute_result"}', b"{}",
+               json.dumps({"data": {"text/plain": "x" * (60 << 20)}, "metadata": {},
+                           "execution_count": 1}).encode())
+"""
+# Writes it into the pipe, as the kernel's own result (user code can): one such per cell passes
+# the output cap, so that the client sees how the cell ended.
+_WRITE_LARGE_RESULT = """
+import os
+view = memoryview(frame)
+while view:
+    view = view[os.write(3, view):]
+"""
+
+
+def _large_results(kenneld, conn, stop, answered):
+    """Cells in the session of conn, one after another until stop is set, each with a result
+    of 60 MB. Only shell is read (iopub's output, unread, is dropped by libzmq)."""
+    session = Session(key=conn["key"].encode(), signature_scheme="hmac-sha256")
+    sock = kenneld.ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.setsockopt(zmq.IDENTITY, session.bsession)
+    sock.connect(f"tcp://{conn['ip']}:{conn['shell_port']}")
+    code = _MAKE_LARGE_RESULT
+    try:
+        while not stop.is_set():
+            session.send(sock, "execute_request", {
+                "code": code, "silent": False, "store_history": False, "user_expressions": {},
+                "allow_stdin": False, "stop_on_error": True})
+            code = _WRITE_LARGE_RESULT
+            if sock.poll(30000):
+                _, frames = session.feed_identities(sock.recv_multipart())
+                reply = session.deserialize(frames)
+                assert reply["content"]["status"] == "ok", reply["content"]
+                answered[0] += 1
+    finally:
+        sock.close()
+
+
+def test_a_kernels_large_results_hold_up_no_other_session(kenneld, client):
+    """A cell whose result is 60 MB of text: kenneld reads it from the kernel's pipe in
+    slices, checks its JSON in one pass (~7 ms) and passes it on, signed. It signed it on its
+    loop, ~150 ms of HMAC here, and every other session waited that long for each such
+    result. Messages of 256 KiB or more are signed on a thread of their own; the session's
+    messages after one wait for it, and its kernel's pipe is not read meanwhile."""
+    _set_marker(client)
+    names = ("bystander-results", "large-results")
+    conns = []
+    for name in names:
+        created = kenneld.call("create_request", {"name": name})
+        assert created["status"] == "ok", created
+        with open(created["session"]["connection_file"]) as f:
+            conns.append(json.load(f))
+    bystander = Client(kenneld.ctx, conns[0])
+    stop, answered = threading.Event(), [0]
+    attacker = threading.Thread(target=_large_results, args=(kenneld, conns[1], stop, answered))
+    try:
+        assert bystander.execute("x = 1") is not None
+        stall = min(_hmac_seconds(60 << 20) for _ in range(3))
+        assert stall > 0.06, f"an HMAC of 60 MiB takes {stall:.3f} s: the test tests nothing"
+        attacker.start()
+        deadline = time.monotonic() + 30
+        while answered[0] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the results are under way
+        rtts = _bystander_cells(bystander, 4)
+        made = answered[0]
+    finally:
+        stop.set()
+        attacker.join(60)
+        bystander.close()
+    assert made >= 3, f"only {made} cells with a large result ran"
+    # Signed on the loop, a bystander's cell that came during a signing waited for all of it:
+    # its longest cell took 180-270 ms here (the HMAC alone: 160-210 ms); now ~20 ms. (Not
+    # half the HMAC: the thread signing takes one of 2 cores from the others meanwhile.)
+    assert max(rtts) < stall * 3 / 4, \
+        f"a bystander's cell took {max(rtts) * 1000:.0f} ms beside cells with 60 MB results " \
+        f"(median {sorted(rtts)[len(rtts) // 2] * 1000:.0f} ms of {len(rtts)}); one HMAC of " \
+        f"such a result takes {stall * 1000:.0f} ms"
+    for name in names:
+        assert kenneld.call("end_request", {"session": name})["status"] == "ok"
+    assert_healthy(client, kenneld)
+
+
 def _frame(*parts):
     body = struct.pack(">I", len(parts)) + b"".join(struct.pack(">I", len(p)) + p for p in parts)
     return struct.pack(">I", len(body)) + body

@@ -224,6 +224,39 @@ def test_unicode_and_large_output(session):
     assert cell.streams() == [("stdout", "h\u00e9llo \u2603\n" + "x" * 200000 + "\n")]
 
 
+def test_large_outputs_keep_their_place_among_the_others(session):
+    # kenneld signs a message of 256 KiB or more on a thread of its own, and what the session
+    # sends after it waits for it: small output, the idle status and the reply all come after.
+    code = ("import sys\nfrom IPython.display import display, HTML\n"
+            "for i in range(3):\n"
+            "    print('small', i); sys.stdout.flush()\n"
+            "    print(str(i) * 300000); sys.stdout.flush()\n"
+            "display(HTML('<b>' + 'y' * 400000 + '</b>'))\n"
+            "print('last'); sys.stdout.flush()\n"
+            "'z' * 2000000")
+    cell = run(session, code)
+    assert cell.content["status"] == "ok"
+    seen = []  # message types in order, adjacent streams joined into one
+    for m in cell.iopub:
+        kind = m["msg_type"]
+        if kind == "stream" and seen and seen[-1][0] == "stream":
+            seen[-1] = ("stream", seen[-1][1] + m["content"]["text"])
+        elif kind == "stream":
+            seen.append(("stream", m["content"]["text"]))
+        elif kind == "status":
+            seen.append((kind, m["content"]["execution_state"]))
+        else:
+            seen.append((kind, None))
+    streamed = "".join(f"small {i}\n" + str(i) * 300000 + "\n" for i in range(3))
+    assert [k for k, _ in seen] == ["status", "execute_input", "stream", "display_data",
+                                    "stream", "execute_result", "status"], [k for k, _ in seen]
+    assert seen[2][1] == streamed and seen[4][1] == "last\n"
+    assert seen[0][1] == "busy" and seen[-1][1] == "idle"
+    assert cell.of_type("display_data")[0]["content"]["data"]["text/html"] == \
+        "<b>" + "y" * 400000 + "</b>"
+    assert cell.result == repr("z" * 2000000)
+
+
 def test_comm_open_is_closed_again_and_session_goes_on(session):
     # No comm target is served: like ipykernel for a target it does not know, the comm is
     # closed at once (comm_close on iopub), and no shell reply comes.

@@ -1,7 +1,8 @@
 /*  Unit tests of channels' bounds: replies held for one client of a ROUTER are bounded in
  *  bytes per client (one that stops reading costs no other its replies), the accounts of
  *  clients that left are forgotten, and iopub's subscribers may hold only so many topics.
- *  Real sockets over ipc. */
+ *  And large messages signed off the loop: they and what was sent after them leave in order,
+ *  signed. Real sockets over ipc. */
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,8 @@
 
 #include "../harness.h"
 #include "channels.h"
+#include "loop.h"
+#include "worker.h"
 
 #define BOUND (256u << 10)
 #define REPLY (64u << 10)
@@ -273,6 +276,138 @@ TEST(made_up_cancels_and_subscriptions_inside_messages_are_cut_too)
     }
 }
 
+/*  A message for client `id` on shell: {"n": n, "text": size bytes}. */
+static jmsg_t *s_numbered(const char *id, int n, size_t size)
+{
+    jmsg_t *m = jmsg_new("execute_reply", "s");
+    zmsg_addstr(jmsg_ids(m), id);
+    char *text = malloc(size + 1);
+    memset(text, 'x', size);
+    text[size] = '\0';
+    jmsg_set_json(m, JMSG_CONTENT, json_pack("{s:i, s:s}", "n", n, "text", text));
+    free(text);
+    return m;
+}
+
+/*  Channels that sign large messages on a worker of a loop, counting their flushes. */
+typedef struct {
+    loop_t *loop;
+    worker_t *signer;
+    channels_t *ch;
+    int flushed;
+} flush_t;
+
+static void s_count_flush(void *arg)
+{
+    ((flush_t *)arg)->flushed++;
+}
+
+static int s_signing(flush_t *fl)
+{
+    *fl = (flush_t){.loop = loop_new()};
+    fl->signer = fl->loop ? worker_new(fl->loop) : NULL;
+    channels_cfg_t cfg = {.transport = "ipc", .ip = s_prefix, .key = "k", .signer = fl->signer};
+    fl->ch = fl->signer ? channels_new(&cfg, NULL) : NULL;
+    CHECK(fl->ch != NULL);
+    if (!fl->ch)
+        return -1;
+    channels_on_flushed(fl->ch, s_count_flush, fl);
+    return 0;
+}
+
+static void s_signing_end(flush_t *fl)
+{
+    channels_destroy(&fl->ch);
+    worker_destroy(&fl->signer);
+    loop_destroy(&fl->loop);
+}
+
+static int s_stop_when_flushed(loop_t *loop, int timer_id, void *arg)
+{
+    (void)loop;
+    (void)timer_id;
+    return channels_pending(((flush_t *)arg)->ch) ? 0 : -1;
+}
+
+static int s_stop(loop_t *loop, int timer_id, void *arg)
+{
+    (void)loop;
+    (void)timer_id;
+    (void)arg;
+    return -1;
+}
+
+TEST(a_large_message_is_signed_off_the_loop_and_what_follows_waits_for_it)
+{
+    flush_t fl;
+    if (s_signing(&fl) < 0)
+        return;
+    channels_t *ch = fl.ch;
+    loop_t *loop = fl.loop;
+    zsock_t *c = s_client(ch, "c", 0);
+    size_t sizes[] = {100, CHANNELS_SIGN_OFF_LOOP, 100, 3 * CHANNELS_SIGN_OFF_LOOP, 100};
+    jmsg_t *m = s_numbered("c", 0, sizes[0]);
+    CHECK_EQ_INT(channels_send(ch, CHANNELS_SHELL, &m), 0);
+    CHECK(!channels_pending(ch)); /* small, nothing before it: gone at once */
+    for (int n = 1; n < 5; n++) {
+        m = s_numbered("c", n, sizes[n]);
+        CHECK_EQ_INT(channels_send(ch, CHANNELS_SHELL, &m), 0);
+        CHECK(channels_pending(ch));
+    }
+    /* Only the first one is out until the loop runs the signer's done callbacks. */
+    zsock_set_rcvtimeo(c, 5000);
+    zmsg_t *z = zmsg_recv(c);
+    CHECK(z != NULL);
+    zmsg_destroy(&z);
+    zsock_set_rcvtimeo(c, 100);
+    z = zmsg_recv(c);
+    CHECK(z == NULL);
+    zmsg_destroy(&z);
+    loop_timer(loop, 1, 0, s_stop_when_flushed, &fl);
+    loop_timer(loop, 10000, 1, s_stop, NULL); /* a bound, should the callbacks never come */
+    loop_run(loop);
+    CHECK(!channels_pending(ch));
+    CHECK_EQ_INT(fl.flushed, 2); /* once per large message */
+    /* The rest, in order, each signed with the key. */
+    wire_t *w = wire_new("k", 1, NULL);
+    zsock_set_rcvtimeo(c, 5000);
+    for (int n = 1; n < 5; n++) {
+        z = zmsg_recv(c);
+        CHECK(z != NULL);
+        if (!z)
+            break;
+        zmsg_pushstr(z, "c"); /* as a ROUTER would have it */
+        jmsg_t *got = NULL;
+        CHECK_EQ_INT(wire_decode(w, &z, &got), 0);
+        json_t *content = got ? jmsg_json(got, JMSG_CONTENT) : NULL;
+        CHECK(content && json_integer_value(json_object_get(content, "n")) == n);
+        size_t len = 0; /* (a large part is parsed only for its short members) */
+        CHECK(got && jmsg_raw(got, JMSG_CONTENT, &len) && len > sizes[n] && len < sizes[n] + 64);
+        jmsg_destroy(&got);
+    }
+    wire_destroy(&w);
+    zsock_destroy(&c);
+    s_signing_end(&fl);
+}
+
+TEST(channels_destroyed_while_a_message_is_signed_free_it_later)
+{
+    flush_t fl;
+    if (s_signing(&fl) < 0)
+        return;
+    channels_t *ch = fl.ch;
+    jmsg_t *m = s_numbered("gone", 0, 16u << 20);
+    CHECK_EQ_INT(channels_send(ch, CHANNELS_SHELL, &m), 0);
+    m = s_numbered("gone", 1, 100);
+    CHECK_EQ_INT(channels_send(ch, CHANNELS_SHELL, &m), 0);
+    CHECK(channels_pending(ch));
+    channels_destroy(&fl.ch);
+    /* The signing ends, its done callback frees the message and calls nothing. */
+    worker_destroy(&fl.signer);
+    CHECK_EQ_INT(fl.flushed, 0);
+    s_signing_end(&fl);
+}
+
 int main(void)
 {
     if (!mkdtemp(s_dir))
@@ -283,6 +418,8 @@ int main(void)
     RUN(accounts_of_clients_that_left_are_forgotten);
     RUN(subscribers_holding_too_many_topics_are_cut);
     RUN(made_up_cancels_and_subscriptions_inside_messages_are_cut_too);
+    RUN(a_large_message_is_signed_off_the_loop_and_what_follows_waits_for_it);
+    RUN(channels_destroyed_while_a_message_is_signed_free_it_later);
     rmdir(s_dir);
     zsys_shutdown();
     return harness_done();

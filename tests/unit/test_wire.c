@@ -634,6 +634,37 @@ TEST(encoding_a_message_it_takes_moves_its_frames)
     wire_destroy(&w);
 }
 
+/*  Signed later (channels signs a large message on another thread): the same frames as
+ *  signed at once, also with routing ids that look like the delimiter. */
+TEST(a_message_signed_after_encoding_is_the_same_message)
+{
+    wire_t *w = wire_new("k", 1, NULL);
+    jmsg_t *m = jmsg_new("display_data", "kernel-session");
+    zmsg_addstr(jmsg_ids(m), WIRE_DELIMITER);
+    zmsg_addstr(jmsg_ids(m), "client");
+    const char *content = "{\"data\":{\"text/plain\":\"big\"},\"metadata\":{}}";
+    CHECK_EQ_INT(jmsg_set_raw_unparsed(m, JMSG_CONTENT, content, strlen(content)), 0);
+    zmsg_addmem(jmsg_buffers(m), "buf", 3);
+    zmsg_t *signed_now = wire_encode(w, m);
+    size_t sig_frame = 0, signed_len = 0;
+    zmsg_t *later = wire_encode_unsigned(w, &m, &sig_frame, &signed_len);
+    CHECK(m == NULL && signed_now && later);
+    CHECK_EQ_INT(sig_frame, 3);
+    size_t parts = 0;
+    zframe_t *f = zmsg_first(later);
+    for (size_t i = 0; f; f = zmsg_next(later), i++)
+        if (i > sig_frame && i <= sig_frame + JMSG_NPARTS)
+            parts += zframe_size(f);
+    CHECK_EQ_INT(signed_len, parts);
+    CHECK(!zmsg_eq(signed_now, later)); /* its signature is blank */
+    CHECK_EQ_INT(wire_sign(wire_hmac(w), later, sig_frame), 0);
+    CHECK(zmsg_eq(signed_now, later));
+    CHECK_EQ_INT(wire_sign(wire_hmac(w), later, sig_frame + 2), -1); /* not a signature there */
+    zmsg_destroy(&signed_now);
+    zmsg_destroy(&later);
+    wire_destroy(&w);
+}
+
 static int s_cmp_id(const void *a, const void *b)
 {
     return strcmp(a, b);
@@ -679,5 +710,6 @@ int main(void)
     RUN(a_header_is_at_most_64_KiB);
     RUN(a_large_part_is_checked_as_utf8_in_slices);
     RUN(msg_ids_are_distinct_uuids);
+    RUN(a_message_signed_after_encoding_is_the_same_message);
     return harness_done();
 }
