@@ -124,6 +124,8 @@ struct sess {
     int launcher_fd;         /* launched: a pidfd of the launcher, whose exit ends it; or -1 */
     int hold_timer;          /* the armed LAUNCHED_IOPUB_WAIT_MS timer, or -1 */
     int pipe_open;           /* proc.pipe_fd is registered for reading */
+    int closed;              /* in the broker's closing list: freed once its channels hold
+                              * nothing more to send (channels_pending) */
     int pipe_paused;         /* not read while the channels hold messages behind a large one
                               * being signed (channels_pending): the kernel waits, so what
                               * kenneld holds for it stays bounded */
@@ -271,8 +273,10 @@ static int s_on_pipe(loop_t *loop, int fd, int revents, void *arg)
     sess_t *s = arg;
     if (revents & LOOP_OUT)
         s_pipe_flush(s);
+    /* A hang-up or error is read through even while paused (at most a slice a turn): the
+     * loop would be woken for it at every turn otherwise. */
     if (revents & (LOOP_IN | LOOP_ERR))
-        s_pipe_read(s, READ_SLICE, 0);
+        s_pipe_read(s, READ_SLICE, (revents & LOOP_ERR) != 0);
     return 0;
 }
 
@@ -343,11 +347,14 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
      * is the one place session sockets are sent on (the heartbeat echoes in its own reader,
      * and s_on_flushed sends what waited here). iopub's subscriptions arrive the same way. */
     loop_reader_touch(s->broker->loop, channels_socket(s->ch, i));
+    s->dropped_seen = channels_dropped(s->ch); /* logged above */
     if (channels_pending(s->ch) && !s->pipe_paused) {
         s->pipe_paused = 1; /* the kernel's next frames wait for the signer */
         s_pipe_poll(s);
     }
 }
+
+static void s_arm_tick(broker_t *b);
 
 /*  A large message was signed and what waited behind it went (see channels_send). */
 static void s_on_flushed(void *arg)
@@ -360,6 +367,8 @@ static void s_on_flushed(void *arg)
         LOG_W("session=%s: clients have not read their last --max-unread bytes: messages "
               "dropped (%zu so far)", s->id, dropped);
     s->dropped_seen = dropped;
+    if (s->closed && !channels_pending(s->ch))
+        s_arm_tick(s->broker); /* its last messages went: it can be freed */
     if (s->pipe_paused && !channels_pending(s->ch)) {
         s->pipe_paused = 0;
         s_pipe_poll(s);
@@ -1697,6 +1706,19 @@ static void s_zygote_strays(broker_t *b)
     }
 }
 
+/*  Free the closing sessions that have nothing more to send on the loop's next turn, once this
+ *  one (and any callback for them) is over. */
+static void s_arm_tick(broker_t *b)
+{
+    if (b->tick_timer >= 0)
+        return;
+    b->tick_timer = loop_timer(b->loop, 0, 1, s_tick, b);
+    if (b->tick_timer < 0) {
+        LOG_E("out of memory");
+        exit(1);
+    }
+}
+
 /*  Unhook a session from the loop and the table now; free it on the next tick. The kernel is
  *  killed and becomes an orphan until reaped. `forget` removes its directory for good; without
  *  it the next kenneld restores the session. */
@@ -1776,14 +1798,8 @@ static void s_close_sess(sess_t *s, int forget)
     }
     LOG_I("session=%s: %s", s->id, forget ? "ended" : "closed");
     zlistx_add_end(b->closing, s);
-    if (b->tick_timer < 0) {
-        /* Delay 0: on the loop's next turn, once this one (and any callback for s) is over. */
-        b->tick_timer = loop_timer(b->loop, 0, 1, s_tick, b);
-        if (b->tick_timer < 0) {
-            LOG_E("out of memory");
-            exit(1);
-        }
-    }
+    s->closed = 1;
+    s_arm_tick(b);
 }
 
 static int s_tick(loop_t *loop, int timer_id, void *arg)
@@ -1792,9 +1808,18 @@ static int s_tick(loop_t *loop, int timer_id, void *arg)
     (void)timer_id;
     broker_t *b = arg;
     b->tick_timer = -1;
-    sess_t *s;
-    while ((s = zlistx_detach(b->closing, NULL)))
-        s_free_sess(&s);
+    /* One whose last messages wait for the signer (its end's error replies, say) stays:
+     * s_on_flushed arms the tick again once they went. */
+    sess_t *s = zlistx_first(b->closing);
+    while (s) {
+        void *handle = zlistx_cursor(b->closing);
+        sess_t *next = zlistx_next(b->closing);
+        if (!channels_pending(s->ch)) {
+            zlistx_detach(b->closing, handle);
+            s_free_sess(&s);
+        }
+        s = next;
+    }
     return 0;
 }
 
@@ -2814,10 +2839,11 @@ void broker_destroy(broker_t **self_p)
     sess_t *s;
     while (self->sessions && (s = zlistx_first(self->sessions)))
         s_close_sess(s, 0);
+    /* The signings under way end and what waited behind them goes (their end's error
+     * replies, say); a large message sent meanwhile is signed at once. */
+    worker_destroy(&self->signer);
     while (self->closing && (s = zlistx_detach(self->closing, NULL)))
         s_free_sess(&s);
-    /* Every session's channels are gone: the signings under way only free themselves. */
-    worker_destroy(&self->signer);
     /* Before the orphans are reaped: the zygote's strays join them. */
     s_zygote_stop(self);
     orphan_t *o;

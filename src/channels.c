@@ -55,6 +55,7 @@ typedef struct out {
     int is_signed;
     zmsg_t *z; /* NULL while the signer has it */
     size_t sig_frame;
+    size_t bytes;
 } out_t;
 
 /*  One large message's signing on the signer thread. It has a key of its own and the
@@ -88,6 +89,7 @@ struct channels {
     worker_t *signer;   /* signs large messages off the loop (borrowed), or NULL */
     out_t *out_head, *out_tail; /* messages waiting behind one being signed, in send order */
     sign_job_t *job;    /* the head's signing, on the signer, or NULL */
+    size_t queued;      /* bytes of the messages in that queue */
     channels_flushed_fn *flushed;
     void *flushed_arg;
 };
@@ -494,6 +496,7 @@ static void s_pump(channels_t *self)
         self->out_head = o->next;
         if (!self->out_head)
             self->out_tail = NULL;
+        self->queued -= o->bytes;
         if (o->is_signed)
             s_deliver(self, o->i, o->is_status, &o->z);
         zmsg_destroy(&o->z);
@@ -524,13 +527,23 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
     }
     if (!off_loop && !self->out_head)
         return s_deliver(self, i, is_status, &z);
+    /* The queue holds at most max_unread bytes (what replies kenneld makes itself while a
+     * signing lasts could add), but the message it starts with, and iopub's status. */
+    size_t bytes = zmsg_content_size(z);
+    if (self->out_head && !(i == CHANNELS_IOPUB && is_status) &&
+        s_over(self, self->queued - self->out_head->bytes, bytes)) {
+        zmsg_destroy(&z);
+        self->dropped++;
+        return CHANNELS_DROPPED;
+    }
     out_t *o = calloc(1, sizeof *o);
     if (!o) {
         zmsg_destroy(&z);
         return -1;
     }
     *o = (out_t){.i = i, .is_status = is_status, .is_signed = !off_loop, .z = z,
-                 .sig_frame = sig_frame};
+                 .sig_frame = sig_frame, .bytes = bytes};
+    self->queued += bytes;
     if (self->out_tail)
         self->out_tail->next = o;
     else
@@ -553,7 +566,7 @@ void channels_on_flushed(channels_t *self, channels_flushed_fn *fn, void *arg)
 
 size_t channels_unread(const channels_t *self)
 {
-    size_t held = s_held(self->unread);
+    size_t held = s_held(self->unread) + self->queued;
     for (unread_account_t *a = zhashx_first(self->peers); a; a = zhashx_next(self->peers))
         held += s_held(a);
     return held;

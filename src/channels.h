@@ -48,8 +48,10 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p);
 /*  A message whose signed parts reach CHANNELS_SIGN_OFF_LOOP bytes is signed on cfg.signer
  *  (60 MiB is ~150 ms of HMAC on this VM, which on the loop held up every session), and the
  *  messages sent after it on any of the five sockets but the heartbeat wait for it: channels_send
- *  then returns 0 and the drop (CHANNELS_DROPPED) is decided, and counted, when each goes. The
- *  caller should stop making more while channels_pending: nothing else bounds the queue. */
+ *  then returns 0 and the drop past cfg.max_unread (CHANNELS_DROPPED) is decided, and counted,
+ *  when each goes. What waits is bounded apart: past cfg.max_unread bytes of it, a message
+ *  (but an iopub status) is dropped at once. channels_unread counts it. The caller should stop
+ *  making more while channels_pending (a kernel's output, say). */
 #define CHANNELS_SIGN_OFF_LOOP (256u << 10)
 int channels_pending(const channels_t *self);
 /*  fn(arg) runs on the loop each time a signing ends and the messages behind it went (some
@@ -57,7 +59,8 @@ int channels_pending(const channels_t *self);
 typedef void(channels_flushed_fn)(void *arg);
 void channels_on_flushed(channels_t *self, channels_flushed_fn *fn, void *arg);
 /*  Bytes held now (sent, not yet written nor dropped by libzmq) on iopub and for every
- *  client of the other sockets, and how many messages CHANNELS_DROPPED has dropped in all. */
+ *  client of the other sockets, and waiting behind a message being signed; and how many
+ *  messages CHANNELS_DROPPED has dropped in all. */
 size_t channels_unread(const channels_t *self);
 size_t channels_dropped(const channels_t *self);
 /*  How many clients of shell, control and stdin have an account now (one that lags keeps

@@ -80,13 +80,14 @@ static void *s_thread(void *arg)
     return NULL;
 }
 
-/*  Call the done callbacks of finished jobs, oldest first. */
-static void s_finish(worker_t *self)
+/*  Call the done callbacks of finished jobs, oldest first: as many as the eventfd counted
+ *  (all: every one), so that callbacks whose new jobs finish meanwhile cannot hold the turn. */
+static void s_finish(worker_t *self, int all)
 {
-    uint64_t n;
+    uint64_t n = 0;
     if (read(self->efd, &n, sizeof n) < 0 && errno != EAGAIN)
         PLOG_E("worker: eventfd");
-    for (;;) {
+    for (uint64_t i = 0; all || i < n; i++) {
         pthread_mutex_lock(&self->lock);
         job_t *j = s_pop(&self->done);
         pthread_mutex_unlock(&self->lock);
@@ -102,7 +103,7 @@ static int s_on_event(loop_t *loop, int fd, int revents, void *arg)
     (void)loop;
     (void)fd;
     (void)revents;
-    s_finish(arg);
+    s_finish(arg, 0);
     return 0;
 }
 
@@ -177,7 +178,7 @@ void worker_destroy(worker_t **self_p)
     pthread_cond_signal(&self->wake);
     pthread_mutex_unlock(&self->lock);
     pthread_join(self->thread, NULL);
-    s_finish(self);
+    s_finish(self, 1);
     loop_fd_end(self->loop, self->efd);
     close(self->efd);
     pthread_cond_destroy(&self->wake);

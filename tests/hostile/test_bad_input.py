@@ -17,6 +17,7 @@ import zmq
 from jupyter_client.session import Session
 
 from kennel_hostile import Client, assert_healthy
+from large_result import MAKE_LARGE_RESULT, WRITE_LARGE_RESULT
 
 
 def _set_marker(client):
@@ -395,42 +396,22 @@ def test_large_signed_messages_hold_up_no_other_session(kenneld, client):
     assert_healthy(client, kenneld)
 
 
-# A cell's code that makes `frame`: an execute_result of 60 MB of text, framed for the kernel
-# pipe (protocol/kernel-pipe.md), as the kernel would send it.
-_MAKE_LARGE_RESULT = """
-import json, struct
-def _frame(*parts):
-    body = struct.pack(">I", len(parts)) + b"".join(struct.pack(">I", len(p)) + p for p in parts)
-    return struct.pack(">I", len(body)) + body
-frame = _frame(b'{"op":"iopub","msg_type":"execute_result"}', b"{}",
-               json.dumps({"data": {"text/plain": "x" * (60 << 20)}, "metadata": {},
-                           "execution_count": 1}).encode())
-"""
-# Writes it into the pipe, as the kernel's own result (user code can): one such per cell passes
-# the output cap, so that the client sees how the cell ended.
-_WRITE_LARGE_RESULT = """
-import os
-view = memoryview(frame)
-while view:
-    view = view[os.write(3, view):]
-"""
-
-
 def _large_results(kenneld, conn, stop, answered):
     """Cells in the session of conn, one after another until stop is set, each with a result
-    of 60 MB. Only shell is read (iopub's output, unread, is dropped by libzmq)."""
+    of 60 MB (tests/large_result.py). Only shell is read (iopub's output, unread, is dropped
+    by libzmq)."""
     session = Session(key=conn["key"].encode(), signature_scheme="hmac-sha256")
     sock = kenneld.ctx.socket(zmq.DEALER)
     sock.linger = 0
     sock.setsockopt(zmq.IDENTITY, session.bsession)
     sock.connect(f"tcp://{conn['ip']}:{conn['shell_port']}")
-    code = _MAKE_LARGE_RESULT
+    code = MAKE_LARGE_RESULT
     try:
         while not stop.is_set():
             session.send(sock, "execute_request", {
                 "code": code, "silent": False, "store_history": False, "user_expressions": {},
                 "allow_stdin": False, "stop_on_error": True})
-            code = _WRITE_LARGE_RESULT
+            code = WRITE_LARGE_RESULT
             if sock.poll(30000):
                 _, frames = session.feed_identities(sock.recv_multipart())
                 reply = session.deserialize(frames)

@@ -123,7 +123,7 @@ def shell_request(kc, method, *args, timeout=REPLY_TIMEOUT_S, **kwargs):
     return shell_reply(kc, msg_id, timeout)["content"]
 
 
-def wait_for(predicate, timeout=REPLY_TIMEOUT_S, what="condition"):
+def wait_for(predicate, timeout=REPLY_TIMEOUT_S, what="condition", interval=0.05):
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -131,7 +131,7 @@ def wait_for(predicate, timeout=REPLY_TIMEOUT_S, what="condition"):
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(interval)
 
 
 def wait_iopub(kc, msg_id, msg_type, timeout=REPLY_TIMEOUT_S):

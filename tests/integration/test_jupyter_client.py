@@ -14,6 +14,7 @@ import pytest
 import zmq
 
 from .kenneld_proc import KENNELD, descendants, pid_alive
+from large_result import MAKE_LARGE_RESULT, RESULT_BYTES, WRITE_LARGE_RESULT
 from .itest_helpers import (collect_iopub, control, control_reply, finish, run, send_control,
                            shell_reply, shell_request, wait_for, wait_iopub)
 
@@ -255,6 +256,18 @@ def test_large_outputs_keep_their_place_among_the_others(session):
     assert cell.of_type("display_data")[0]["content"]["data"]["text/html"] == \
         "<b>" + "y" * 400000 + "</b>"
     assert cell.result == repr("z" * 2000000)
+
+
+def test_a_kernel_dying_after_a_large_result_is_told_after_it(session):
+    # The dead kernel's pipe is read whole at once, while its last result is still being
+    # signed: the error reply and the idle status that say it died wait for that result.
+    run(session, MAKE_LARGE_RESULT)
+    cell = run(session, WRITE_LARGE_RESULT + "os._exit(1)\n", timeout=60)
+    assert cell.content["status"] == "error" and cell.content["ename"] == "KernelDied", \
+        cell.content
+    assert [t for t in cell.types if t != "stream"] == [
+        "status", "execute_input", "execute_result", "error", "status"], cell.types
+    assert len(cell.result) == RESULT_BYTES
 
 
 def test_comm_open_is_closed_again_and_session_goes_on(session):

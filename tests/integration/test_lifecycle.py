@@ -16,6 +16,7 @@ import pytest
 from .itest_helpers import (control, finish, run, shell_reply, shell_request,
                            skip_without_disk_caps, wait_for, wait_iopub)
 from .kenneld_proc import new_kenneld
+from large_result import MAKE_LARGE_RESULT, WRITE_LARGE_RESULT
 
 GRACE = ["--grace", "1"]
 
@@ -725,6 +726,34 @@ def test_ending_a_busy_session_answers_its_clients(kenneld, connect):
         assert reply["content"]["ename"] == "SessionEnded", reply["content"]
 
 
+def test_ending_a_session_whose_large_result_is_being_signed_answers_its_client(kenneld,
+                                                                                connect):
+    """A message of 256 KiB or more is signed off kenneld's loop, and what the session sends
+    after it waits for it: ended meanwhile, the session must still send its error replies
+    before it is freed (they were once freed with it, and the client waited for ever)."""
+    kc, running = _large_result_being_signed(kenneld, connect, "endsigning")
+    assert kenneld.call("end_request", {"session": "endsigning"})["status"] == "ok"
+    reply = shell_reply(kc, running, timeout=10)
+    assert reply["content"]["ename"] == "SessionEnded", reply["content"]
+
+
+def _large_result_being_signed(kenneld, connect, name):
+    """A session whose running cell has just written a 60 MB result (its signing takes ~150
+    ms) and sleeps: its client, and the cell's msg_id."""
+    kc = connect(kenneld.create(name)["connection_file"])
+    run(kc, MAKE_LARGE_RESULT)
+    running = kc.execute(WRITE_LARGE_RESULT + "open('written', 'w').close()\n"
+                         "import time\ntime.sleep(30)")
+
+    def written():
+        files = kenneld.ok("file_list_request", {"session": name})["files"]
+        return any(f["path"] == "written" for f in files)
+
+    # The result is in kenneld once the cell has written it all.
+    wait_for(written, timeout=20, what="the result to be written", interval=0.002)
+    return kc, running
+
+
 @pytest.mark.own_kenneld
 def test_kenneld_stopping_answers_the_running_cell(kenneld, connect):
     """SIGTERM while a cell runs: its client gets an error reply, not silence."""
@@ -736,3 +765,13 @@ def test_kenneld_stopping_answers_the_running_cell(kenneld, connect):
     reply = shell_reply(kc, msg_id, timeout=5)
     assert reply["content"]["ename"] == "SessionEnded", reply["content"]
     assert "kenneld stopped" in reply["content"]["evalue"]
+
+
+@pytest.mark.own_kenneld
+def test_kenneld_stopping_while_a_large_result_is_signed_answers_the_cell(kenneld, connect):
+    """The same while the cell's large result is being signed: the signing ends and the
+    replies behind it go before the sessions are freed."""
+    kc, running = _large_result_being_signed(kenneld, connect, "stopsigning")
+    kenneld.stop()
+    reply = shell_reply(kc, running, timeout=10)
+    assert reply["content"]["ename"] == "SessionEnded", reply["content"]

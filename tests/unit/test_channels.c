@@ -302,11 +302,12 @@ static void s_count_flush(void *arg)
     ((flush_t *)arg)->flushed++;
 }
 
-static int s_signing(flush_t *fl)
+static int s_signing(flush_t *fl, size_t max_unread)
 {
     *fl = (flush_t){.loop = loop_new()};
     fl->signer = fl->loop ? worker_new(fl->loop) : NULL;
-    channels_cfg_t cfg = {.transport = "ipc", .ip = s_prefix, .key = "k", .signer = fl->signer};
+    channels_cfg_t cfg = {.transport = "ipc", .ip = s_prefix, .key = "k", .signer = fl->signer,
+                          .max_unread = max_unread};
     fl->ch = fl->signer ? channels_new(&cfg, NULL) : NULL;
     CHECK(fl->ch != NULL);
     if (!fl->ch)
@@ -340,7 +341,7 @@ static int s_stop(loop_t *loop, int timer_id, void *arg)
 TEST(a_large_message_is_signed_off_the_loop_and_what_follows_waits_for_it)
 {
     flush_t fl;
-    if (s_signing(&fl) < 0)
+    if (s_signing(&fl, 0) < 0)
         return;
     channels_t *ch = fl.ch;
     loop_t *loop = fl.loop;
@@ -393,7 +394,7 @@ TEST(a_large_message_is_signed_off_the_loop_and_what_follows_waits_for_it)
 TEST(channels_destroyed_while_a_message_is_signed_free_it_later)
 {
     flush_t fl;
-    if (s_signing(&fl) < 0)
+    if (s_signing(&fl, 0) < 0)
         return;
     channels_t *ch = fl.ch;
     jmsg_t *m = s_numbered("gone", 0, 16u << 20);
@@ -405,6 +406,46 @@ TEST(channels_destroyed_while_a_message_is_signed_free_it_later)
     /* The signing ends, its done callback frees the message and calls nothing. */
     worker_destroy(&fl.signer);
     CHECK_EQ_INT(fl.flushed, 0);
+    s_signing_end(&fl);
+}
+
+/*  Replies kenneld makes itself while a signing lasts queue up behind it: bounded in bytes,
+ *  but the message being signed and iopub's status, and counted in channels_unread. */
+TEST(what_waits_behind_a_signing_is_bounded)
+{
+    flush_t fl;
+    if (s_signing(&fl, BOUND) < 0)
+        return;
+    channels_t *ch = fl.ch;
+    zsock_t *c = s_client(ch, "c", 0);
+    jmsg_t *m = s_numbered("c", 0, 2 * BOUND);
+    CHECK_EQ_INT(channels_send(ch, CHANNELS_SHELL, &m), 0);
+    int queued = 0, dropped = 0;
+    for (int n = 1; n <= 8; n++) {
+        m = s_numbered("c", n, REPLY - 1024); /* REPLY with its header and ids */
+        int rc = channels_send(ch, CHANNELS_SHELL, &m);
+        CHECK(rc == 0 || rc == CHANNELS_DROPPED);
+        CHECK(rc == 0 || queued > 0);
+        queued += rc == 0 && !dropped;
+        dropped += rc == CHANNELS_DROPPED;
+        CHECK(!(rc == 0 && dropped)); /* once the bound is met, all are dropped */
+    }
+    CHECK_EQ_INT(queued, BOUND / REPLY);
+    CHECK_EQ_INT(channels_dropped(ch), dropped);
+    CHECK(channels_unread(ch) >= 2 * BOUND + (size_t)queued * (REPLY - 1024));
+    jmsg_t *status = jmsg_new("status", "s");
+    jmsg_set_json(status, JMSG_CONTENT, json_pack("{s:s}", "execution_state", "idle"));
+    CHECK_EQ_INT(channels_send(ch, CHANNELS_IOPUB, &status), 0);
+    loop_timer(fl.loop, 1, 0, s_stop_when_flushed, &fl);
+    loop_timer(fl.loop, 10000, 1, s_stop, NULL);
+    loop_run(fl.loop);
+    CHECK(!channels_pending(ch));
+    /* Once they go, the client's own bound applies (it read nothing yet, and holds the large
+     * one): every message either arrived or was counted dropped. */
+    int drained = s_drain(c);
+    CHECK(drained >= 1);
+    CHECK_EQ_INT(drained + (int)channels_dropped(ch), 1 + 8);
+    zsock_destroy(&c);
     s_signing_end(&fl);
 }
 
@@ -420,6 +461,7 @@ int main(void)
     RUN(made_up_cancels_and_subscriptions_inside_messages_are_cut_too);
     RUN(a_large_message_is_signed_off_the_loop_and_what_follows_waits_for_it);
     RUN(channels_destroyed_while_a_message_is_signed_free_it_later);
+    RUN(what_waits_behind_a_signing_is_bounded);
     rmdir(s_dir);
     zsys_shutdown();
     return harness_done();
