@@ -555,7 +555,7 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
 
 int channels_pending(const channels_t *self)
 {
-    return self->out_head != NULL;
+    return self && self->out_head != NULL;
 }
 
 void channels_on_flushed(channels_t *self, channels_flushed_fn *fn, void *arg)

@@ -53,7 +53,7 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p);
  *  (but an iopub status) is dropped at once. channels_unread counts it. The caller should stop
  *  making more while channels_pending (a kernel's output, say). */
 #define CHANNELS_SIGN_OFF_LOOP (256u << 10)
-int channels_pending(const channels_t *self);
+int channels_pending(const channels_t *self); /* 0 for NULL */
 /*  fn(arg) runs on the loop each time a signing ends and the messages behind it went (some
  *  may wait for the next). Sends done there swallow wake-ups as any send does. */
 typedef void(channels_flushed_fn)(void *arg);
