@@ -74,6 +74,11 @@ struct broker {
     worker_t *worker;        /* makes and mounts new workspace images, off the loop */
     worker_t *meter;         /* measures sessions' memory, off the loop and off the worker */
     worker_t *signer;        /* signs sessions' large messages, off the loop (channels) */
+    worker_t *sweeper;       /* removes ended sessions' directories from the trash, off the loop
+                              * and out of the worker's way (a workspace without a cap can
+                              * hold any number of files) */
+    atomic_int sweep_stop;   /* set at kenneld's end: what is left in the trash waits for the
+                              * next kenneld */
     struct mem_job *mem_job; /* the measure under way on it, or NULL */
     int mem_list_done;       /* a listing's measure is done: the next broker_list answers */
     char mem_info_done[40];  /* the session whose info measure is done: broker_info answers
@@ -1312,14 +1317,14 @@ static void s_op_timer_arm(void *ctx, session_timer_t which, long long delay_ms)
  *  VM's disk, which on the loop stalled every session). Every later step on the same file
  *  (a drop, the directory's removal when the session ends) goes through the worker too
  *  while a job of the session's is there, so that jobs keep their order. */
-typedef enum { SNAP_STORE, SNAP_DROP, SNAP_REMOVE_DIR } snap_kind_t;
+typedef enum { SNAP_STORE, SNAP_DROP } snap_kind_t;
 
 typedef struct {
     broker_t *broker;
     snap_kind_t kind;
     char id[40];       /* whose: found again by id when done (it may have ended) */
     unsigned gen;      /* its snap_gen when submitted */
-    char path[PATH_MAX + 16]; /* the snapshot, or (SNAP_REMOVE_DIR) the directory */
+    char path[PATH_MAX + 16]; /* the snapshot */
     void *data;        /* SNAP_STORE: a copy of the snapshot */
     size_t len;
     int rc, err;
@@ -1336,10 +1341,8 @@ static void s_snap_run(void *arg)
     snap_job_t *j = arg;
     if (j->kind == SNAP_STORE)
         j->rc = statedir_write_file(j->path, j->data, j->len, STATEDIR_DURABLE);
-    else if (j->kind == SNAP_DROP)
-        j->rc = unlink(j->path) < 0 && errno != ENOENT ? -1 : 0;
     else
-        j->rc = statedir_remove_tree(j->path);
+        j->rc = unlink(j->path) < 0 && errno != ENOENT ? -1 : 0;
     j->err = j->rc < 0 ? errno : 0;
     free(j->data);
     j->data = NULL;
@@ -1354,9 +1357,9 @@ static void s_snap_done(void *arg)
     sess_t *s = s_find_id(j->broker, j->id);
     if (s)
         s->snap_jobs--;
-    if (j->rc < 0)
-        LOG_W("session=%s: %s %s: %s", j->id,
-              j->kind == SNAP_STORE ? "write" : j->kind == SNAP_DROP ? "unlink" : "remove",
+    /* A session ended meanwhile took its directory to the trash: nothing to say. */
+    if (j->rc < 0 && (s || j->err != ENOENT))
+        LOG_W("session=%s: %s %s: %s", j->id, j->kind == SNAP_STORE ? "write" : "unlink",
               j->path, strerror(j->err));
     if (s && j->kind == SNAP_STORE && j->gen == s->snap_gen) {
         char why[160];
@@ -1369,24 +1372,79 @@ static void s_snap_done(void *arg)
     free(j);
 }
 
-/*  Queue the removal of a closed session's directory (id) on b's worker, after the jobs
- *  already there. 0, or -1 with errno. */
-static int s_remove_later(broker_t *b, const char *id, const char *dir)
+/*  The removal of a directory, on the sweeper (or, behind a snapshot still being written
+ *  there, on the worker). */
+typedef struct {
+    broker_t *broker;
+    char path[PATH_MAX];
+    int rc, err;
+} sweep_job_t;
+
+static void s_sweep_run(void *arg)
 {
-    snap_job_t *j = calloc(1, sizeof *j);
-    if (!j)
-        return -1;
-    j->broker = b;
-    j->kind = SNAP_REMOVE_DIR;
-    snprintf(j->id, sizeof j->id, "%s", id);
-    snprintf(j->path, sizeof j->path, "%s", dir);
-    if (worker_submit(b->worker, s_snap_run, s_snap_done, j) < 0) {
-        int saved = errno;
+    sweep_job_t *j = arg;
+    j->rc = statedir_remove_tree_until(j->path, &j->broker->sweep_stop);
+    j->err = j->rc < 0 ? errno : 0;
+}
+
+static void s_sweep_done(void *arg)
+{
+    sweep_job_t *j = arg;
+    if (j->rc < 0 && j->err != ECANCELED)
+        LOG_W("remove %s: %s", j->path, strerror(j->err));
+    free(j);
+}
+
+/*  Remove dir on w (the sweeper if NULL), or here if it cannot be queued. */
+static void s_sweep(broker_t *b, worker_t *w, const char *dir)
+{
+    sweep_job_t *j = calloc(1, sizeof *j);
+    if (j) {
+        j->broker = b;
+        snprintf(j->path, sizeof j->path, "%s", dir);
+        if (worker_submit(w ? w : b->sweeper, s_sweep_run, s_sweep_done, j) == 0)
+            return;
         free(j);
-        errno = saved;
-        return -1;
     }
-    return 0;
+    if (statedir_remove_tree(dir) < 0)
+        PLOG_W("remove %s", dir);
+}
+
+/*  Take dir (a session's, ended for good) out of the sessions at once: into the trash, whose
+ *  path goes into out (dir itself if it cannot move: it is removed in place then). */
+static void s_trash(broker_t *b, const char *dir, char *out, size_t out_len)
+{
+    if (statedir_trash(b->cfg.state_dir, dir, out, out_len) == 0)
+        return;
+    PLOG_W("cannot move %s to %s/trash; it is removed where it is", dir, b->cfg.state_dir);
+    snprintf(out, out_len, "%s", dir);
+}
+
+/*  Remove dir, ended for good, off the loop: into the trash now, removed on the sweeper. */
+static void s_discard(broker_t *b, const char *dir)
+{
+    char path[PATH_MAX];
+    s_trash(b, dir, path, sizeof path);
+    s_sweep(b, NULL, path);
+}
+
+/*  What a kenneld before this one left in the trash. */
+static void s_sweep_trash(broker_t *b)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/trash", b->cfg.state_dir);
+    DIR *d = opendir(path);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (snprintf(path, sizeof path, "%s/trash/%s", b->cfg.state_dir, e->d_name) <
+            (int)sizeof path)
+            s_sweep(b, NULL, path);
+    }
+    closedir(d);
 }
 
 /*  Queue a store (data is copied) or a drop of s's snapshot. 0, or -1 with errno. */
@@ -1586,18 +1644,17 @@ static void s_free_sess(sess_t **s_p)
 }
 
 /*  A killed kernel of a closed session, with what must wait for it to be gone: its cgroup and,
- *  when the session ended for good, a last pass over its directory (the first pass runs at
- *  once, safe against a kernel still moving things: statedir_remove_tree never follows a
- *  link; this one removes whatever the kernel wrote in between). */
+ *  when the session ended for good, its directory, moved to the trash at once and removed
+ *  once nothing of the session can write there any more. */
 typedef struct {
+    broker_t *broker;
     spawner_proc_t proc;
     unsigned long ticket;    /* its pid is still to come from the zygote */
     cgroup_t *cg;
-    char dir[PATH_MAX];      /* "" to keep the directory */
+    char dir[PATH_MAX];      /* the directory to remove (in the trash), or "" to keep it */
     char mount[PATH_MAX];    /* a workspace image to unmount once the kernel is gone, or "" */
-    broker_t *worker_of;     /* its directory is removed on this broker's worker (a snapshot
-                              * was being written there), or NULL: here */
-    char id[40];
+    worker_t *remover;       /* removes dir: the worker if a snapshot was being written there
+                              * (it goes first), else NULL: the sweeper */
 } orphan_t;
 
 static void s_orphan_finish(orphan_t *o)
@@ -1606,9 +1663,8 @@ static void s_orphan_finish(orphan_t *o)
     cgroup_destroy(&o->cg);
     if (o->mount[0] && disk_unmount(o->mount, 0) < 0)
         PLOG_E("umount(%s)", o->mount);
-    if (o->dir[0] && (!o->worker_of || s_remove_later(o->worker_of, o->id, o->dir) < 0) &&
-        statedir_remove_tree(o->dir) < 0)
-        PLOG_W("remove %s", o->dir);
+    if (o->dir[0])
+        s_sweep(o->broker, o->remover, o->dir);
     free(o);
 }
 
@@ -1692,6 +1748,8 @@ static void s_zygote_strays(broker_t *b)
         if (s_pid_known(b, kids[i]))
             continue;
         orphan_t *o = calloc(1, sizeof *o);
+        if (o)
+            o->broker = b;
         if (!o || spawner_adopt(kids[i], &o->proc) < 0) {
             if (o)
                 PLOG_W("a kernel the zygote never named (pid %d)", (int)kids[i]);
@@ -1749,6 +1807,7 @@ static void s_close_sess(sess_t *s, int forget)
         LOG_E("out of memory");
         exit(1);
     }
+    o->broker = b;
     o->proc = s->proc;
     o->proc.pidfd = o->proc.pipe_fd = -1;
     o->cg = s->cg;
@@ -1763,15 +1822,11 @@ static void s_close_sess(sess_t *s, int forget)
         /* Off our tree first, so the removal below never walks the kernel's filesystem
          * (the image file goes with the directory; its space, with the last user). */
         s_disk_unmount(s, 1);
-        snprintf(o->dir, sizeof o->dir, "%s", s->dir);
-        /* A snapshot still being written there: removed after it, on the worker (the
-         * orphan's last pass too). */
-        if (s->snap_jobs > 0 && s_remove_later(b, s->id, s->dir) == 0) {
-            o->worker_of = b;
-            snprintf(o->id, sizeof o->id, "%s", s->id);
-        } else if (statedir_remove_tree(s->dir) < 0 && s->has_proc == 0) {
-            PLOG_W("session=%s: remove %s", s->id, s->dir);
-        }
+        /* Gone from the sessions at once (a rename: a later kenneld never finds it), removed
+         * off the loop once the kernel is gone: a workspace without a cap may hold millions
+         * of files. A snapshot still being written there goes first, on the worker. */
+        s_trash(b, s->dir, o->dir, sizeof o->dir);
+        o->remover = s->snap_jobs > 0 ? b->worker : NULL;
     } else if (s->disk_mounted) {
         /* Kept for the next kenneld: unmounted cleanly once the kernel has gone. */
         snprintf(o->mount, sizeof o->mount, "%s", s->workspace);
@@ -2500,7 +2555,7 @@ static void s_restore_one(broker_t *self, const char *dir)
                   "removing it", id ? id : "?", dir, (long)launcher.pid);
             snprintf(path, sizeof path, "%s/workspace", dir);
             disk_unmount(path, 1); /* mounted still only if kenneld had no namespace of its own */
-            statedir_remove_tree(dir);
+            s_discard(self, dir);
             json_decref(meta);
             json_decref(conn);
             return;
@@ -2556,7 +2611,7 @@ static void s_restore_one(broker_t *self, const char *dir)
                   "workspace image, saved state or files)", dir, why);
         } else {
             LOG_W("cannot restore the session in %s (%s); removing it", dir, why);
-            statedir_remove_tree(dir);
+            s_discard(self, dir);
         }
     }
     if (!s && launcher_fd >= 0)
@@ -2800,11 +2855,14 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->worker = worker_new(loop);
     self->meter = worker_new(loop);
     self->signer = worker_new(loop);
+    self->sweeper = worker_new(loop);
     if (!self->sessions || !self->closing || !self->orphans || !self->slots || !self->pool ||
-        !self->worker || !self->meter || !self->signer || pipe2(self->lifeline, O_CLOEXEC) < 0) {
+        !self->worker || !self->meter || !self->signer || !self->sweeper ||
+        pipe2(self->lifeline, O_CLOEXEC) < 0) {
         broker_destroy(&self);
         return NULL;
     }
+    s_sweep_trash(self);
     if (cfg->max_memory && (self->memory_timer = loop_timer(loop, MEMORY_GUARD_MS, 0,
                                                             s_on_memory_guard, self)) < 0) {
         broker_destroy(&self);
@@ -2864,8 +2922,11 @@ void broker_destroy(broker_t **self_p)
     while (self->pool && (p = zlistx_detach(self->pool, NULL)))
         s_pool_drop(self, p);
     zlistx_destroy(&self->pool);
-    /* Every job is abandoned by now: their callbacks only unmount and remove. */
+    /* Every job is abandoned by now: their callbacks only unmount and remove. What the
+     * trash still holds is removed by the next kenneld: a stop does not wait for it. */
+    atomic_store(&self->sweep_stop, 1);
     worker_destroy(&self->worker);
+    worker_destroy(&self->sweeper);
     for (int i = 0; i < 2; i++)
         if (self->lifeline[i] >= 0)
             close(self->lifeline[i]);

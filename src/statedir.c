@@ -88,6 +88,12 @@ int statedir_prepare(const char *dir)
         errno = ENAMETOOLONG;
         return -1;
     }
+    if (s_mkdirs(path, 0700) < 0)
+        return -1;
+    if (snprintf(path, sizeof path, "%s/trash", dir) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
     return s_mkdirs(path, 0700);
 }
 
@@ -147,10 +153,41 @@ int statedir_write_json(const char *path, const json_t *obj, statedir_sync_t syn
     return rc;
 }
 
+/*  Directories one removal holds open at most: a deeper one is moved up to the tree's top
+ *  and removed by the next pass, so no depth a session can make leaves anything behind. */
+#define REMOVE_DEPTH 64
+/*  Passes at most (each one takes REMOVE_DEPTH levels off the deepest branch). */
+#define REMOVE_PASSES 100000
+
+typedef struct {
+    int top;                  /* the tree's top directory */
+    unsigned long moved;      /* directories moved up to it in this pass */
+    unsigned long serial;     /* their names there */
+    const atomic_int *stop;   /* set: give up (ECANCELED) */
+} remover_t;
+
+/*  Move the directory `name` in dfd up to the tree's top, under a name nothing there has. */
+static int s_move_up(remover_t *r, int dfd, const char *name)
+{
+    char to[64];
+    for (int tries = 0; tries < 100; tries++) {
+        snprintf(to, sizeof to, ".kennel-deep-%lu", r->serial++);
+        if (renameat2(dfd, name, r->top, to, RENAME_NOREPLACE) == 0) {
+            r->moved++;
+            return 0;
+        }
+        if (errno != EEXIST)
+            return -1;
+    }
+    return -1;
+}
+
 /*  Remove everything in the directory open as dfd, never following a symlink and never
  *  leaving the tree: every step is relative to a directory fd opened with O_NOFOLLOW, so a
- *  kernel that renames or swaps entries while this runs cannot point it at host files. */
-static int s_remove_at(int dfd, int depth)
+ *  kernel that renames or swaps entries while this runs cannot point it at host files. A
+ *  directory that denies us writing or listing (an unprivileged kenneld's own uid made it
+ *  0500 or 0) is given 0700 first; fchmodat never follows a symlink with that flag. */
+static int s_remove_at(remover_t *r, int dfd, int depth)
 {
     DIR *d = fdopendir(dfd);
     if (!d) {
@@ -160,32 +197,89 @@ static int s_remove_at(int dfd, int depth)
     int rc = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+        if (r->stop && atomic_load(r->stop)) {
+            closedir(d);
+            errno = ECANCELED;
+            return -1;
+        }
+        const char *name = e->d_name;
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
             continue;
-        if (unlinkat(dirfd(d), e->d_name, 0) == 0 || errno == ENOENT)
+        if (unlinkat(dirfd(d), name, 0) == 0 || errno == ENOENT)
+            continue;
+        if (errno == EACCES && fchmod(dirfd(d), 0700) == 0 &&
+            (unlinkat(dirfd(d), name, 0) == 0 || errno == ENOENT))
             continue;
         if (errno != EISDIR && errno != EPERM) {
             rc = -1;
             continue;
         }
-        int sub = depth < 256 ? openat(dirfd(d), e->d_name,
-                                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                              : -1;
-        if (sub < 0 || s_remove_at(sub, depth + 1) < 0 ||
-            (unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT))
+        if (depth >= REMOVE_DEPTH) {
+            if (s_move_up(r, dirfd(d), name) < 0)
+                rc = -1;
+            continue;
+        }
+        int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+        int sub = openat(dirfd(d), name, flags);
+        if (sub < 0 && errno == EACCES &&
+            fchmodat(dirfd(d), name, 0700, AT_SYMLINK_NOFOLLOW) == 0)
+            sub = openat(dirfd(d), name, flags);
+        if (sub < 0 || s_remove_at(r, sub, depth + 1) < 0 ||
+            (unlinkat(dirfd(d), name, AT_REMOVEDIR) < 0 && errno != ENOENT))
             rc = -1;
     }
     closedir(d);
     return rc;
 }
 
+int statedir_remove_tree_until(const char *path, const atomic_int *stop)
+{
+    remover_t r = {.stop = stop};
+    r.top = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (r.top < 0)
+        return errno == ENOENT ? 0 : -1;
+    int rc = 0;
+    for (int pass = 0; pass < REMOVE_PASSES; pass++) {
+        int dfd = openat(r.top, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* from its start */
+        r.moved = 0;
+        rc = dfd < 0 ? -1 : s_remove_at(&r, dfd, 0);
+        if (!r.moved || (stop && atomic_load(stop)))
+            break; /* what was moved up may have come after readdir's end: another pass */
+    }
+    if (stop && atomic_load(stop)) {
+        rc = -1;
+        errno = ECANCELED;
+    }
+    int saved = errno;
+    close(r.top);
+    if (rc == 0 && rmdir(path) < 0 && errno != ENOENT) {
+        saved = errno;
+        rc = -1;
+    }
+    errno = saved;
+    return rc;
+}
+
 int statedir_remove_tree(const char *path)
 {
-    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0)
-        return errno == ENOENT ? 0 : -1;
-    int rc = s_remove_at(dfd, 0);
-    if (rmdir(path) < 0 && errno != ENOENT)
-        rc = -1;
-    return rc;
+    return statedir_remove_tree_until(path, NULL);
+}
+
+int statedir_trash(const char *state_dir, const char *dir, char *out, size_t out_len)
+{
+    const char *base = strrchr(dir, '/');
+    base = base ? base + 1 : dir;
+    for (int i = 0; i < 100; i++) {
+        int n = i ? snprintf(out, out_len, "%s/trash/%s.%d", state_dir, base, i)
+                  : snprintf(out, out_len, "%s/trash/%s", state_dir, base);
+        if (n < 0 || (size_t)n >= out_len) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        if (renameat2(AT_FDCWD, dir, AT_FDCWD, out, RENAME_NOREPLACE) == 0)
+            return 0;
+        if (errno != EEXIST)
+            return -1;
+    }
+    return -1;
 }

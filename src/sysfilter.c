@@ -23,6 +23,11 @@
 
 #define DENY SCMP_ACT_ERRNO(EPERM)
 
+/*  Calls that do nothing and succeed: sync() and syncfs() flush every dirty page of a whole
+ *  host filesystem (the read-only root's is the host's own), which one session could make
+ *  every other process wait on. A session's own files still reach the disk with fsync. */
+static const char *const s_no_ops[] = {"sync", "syncfs"};
+
 /*  Calls refused outright. */
 static const char *const s_denied[] = {
     /* tracing and other processes' memory */
@@ -38,6 +43,7 @@ static const char *const s_denied[] = {
     "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
     "reboot", "swapon", "swapoff", "acct", "syslog", "vhangup", "lookup_dcookie",
     "fanotify_init", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "modify_ldt", "memfd_secret",
     /* clocks and host identity */
     "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "sethostname",
     "setdomainname", "iopl", "ioperm", "personality", "uselib", "nfsservctl",
@@ -51,6 +57,11 @@ static int s_build(scmp_filter_ctx ctx)
         if (nr == __NR_SCMP_ERROR)
             continue; /* not on this architecture */
         if ((rc = seccomp_rule_add(ctx, DENY, nr, 0)) < 0)
+            return rc;
+    }
+    for (size_t i = 0; i < sizeof s_no_ops / sizeof s_no_ops[0]; i++) {
+        int nr = seccomp_syscall_resolve_name(s_no_ops[i]);
+        if (nr != __NR_SCMP_ERROR && (rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(0), nr, 0)) < 0)
             return rc;
     }
     /* Sockets: AF_UNIX only (socketpair for multiprocessing, local pipes). No TCP, UDP, raw,

@@ -365,6 +365,17 @@ static int s_reply(int ctl, json_t *ticket, pid_t pid, long hint_pages, int err,
 #define SERVE_MAX_MESSAGE 65536 /* kennel_zygote.MAX_MESSAGE */
 #define SERVE_MAX_FDS 16        /* kennel_zygote.MAX_FDS */
 
+/*  Every kernel is a copy of the zygote's memory: a request served (its bytes, and what
+ *  jansson made of them in the arena) is zeroed before the next one is read, so that a kernel
+ *  finds its own request there and no earlier session's (host uid, limits, ticket). The same
+ *  pages are written each round anyway: no more copy-on-write faults. */
+static void s_forget(char *buf, size_t n)
+{
+    explicit_bzero(buf, n);
+    explicit_bzero(s_arena, s_arena_used);
+    s_arena_used = 0;
+}
+
 /*  serve(ctl, lifeline, init_fd, kernel_dir, hint, hint_pages, home, ipython_dir): the
  *  zygote's loop once the page hint is settled and the kernel paths prepared. Each round
  *  writes to a page of the zygote, and each such page was shared again with the last session
@@ -438,7 +449,9 @@ static PyObject *s_serve_loop(PyObject *args)
                     close(fds[i]);
                 return NULL;
             }
-            return Py_BuildValue("(sy#N)", "python", buf, (Py_ssize_t)n, list);
+            PyObject *out = Py_BuildValue("(sy#N)", "python", buf, (Py_ssize_t)n, list);
+            s_forget(buf, (size_t)n);
+            return out;
         }
         r.pipe_fd = fds[0];
         r.workspace_fd = fds[1];
@@ -456,6 +469,7 @@ static PyObject *s_serve_loop(PyObject *args)
             close(fds[i]);
         int sent = s_reply(ctl, json_object_get(req, "ticket"), pid, hint_pages, err, step);
         json_decref(req);
+        s_forget(buf, (size_t)n);
         if (sent < 0)
             return PyErr_SetFromErrno(PyExc_OSError);
     }
