@@ -1,6 +1,7 @@
 /*  kennel: the command-line client of kenneld. Talks to the manager socket for session
  *  lifecycle (new, ls, info, rm), acts as an ordinary Jupyter client for `exec`, and as a
  *  kernelspec launcher for `kernel -f`. Every command takes --state-dir DIR. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -21,6 +22,7 @@
 #include "client.h"
 #include "jvalid.h"
 #include "statedir.h"
+#include "termsafe.h"
 #include "util.h"
 
 #define CALL_TIMEOUT_MS 30000
@@ -50,6 +52,52 @@ static const char s_usage[] =
     "The state directory is --state-dir, else $KENNEL_STATE_DIR, else ~/.local/state/kennel.\n";
 
 static char s_state_dir[PATH_MAX];
+
+/*  What a kernel sends (streams, results, tracebacks, the names of the files a cell made) is
+ *  untrusted: written raw to a terminal, it could set the window title, write the clipboard
+ *  (OSC 52), clear the screen or move the cursor over what kennel printed. So text for a
+ *  terminal goes through termsafe (colours pass, other sequences and controls are shown
+ *  escaped); text for a pipe or a file is written byte for byte, as scripts expect. stdout
+ *  and stderr are judged each on its own; each has its termsafe state, as a sequence may be
+ *  split over two messages. */
+static struct {
+    int is_tty; /* -1 until asked */
+    termsafe_t safe;
+} s_untrusted[2] = {{-1, {{0}, 0}}, {-1, {{0}, 0}}};
+
+#define UNTRUSTED_SLICE 4096 /* bytes filtered at a time, into a buffer on the stack */
+
+/*  Write kernel text to f (stdout or stderr), filtered when f is a terminal. */
+static void s_put_untrusted(FILE *f, const char *text)
+{
+    int i = f == stderr;
+    assert(f == stdout || f == stderr);
+    if (s_untrusted[i].is_tty < 0)
+        s_untrusted[i].is_tty = isatty(fileno(f));
+    if (!s_untrusted[i].is_tty) {
+        fputs(text, f);
+        return;
+    }
+    char out[TERMSAFE_OUT_MAX(UNTRUSTED_SLICE)];
+    for (size_t left = strlen(text), n; left; left -= n, text += n) {
+        n = left < UNTRUSTED_SLICE ? left : UNTRUSTED_SLICE;
+        fwrite(out, 1, termsafe_feed(&s_untrusted[i].safe, text, n, out), f);
+    }
+}
+
+/*  The end of the kernel's text: what termsafe still holds (an unfinished sequence) is
+ *  written, escaped. */
+static void s_end_untrusted(void)
+{
+    char out[TERMSAFE_OUT_MAX(0)];
+    for (int i = 0; i < 2; i++) {
+        FILE *f = i ? stderr : stdout;
+        if (s_untrusted[i].is_tty > 0) {
+            fwrite(out, 1, termsafe_finish(&s_untrusted[i].safe, out), f);
+            fflush(f);
+        }
+    }
+}
 
 /*  One manager request (content stolen), with an optional buffer each way (see
  *  client_manager_call_data). The reply when its status is ok; otherwise the reason is
@@ -286,11 +334,14 @@ static int s_cmd_file(const char *cmd, const char *name, const char *a, const ch
     } else if (r && strcmp(cmd, "files") == 0) {
         size_t i;
         json_t *f;
-        json_array_foreach(json_object_get(r, "files"), i, f)
-            printf("%10lld  %s%s\n", (long long)json_integer_value(json_object_get(f, "size")),
-                   json_string_value(json_object_get(f, "path")),
-                   json_is_false(json_object_get(f, "utf8")) ? "  (not UTF-8: \\xNN are bytes)"
-                                                             : "");
+        json_array_foreach(json_object_get(r, "files"), i, f) {
+            /* The names are the cell's (untrusted); the line's end ends a sequence left open. */
+            printf("%10lld  ", (long long)json_integer_value(json_object_get(f, "size")));
+            s_put_untrusted(stdout, json_string_value(json_object_get(f, "path")) ?: "");
+            s_put_untrusted(stdout, json_is_false(json_object_get(f, "utf8"))
+                                        ? "  (not UTF-8: \\xNN are bytes)\n"
+                                        : "\n");
+        }
         rc = 0;
     } else if (r) {
         rc = 0; /* put */
@@ -465,22 +516,26 @@ static void s_print_output(const jmsg_t *m)
     json_t *c = jmsg_content(m);
     if (strcmp(type, "stream") == 0) {
         FILE *f = strcmp(json_string_value(json_object_get(c, "name")) ?: "", "stderr") == 0 ? stderr : stdout;
-        fputs(json_string_value(json_object_get(c, "text")) ?: "", f);
+        s_put_untrusted(f, json_string_value(json_object_get(c, "text")) ?: "");
         fflush(f);
     } else if (strcmp(type, "execute_result") == 0 || strcmp(type, "display_data") == 0 ||
                strcmp(type, "update_display_data") == 0) {
         /* A terminal cannot redraw an earlier output: an update is shown as a new one. */
         json_t *data = json_object_get(c, "data");
         const char *text = json_string_value(json_object_get(data, "text/plain"));
-        if (text)
-            printf("%s\n", text);
+        if (text) {
+            s_put_untrusted(stdout, text);
+            s_put_untrusted(stdout, "\n"); /* which ends a sequence left open */
+        }
         s_save_rich(data);
         fflush(stdout);
     } else if (strcmp(type, "error") == 0) {
         size_t i;
         json_t *line;
-        json_array_foreach(json_object_get(c, "traceback"), i, line)
-            fprintf(stderr, "%s\n", json_string_value(line) ?: "");
+        json_array_foreach(json_object_get(c, "traceback"), i, line) {
+            s_put_untrusted(stderr, json_string_value(line) ?: "");
+            s_put_untrusted(stderr, "\n");
+        }
     }
 }
 
@@ -586,10 +641,14 @@ static int s_run_cell(client_t *cl, const char *session_id, const char *code)
                 if (strcmp(status, "aborted") == 0)
                     fprintf(stderr, "kennel: the cell was not run: an earlier cell in the "
                                     "session's queue failed (stop_on_error)\n");
-                else if (!ok && !saw_error) /* kenneld's own errors come with one; be sure */
-                    fprintf(stderr, "%s: %s\n",
-                            json_string_value(json_object_get(c, "ename")) ?: "Error",
-                            json_string_value(json_object_get(c, "evalue")) ?: status);
+                else if (!ok && !saw_error) { /* kenneld's own errors come with one; be sure */
+                    const char *ename = json_string_value(json_object_get(c, "ename"));
+                    const char *evalue = json_string_value(json_object_get(c, "evalue"));
+                    s_put_untrusted(stderr, ename ?: "Error");
+                    s_put_untrusted(stderr, ": ");
+                    s_put_untrusted(stderr, evalue ?: status);
+                    s_put_untrusted(stderr, "\n");
+                }
             }
         }
         jmsg_destroy(&m);
@@ -629,6 +688,7 @@ static int s_cmd_exec(const char *name, const char *code_arg)
         fprintf(stderr, "kennel: session %s did not answer\n", name);
     else if (cl)
         status = s_run_cell(cl, json_string_value(json_object_get(session, "id")), code);
+    s_end_untrusted();
     json_decref(conn);
     json_decref(r);
     client_destroy(&cl);
