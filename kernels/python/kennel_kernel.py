@@ -98,6 +98,11 @@ def serve(pipe, gate, runtime_dirs, hello=False, before_hello=None):
     fonts_conf = _runtime_file("fonts.conf")
     if fonts_conf:
         os.environ.setdefault("FONTCONFIG_FILE", fonts_conf)
+    # `!cmd` and `x = !cmd` run under $SHELL, as in ipykernel, whose users have bash there:
+    # brace expansion, [[ ]], `source` and pipefail in notebooks expect it (kenneld's
+    # environment allowlist has no SHELL).
+    if os.path.exists("/bin/bash"):
+        os.environ.setdefault("SHELL", "/bin/bash")
     # Requests kenneld sends from now on wait in the socket until serve() reads them.
     import kennel_server
 

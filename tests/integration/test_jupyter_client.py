@@ -463,6 +463,15 @@ def test_shell_escape_runs_without_a_pty(session):
     assert run(session, "files = !echo a; echo b\nfiles").result == "['a', 'b']"
 
 
+def test_shell_escapes_run_under_bash_as_in_ipykernel(session):
+    """ipykernel's users have bash as $SHELL; notebooks' `!` lines use its brace expansion
+    and [[ ]]. Under /bin/sh (dash) they printed `{1..3}` and failed with the cell ok."""
+    cell = run(session, "!echo {1..3}; [[ 1 == 1 ]] && echo yes")
+    assert cell.stream("stdout") == "1 2 3\nyes\n", cell.stream("stderr")
+    assert run(session, "x = !echo {a,b}\nx").result == "['a b']"
+    assert run(session, "import os; os.environ['SHELL']").result == "'/bin/bash'"
+
+
 def _running_command(kenneld, session, command):
     """Execute `!command` then `print('after')`; once its sleep runs: (msg_id, kernel pid)."""
     msg_id = session.execute(f"!{command}\nprint('after')")
