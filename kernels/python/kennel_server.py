@@ -290,9 +290,7 @@ class Kernel:
 
     def _complete(self, content):
         code = content["code"]
-        cursor_pos = content.get("cursor_pos")
-        if cursor_pos is None:
-            cursor_pos = len(code)
+        cursor_pos = _cursor(code, content.get("cursor_pos"))
         # IPython's non-jedi completer works on one line.
         line, line_start = line_at_cursor(code, cursor_pos)
         text, matches = self._shell.complete("", line, cursor_pos - line_start)
@@ -306,7 +304,7 @@ class Kernel:
 
     def _inspect(self, content):
         code = content["code"]
-        cursor_pos = content.get("cursor_pos", len(code))
+        cursor_pos = _cursor(code, content.get("cursor_pos"))
         name = token_at_cursor(code, cursor_pos)
         try:
             data = self._shell.object_inspect_mime(
@@ -375,6 +373,16 @@ def _some(names):
     """As many of names as kenneld keeps (MAX_NAMES), each of at most MAX_NAME_BYTES as the
     pipe writes it (control characters as six-byte escapes)."""
     return [n for n in names if len(encode_part(n)) <= MAX_NAME_BYTES + 2][:MAX_NAMES]
+
+
+def _cursor(code, pos):
+    """A request's cursor_pos within code: the end when absent, clamped when out of range
+    (a client's off-by-some must not echo a negative cursor_start back)."""
+    if pos is None:
+        return len(code)
+    if not isinstance(pos, int) or isinstance(pos, bool):
+        raise TypeError("cursor_pos must be an integer")
+    return min(max(pos, 0), len(code))
 
 
 def _error(ename, evalue):

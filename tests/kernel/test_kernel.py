@@ -625,6 +625,22 @@ def test_complete(kernel):
     assert reply["matches"] == ["some_long_name"] and reply["cursor_start"] == 0
 
 
+def test_a_cursor_out_of_range_is_clamped(kernel):
+    """A cursor_pos before the start or past the end answered every name, and echoed a
+    negative cursor_start; it now means the start or the end of the code."""
+    kernel.execute("some_long_name = 1")
+    past = kernel.request("complete_request", {"code": "some_lo", "cursor_pos": 50})
+    assert past["matches"] == ["some_long_name"], past
+    assert (past["cursor_start"], past["cursor_end"]) == (0, 7)
+    before = kernel.request("complete_request", {"code": "some_lo", "cursor_pos": -5})
+    assert before["cursor_start"] == before["cursor_end"] == 0, before
+    bad = kernel.request("complete_request", {"code": "some_lo", "cursor_pos": "3"})
+    assert bad["status"] == "error" and bad["ename"] == "TypeError", bad
+    found = kernel.request("inspect_request", {"code": "some_long_name", "cursor_pos": 99,
+                                               "detail_level": 0})
+    assert found["found"] is True, found
+
+
 def test_inspect(kernel):
     kernel.execute("def documented():\n    'Does a documented thing.'")
     reply = kernel.request("inspect_request",
