@@ -1334,7 +1334,7 @@ def test_kenneld_environment_does_not_reach_the_kernel(secret_kenneld):
         ''')
         assert r["hits"] == [], f"kenneld's environment leaked into: {r['hits']}"
         assert set(r["names"]) <= {"PATH", "LANG", "HOME", "IPYTHONDIR", "MPLCONFIGDIR", "MPLBACKEND",
-                                   "FONTCONFIG_FILE",
+                                   "FONTCONFIG_FILE", "SHELL",
                                    "PYDEVD_USE_FRAME_EVAL", "TERM", "CLICOLOR", "PAGER", "GIT_PAGER",
                                    "FORCE_COLOR", "COLUMNS", "LINES"}, r["names"]
     finally:
@@ -1557,10 +1557,11 @@ HOARD = '''
 def test_an_ended_session_s_files_go_whole_and_hold_up_no_one(kenneld, bystander):
     """A workspace without a cap (disk 0) is a plain directory of the host. A session that
     nested directories 300 deep left them on the host for ever (the removal stopped at 256);
-    one that made 100 000 files held every session's traffic while kenneld removed them on
-    its loop (~0.75 s here; a red-team probe measured 1.2 s for 150 000). Now the directory
-    leaves the sessions at once, for the trash, and goes whole, off the loop."""
-    files = 100_000
+    one that made 150 000 files held every session's traffic while kenneld removed them on
+    its loop (a red-team probe measured 1.2 s; 100 000 took 0.93 s here). Now the directory
+    leaves the sessions at once, for the trash, and goes whole, off the loop, at the lowest
+    priority. (The bounds leave room for a machine busy with other tests.)"""
+    files = 150_000
     hoarder = open_session(kenneld, "hoarder", {"disk": 0})
     try:
         assert verdict(hoarder, HOARD.format(files=files), timeout=180) == files
@@ -1585,7 +1586,7 @@ def test_an_ended_session_s_files_go_whole_and_hold_up_no_one(kenneld, bystander
         t = time.monotonic()
         assert kenneld.call("end_request", {"session": "hoarder"})["status"] == "ok"
         end_s = time.monotonic() - t
-        assert end_s < 0.3, f"end_request took {end_s:.2f} s"
+        assert end_s < 0.6, f"end_request took {end_s:.2f} s"
         assert not os.path.exists(session_dir), "the ended session is still among the sessions"
         assert wait_swept(kenneld, 60), "the ended session's directory was never removed"
         time.sleep(0.2)
@@ -1593,7 +1594,7 @@ def test_an_ended_session_s_files_go_whole_and_hold_up_no_one(kenneld, bystander
         stop.set()
         pinger.join(30)
     assert not pinger.is_alive() and not wrong, wrong
-    assert slowest[0] < 0.3, f"the bystander waited {slowest[0]:.2f} s for a cell"
+    assert slowest[0] < 0.6, f"the bystander waited {slowest[0]:.2f} s for a cell"
     assert_bystander_unharmed(kenneld, bystander)
 
 

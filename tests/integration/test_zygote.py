@@ -364,8 +364,8 @@ ENV_CELL = "import os, json; print(json.dumps(dict(os.environ)))"
 @pytest.mark.parametrize("kenneld", [ZYGOTE + ["--pool", "1"], ["--spawner", "exec"]],
                          indirect=True)
 def test_a_kernels_environment_is_its_own_whichever_spawner(kenneld, connect):
-    """A kernel's environment is kenneld's short allowlist (plus the two settings the kernel
-    adds for matplotlib), nothing of kenneld's or of the zygote's own (the zygote imports
+    """A kernel's environment is kenneld's short allowlist (plus the settings the kernel adds:
+    two for matplotlib, SHELL for `!`), nothing of kenneld's or of the zygote's own (the zygote imports
     with settings of its own), for pooled and on-demand kernels alike."""
     envs = []
     for name in ("first", "second", "third"):  # the pool's, then forked on demand
@@ -373,7 +373,7 @@ def test_a_kernels_environment_is_its_own_whichever_spawner(kenneld, connect):
         envs.append(json.loads(run(kc, ENV_CELL, timeout=30).stream("stdout")))
     for env in envs:
         assert set(env) == {"PATH", "LANG", "HOME", "IPYTHONDIR", "MPLCONFIGDIR", "MPLBACKEND",
-                            "FONTCONFIG_FILE"}, env
+                            "FONTCONFIG_FILE", "SHELL"}, env
         assert env["HOME"] == "/workspace" and env["IPYTHONDIR"] == "/tmp/.ipython", env
     assert envs[0] == envs[1] == envs[2]
 
