@@ -14,7 +14,9 @@ Measurements
      `--spawner exec` (a cold Python). ipykernel: KernelManager.start_kernel + execute.
   2. new session -> first matplotlib PNG: same, with the cell `import matplotlib.pyplot as plt;
      plt.plot([1,2,3]); plt.show()`, until a display_data with image/png on iopub (kennel:
-     default spawner and pool).
+     default spawner and pool). Its floor: in the same session (and the same ipykernel), the
+     plot cell run WARM_PLOTS more times back to back; the last one's time to its PNG and reply
+     is what matplotlib's inline path costs in a warm kernel of this machine.
   3. warm `1+1` round trip (execute_reply and status idle both received), p50 and p99, with a
      lean client (raw pyzmq DEALER + SUB, one zmq.Poller, jupyter_client's Session signs);
      and its floor: a bare DEALER/ROUTER round trip (300 B) to an echo process, in the same
@@ -95,6 +97,7 @@ MiB = 1 << 20
 
 ONE_PLUS_ONE = "1+1"
 PLOT_CELL = "import matplotlib.pyplot as plt; plt.plot([1,2,3]); plt.show()"
+WARM_PLOTS = 2  # after a session's first PNG, its plot cell again: the floor row times the last
 IMPORT_CELL = "import numpy, pandas, matplotlib.pyplot"
 
 
@@ -879,9 +882,22 @@ def client_of(connection_file):
     return kc
 
 
-def kennel_start(k, name, code=ONE_PLUS_ONE, png=False):
+def warm_plots(kc, code, after):
+    """After a session's first plot: its plot cell run `after` more times, back to back, each
+    until its PNG and reply; the last one's ms (matplotlib's own cost in a warm kernel)."""
+    ms = None
+    for _ in range(after):
+        t = time.perf_counter()
+        msg_id = kc.execute(code)
+        first_png(kc, msg_id)
+        first_reply(kc, msg_id)
+        ms = ms_since(t)
+    return ms
+
+
+def kennel_start(k, name, code=ONE_PLUS_ONE, png=False, warm_after=0):
     """create_request -> jupyter_client connects and executes at once -> reply (or PNG).
-    Returns (total ms, create_request ms, png bytes or None)."""
+    Returns (total ms, create_request ms, png bytes or None, warm_plots' ms or None)."""
     t = time.perf_counter()
     info = k.create(name)
     t_create = ms_since(t)
@@ -890,14 +906,18 @@ def kennel_start(k, name, code=ONE_PLUS_ONE, png=False):
         msg_id = kc.execute(code)
         size = first_png(kc, msg_id) if png else first_reply(kc, msg_id)
         total = ms_since(t)
+        if warm_after:
+            first_reply(kc, msg_id)
+        warm = warm_plots(kc, code, warm_after)
     finally:
         kc.stop_channels()
     k.end(name)
-    return total, t_create, size
+    return total, t_create, size, warm
 
 
-def ipy_start(code=ONE_PLUS_ONE, png=False):
-    """KernelManager.start_kernel -> client -> execute at once -> reply (or PNG). (ms, size)"""
+def ipy_start(code=ONE_PLUS_ONE, png=False, warm_after=0):
+    """KernelManager.start_kernel -> client -> execute at once -> reply (or PNG).
+    (ms, size, warm_plots' ms or None)"""
     t = time.perf_counter()
     ipy = IPy().start()
     try:
@@ -907,11 +927,14 @@ def ipy_start(code=ONE_PLUS_ONE, png=False):
             msg_id = kc.execute(code)
             size = first_png(kc, msg_id) if png else first_reply(kc, msg_id)
             total = ms_since(t)
+            if warm_after:
+                first_reply(kc, msg_id)
+            warm = warm_plots(kc, code, warm_after)
         finally:
             kc.stop_channels()
     finally:
         stop(ipy)
-    return total, size
+    return total, size, warm
 
 
 def spread(n_small, n_big):
@@ -939,7 +962,7 @@ def bench_starts(res):
             for k in ks:
                 k.wait_pool()
                 settle(roots)
-                total, create, _ = kennel_start(k, f"r{r}")
+                total, create, _, _ = kennel_start(k, f"r{r}")
                 series[k.label]["total"].append(total)
                 series[k.label]["create"].append(create)
                 if k.label == "pool":
@@ -1019,6 +1042,7 @@ def bench_png(res):
     try:
         roots = [k.proc.pid]
         kennel, create, ipy, sizes = [], [], [], {}
+        warm = {"kennel": [], "ipykernel": []}
         k.wait_pool()
         kennel_start(k, "warmup", PLOT_CELL, png=True)
         ipy_start(PLOT_CELL, png=True)
@@ -1026,20 +1050,26 @@ def bench_png(res):
         for r in range(N["plots"]):
             k.wait_pool()
             settle(roots)
-            total, c, sizes["kennel"] = kennel_start(k, f"p{r}", PLOT_CELL, png=True)
+            total, c, sizes["kennel"], w = kennel_start(k, f"p{r}", PLOT_CELL, png=True,
+                                                         warm_after=WARM_PLOTS)
             kennel.append(total)
+            warm["kennel"].append(w)
             create.append(c)
             if r in ipy_rounds:
                 settle(roots)
-                t, sizes["ipykernel"] = ipy_start(PLOT_CELL, png=True)
+                t, sizes["ipykernel"], w = ipy_start(PLOT_CELL, png=True,
+                                                     warm_after=WARM_PLOTS)
                 ipy.append(t)
+                warm["ipykernel"].append(w)
             log(f"  round {r + 1}/{N['plots']}: kennel {kennel[-1]:.0f} ms"
                 + (f", ipykernel {ipy[-1]:.0f} ms" if r in ipy_rounds else ""))
     finally:
         stop(k)
     res["first_png_ms"] = {"cell": PLOT_CELL,
                            "kennel": dict(summary(kennel), create_request_ms=summary(create)),
-                           "ipykernel": summary(ipy), "png_base64_bytes": sizes}
+                           "ipykernel": summary(ipy), "png_base64_bytes": sizes,
+                           "warm_plot": {"after": WARM_PLOTS,
+                                         **{key: summary(v) for key, v in warm.items()}}}
 
 
 # ---- 3: warm round trip ------------------------------------------------------------------------
@@ -1473,6 +1503,11 @@ def table(res):
         for q in ("median", "p99"):
             rows.append((f"new session -> first matplotlib PNG: {q}", fmt_ms(p["kennel"][q]),
                          fmt_ms(p["ipykernel"][q]), ratio(p["ipykernel"][q], p["kennel"][q])))
+        w = p.get("warm_plot")
+        if w:
+            rows.append((f"  floor: the same cell in the same session, its plot number "
+                         f"{w['after'] + 1} (matplotlib's own work): median",
+                         fmt_ms(w["kennel"]["median"]), fmt_ms(w["ipykernel"]["median"]), ""))
     r = res.get("warm_rtt_ms")
     if r:
         for q, lbl in (("median", "p50"), ("p99", "p99")):
