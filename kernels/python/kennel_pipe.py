@@ -227,6 +227,8 @@ def encode_part(obj):
     NaN and infinities are refused (they are not JSON), and lone surrogates, which
     Python strings may hold but UTF-8 cannot, become '?'.
     """
+    if isinstance(obj, memoryview) and obj.c_contiguous:
+        return obj.cast("B")  # not copied: encode_frame copies it once, into the frame
     if isinstance(obj, (bytes, bytearray, memoryview)):
         return bytes(obj)
     try:

@@ -135,25 +135,30 @@ class Kernel:
         self._gate.arm()
         try:
             history = shell.history_snapshot()
-            data, unsaved = kennel_snapshot.save(shell.user_ns, shell.user_ns_hidden,
-                                                 shell.execution_count, history)
-            if len(data) > MAX_SNAPSHOT_BYTES and history["outputs"]:
+            try:
+                data, unsaved = kennel_snapshot.save(shell.user_ns, shell.user_ns_hidden,
+                                                     shell.execution_count, history,
+                                                     MAX_SNAPSHOT_BYTES)
+            except kennel_snapshot.TooLarge:
+                if not history["outputs"]:
+                    raise
                 # Too large for a frame: the namespace without the outputs (large results
                 # shown once and bound to no name, most likely), rather than no eviction.
                 lost = [f"Out[{line}]" for line in history["outputs"]]
                 history["outputs"] = {}
                 data, unsaved = kennel_snapshot.save(shell.user_ns, shell.user_ns_hidden,
-                                                     shell.execution_count, history)
+                                                     shell.execution_count, history,
+                                                     MAX_SNAPSHOT_BYTES)
                 unsaved = sorted(set(unsaved) | set(lost))
             error = None
-        except BaseException as e:  # too large, the pickler broke (SystemExit too), stopped
+        except BaseException as e:  # short of memory, the pickler broke, stopped: keep it all
             error = f"{type(e).__name__}: {e}"[:500]
         self._gate.disarm()
         try:
             if error is None:
                 self._pipe.send({"op": "saved", "unsaved": _some(unsaved)}, data)
                 return
-        except FrameError as e:  # too large for a frame: keep the kernel
+        except (FrameError, MemoryError) as e:  # too large for a frame or for memory: keep it
             error = f"{type(e).__name__}: {e}"[:500]
         self._pipe.send({"op": "saved", "error": error})
 

@@ -3,8 +3,9 @@
 save() pickles every name it can with dill (so functions, lambdas and classes defined in
 cells survive; plain pickle when dill is missing), notes modules by name to import again
 (those that are what sys.modules holds under their name; others are values like any other),
-and lists the names it could not keep (generators, sockets, open files…). It keeps the
-session's history too: every cell's input and the outputs that pickle (`Out[N]`). IPython's
+and lists the names it could not keep (generators, sockets, open files, processes…); it
+stops, saving nothing, when it runs short of memory or depth or would pass a size. It keeps
+the session's history too: every cell's input and the outputs that pickle (`Out[N]`). IPython's
 own names (`_`, `_i3`, `_3`, `In`, `exit`, …) are not saved as names while they hold
 IPython's values: they are made again from the history, or by the new shell. restore() loads
 a snapshot into a namespace and lists the names that failed; one that fails takes with it
@@ -12,11 +13,19 @@ only the names that share objects with it. kenneld stores the bytes without look
 them, out of the kernel's reach.
 """
 
+import concurrent.futures
+import errno
 import importlib
 import io
+import itertools
+import os
 import pickle
 import re
+import stat
+import struct
+import subprocess
 import sys
+import threading
 import types
 from collections import OrderedDict
 
@@ -28,8 +37,13 @@ except ImportError:  # the kernel still works; fewer objects survive an eviction
     _pickler = pickle
 
 # 1: no history; 2: one pickle of all values ("together"), or one per name ("each"); both
-# still read. 3: one stream of pickles, one per name and output, sharing one memo ("parts").
-FORMAT = 3
+# still read. 3: one stream of pickles, one per name and output, sharing one memo ("parts"),
+# in the one pickle of the snapshot; still read. 4: that stream first, the snapshot's pickle
+# (without it) after it, then _END: the stream, most of a large snapshot, is copied neither
+# into the snapshot's pickle on save nor out of it on restore.
+FORMAT = 4
+_END = struct.Struct(">Q8s")  # where the snapshot's pickle starts; a tag no pickle ends with
+_END_TAG = b"kennel4\n"
 # IPython's own names for its caches, made again from the history on restore: these, and
 # `_iN` / `_N` for lines the history holds (a user's `_7` with no Out[7] is the user's).
 _IPYTHON_NAMES = {"_", "__", "___", "_i", "_ii", "_iii", "_ih", "_oh", "_dh"}
@@ -37,6 +51,26 @@ _CACHE_LINE = re.compile(r"_(i?)(\d+)")
 _NS_ID = "ns"  # the persistent id of the namespace itself
 # In-memory files hold no OS resource and pickle as their contents.
 _MEMORY_FILES = (io.StringIO, io.BytesIO)
+_RLOCK = type(threading.RLock())
+
+
+class TooLarge(Exception):
+    """The snapshot would pass save()'s max_bytes."""
+
+
+class _BoundedFile(io.BytesIO):
+    """A BytesIO that refuses a write past max_bytes before it copies it: a value too large
+    to keep stops the save rather than be copied whole first (a large array is written in
+    one write)."""
+
+    def __init__(self, max_bytes):
+        super().__init__()
+        self._max_bytes = max_bytes
+
+    def write(self, data):
+        if self.tell() + memoryview(data).nbytes > self._max_bytes:
+            raise TooLarge(f"the snapshot would pass {self._max_bytes} bytes")
+        return super().write(data)
 
 
 class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
@@ -50,6 +84,12 @@ class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
       it is restored into, and sees and sets the names there.
     - A file object is refused (dill would reopen it on restore, and a file opened for
       writing would be emptied), and with it every value that holds one.
+    - So is what stands for a process or for work under way, which pickles but comes back
+      lying: a Popen (its process was killed with the kernel: poll() and wait() would read
+      ECHILD as an exit status of 0), a psutil.Process, a future not done (it would never be).
+    - An RLock comes back unlocked, or is refused when a thread holds it (that thread will
+      not be there). dill 0.3.6 brought every RLock back held by no one: the first acquire,
+      a done future's result() say, waited for ever.
     - A module that is not the one imported under its name (types.ModuleType("json"), say)
       is pickled as a new module with its attributes, not as the import of that name."""
 
@@ -63,7 +103,15 @@ class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
 
     def reducer_override(self, obj):
         if isinstance(obj, io.IOBase) and not isinstance(obj, _MEMORY_FILES):
+            _flush(obj)
             raise pickle.PicklingError(f"{type(obj).__name__}: a file is not kept")
+        if _is_process(obj) or isinstance(obj, concurrent.futures.Future) and not obj.done():
+            raise pickle.PicklingError(f"{type(obj).__name__}: a process or work under way")
+        if isinstance(obj, _RLOCK):
+            if obj._is_owned() or not obj.acquire(blocking=False):
+                raise pickle.PicklingError("RLock: held by a thread")
+            obj.release()
+            return _RLOCK, ()
         if isinstance(obj, types.ModuleType) and sys.modules.get(obj.__name__) is not obj:
             state = dict(obj.__dict__)
             state.pop("__builtins__", None)
@@ -74,12 +122,69 @@ class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
         """Forget what a failed dump() memoized (its bytes are the caller's to drop), so that
         later dumps write those objects again rather than refer to them."""
         self.memo = {k: v for k, v in self.memo.items() if v[0] < memo_len}
+        # The failed dump's frame was never ended: left as it is, the next dump() would write
+        # its PROTO opcode into that frame, which start_framing() then drops. That part would
+        # load under protocol 0, where a dotted name (`Figure.delaxes`) is not found.
+        self.framer.current_frame = None
         if hasattr(self, "_postproc"):  # dill's stack of objects being built
             self._postproc = OrderedDict()
+
+    def unshare(self, memo_len):
+        """Make later dumps write again, rather than refer to, what the last one memoized
+        (from memo_len on) that is the same value wherever it is written: strings, numbers,
+        and what is found by name (imported classes, functions and modules). A part whose
+        load fails partway has not made what it would have made after that point: a later
+        part that referred to its `OrderedDict` would fail too, though it shares nothing
+        with it. A forgotten entry keeps its index (under a key no id() is), since the next
+        index is the memo's length, as it is for the unpickler."""
+        memo = self.memo
+        for key in list(itertools.islice(reversed(memo), len(memo) - memo_len)):
+            index, obj = memo[key]
+            if _is_named(obj):
+                del memo[key]
+                memo[-1 - index] = (index, None)
 
 
 def _new_module(name):
     return types.ModuleType(name)
+
+
+def _flush(file):
+    """Write out what the user wrote to a file and is still in its buffer, which the end of
+    the kernel would lose: the file is not kept, but left as the user left it. Only a
+    regular file (a pipe's reader may never read, and the flush would wait); best effort."""
+    try:
+        if not file.closed and file.writable() and stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            file.flush()
+    except _STOPPED:
+        raise
+    except Exception:  # a detached or broken file: nothing to write out
+        pass
+
+
+def _is_process(obj):
+    if isinstance(obj, subprocess.Popen):
+        return True
+    psutil = sys.modules.get("psutil")  # only if the user imported it
+    return psutil is not None and isinstance(obj, psutil.Process)
+
+
+def _is_named(obj):
+    """Whether obj is written the same wherever it is written: an atom, or a module, class
+    or function found by its name (as dill decides in _locate_function; what it does not
+    find it writes by value, and a copy of that would be another class)."""
+    if isinstance(obj, (str, bytes, int, float, complex)):
+        return True
+    if isinstance(obj, types.ModuleType):
+        return sys.modules.get(obj.__name__) is obj
+    if not isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
+        return False
+    found = sys.modules.get(getattr(obj, "__module__", None) or "__main__")
+    if found is None or found.__name__ == "__main__":
+        return False
+    for name in getattr(obj, "__qualname__", obj.__name__).split("."):
+        found = getattr(found, name, None)
+    return found is obj
 
 
 class _Unpickler(_pickler.Unpickler):
@@ -132,8 +237,10 @@ def _persistent_load(ns, pid):
     return ns
 
 
-def save(ns, skip, execution_count, history=None):
-    """Return (snapshot bytes, names that could not be saved). skip: IPython's hidden names
+def save(ns, skip, execution_count, history=None, max_bytes=sys.maxsize):
+    """Return (the snapshot as a memoryview of bytes, names that could not be saved). Raises
+    TooLarge past max_bytes, what _is_short_of_resources() names, and _STOPPED: nothing is
+    saved then. skip: IPython's hidden names
     and the values it put there (user_ns_hidden): a name is skipped while it holds that very
     value. history: {"inputs": [(line, parsed, raw)], "outputs": {line: value}, "reprs":
     {line: text}, "unders": names among `_`, `__`, `___` that hold the user's own values,
@@ -151,13 +258,17 @@ def save(ns, skip, execution_count, history=None):
             continue
         items.append((("ns", name), value))
     items += [(("out", line), value) for line, value in history["outputs"].items()]
-    data, parts, failed = _dump_parts(items, ns)
+    file = _BoundedFile(max_bytes)
+    parts, failed = _dump_parts(items, ns, file)
     unsaved = [name if kind == "ns" else f"Out[{name}]" for kind, name in failed]
     saved = {name for (kind, name), _, _ in parts if kind == "ns"}
     snapshot = {"format": FORMAT, "modules": modules, "execution_count": execution_count,
                 "inputs": list(history["inputs"]), "reprs": dict(history["reprs"]),
-                "unders": sorted(unders & saved), "values": data, "parts": parts}
-    return pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL), sorted(unsaved)
+                "unders": sorted(unders & saved), "parts": parts}
+    start = file.tell()
+    pickle.dump(snapshot, file, protocol=pickle.HIGHEST_PROTOCOL)
+    file.write(_END.pack(start, _END_TAG))
+    return file.getbuffer(), sorted(unsaved)
 
 
 def _is_shells(name, value, skip):
@@ -174,10 +285,9 @@ def _is_ipythons(name, lines):
     return bool(m) and int(m.group(2)) in lines[0 if m.group(1) else 1]
 
 
-def _dump_parts(items, ns):
-    """Pickle [(key, value)] one part each into one stream. Return (the stream's bytes,
-    [(key, offset, memo index where the part's objects start)], keys that failed)."""
-    file = io.BytesIO()
+def _dump_parts(items, ns, file):
+    """Pickle [(key, value)] one part each into one stream, written to file (empty). Return
+    ([(key, offset, memo index where the part's objects start)], keys that failed)."""
     pickler = _Pickler(file, ns)
     parts, failed = [], []
     for key, value in items:
@@ -186,19 +296,35 @@ def _dump_parts(items, ns):
             pickler.dump(value)
         except _STOPPED:
             raise
-        except BaseException:  # anything else a pickler raises (SystemExit too): not this one
+        except BaseException as e:  # anything else a pickler raises (SystemExit too)...
+            if isinstance(e, TooLarge) or _is_short_of_resources(e):  # ...is about this
+                raise  # value, unless it is one of these
             file.seek(offset)
             file.truncate()
             pickler.rollback(memo_len)
             failed.append(key)
             continue
+        pickler.unshare(memo_len)
         parts.append((key, offset, memo_len))
-    return file.getvalue(), parts, failed
+    return parts, failed
 
 
 # kenneld's deadline for the save (CellTimeout) or an interrupt: the whole save stops, and
 # the kernel is kept as it is, not evicted.
 _STOPPED = (CellTimeout, KeyboardInterrupt)
+# Errors from an OSError that say the machine is short of something, not that the value
+# cannot be saved.
+_SHORT_ERRNOS = {errno.ENOMEM, errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE}
+
+
+def _is_short_of_resources(e):
+    """Whether an error of a dump says the save, not the value, failed: memory (a large
+    array is copied to be pickled), the pickler's depth (RecursionError: dill recurses in
+    Python for each level of a nested value), or an OSError of the kind in _SHORT_ERRNOS.
+    The whole save stops then, and the kernel is kept with all its values rather than
+    evicted without this one; it tries again after the next idle period."""
+    return isinstance(e, (MemoryError, RecursionError)) or \
+        isinstance(e, OSError) and e.errno in _SHORT_ERRNOS
 
 
 def _load_parts(data, parts, ns):
@@ -239,8 +365,8 @@ def _is_whole(obj):
 def restore(data, ns):
     """Load a snapshot into ns. Return (execution_count, names that failed to load, history
     as save() takes it)."""
-    snapshot = pickle.loads(data)
-    if snapshot.get("format") not in (1, 2, FORMAT):
+    snapshot, values = _read(data)
+    if snapshot.get("format") not in (1, 2, 3, FORMAT):
         raise ValueError(f"snapshot format {snapshot.get('format')!r} is not {FORMAT}")
     failed = []
     for name, module in snapshot["modules"].items():
@@ -254,7 +380,7 @@ def restore(data, ns):
                "reprs": snapshot.get("reprs", {}), "unders": snapshot.get("unders", [])}
     if "parts" in snapshot:
         try:
-            values, lost = _load_parts(snapshot["values"], snapshot["parts"], ns)
+            values, lost = _load_parts(values, snapshot["parts"], ns)
         except _STOPPED:  # the deadline: none of the values, as they may refer to each other
             return snapshot["execution_count"], sorted(failed + ["(all saved values)"]), history
         ns.update({name: v for (kind, name), v in values.items() if kind == "ns"})
@@ -285,6 +411,15 @@ def restore(data, ns):
             except BaseException:
                 failed.append(f"Out[{line}]")
     return snapshot["execution_count"], sorted(failed), history
+
+
+def _read(data):
+    """(the snapshot's pickle, loaded; the bytes its parts' offsets count in)."""
+    if data[-len(_END_TAG):] == _END_TAG:
+        start, _ = _END.unpack_from(data, len(data) - _END.size)
+        return pickle.loads(memoryview(data)[start:len(data) - _END.size]), data
+    snapshot = pickle.loads(data)
+    return snapshot, snapshot.get("values")
 
 
 def _loads(blob, ns):

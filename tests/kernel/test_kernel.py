@@ -922,8 +922,96 @@ def test_a_module_not_imported_under_its_name_is_kept_as_a_value(kernel, tmp_pat
             "(1, False, False, '[1]', True, False)"
 
 
+def test_a_save_out_of_memory_keeps_the_kernel_rather_than_lose_the_value(kernel):
+    # Pickling copies a large array: under the session's memory limit the copy raised
+    # MemoryError, which counted as "cannot be pickled": the array was dropped, listed as
+    # lost, and the session evicted all the same. A save short of memory now saves nothing,
+    # and the kernel stays with its values (kenneld: "state not saved; not evicting").
+    code = ("import resource, numpy as np\n"
+            "vm = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (vm + (300 << 20), resource.RLIM_INFINITY))\n"
+            "big = np.ones(25_000_000)\nsmall = 1")
+    assert kernel.execute(code)[0]["status"] == "ok"
+    op, parts = _save(kernel)
+    assert "MemoryError" in op.get("error", ""), op
+    assert not parts
+    reply, iopub = kernel.execute("int(big.sum())")
+    assert reply["status"] == "ok"
+    assert only(iopub, "execute_result")["data"]["text/plain"] == "25000000"
+
+
+def test_a_save_past_the_picklers_depth_keeps_the_kernel(kernel):
+    # RecursionError is the pickler's limit, not the value's: the value was lost for it.
+    code = "deep = []\nfor _ in range(5000):\n    deep = [deep]\nkept = 1"
+    assert kernel.execute(code)[0]["status"] == "ok"
+    op, parts = _save(kernel)
+    assert "RecursionError" in op.get("error", ""), op
+    assert kernel.execute("deep[0][0]")[0]["status"] == "ok"
+
+
+def test_a_name_that_cannot_be_saved_takes_no_unrelated_name_with_it(kernel, tmp_path):
+    # After the generator's dump failed, the next dump's PROTO opcode went into the failed
+    # dump's unfinished frame and was dropped: that part (the figure) loaded under protocol
+    # 0, failed on a dotted name, and took the later parts with it.
+    code = ("import matplotlib.pyplot as plt\ngen = (i for i in range(3))\n"
+            "fig, ax = plt.subplots()\nplt.close(fig)\nclass C: pass\nc = C()")
+    with _evicted(kernel, tmp_path, code, unsaved=["gen"]) as fresh:
+        assert _result(fresh, "(type(fig).__name__, ax.figure is fig, type(c) is C)") == \
+            "('Figure', True, True)"
+
+
+def test_a_value_that_fails_to_load_early_loses_no_unrelated_later_name(kernel, tmp_path):
+    # `bad` fails to load before it made OrderedDict; `od` referred to that class (and its
+    # module's name) from bad's part rather than write them again, and was lost with it.
+    code = ("import collections\nclass Boom:\n    def __init__(self): self.x = 1\n"
+            "    def __setstate__(self, state):\n        raise ValueError('no')\n"
+            "bad = [Boom(), collections.OrderedDict()]\nod = collections.OrderedDict(a=1)")
+    with _evicted(kernel, tmp_path, code, failed=["bad"]) as fresh:
+        assert _result(fresh, "(od, 'bad' in dir())") == "(OrderedDict([('a', 1)]), False)"
+
+
+def test_the_kinds_of_class_and_function_cells_define_survive(kernel, tmp_path):
+    # They were lost when a name that cannot be kept (gen) came before them: see
+    # test_a_name_that_cannot_be_saved_takes_no_unrelated_name_with_it.
+    code = ("import asyncio, dataclasses\ngen = (i for i in range(3))\n"
+            "@dataclasses.dataclass(frozen=True)\nclass Frozen:\n    x: int\n"
+            "frozen = Frozen(1)\nclass Slots:\n    __slots__ = ('a',)\n"
+            "    def __init__(self): self.a = 2\nslots = Slots()\n"
+            "async def coro(): return 3\nprop = property(lambda self: 4)\n"
+            "class WithProp:\n    p = prop")
+    with _evicted(kernel, tmp_path, code, unsaved=["gen"]) as fresh:
+        assert _result(fresh, "(frozen, slots.a, asyncio.run(coro()), WithProp().p, "
+                              "frozen == Frozen(1))") == "(Frozen(x=1), 2, 3, 4, True)"
+
+
+def test_processes_and_pending_futures_are_listed_as_lost(kernel, tmp_path):
+    # A Popen came back with the process it stood for killed with the sandbox: poll() and
+    # wait() read ECHILD as success and said 0. A pending future would never complete.
+    code = ("import subprocess, concurrent.futures, time\n"
+            "p = subprocess.Popen(['sleep', '30'], stdout=subprocess.DEVNULL,\n"
+            "                     stderr=subprocess.DEVNULL)\njobs = {'p': p}\n"
+            "pool = concurrent.futures.ThreadPoolExecutor(2)\n"
+            "pending = pool.submit(time.sleep, 30)\ndone = pool.submit(int, '7')\n"
+            "done.result()\ndel pool")
+    with _evicted(kernel, tmp_path, code, unsaved=["jobs", "p", "pending"]) as fresh:
+        assert _result(fresh, "(done.result(), 'p' in dir())") == "(7, False)"
+    kernel.execute("p.kill(); pending.cancel()")
+
+
+def test_what_was_written_to_open_files_reaches_them_before_eviction(kernel, tmp_path):
+    # A file object is not kept, but what was written to it sat in its buffer and was lost
+    # with the kernel: the file stayed empty.
+    code = ("fh = open('a.txt', 'w')\nfh.write('hi')\nheld = {'f': open('b.bin', 'wb')}\n"
+            "held['f'].write(b'bytes')\nreader = open('a.txt')")
+    assert kernel.execute(code)[0]["status"] == "ok"
+    op, parts = _save(kernel)
+    assert op["unsaved"] == ["fh", "held", "reader"]
+    assert (tmp_path / "a.txt").read_text() == "hi"
+    assert (tmp_path / "b.bin").read_bytes() == b"bytes"
+
+
 def test_snapshots_of_earlier_formats_still_load():
-    # FORMAT 1 (no history) and 2 (one pickle of everything, or one per name), as kenneld
+    # FORMAT 1 (no history), 2 (one pickle of everything, or one per name) and 3, as kenneld
     # may hold them from before an upgrade.
     import pickle
     import sys
@@ -947,6 +1035,12 @@ def test_snapshots_of_earlier_formats_still_load():
     ns = {}
     count, failed, _ = kennel_snapshot.restore(pickle.dumps(v2_each), ns)
     assert failed == ["b"] and ns["a"] == 5
+    data, _ = kennel_snapshot.save({"shared": shared, "alias": shared}, {}, 4)
+    v3, values = kennel_snapshot._read(bytes(data))  # FORMAT 3: the values in the pickle
+    ns = {}
+    count, failed, _ = kennel_snapshot.restore(pickle.dumps({**v3, "format": 3,
+                                                             "values": values}), ns)
+    assert (count, failed, ns["shared"] is ns["alias"]) == (4, [], True)
     v1 = {"format": 1, "modules": {}, "execution_count": 2, "together": old({"y": 2})}
     ns = {}
     count, failed, history = kennel_snapshot.restore(pickle.dumps(v1), ns)
