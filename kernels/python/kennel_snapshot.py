@@ -20,6 +20,7 @@ import io
 import itertools
 import os
 import pickle
+import random
 import re
 import stat
 import struct
@@ -264,11 +265,40 @@ def save(ns, skip, execution_count, history=None, max_bytes=sys.maxsize):
     saved = {name for (kind, name), _, _ in parts if kind == "ns"}
     snapshot = {"format": FORMAT, "modules": modules, "execution_count": execution_count,
                 "inputs": list(history["inputs"]), "reprs": dict(history["reprs"]),
-                "unders": sorted(unders & saved), "parts": parts}
+                "unders": sorted(unders & saved), "parts": parts, "process": _process_state()}
     start = file.tell()
     pickle.dump(snapshot, file, protocol=pickle.HIGHEST_PROTOCOL)
     file.write(_END.pack(start, _END_TAG))
     return file.getbuffer(), sorted(unsaved)
+
+
+def _process_state():
+    """What a notebook sets outside its namespace and expects to find after a pause: the
+    working directory (`%cd`), the environment, sys.path, and the global random generators'
+    states (a seeded experiment goes on where it was). All plain data."""
+    state = {"cwd": os.getcwd(), "environ": dict(os.environ), "sys_path": list(sys.path),
+             "random": random.getstate()}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        state["numpy_random"] = numpy.random.get_state()
+    return state
+
+
+def _restore_process_state(state):
+    """Set what _process_state() saved again; what cannot be is returned, for the notice.
+    Environment variables the user deleted come back with the kernel's own values."""
+    failed = []
+    try:
+        os.chdir(state["cwd"])
+    except OSError as e:  # a directory in /tmp, which the new kernel does not have
+        failed.append(f"(working directory {state['cwd']}: {os.strerror(e.errno)})")
+    os.environ.update(state["environ"])
+    sys.path[:] = state["sys_path"]
+    random.setstate(state["random"])
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and "numpy_random" in state:
+        numpy.random.set_state(state["numpy_random"])
+    return failed
 
 
 def _is_shells(name, value, skip):
@@ -368,7 +398,8 @@ def restore(data, ns):
     snapshot, values = _read(data)
     if snapshot.get("format") not in (1, 2, 3, FORMAT):
         raise ValueError(f"snapshot format {snapshot.get('format')!r} is not {FORMAT}")
-    failed = []
+    # First: modules and values may be found through the user's sys.path and working directory.
+    failed = _restore_process_state(snapshot["process"]) if "process" in snapshot else []
     for name, module in snapshot["modules"].items():
         try:
             ns[name] = importlib.import_module(module)

@@ -3,6 +3,7 @@
 Run with: /usr/bin/python3 -m pytest -q tests/kernel
 """
 
+import ast
 import collections
 import contextlib
 import json
@@ -864,6 +865,34 @@ def test_an_open_file_is_listed_as_lost_and_its_file_left_as_it_was(kernel, tmp_
         assert _result(fresh, "(open('log.txt').read(), open('held.txt').read(), "
                               "memory.getvalue(), 'fh' in dir())") == \
             "('important data\\n', 'kept\\n', 'in memory', False)"
+
+
+def test_the_working_directory_environment_path_and_generators_come_back(kernel, tmp_path):
+    """A notebook's %cd, os.environ, sys.path and seeded global generators were reset by an
+    eviction, and nothing said so (QA). They come back, before the values (which may need
+    them to load)."""
+    import numpy
+    (tmp_path / "sub").mkdir()
+    code = ("import os, sys, random, numpy as np\nos.chdir('sub')\nos.environ['MYVAR'] = 'set'\n"
+            "sys.path.insert(0, '/opt/mine')\nrandom.seed(5); np.random.seed(7)\n"
+            "random.random(); np.random.random()")
+    random.seed(5), random.random()
+    numpy.random.seed(7), numpy.random.random()
+    expected = (str(tmp_path / "sub"), "set", "/opt/mine", random.random(),
+                float(numpy.random.random()))
+    with _evicted(kernel, tmp_path, code) as fresh:
+        assert ast.literal_eval(_result(fresh, "(os.getcwd(), os.environ.get('MYVAR'), "
+                                               "sys.path[0], random.random(), "
+                                               "float(np.random.random()))")) == expected
+
+
+def test_a_working_directory_gone_meanwhile_is_named(kernel, tmp_path):
+    (tmp_path / "gone").mkdir()
+    with _evicted(kernel, tmp_path, "import os\nos.chdir('gone')",
+                  meanwhile=lambda: (tmp_path / "gone").rmdir(),
+                  failed=[f"(working directory {tmp_path / 'gone'}: No such file or directory)"]) \
+            as fresh:
+        assert _result(fresh, "os.getcwd()") == repr(str(tmp_path))
 
 
 def test_restored_functions_use_the_namespace_they_are_restored_into(kernel, tmp_path):
