@@ -40,6 +40,8 @@ struct session {
     int awaiting_input;        /* the kernel sent input_request and waits for input_reply */
     int restart_pending;       /* a restart was asked for; start a kernel when this one exits */
     int had_hello;             /* this kernel said hello (a crash after that restarts it) */
+    long long execution_count; /* the count of the last cell this kernel announced (its
+                                * execute_input); 0 for a fresh one */
     json_t *kernel_info;       /* hello content, cached across restarts */
     char start_error[256];     /* why the last kernel could not start (its fatal frame) */
     log_limit_t kernel_log;    /* the kernel's log lines: KERNEL_LOG_PER_MINUTE */
@@ -306,7 +308,11 @@ static void s_fail(session_t *self, unsigned channel, const jmsg_t *request, con
     jmsg_t *m = jmsg_new_reply(request, r->reply_type, self->kernel_session);
     if (m) {
         if (is_execute) {
-            json_object_set_new(content, "execution_count", json_null());
+            /* The spec's integer (jupyter_console computes its next prompt from it, and
+             * crashed on null): what ipykernel would say, the count the kernel announced for
+             * this cell or, for one it announced nothing for (never sent, silent, or ended
+             * before its execute_input), the last one it did, 0 for a fresh kernel. */
+            json_object_set_new(content, "execution_count", json_integer(self->execution_count));
             jmsg_set_json(m, JMSG_METADATA,
                           s_outcome_metadata(self, NULL, outcome, !(flags & FAIL_UNRUN)));
         }
@@ -395,6 +401,10 @@ static void s_arm_ttl(session_t *self);
 static int s_start_kernel(session_t *self)
 {
     self->had_hello = 0;
+    /* A fresh kernel counts from 1 again; a revived one goes on from its snapshot's count,
+     * which is the last one its predecessor announced. */
+    if (!self->restore_pending)
+        self->execution_count = 0;
     self->awaiting_input = 0;
     if (self->ops->kernel_start(self->ctx) < 0) {
         int saved = errno;
@@ -877,7 +887,12 @@ static jmsg_t *s_from_kernel(session_t *self, kpipe_frame_t *f, const char *type
     int md_rc = reply ? jmsg_take_raw(m, JMSG_METADATA, &md, JMSG_MAX_VALUES, JMSG_PARSE_MAX,
                                       md_utf8)
                       : jmsg_take_raw_unparsed(m, JMSG_METADATA, &md, md_utf8);
-    if (md_rc < 0 || jmsg_take_raw_unparsed(m, JMSG_CONTENT, &ct, ct_utf8) < 0) {
+    /* An execute_input's content is parsed (shallowly past JMSG_PARSE_MAX: the cell's code
+     * may be long) for its execution_count, which kenneld's own replies repeat. */
+    int ct_rc = strcmp(type, "execute_input") == 0
+                    ? jmsg_take_raw(m, JMSG_CONTENT, &ct, JMSG_MAX_VALUES, JMSG_PARSE_MAX, ct_utf8)
+                    : jmsg_take_raw_unparsed(m, JMSG_CONTENT, &ct, ct_utf8);
+    if (md_rc < 0 || ct_rc < 0) {
         zframe_destroy(&md);
         zframe_destroy(&ct);
         jmsg_destroy(&m);
@@ -1186,6 +1201,10 @@ int session_on_kernel(session_t *self, kpipe_frame_t *frame, const char **why)
         else if (!(m = s_from_kernel(self, frame, type, self->current ? self->current : self->last, 0)))
             *why = "iopub metadata or content is not a JSON object";
         else {
+            json_t *count = json_object_get(jmsg_content(m), "execution_count");
+            if (strcmp(type, "execute_input") == 0 && self->current && json_is_integer(count) &&
+                json_integer_value(count) >= 0)
+                self->execution_count = json_integer_value(count);
             self->ops->send(self->ctx, ROUTE_IOPUB, &m);
             jmsg_destroy(&m);
             rc = 0;

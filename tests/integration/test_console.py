@@ -59,6 +59,18 @@ def test_console_existing(kenneld, tmp_path):
     assert r.stdout == "42\n"
 
 
+def test_console_survives_a_kernel_that_dies(kenneld, tmp_path):
+    """jupyter_console reads the next prompt from the execute_reply's execution_count
+    (`int(content["execution_count"] + 1)`): kenneld's own reply for a dead kernel once had
+    null there, and the console died of a TypeError."""
+    conn = kenneld.create("dies")["connection_file"]
+    rc, out = _console(["--existing", conn], tmp_path, "import os; os._exit(0)\n6 * 7\n")
+    assert rc == 0, out
+    assert "KernelDied" in out
+    assert "TypeError" not in out
+    assert ": 42" in out  # the console went on to the next cell, in the new kernel
+
+
 # On the module's kenneld, whose pool has kernels ready: the hardest case for the race that
 # the next test pins down (a warm kernel answers the first cell at once).
 def test_console_launches_kennel_kernelspec(kenneld, tmp_path, monkeypatch):

@@ -662,6 +662,17 @@ def test_kernel_crash_fails_cell_and_restarts(kenneld, session):
     assert info["state"] == "idle"
 
 
+def test_a_dead_kernels_reply_carries_its_cells_execution_count(session):
+    """The spec's execute_reply has an integer execution_count, the one the cell was
+    announced with (jupyter_console crashed on kenneld's null)."""
+    run(session, "1")
+    cell = run(session, "import os\nos._exit(0)", timeout=10)
+    assert cell.content["ename"] == "KernelDied"
+    announced = cell.of_type("execute_input")[0]["content"]["execution_count"]
+    assert announced == 2
+    assert cell.content["execution_count"] == announced
+
+
 def test_kernel_crash_with_queued_request(session):
     """A crash fails its cell like any error: stop_on_error aborts what was queued behind it,
     and without stop_on_error the queued cell runs on the new kernel."""

@@ -1187,6 +1187,94 @@ TEST(stop_on_error_aborts_consecutive_executes)
     s_rec_free(r);
 }
 
+/*  The execution_count of an execute_reply kenneld writes itself: an integer, as the spec
+ *  has it (jupyter_console's `int(content["execution_count"] + 1)` crashed on null). */
+static json_int_t s_reply_count(rec_t *r, int i, int *is_int)
+{
+    json_t *c = json_object_get(r->sent[i].content, "execution_count");
+    *is_int = json_is_integer(c);
+    return json_integer_value(c);
+}
+
+TEST(kenneld_replies_carry_the_cells_execution_count)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    char id[40], id2[40];
+    int is_int = 0;
+    /* A cell that announced count 7, then the kernel died: its reply says 7. */
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "os._exit(0)"), id);
+    const char *input[] = {"{\"op\":\"iopub\",\"msg_type\":\"execute_input\"}", "{}",
+                           "{\"code\":\"os._exit(0)\",\"execution_count\":7}"};
+    CHECK_EQ_INT(s_kernel(s, 3, input), 0);
+    session_on_kernel_exit(s, "exited with status 0", SESSION_EXIT_CRASH);
+    int rep = s_find(r, 0, "execute_reply");
+    CHECK(rep >= 0);
+    if (rep >= 0) {
+        CHECK_STR(r->sent[rep].parent_id, id);
+        CHECK_EQ_INT(s_reply_count(r, rep, &is_int), 7);
+        CHECK(is_int);
+    }
+    /* The fresh kernel counts from 1 again: a silent cell (no execute_input) that ends with
+     * the session is answered with the count of the last cell that kernel ran, 0. */
+    s_hello(s);
+    s_request(s, ROUTE_SHELL, "execute_request",
+              json_pack("{s:s, s:b}", "code", "x", "silent", 1), id2);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "queued"), NULL);
+    int from = r->nsent;
+    session_end(s, "ended by the test");
+    int n = 0;
+    for (int i = from; i < r->nsent; i++)
+        if (strcmp(r->sent[i].type, "execute_reply") == 0) {
+            CHECK_EQ_INT(s_reply_count(r, i, &is_int), 0);
+            CHECK(is_int);
+            n++;
+        }
+    CHECK_EQ_INT(n, 2);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(kenneld_replies_keep_the_last_count_known)
+{
+    /* A queued cell refused for the full queue, and one with a deadline-killed kernel that
+     * had announced nothing for it (a silent cell): the last count the kernel announced. */
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 1);
+    s_hello(s);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), id);
+    const char *input[] = {"{\"op\":\"iopub\",\"msg_type\":\"execute_input\"}", "{}",
+                           "{\"code\":\"1\",\"execution_count\":3}"};
+    s_kernel(s, 3, input);
+    s_reply(s, "execute_reply", id, "{\"status\":\"ok\",\"execution_count\":3}");
+    s_request(s, ROUTE_SHELL, "execute_request",
+              json_pack("{s:s, s:b}", "code", "while 1: pass", "silent", 1), id);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "q"), NULL);
+    int from = r->nsent;
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "full"), NULL);
+    int rep = s_find(r, from, "execute_reply");
+    int is_int = 0;
+    CHECK(rep >= 0);
+    if (rep >= 0) {
+        CHECK_STR(json_string_value(json_object_get(r->sent[rep].content, "ename")), "QueueFull");
+        CHECK_EQ_INT(s_reply_count(r, rep, &is_int), 3);
+        CHECK(is_int);
+    }
+    from = r->nsent;
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
+    rep = s_find(r, from, "execute_reply");
+    CHECK(rep >= 0);
+    if (rep >= 0) {
+        CHECK_STR(r->sent[rep].parent_id, id);
+        CHECK_EQ_INT(s_reply_count(r, rep, &is_int), 3);
+        CHECK(is_int);
+    }
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 int main(void)
 {
     zsys_handler_set(NULL);
@@ -1219,5 +1307,7 @@ int main(void)
     RUN(request_too_large_for_a_frame);
     RUN(restore_past_its_deadline_then_killed);
     RUN(kernel_info_past_the_waiting_bound_keeps_the_latest);
+    RUN(kenneld_replies_carry_the_cells_execution_count);
+    RUN(kenneld_replies_keep_the_last_count_known);
     return harness_done();
 }
