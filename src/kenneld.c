@@ -31,8 +31,6 @@
 #include "util.h"
 #include "walls.h"
 
-#define KENNEL_VERSION "0.1"
-
 #define STOP_SAVE_MS 5000 /* how long kenneld waits for kernels to save when it stops */
 
 static long long s_stop_deadline_ms; /* set once a stop signal came */

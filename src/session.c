@@ -283,6 +283,20 @@ static json_t *s_outcome_metadata(session_t *self, const json_t *kernel_md, cons
     return md;
 }
 
+/*  A kernel_info_reply's content without status: the kernel's hello, or, before any hello,
+ *  the fields the spec requires, as kennel's kernel would give them (clients read them from
+ *  an error reply too: jupyter_client's wait_for_ready died of a KeyError on
+ *  protocol_version). New reference. */
+static json_t *s_kernel_info(const session_t *self)
+{
+    if (self->kernel_info)
+        return json_deep_copy(self->kernel_info);
+    return json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:s}", "protocol_version", "5.3",
+                     "implementation", "kennel", "implementation_version", KENNEL_VERSION,
+                     "language_info", "name", "python", "mimetype", "text/x-python",
+                     "file_extension", ".py", "banner", "");
+}
+
 #define FAIL_WRAP 1  /* s_fail: publish busy and idle around it */
 #define FAIL_UNRUN 2 /* s_fail: the request never reached the kernel */
 
@@ -305,6 +319,12 @@ static void s_fail(session_t *self, unsigned channel, const jmsg_t *request, con
                   json_pack("{s:s, s:s, s:[s]}", "ename", ename, "evalue", evalue, "traceback", line));
     json_t *content = json_pack("{s:s, s:s, s:s, s:[s]}", "status", "error", "ename", ename,
                                 "evalue", evalue, "traceback", line);
+    if (strcmp(r->msg_type, "kernel_info_request") == 0) {
+        /* The error goes with the fields every kernel_info_reply must have. */
+        json_t *info = s_kernel_info(self);
+        json_object_update_missing(content, info);
+        json_decref(info);
+    }
     jmsg_t *m = jmsg_new_reply(request, r->reply_type, self->kernel_session);
     if (m) {
         if (is_execute) {
@@ -327,7 +347,7 @@ static void s_fail(session_t *self, unsigned channel, const jmsg_t *request, con
 
 static json_t *s_kernel_info_content(const session_t *self)
 {
-    json_t *c = json_deep_copy(self->kernel_info);
+    json_t *c = s_kernel_info(self);
     json_object_set_new(c, "status", json_string("ok"));
     return c;
 }

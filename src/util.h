@@ -5,6 +5,10 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/*  kennel's version: kenneld's info, and the kernel_info kenneld answers before any kernel
+ *  said hello. kernels/python/kennel_kernel.py's VERSION is the same. */
+#define KENNEL_VERSION "0.1"
+
 /*  Write all len bytes, retrying on EINTR and short writes. 0, or -1 with errno. */
 int util_write_all(int fd, const void *buf, size_t len);
 /*  Set or clear FD_CLOEXEC / O_NONBLOCK. 0, or -1 with errno. */

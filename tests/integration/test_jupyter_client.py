@@ -950,3 +950,21 @@ def test_kernel_that_cannot_start(start_kenneld, exiting_kernel_dir, connect):
     assert reply["ename"] == "KernelStartFailed"
     info = shell_request(kc, "kernel_info")
     assert info["status"] == "error"
+
+
+def test_wait_for_ready_on_a_kernel_that_cannot_start(start_kenneld, exiting_kernel_dir, connect):
+    """jupyter_client's wait_for_ready reads protocol_version from the kernel_info_reply, an
+    error one too: kenneld's for a kernel that cannot start once lacked it, and
+    wait_for_ready died of a KeyError. Now it returns, and the cell tells why."""
+    kenneld = start_kenneld(args=["--kernel-dir", str(exiting_kernel_dir), "--spawner", "exec"])
+    kc = connect(kenneld.create("broken")["connection_file"], ready=False)
+    kc.wait_for_ready(timeout=15)
+    info = shell_request(kc, "kernel_info")
+    assert info["status"] == "error" and info["ename"] == "KernelStartFailed", info
+    assert info["protocol_version"] == "5.3"
+    assert info["implementation"] == "kennel"
+    assert isinstance(info["implementation_version"], str)
+    assert isinstance(info["banner"], str)
+    assert info["language_info"]["name"] == "python"
+    reply = shell_reply(kc, kc.execute("1 + 1"))["content"]
+    assert reply["ename"] == "KernelStartFailed", reply

@@ -1275,6 +1275,31 @@ TEST(kenneld_replies_keep_the_last_count_known)
     s_rec_free(r);
 }
 
+TEST(kernel_info_error_reply_has_the_specs_fields)
+{
+    /* jupyter_client's wait_for_ready reads protocol_version from any kernel_info_reply, an
+     * error too: kenneld's for a kernel that could not start once lacked it (KeyError). */
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_request(s, ROUTE_SHELL, "kernel_info_request", NULL, NULL);
+    session_on_kernel_exit(s, "exited with status 1", SESSION_EXIT_CRASH);
+    int rep = s_find(r, 0, "kernel_info_reply");
+    CHECK(rep >= 0);
+    if (rep >= 0) {
+        json_t *c = r->sent[rep].content;
+        CHECK_STR(json_string_value(json_object_get(c, "status")), "error");
+        CHECK_STR(json_string_value(json_object_get(c, "ename")), "KernelStartFailed");
+        CHECK_STR(json_string_value(json_object_get(c, "protocol_version")), "5.3");
+        CHECK_STR(json_string_value(json_object_get(c, "implementation")), "kennel");
+        CHECK(json_is_string(json_object_get(c, "implementation_version")));
+        CHECK(json_is_string(json_object_get(c, "banner")));
+        CHECK_STR(json_string_value(json_object_get(json_object_get(c, "language_info"), "name")),
+                  "python");
+    }
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 int main(void)
 {
     zsys_handler_set(NULL);
@@ -1309,5 +1334,6 @@ int main(void)
     RUN(kernel_info_past_the_waiting_bound_keeps_the_latest);
     RUN(kenneld_replies_carry_the_cells_execution_count);
     RUN(kenneld_replies_keep_the_last_count_known);
+    RUN(kernel_info_error_reply_has_the_specs_fields);
     return harness_done();
 }
