@@ -760,9 +760,13 @@ static void s_on_broker(session_t *self, unsigned channel, jmsg_t *req)
         jmsg_destroy(&req);
         if (restart) {
             LOG_I("session=%s: restart requested", self->id);
-            /* A restart is a fresh namespace: a saved one is forgotten. */
+            /* A restart is a fresh namespace: a saved one is forgotten, and the cells queued
+             * until now, written for the old one, are aborted rather than run in the new one
+             * (as when the kernel dies, and as a Jupyter restart drops the queue). Requests
+             * after this one are the new kernel's. */
             self->restore_pending = 0;
             self->ops->snapshot_drop(self->ctx);
+            s_abort_queued_executes(self);
             if (self->state == SESSION_DEAD || self->state == SESSION_EVICTED) {
                 s_start_kernel(self);
             } else {
@@ -1339,7 +1343,8 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
         self->current = NULL;
         s_fail(self, ROUTE_SHELL, req, ename, evalue, outcome, 0);
         s_publish_status(self, req, "idle");
-        /* stop_on_error, as for any failed cell; a restart the client asked for is not one. */
+        /* stop_on_error, as for any failed cell; a restart the client asked for is not one
+         * (its own request aborted what was queued before it). */
         int abort = !expected && s_stops_on_error(req);
         jmsg_destroy(&self->last);
         self->last = req;

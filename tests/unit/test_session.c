@@ -1300,6 +1300,50 @@ TEST(kernel_info_error_reply_has_the_specs_fields)
     s_rec_free(r);
 }
 
+TEST(restart_aborts_queued_executes)
+{
+    /* Cells queued behind the running one were written for the namespace a restart throws
+     * away: they are aborted, as when the kernel dies, rather than run in the fresh kernel.
+     * What comes after the restart runs in the new kernel, and so does a completion. */
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    char running[40], queued[40], complete[40], after[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "long"), running);
+    s_request(s, ROUTE_SHELL, "execute_request",
+              json_pack("{s:s, s:b}", "code", "'keep' in dir()", "stop_on_error", 0), queued);
+    s_request(s, ROUTE_SHELL, "complete_request", json_pack("{s:s, s:i}", "code", "pri", "cursor_pos", 3), complete);
+    s_request(s, ROUTE_CONTROL, "shutdown_request", json_pack("{s:b}", "restart", 1), NULL);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "new"), after);
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
+    int n = 0;
+    for (int i = 0; i < r->nsent; i++) {
+        if (strcmp(r->sent[i].type, "execute_reply") != 0)
+            continue;
+        const char *status = json_string_value(json_object_get(r->sent[i].content, "status"));
+        if (strcmp(r->sent[i].parent_id, running) == 0) {
+            CHECK_STR(json_string_value(json_object_get(r->sent[i].content, "ename")), "KernelRestarted");
+            n++;
+        } else if (strcmp(r->sent[i].parent_id, queued) == 0) {
+            CHECK_STR(status, "aborted");
+            CHECK_STR(json_string_value(json_object_get(r->metadata[i], "outcome")), "aborted");
+            n++;
+        } else {
+            CHECK(0); /* nothing else is answered before the new kernel */
+        }
+    }
+    CHECK_EQ_INT(n, 2);
+    int nk = r->nk;
+    s_hello(s);
+    CHECK_EQ_INT(r->nk, nk + 1);
+    CHECK(strstr(r->kframes[nk], "complete_request") != NULL);
+    s_reply(s, "complete_reply", complete, "{\"status\":\"ok\"}");
+    CHECK_EQ_INT(r->nk, nk + 2);
+    CHECK(strstr(r->kframes[nk + 1], "execute_request") != NULL); /* `after` */
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 int main(void)
 {
     zsys_handler_set(NULL);
@@ -1335,5 +1379,6 @@ int main(void)
     RUN(kenneld_replies_carry_the_cells_execution_count);
     RUN(kenneld_replies_keep_the_last_count_known);
     RUN(kernel_info_error_reply_has_the_specs_fields);
+    RUN(restart_aborts_queued_executes);
     return harness_done();
 }
