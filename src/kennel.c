@@ -596,27 +596,35 @@ static int s_run_cell(client_t *cl, const char *session_id, const char *code)
     if (client_send(cl, CLIENT_SHELL, "execute_request", content, msg_id) < 0)
         return 1;
     int got_reply = 0, got_idle = 0, ok = 0, interrupts_sent = 0, started = 0, saw_error = 0;
+    int exit_status = 1;
+    json_t *failed = NULL; /* the content of an error reply, printed at the end if need be */
     long long quiet_since = util_now_ms();
     while (!(got_reply && got_idle)) {
         client_channel_t ch;
         jmsg_t *m = NULL;
         int rc = client_recv(cl, 500, &ch, &m);
         zsys_interrupted = 0;
-        if (s_stop)
-            return 130;
-        if (s_sigint > interrupts_sent && !started && s_sigint > 1)
-            return 130; /* a second Ctrl-C while ours still waits: give up */
+        if (s_stop) {
+            exit_status = 130;
+            goto done;
+        }
+        if (s_sigint > interrupts_sent && !started && s_sigint > 1) {
+            exit_status = 130; /* a second Ctrl-C while ours still waits: give up */
+            goto done;
+        }
         if (s_sigint > interrupts_sent && started) {
             /* Only once our cell runs: before, an interrupt stops whatever another client's
              * cell is running. One that came earlier waits for that. */
-            if (interrupts_sent++)
-                return 130;
+            if (interrupts_sent++) {
+                exit_status = 130;
+                goto done;
+            }
             client_send(cl, CLIENT_CONTROL, "interrupt_request", json_object(), NULL);
         }
         if (rc <= 0) {
             if (util_now_ms() - quiet_since > 2000) {
                 if (!s_session_alive(session_id))
-                    return 1;
+                    goto done;
                 quiet_since = util_now_ms();
             }
             continue;
@@ -641,19 +649,28 @@ static int s_run_cell(client_t *cl, const char *session_id, const char *code)
                 if (strcmp(status, "aborted") == 0)
                     fprintf(stderr, "kennel: the cell was not run: an earlier cell in the "
                                     "session's queue failed (stop_on_error)\n");
-                else if (!ok && !saw_error) { /* kenneld's own errors come with one; be sure */
-                    const char *ename = json_string_value(json_object_get(c, "ename"));
-                    const char *evalue = json_string_value(json_object_get(c, "evalue"));
-                    s_put_untrusted(stderr, ename ?: "Error");
-                    s_put_untrusted(stderr, ": ");
-                    s_put_untrusted(stderr, evalue ?: status);
-                    s_put_untrusted(stderr, "\n");
-                }
+                else if (!ok && c && !failed)
+                    failed = json_incref(c);
             }
         }
         jmsg_destroy(&m);
     }
-    return ok && !s_save_failed ? 0 : 1;
+    /* An error reply comes with an iopub `error`, kenneld's own too, printed as it came.
+     * Only once idle is in is it known whether one did: the reply, on shell, may arrive
+     * before it, but idle is published after it on the same socket. (Printed on the reply,
+     * kenneld's errors were printed twice.) */
+    if (failed && !saw_error) {
+        const char *ename = json_string_value(json_object_get(failed, "ename"));
+        const char *evalue = json_string_value(json_object_get(failed, "evalue"));
+        s_put_untrusted(stderr, ename ?: "Error");
+        s_put_untrusted(stderr, ": ");
+        s_put_untrusted(stderr, evalue ?: json_string_value(json_object_get(failed, "status")) ?: "");
+        s_put_untrusted(stderr, "\n");
+    }
+    exit_status = ok && !s_save_failed ? 0 : 1;
+done:
+    json_decref(failed);
+    return exit_status;
 }
 
 static int s_cmd_exec(const char *name, const char *code_arg)

@@ -92,6 +92,15 @@ def test_exec_error_exits_1(kenneld):
     assert "ZeroDivisionError" in r.stderr
 
 
+def test_exec_prints_kenneld_errors_once(kenneld):
+    """kenneld's own error (KernelDied) comes as an iopub error and an error reply, which
+    may arrive first: it was printed twice, from each. Several runs, as the order varies."""
+    for i in range(3):
+        r = kenneld.cli("exec", "exd", "import os; os._exit(1)")
+        assert r.returncode == 1
+        assert r.stderr.count("KernelDied") == 1, (i, r.stderr)
+
+
 def test_exec_reads_stdin(kenneld):
     r = kenneld.cli("exec", "piped", "-", input="import sys\nprint('from stdin', file=sys.stderr)\n"
                                                 "sum(range(5))\n")
