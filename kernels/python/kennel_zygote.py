@@ -251,6 +251,23 @@ def _report_pages(learn_fd):
         pass  # no hint from this one: the zygote asks the next kernel
 
 
+def _tell_start_failed(e):
+    """A kernel that fails before its hello says why in a `fatal` frame on its pipe (fd 3):
+    kenneld logs it and tells the waiting clients (KernelStartFailed). Its stderr is
+    /dev/null, where a traceback once went, and the failure read `exited with status 1`."""
+    import traceback
+
+    from kennel_pipe import encode_frame, encode_part
+
+    where = traceback.extract_tb(e.__traceback__)[-3:]
+    text = "kernel: %s: %s (at %s)" % (type(e).__name__, e, ", ".join(
+        "%s:%d" % (os.path.basename(f.filename), f.lineno) for f in where))
+    try:
+        os.write(3, encode_frame([encode_part({"op": "fatal", "error": text[:400]})]))
+    except Exception:
+        pass  # no pipe to say it on
+
+
 def _become_kernel(ctl, cfg, req, stale, learn_fd):
     """In the new kernel: serve the session, then exit. Never returns to the zygote's loop,
     whatever happens (an exception here must not reach main's handlers). req: the request,
@@ -278,10 +295,8 @@ def _become_kernel(ctl, cfg, req, stale, learn_fd):
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
+    except BaseException as e:
+        _tell_start_failed(e)
     finally:
         for f in (sys.stdout, sys.stderr):
             try:

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -177,6 +178,13 @@ static void s_session_init(const sandbox_cfg_t *cfg, int lifeline, int pipe_fd, 
         reaper_fatal(step, errno);
     pid_t kernel = reaper_fork_kernel();
     if (kernel == 0) {
+        /* One malloc arena. glibc gives each new thread its own, a 64 MiB reservation of
+         * address space (128 MiB while it is made), and RLIMIT_AS (--memory) counts it. A
+         * kernel inherits the zygote's ~190 MiB of mappings (the preloaded modules), so
+         * under some limits (298-304M, 370M) its helper threads' arenas took the room the
+         * next thread's stack needed, and it died before its hello ("can't start new
+         * thread"). Python's allocations are serialised by the GIL anyway. */
+        mallopt(M_ARENA_MAX, 1);
         s_populate(hint, hint_runs);
         close(INIT_FD);
         /* Dumpable, as an exec'd kernel is: its own /proc entries belong to it. */

@@ -13,11 +13,15 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from .itest_helpers import finish, run, wait_for
-from .kenneld_proc import children, pid_alive
+from .itest_helpers import finish, run, shell_reply, wait_for
+from .kenneld_proc import ROOT, children, pid_alive
+
+KERNEL_DIR = ROOT / "kernels" / "python"
 
 ZYGOTE = ["--spawner", "zygote"]
 
@@ -322,6 +326,45 @@ def test_preload_failures_are_reported_and_harmless(start_kenneld, connect):
     assert _stats(kenneld)["spawner"]["preload"] == "json,no_such_module_kn"
     wait_for(lambda: "could not preload no_such_module_kn" in kenneld.log(tail=None), timeout=10,
              what="the preload failure logged")
+
+
+@pytest.mark.timeout_s(60)
+def test_memory_limits_near_the_zygotes_size_start(kenneld, connect):
+    """A forked kernel inherits the zygote's ~190 MiB of mappings; RLIMIT_AS (--memory)
+    also counted a 64 MiB malloc arena per helper thread, so under some limits the next
+    thread's stack did not fit and every start failed ("exited with status 1")."""
+    for mib in (298, 304, 370):
+        kc = connect(kenneld.create(f"m{mib}", limits={"memory": mib << 20})["connection_file"],
+                     ready=False)
+        cell = run(kc, "import threading\nt = threading.Thread(target=print)\nt.start(); t.join()\n"
+                       "6 * 7", timeout=20)
+        assert (mib, cell.content["status"], cell.result) == (mib, "ok", "42"), cell.content
+
+
+@pytest.fixture
+def failing_kernel_dir():
+    """The kernel runtime, whose forked kernels fail before their hello."""
+    d = Path(tempfile.mkdtemp(prefix="kn-kdir-", dir="/tmp"))
+    shutil.copytree(KERNEL_DIR, d, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    src = (d / "kennel_kernel.py").read_text()
+    marker = "def start(pipe_fd, hello=True):\n"
+    assert marker in src
+    (d / "kennel_kernel.py").write_text(src.replace(
+        marker, marker + "    raise RuntimeError('refused by the test')\n"))
+    for p in [d, *d.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    yield d
+    shutil.rmtree(d)
+
+
+def test_a_kernel_that_fails_before_its_hello_says_why(start_kenneld, failing_kernel_dir, connect):
+    """Its stderr is /dev/null: the failure once read only "exited with status 1"."""
+    kenneld = start_kenneld(args=ZYGOTE + ["--pool", "0", "--kernel-dir", str(failing_kernel_dir)])
+    kc = connect(kenneld.create("fails")["connection_file"], ready=False)
+    reply = shell_reply(kc, kc.execute("1"), timeout=20)["content"]
+    assert reply["ename"] == "KernelStartFailed", reply
+    assert "RuntimeError: refused by the test" in reply["evalue"], reply
+    assert "RuntimeError: refused by the test" in kenneld.log(tail=None)
 
 
 def test_session_memory_is_reported_per_session(kenneld, session):
