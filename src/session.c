@@ -57,6 +57,7 @@ struct session {
     int storing;               /* the kernel sent its state; ops->snapshot_store keeps it */
     int evicting;              /* the kernel is being killed after saving its state */
     int stopping;              /* kenneld is stopping: session_save evicts, no TTL runs */
+    int live_at_stop;          /* restored: the last kenneld stopped with its kernel alive */
     int restore_pending;       /* the next hello gets the snapshot */
     json_t *unsaved;           /* names the last save could not keep (array) */
     char *notice;              /* told to the next cell: what a revival lost */
@@ -185,6 +186,12 @@ json_t *session_history(const session_t *self)
         json_object_set_new(h, "unsaved", s_history_names(self->unsaved));
     if (h && self->notice)
         json_object_set_new(h, "notice", json_string(self->notice));
+    /* A kernel alive when kenneld stopped, which had run cells, and whose state was not
+     * saved (a cell ran, the save failed or ran out of time): the next kenneld tells the
+     * first cell, should it find no snapshot (one still being written now is found). */
+    if (h && self->stopping && self->state != SESSION_EVICTED && self->state != SESSION_DEAD &&
+        self->execution_count > 0)
+        json_object_set_new(h, "live_at_stop", json_true());
     return h;
 }
 
@@ -213,6 +220,7 @@ void session_history_restore(session_t *self, const json_t *h)
     const char *notice = json_string_value(json_object_get(h, "notice"));
     if (notice && strlen(notice) < 2048)
         s_set_notice(self, notice);
+    self->live_at_stop = json_is_true(json_object_get(h, "live_at_stop"));
 }
 
 /* ---- sending ---------------------------------------------------------------------------- */
@@ -447,6 +455,12 @@ int session_start(session_t *self)
 
 void session_start_restored(session_t *self, int has_state)
 {
+    if (!has_state && self->live_at_stop)
+        s_set_notice(self, "[kennel: kenneld stopped while this session's kernel ran, and its "
+                           "state could not be saved (a cell was running, or the save failed "
+                           "or took too long); the kernel starts fresh: every name defined "
+                           "before is gone]\n");
+    self->live_at_stop = 0;
     self->state = has_state ? SESSION_EVICTED : SESSION_DEAD;
     s_arm_ttl(self);
 }

@@ -480,6 +480,36 @@ def test_a_restart_keeps_the_names_a_save_lost(kenneld, connect):
         second.stop()
 
 
+@pytest.mark.own_kenneld
+def test_a_restart_tells_a_session_busy_at_the_stop_that_its_state_is_gone(kenneld, connect):
+    """A session whose cell ran when kenneld stopped has no saved state; its first cell under
+    the next kenneld once got a bare NameError. It is told, as after a lossy eviction; a
+    session that was saved, or never ran a kernel, is told nothing."""
+    busy = kenneld.create("busy")
+    kc = connect(busy["connection_file"])
+    run(kc, "x = 6")
+    kc.execute("import time\ntime.sleep(60)")
+    saved = kenneld.create("saved")
+    run(connect(saved["connection_file"]), "y = 7")
+    unused = kenneld.create("unused")
+    wait_for(lambda: kenneld.ok("info_request", {"session": "busy"})["session"]["state"]
+             == "busy", timeout=10, what="the cell to run")
+    second = _restart(kenneld)
+    try:
+        cell = run(connect(busy["connection_file"]), "'x' in dir()", timeout=20)
+        assert cell.result == "False"
+        assert "kenneld stopped while this session's kernel ran" in cell.stream("stderr"), \
+            cell.stream("stderr")
+        again = run(connect(busy["connection_file"]), "1")
+        assert again.stream("stderr") == "", "told once"
+        kept = run(connect(saved["connection_file"]), "y", timeout=20)
+        assert kept.result == "7" and kept.stream("stderr") == "", kept.stream("stderr")
+        fresh = run(connect(unused["connection_file"]), "2", timeout=20)
+        assert fresh.stream("stderr") == "", fresh.stream("stderr")
+    finally:
+        second.stop()
+
+
 def _restart(kenneld, args=()):
     """Stop kenneld (checking it stopped cleanly) and start its successor with args."""
     kenneld.stop()
