@@ -490,8 +490,25 @@ static void s_ensure_kernel(session_t *self)
     }
 }
 
-/*  The request in `current` has just gone to the kernel: start its clock and deadline. The
- *  deadline is the request's metadata {"kennel": {"timeout": seconds}}, else the session's. */
+/*  An execute_request's own deadline, metadata {"kennel": {"timeout": seconds}}: into *ms,
+ *  -1 when it asks for none of its own (the session's then), 0 for no deadline (as
+ *  --timeout 0), else at least 1 ms (a smaller one once became 0: none) and at most a week.
+ *  -1 for anything else (a negative number, a string, true): refused, not ignored. */
+static int s_own_timeout(const jmsg_t *req, long long *ms)
+{
+    json_t *t = json_object_get(json_object_get(jmsg_metadata(req), "kennel"), "timeout");
+    double seconds = json_number_value(t);
+    *ms = -1;
+    if (!t || json_is_null(t))
+        return 0;
+    if (!json_is_number(t) || !(seconds >= 0))
+        return -1;
+    *ms = seconds == 0 ? 0 : seconds < 7 * 86400 ? util_seconds_ms(seconds) : 7 * 86400 * 1000LL;
+    return 0;
+}
+
+/*  The request in `current` has just gone to the kernel: start its clock and deadline (its
+ *  own, s_own_timeout, else the session's). */
 static void s_cell_begin(session_t *self)
 {
     self->cell_started_ms = util_now_ms();
@@ -503,14 +520,9 @@ static void s_cell_begin(session_t *self)
     self->cell_timeout_ms = 0;
     if (strcmp(jmsg_type(self->current), "execute_request") != 0)
         return;
-    json_t *t = json_object_get(json_object_get(jmsg_metadata(self->current), "kennel"), "timeout");
-    double seconds = json_number_value(t);
-    /* At least 1 ms (a smaller one once became 0: none), at most a week. */
-    if (json_is_number(t) && seconds > 0)
-        self->cell_timeout_ms = seconds < 7 * 86400 ? util_seconds_ms(seconds)
-                                                     : 7 * 86400 * 1000LL;
-    else
-        self->cell_timeout_ms = self->limits.timeout_ms;
+    long long own;
+    (void)s_own_timeout(self->current, &own); /* refused before it was sent if bad */
+    self->cell_timeout_ms = own >= 0 ? own : self->limits.timeout_ms;
     if (self->cell_timeout_ms > 0) {
         self->deadline_phase = 1;
         self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->cell_timeout_ms);
@@ -682,6 +694,19 @@ static void s_pump(session_t *self)
                 break;
             }
             parts[n++] = (kpipe_iov_t){zframe_data(f), zframe_size(f)};
+        }
+        long long own;
+        if (strcmp(r->msg_type, "execute_request") == 0 && s_own_timeout(req, &own) < 0) {
+            /* Run without the deadline it asked for, it could run for ever: refused (as a
+             * failed cell, it aborts the executes queued behind it). */
+            s_fail(self, ROUTE_SHELL, req, "BadRequest",
+                   "metadata kennel.timeout must be a number of seconds, 0 for no deadline",
+                   "error", FAIL_UNRUN);
+            s_publish_status(self, req, "idle");
+            if (s_stops_on_error(req))
+                s_abort_queued_executes(self);
+            jmsg_destroy(&req);
+            continue;
         }
         int rc = too_many ? SESSION_TOO_LARGE : self->ops->to_kernel(self->ctx, parts, n);
         if (rc == 0) {

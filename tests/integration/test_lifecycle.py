@@ -161,6 +161,27 @@ def test_deadline_per_request_in_metadata(session):
     assert time.monotonic() - t < 3
 
 
+def test_a_cell_s_own_timeout_of_zero_means_none_and_a_bad_one_is_refused(kenneld, connect):
+    """Under a session's 1 s deadline, a cell may ask for none (0, as --timeout 0 says); a
+    timeout that is not a number of seconds (negative, a string, true) was silently replaced
+    by the session's, and is now refused without running, as a failed cell."""
+    kc = connect(kenneld.create("own-timeout", limits={"timeout": 1})["connection_file"])
+    run(kc, "pass")
+    msg_id = _send_with_metadata(kc, "import time\ntime.sleep(1.5)\n'slept'", {"kennel": {"timeout": 0}})
+    reply = shell_reply(kc, msg_id, timeout=10)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    assert reply["metadata"]["outcome"] == "ok"
+    for bad in (-1, "5", True, [5]):
+        msg_id = _send_with_metadata(kc, "ran = True", {"kennel": {"timeout": bad}})
+        reply = shell_reply(kc, msg_id, timeout=10)
+        assert reply["content"]["status"] == "error", (bad, reply["content"])
+        assert reply["content"]["ename"] == "BadRequest", (bad, reply["content"])
+        assert isinstance(reply["content"]["execution_count"], int)
+    assert run(kc, "'ran' in dir()").result == "False"
+    msg_id = _send_with_metadata(kc, "1 + 1", {"kennel": {"timeout": None}})  # null: none given
+    assert shell_reply(kc, msg_id, timeout=10)["content"]["status"] == "ok"
+
+
 @pytest.mark.parametrize("code, outcome", [
     ("import os\nos._exit(3)", "crashed"),
     ("import ctypes\nctypes.string_at(0)", "crashed"),
