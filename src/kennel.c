@@ -412,7 +412,7 @@ static const struct {
 #define SAVE_MAX_TRIES 100000
 static const char *s_out_dir = ".";
 static int s_save_failed; /* an output could not be saved: exec's status is 1 */
-static int s_out_next[sizeof s_saved / sizeof s_saved[0]]; /* the next n worth trying */
+static int s_out_next = 1; /* the next N worth trying */
 
 /*  mkdir -p dir. 0, or -1 with errno. */
 static int s_mkdirs(const char *dir)
@@ -443,12 +443,39 @@ static int s_mkdirs(const char *dir)
     return 0;
 }
 
-/*  Write len bytes to a new file DIR/out-N.EXT, N the lowest free from s_out_next[kind] on
- *  (never replacing a file), and print its path ("out-N.EXT" when DIR is the default). */
-static void s_save(size_t kind, const void *data, size_t len)
+/*  DIR/out-N.EXT into path ("out-N.EXT" when DIR is the default); -1 if it does not fit. */
+static int s_out_path(char *path, size_t size, int n, size_t kind)
+{
+    int w = strcmp(s_out_dir, ".") == 0
+                ? snprintf(path, size, "out-%d.%s", n, s_saved[kind].ext)
+                : snprintf(path, size, "%s/out-%d.%s", s_out_dir, n, s_saved[kind].ext);
+    return w < 0 || (size_t)w >= size ? -1 : 0;
+}
+
+/*  The N of one output's files: the lowest from s_out_next on at which none of the kinds
+ *  data carries is taken, so that out-3.png and out-3.pdf are one figure's. */
+static int s_out_number(const json_t *data)
 {
     char path[PATH_MAX];
-    int fd = -1, n = s_out_next[kind] ? s_out_next[kind] : 1;
+    struct stat st;
+    int n = s_out_next;
+    for (int tries = 0; tries < SAVE_MAX_TRIES; tries++, n++) {
+        int taken = 0;
+        for (size_t kind = 0; kind < sizeof s_saved / sizeof s_saved[0] && !taken; kind++)
+            taken = json_object_get(data, s_saved[kind].mime) &&
+                    (s_out_path(path, sizeof path, n, kind) < 0 || lstat(path, &st) == 0);
+        if (!taken)
+            break;
+    }
+    return n;
+}
+
+/*  Write len bytes to a new file DIR/out-N.EXT, N the lowest free from first on (never
+ *  replacing a file), and print its path. */
+static void s_save(size_t kind, const void *data, size_t len, int first)
+{
+    char path[PATH_MAX];
+    int fd = -1, n = first;
     if (s_mkdirs(s_out_dir) < 0) {
         fprintf(stderr, "kennel: cannot create %s: %s; %s output not saved\n", s_out_dir,
                 strerror(errno), s_saved[kind].mime);
@@ -456,10 +483,7 @@ static void s_save(size_t kind, const void *data, size_t len)
         return;
     }
     for (int tries = 0; fd < 0 && tries < SAVE_MAX_TRIES; tries++, n++) {
-        int w = strcmp(s_out_dir, ".") == 0
-                    ? snprintf(path, sizeof path, "out-%d.%s", n, s_saved[kind].ext)
-                    : snprintf(path, sizeof path, "%s/out-%d.%s", s_out_dir, n, s_saved[kind].ext);
-        if (w < 0 || w >= (int)sizeof path) {
+        if (s_out_path(path, sizeof path, n, kind) < 0) {
             errno = ENAMETOOLONG;
             break;
         }
@@ -467,7 +491,6 @@ static void s_save(size_t kind, const void *data, size_t len)
         if (fd < 0 && errno != EEXIST)
             break;
     }
-    s_out_next[kind] = n;
     if (fd < 0 || util_write_all(fd, data, len) < 0) {
         fprintf(stderr, "kennel: cannot save %s output in %s: %s\n", s_saved[kind].mime, s_out_dir,
                 strerror(errno));
@@ -485,13 +508,18 @@ static void s_save(size_t kind, const void *data, size_t len)
 /*  Save what a display_data or execute_result carries that a terminal cannot show. */
 static void s_save_rich(const json_t *data)
 {
+    int first = 0;
     for (size_t kind = 0; kind < sizeof s_saved / sizeof s_saved[0]; kind++) {
         const char *text = json_string_value(json_object_get(data, s_saved[kind].mime));
         if (!text)
             continue;
+        if (!first) {
+            first = s_out_number(data);
+            s_out_next = first + 1;
+        }
         size_t len = strlen(text);
         if (!s_saved[kind].is_base64) {
-            s_save(kind, text, len);
+            s_save(kind, text, len, first);
             continue;
         }
         unsigned char *bin = malloc(len / 4 * 3 + 3);
@@ -499,7 +527,7 @@ static void s_save_rich(const json_t *data)
         /* IPython ends some base64 with a newline; any white space is skipped. */
         if (bin && sodium_base642bin(bin, len / 4 * 3 + 3, text, len, " \t\r\n", &bin_len, NULL,
                                      sodium_base64_VARIANT_ORIGINAL) == 0) {
-            s_save(kind, bin, bin_len);
+            s_save(kind, bin, bin_len, first);
         } else {
             fprintf(stderr, "kennel: %s output is not valid base64; not saved\n",
                     s_saved[kind].mime);

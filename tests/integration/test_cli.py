@@ -214,9 +214,16 @@ def test_exec_out_saves_images_and_html(kenneld, tmp_path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("<__main__.S at ") and lines[1] == f"{out}/out-1.svg"
-    assert lines[2:] == ["   n", "0  7", f"{out}/out-1.html"]
+    assert lines[2:] == ["   n", "0  7", f"{out}/out-2.html"]  # another output, another N
     assert (out / "out-1.svg").read_text() == svg
-    assert "<table" in (out / "out-1.html").read_text()
+    assert "<table" in (out / "out-2.html").read_text()
+    # One output's formats share their N (the lowest at which none is taken): QA found one
+    # figure saved as out-4.png, out-1.svg and out-1.pdf.
+    r = kenneld.cli("exec", "--out", str(out), "art",
+                    PLOT.replace("set_matplotlib_formats('png'", "set_matplotlib_formats('png', 'svg'"),
+                    timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1:] == [f"{out}/out-3.png", f"{out}/out-3.svg"], r.stdout
 
 
 def test_exec_out_defaults_to_the_current_directory(kenneld, tmp_path):
