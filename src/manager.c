@@ -143,6 +143,10 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
             if (!(*p == '-' || *p == '_' || *p == '.' || (*p >= '0' && *p <= '9') ||
                   (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
                 return s_error("BadRequest", "name may contain only letters, digits, '-', '_' and '.'");
+        /* "-x" would read as an option to the CLI, "." and ".." as directories. */
+        if (!((*name >= '0' && *name <= '9') || (*name >= 'a' && *name <= 'z') ||
+              (*name >= 'A' && *name <= 'Z')))
+            return s_error("BadRequest", "name must start with a letter or a digit");
     }
     if (conn && !json_is_null(conn) && !json_is_object(conn))
         return s_error("BadRequest", "connection must be an object");

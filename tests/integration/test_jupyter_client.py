@@ -877,7 +877,8 @@ def test_manager_no_such_session(kenneld, msg_type):
 
 @pytest.mark.parametrize("content", [
     {"name": "../x"}, {"name": ""}, {"name": "a/b"}, {"name": "x" * 129}, {"name": 7},
-    {"name": "ok", "connection": "tcp"},
+    {"name": "ok", "connection": "tcp"}, {"name": "."}, {"name": ".."}, {"name": "-x"},
+    {"name": "_x"},
 ])
 def test_manager_bad_create(kenneld, content):
     reply = kenneld.call("create_request", content)
