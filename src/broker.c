@@ -1017,6 +1017,9 @@ static void s_pool_drop(broker_t *b, pooled_t *p)
     if (p->proc.pidfd >= 0) {
         loop_fd_end(b->loop, p->proc.pidfd);
         if (!p->proc.reaped) {
+            /* Dying takes CPU too (unmapping a copy of the zygote): at the background share,
+             * beside busy sessions, the wait below took seconds. */
+            (void)cgroup_set_background(p->cg, 0);
             spawner_signal(&p->proc, SIGKILL);
             siginfo_t info;
             (void)waitid((idtype_t)P_PIDFD, (id_t)p->proc.pidfd, &info, WEXITED);

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from .itest_helpers import (control, finish, run, shell_reply, shell_request,
-                           skip_without_disk_caps, wait_for, wait_iopub)
+                           skip_without_disk_caps, wait_for, wait_iopub, wait_ready)
 from .kenneld_proc import new_kenneld
 from large_result import MAKE_LARGE_RESULT, WRITE_LARGE_RESULT
 
@@ -523,16 +523,25 @@ def test_a_restart_tells_a_session_busy_at_the_stop_that_its_state_is_gone(kenne
     wait_for(lambda: kenneld.ok("info_request", {"session": "busy"})["session"]["state"]
              == "busy", timeout=10, what="the cell to run")
     second = _restart(kenneld)
+
+    def ready(info):
+        """A client of the session, once its kernel answers: each of the three starts one,
+        after the new kenneld's zygote, on a machine busy with the other test run."""
+        kc = connect(info["connection_file"], ready=False)
+        wait_ready(kc, timeout=40)
+        return kc
+
     try:
-        cell = run(connect(busy["connection_file"]), "'x' in dir()", timeout=20)
+        kc = ready(busy)
+        cell = run(kc, "'x' in dir()", timeout=20)
         assert cell.result == "False"
         assert "kenneld stopped while this session's kernel ran" in cell.stream("stderr"), \
             cell.stream("stderr")
-        again = run(connect(busy["connection_file"]), "1")
+        again = run(kc, "1")
         assert again.stream("stderr") == "", "told once"
-        kept = run(connect(saved["connection_file"]), "y", timeout=20)
+        kept = run(ready(saved), "y", timeout=20)
         assert kept.result == "7" and kept.stream("stderr") == "", kept.stream("stderr")
-        fresh = run(connect(unused["connection_file"]), "2", timeout=20)
+        fresh = run(ready(unused), "2", timeout=20)
         assert fresh.stream("stderr") == "", fresh.stream("stderr")
     finally:
         second.stop()
