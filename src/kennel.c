@@ -293,6 +293,13 @@ static const char *s_basename(const char *path)
 }
 
 /*  kennel put / get / files: the workspace file API. */
+static int s_by_path(const void *x, const void *y)
+{
+    const char *a = json_string_value(json_object_get(*(json_t *const *)x, "path"));
+    const char *b = json_string_value(json_object_get(*(json_t *const *)y, "path"));
+    return strcmp(a ? a : "", b ? b : "");
+}
+
 static int s_cmd_file(const char *cmd, const char *name, const char *a, const char *b)
 {
     void *in = NULL, *out = NULL;
@@ -332,9 +339,16 @@ static int s_cmd_file(const char *cmd, const char *name, const char *a, const ch
         if (rc)
             fprintf(stderr, "kennel: cannot write %s: %s\n", local, strerror(errno));
     } else if (r && strcmp(cmd, "files") == 0) {
-        size_t i;
-        json_t *f;
-        json_array_foreach(json_object_get(r, "files"), i, f) {
+        json_t *files = json_object_get(r, "files");
+        /* In name order (kenneld lists in the directories' order). */
+        size_t n = json_array_size(files), i;
+        json_t **sorted = calloc(n ? n : 1, sizeof *sorted);
+        for (i = 0; sorted && i < n; i++)
+            sorted[i] = json_array_get(files, i);
+        if (sorted)
+            qsort(sorted, n, sizeof *sorted, s_by_path);
+        for (i = 0; i < n; i++) {
+            json_t *f = sorted ? sorted[i] : json_array_get(files, i);
             /* The names are the cell's (untrusted); the line's end ends a sequence left open. */
             printf("%10lld  ", (long long)json_integer_value(json_object_get(f, "size")));
             s_put_untrusted(stdout, json_string_value(json_object_get(f, "path")) ?: "");
@@ -342,6 +356,7 @@ static int s_cmd_file(const char *cmd, const char *name, const char *a, const ch
                                         ? "  (not UTF-8: \\xNN are bytes)\n"
                                         : "\n");
         }
+        free(sorted);
         rc = 0;
     } else if (r) {
         rc = 0; /* put */

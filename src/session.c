@@ -186,6 +186,8 @@ json_t *session_history(const session_t *self)
         json_object_set_new(h, "unsaved", s_history_names(self->unsaved));
     if (h && self->notice)
         json_object_set_new(h, "notice", json_string(self->notice));
+    if (h && self->last_outcome[0])
+        json_object_set_new(h, "last_outcome", json_string(self->last_outcome));
     /* A kernel alive when kenneld stopped, which had run cells, and whose state was not
      * saved (a cell ran, the save failed or ran out of time): the next kenneld tells the
      * first cell, should it find no snapshot (one still being written now is found). */
@@ -221,6 +223,10 @@ void session_history_restore(session_t *self, const json_t *h)
     if (notice && strlen(notice) < 2048)
         s_set_notice(self, notice);
     self->live_at_stop = json_is_true(json_object_get(h, "live_at_stop"));
+    const char *outcome = json_string_value(json_object_get(h, "last_outcome"));
+    if (outcome && strlen(outcome) < sizeof self->last_outcome &&
+        strspn(outcome, "abcdefghijklmnopqrstuvwxyz_") == strlen(outcome))
+        snprintf(self->last_outcome, sizeof self->last_outcome, "%s", outcome);
 }
 
 /* ---- sending ---------------------------------------------------------------------------- */

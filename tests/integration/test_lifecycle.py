@@ -439,9 +439,9 @@ TTL_S = 12  # room for a stop and a start on a machine busy with the other test 
 @pytest.mark.own_kenneld
 @pytest.mark.parametrize("kenneld", [["--ttl", str(TTL_S)]], indirect=True)
 def test_a_restart_keeps_each_sessions_history_and_ttl_clock(kenneld, connect):
-    """created, cells and restarts, the names the save could not keep (told to the first cell
-    after the revival), and the time to live counted from the last use, not from the next
-    kenneld's start."""
+    """created, cells, restarts and the last outcome, the names the save could not keep (told
+    to the first cell after the revival), and the time to live counted from the last use, not
+    from the next kenneld's start."""
     info = kenneld.create("record")
     kc = connect(info["connection_file"])
     run(kc, "import os\nos._exit(3)")                                # restarts: 1
@@ -461,8 +461,8 @@ def test_a_restart_keeps_each_sessions_history_and_ttl_clock(kenneld, connect):
             f"{reply}: the next kenneld served {time.monotonic() - stopped:.1f} s after the stop "
             f"(the time to live is {TTL_S} s)\n{second.log()[-3000:]}")
         back = reply["session"]
-        assert (back["created"], back["cells"], back["restarts"]) == \
-            (before["created"], 1, 1), back
+        assert (back["created"], back["cells"], back["restarts"], back["last_outcome"]) == \
+            (before["created"], 1, 1, "ok"), back  # kennel ls's LAST was empty after a restart
         # Evicted since the stop: its time to live ends TTL_S after its last use, whenever
         # this kenneld started.
         wait_for(lambda: "record" not in [x["name"] for x in second.sessions()],
