@@ -585,7 +585,7 @@ def test_interrupt_sends_one_sigint(kenneld, session):
     assert set(counts) == {"1"}, f"SIGINTs delivered per interrupt_request: {counts}"
 
 
-def test_restart_while_busy(session):
+def test_restart_while_busy(kenneld, session):
     """The cells queued behind the running one were written for the namespace the restart
     throws away: they are aborted, as when the kernel dies (they once ran in the fresh
     kernel, against an empty namespace). A cell sent after the restart runs in the new one."""
@@ -594,6 +594,10 @@ def test_restart_while_busy(session):
     wait_iopub(session, running, "execute_input")
     queued = session.execute("print('old' in dir())")
     queued_lenient = session.execute("print('old' in dir())", stop_on_error=False)
+    # Shell and control are two sockets: the restart must not overtake the queued cells.
+    sid = session.session_info["id"]
+    wait_for(lambda: kenneld.ok("info_request", {"session": sid})["session"]["queued"] == 2,
+             timeout=10, what="the two cells to be queued")
     reply = control(session, "shutdown_request", {"restart": True})
     assert reply["content"] == {"status": "ok", "restart": True}
     after = session.execute("'old' in dir()")
