@@ -130,6 +130,12 @@ static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
     return NULL;
 }
 
+/*  An ASCII letter or digit (isalnum follows the locale). */
+static int s_alnum(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
 static json_t *s_on_create(manager_t *self, const jmsg_t *req)
 {
     json_t *content = jmsg_content(req);
@@ -140,12 +146,10 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
         if (!name || !*name || strlen(name) > 128)
             return s_error("BadRequest", "name must be a string of 1 to 128 characters");
         for (const char *p = name; *p; p++)
-            if (!(*p == '-' || *p == '_' || *p == '.' || (*p >= '0' && *p <= '9') ||
-                  (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
+            if (!(*p == '-' || *p == '_' || *p == '.' || s_alnum(*p)))
                 return s_error("BadRequest", "name may contain only letters, digits, '-', '_' and '.'");
         /* "-x" would read as an option to the CLI, "." and ".." as directories. */
-        if (!((*name >= '0' && *name <= '9') || (*name >= 'a' && *name <= 'z') ||
-              (*name >= 'A' && *name <= 'Z')))
+        if (!s_alnum(*name))
             return s_error("BadRequest", "name must start with a letter or a digit");
     }
     if (conn && !json_is_null(conn) && !json_is_object(conn))

@@ -84,17 +84,16 @@ int statedir_prepare(const char *dir)
     char path[4096];
     if (s_mkdirs(dir, 0700) < 0)
         return -1;
-    if (snprintf(path, sizeof path, "%s/sessions", dir) >= (int)sizeof path) {
-        errno = ENAMETOOLONG;
-        return -1;
+    static const char *const subdirs[] = {"sessions", "trash"};
+    for (size_t i = 0; i < sizeof subdirs / sizeof subdirs[0]; i++) {
+        if (snprintf(path, sizeof path, "%s/%s", dir, subdirs[i]) >= (int)sizeof path) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        if (s_mkdirs(path, 0700) < 0)
+            return -1;
     }
-    if (s_mkdirs(path, 0700) < 0)
-        return -1;
-    if (snprintf(path, sizeof path, "%s/trash", dir) >= (int)sizeof path) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    return s_mkdirs(path, 0700);
+    return 0;
 }
 
 int statedir_session_create(const char *dir, const char *id, char *out, size_t out_len)
@@ -166,20 +165,37 @@ typedef struct {
     const atomic_int *stop;   /* set: give up (ECANCELED) */
 } remover_t;
 
-/*  Move the directory `name` in dfd up to the tree's top, under a name nothing there has. */
-static int s_move_up(remover_t *r, int dfd, const char *name)
+/*  Rename `name` (in fdir) to `base` in tdir, or to `base.N` for the first N from *serial on
+ *  that nothing there has (base alone while *serial is 0); never over an entry. The name
+ *  taken goes into to. 0, or -1 with errno. */
+static int s_rename_fresh(int fdir, const char *name, int tdir, const char *base,
+                          unsigned long *serial, char *to, size_t to_len)
 {
-    char to[64];
-    for (int tries = 0; tries < 100; tries++) {
-        snprintf(to, sizeof to, ".kennel-deep-%lu", r->serial++);
-        if (renameat2(dfd, name, r->top, to, RENAME_NOREPLACE) == 0) {
-            r->moved++;
+    for (int tries = 0; tries < 100; tries++, (*serial)++) {
+        int n = *serial ? snprintf(to, to_len, "%s.%lu", base, *serial)
+                        : snprintf(to, to_len, "%s", base);
+        if (n < 0 || (size_t)n >= to_len) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        if (renameat2(fdir, name, tdir, to, RENAME_NOREPLACE) == 0) {
+            (*serial)++;
             return 0;
         }
         if (errno != EEXIST)
             return -1;
     }
     return -1;
+}
+
+/*  Move the directory `name` in dfd up to the tree's top, as .kennel-deep[.N]. */
+static int s_move_up(remover_t *r, int dfd, const char *name)
+{
+    char to[64];
+    if (s_rename_fresh(dfd, name, r->top, ".kennel-deep", &r->serial, to, sizeof to) < 0)
+        return -1;
+    r->moved++;
+    return 0;
 }
 
 /*  Remove everything in the directory open as dfd, never following a symlink and never
@@ -267,19 +283,13 @@ int statedir_remove_tree(const char *path)
 
 int statedir_trash(const char *state_dir, const char *dir, char *out, size_t out_len)
 {
-    const char *base = strrchr(dir, '/');
-    base = base ? base + 1 : dir;
-    for (int i = 0; i < 100; i++) {
-        int n = i ? snprintf(out, out_len, "%s/trash/%s.%d", state_dir, base, i)
-                  : snprintf(out, out_len, "%s/trash/%s", state_dir, base);
-        if (n < 0 || (size_t)n >= out_len) {
-            errno = ENAMETOOLONG;
-            return -1;
-        }
-        if (renameat2(AT_FDCWD, dir, AT_FDCWD, out, RENAME_NOREPLACE) == 0)
-            return 0;
-        if (errno != EEXIST)
-            return -1;
+    const char *name = strrchr(dir, '/');
+    char base[PATH_MAX];
+    unsigned long serial = 0;
+    if (snprintf(base, sizeof base, "%s/trash/%s", state_dir, name ? name + 1 : dir) >=
+        (int)sizeof base) {
+        errno = ENAMETOOLONG;
+        return -1;
     }
-    return -1;
+    return s_rename_fresh(AT_FDCWD, dir, AT_FDCWD, base, &serial, out, out_len);
 }

@@ -31,7 +31,7 @@ int statedir_write_file(const char *path, const void *data, size_t len, statedir
 /*  Remove a session directory recursively, however deep. Safe against a tree that changes
  *  while it runs (symlinks are removed, never followed; every step is relative to a
  *  directory fd). It holds at most 64 directories open: deeper ones are moved up to the top
- *  (as .kennel-deep-N) and removed in a next pass. Directories we own that deny us writing
+ *  (as .kennel-deep[.N]) and removed in a next pass. Directories we own that deny us writing
  *  or listing are made 0700 first. 0 or -1 with errno. */
 int statedir_remove_tree(const char *path);
 /*  The same, giving up (-1, ECANCELED) as soon as *stop is set, from another thread. */
