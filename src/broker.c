@@ -42,6 +42,16 @@
 #include "worker.h"
 
 #define READ_SLICE (256u << 10) /* bytes read from one kernel per wakeup */
+/* Frames taken from one kernel per turn of the loop, at most: each is a parse, a signature
+ * and a send, so a kernel that sends tiny messages (a READ_SLICE held ~2,600 clear_outputs)
+ * held every other session's traffic for that long. The rest waits for the next turn. */
+#define FRAMES_PER_TURN 128
+/* A kernel whose cell passed its output cap is read at most every PIPE_REST_MS: what it
+ * sends is dropped unread, and a kernel that printed a line at a time woke kenneld as often
+ * (17 s of kenneld's CPU for the 900,000 lines past the cap of one cell). Resting, it fills
+ * its pipe and waits, and each read takes a pipe's worth. */
+#define PIPE_REST_MS 20
+#define FRAMES_PER_REST 4096 /* frames taken per read of a resting kernel (dropped unread) */
 /* A new session usually runs its first cell within milliseconds of being made: the pool's
  * refill waits this long after a hand-over, so that its work (kenneld's and the new kernel's
  * start) does not compete with that cell. */
@@ -124,7 +134,7 @@ struct sess {
     int has_proc;            /* proc is a live (unreaped) kernel */
     int adopting;            /* the next kernel start takes proc and cg from the pool */
     unsigned long ticket;    /* the zygote's answer (the kernel's pid) is still to come */
-    int timer_id[2];         /* the session's armed loop timers (session_timer_t), or -1 */
+    int timer_id[SESSION_TIMERS]; /* the session's armed loop timers (session_timer_t), or -1 */
     int shell_held;          /* launched: shell is not read until a client is on iopub */
     int launched;            /* made by a kernelspec launcher: lives as long as it */
     launcher_t launcher;
@@ -133,6 +143,10 @@ struct sess {
     int pipe_open;           /* proc.pipe_fd is registered for reading */
     int closed;              /* in the broker's closing list: freed once its channels hold
                               * nothing more to send (channels_pending) */
+    int pipe_more;           /* armed timer: the decoder holds frames past this turn's
+                              * FRAMES_PER_TURN, dispatched on the next turn; or the pipe
+                              * rests (pipe_resting); or -1 */
+    int pipe_resting;        /* not read until pipe_more fires (PIPE_REST_MS) */
     int pipe_paused;         /* not read while the channels hold messages behind a large one
                               * being signed (channels_pending): the kernel waits, so what
                               * kenneld holds for it stays bounded */
@@ -158,7 +172,7 @@ static void s_pipe_poll(sess_t *s)
 {
     if (!s->pipe_open)
         return;
-    int events = (s->pipe_paused ? 0 : LOOP_IN) | (s->want_pollout ? LOOP_OUT : 0);
+    int events = (s->pipe_paused || s->pipe_resting ? 0 : LOOP_IN) | (s->want_pollout ? LOOP_OUT : 0);
     if (!events) {
         loop_fd_end(s->broker->loop, s->proc.pipe_fd);
         return;
@@ -170,6 +184,10 @@ static void s_pipe_poll(sess_t *s)
 
 static void s_pipe_close(sess_t *s)
 {
+    if (s->pipe_more >= 0)
+        loop_timer_end(s->broker->loop, s->pipe_more);
+    s->pipe_more = -1;
+    s->pipe_resting = 0;
     if (!s->pipe_open)
         return;
     s->pipe_open = 0;
@@ -190,17 +208,54 @@ static void s_violation(sess_t *s, const char *why)
         spawner_signal(&s->proc, SIGKILL);
 }
 
-/*  Dispatch the whole frames the decoder holds: 0, or -1 if the pipe was closed or the read
- *  paused (unless drain: a kernel that is gone, whose every frame is taken). */
-static int s_pipe_dispatch(sess_t *s, int drain)
+static void s_pipe_read(sess_t *s, size_t max, int drain);
+
+static int s_on_pipe_more(loop_t *loop, int timer_id, void *arg)
+{
+    (void)loop;
+    (void)timer_id;
+    sess_t *s = arg;
+    s->pipe_more = -1;
+    if (s->pipe_resting) {
+        s->pipe_resting = 0;
+        s_pipe_poll(s);
+    }
+    s_pipe_read(s, READ_SLICE, 0);
+    return 0;
+}
+
+/*  Read the pipe again in ms (0: on the next turn, whatever it holds), not before. */
+static void s_pipe_later(sess_t *s, long long ms)
+{
+    if (s->pipe_more >= 0 && !ms)
+        return;
+    if (s->pipe_more >= 0)
+        loop_timer_end(s->broker->loop, s->pipe_more);
+    if ((s->pipe_more = loop_timer(s->broker->loop, ms, 1, s_on_pipe_more, s)) < 0) {
+        PLOG_W("session=%s: cannot arm a timer", s->id);
+        return;
+    }
+    if (ms && !s->pipe_resting) {
+        s->pipe_resting = 1;
+        s_pipe_poll(s);
+    }
+}
+
+/*  Dispatch the whole frames the decoder holds, up to *budget of them (unless drain: a
+ *  kernel that is gone, whose every frame is taken): 0, or -1 if the pipe was closed, the
+ *  read paused or the budget spent (the rest then waits for the next turn). */
+static int s_pipe_dispatch(sess_t *s, int drain, size_t *budget)
 {
     kpipe_frame_t *f;
     int rc;
-    while (s->pipe_open && (drain || !s->pipe_paused) && (rc = kpipe_next(s->decoder, &f)) != 0) {
+    while (s->pipe_open && (drain || (!s->pipe_paused && *budget > 0)) &&
+           (rc = kpipe_next(s->decoder, &f)) != 0) {
         if (rc < 0) {
             s_violation(s, kpipe_strerror(rc));
             return -1;
         }
+        if (*budget > 0)
+            (*budget)--;
         const char *why = NULL;
         int bad = session_on_kernel(s->core, f, &why);
         kpipe_frame_destroy(&f);
@@ -209,16 +264,31 @@ static int s_pipe_dispatch(sess_t *s, int drain)
             return -1;
         }
     }
+    if (s->pipe_open && !drain && !s->pipe_paused && *budget == 0) {
+        s_pipe_later(s, 0);
+        return -1;
+    }
     return s->pipe_open && (drain || !s->pipe_paused) ? 0 : -1;
 }
 
+static void s_pipe_read_some(sess_t *s, size_t max, int drain);
+
 /*  Read what the kernel wrote, up to max bytes, and dispatch whole frames (those read before
- *  first); while paused, nothing (drain: all the same). */
+ *  first), FRAMES_PER_TURN at most; while paused, nothing (drain: all the same). A kernel
+ *  past its cell's output cap then rests (PIPE_REST_MS). */
 static void s_pipe_read(sess_t *s, size_t max, int drain)
 {
+    s_pipe_read_some(s, max, drain);
+    if (s->pipe_open && !drain && !s->pipe_paused && !s->pipe_resting &&
+        session_output_capped(s->core))
+        s_pipe_later(s, PIPE_REST_MS);
+}
+
+static void s_pipe_read_some(sess_t *s, size_t max, int drain)
+{
     static char buf[65536];
-    size_t total = 0;
-    if (s_pipe_dispatch(s, drain) < 0)
+    size_t total = 0, budget = session_output_capped(s->core) ? FRAMES_PER_REST : FRAMES_PER_TURN;
+    if (s_pipe_dispatch(s, drain, &budget) < 0)
         return;
     while (s->pipe_open && total < max) {
         ssize_t n = recv(s->proc.pipe_fd, buf, sizeof buf, MSG_DONTWAIT);
@@ -240,7 +310,7 @@ static void s_pipe_read(sess_t *s, size_t max, int drain)
             s_violation(s, "out of memory");
             return;
         }
-        if (s_pipe_dispatch(s, drain) < 0)
+        if (s_pipe_dispatch(s, drain, &budget) < 0)
             return;
     }
 }
@@ -1287,8 +1357,10 @@ static int s_on_timer(loop_t *loop, int timer_id, void *arg)
 {
     (void)loop;
     sess_t *s = arg;
-    session_timer_t which = timer_id == s->timer_id[SESSION_TIMER_IDLE] ? SESSION_TIMER_IDLE
-                                                                         : SESSION_TIMER_CELL;
+    session_timer_t which = SESSION_TIMER_CELL;
+    for (int t = 0; t < SESSION_TIMERS; t++)
+        if (timer_id == s->timer_id[t])
+            which = (session_timer_t)t;
     s->timer_id[which] = -1;
     session_on_timer(s->core, which);
     return 0;
@@ -1531,6 +1603,12 @@ static int s_op_snapshot_load(void *ctx, void **data, size_t *len)
     s_snapshot_path(s, path, sizeof path);
     *data = util_read_file(path, s->broker->cfg.max_pipe_frame, len);
     return *data ? 0 : -1;
+}
+
+static size_t s_op_iopub_backlog(void *ctx)
+{
+    sess_t *s = ctx;
+    return channels_iopub_backlog(s->ch);
 }
 
 static void s_op_snapshot_drop(void *ctx)
@@ -1810,8 +1888,8 @@ static void s_close_sess(sess_t *s, int forget)
                                   "without this request's work");
     if (!forget && s_write_meta(s) < 0)
         PLOG_W("session=%s: cannot update its meta.json", s->id);
-    s_op_timer_cancel(s, SESSION_TIMER_CELL);
-    s_op_timer_cancel(s, SESSION_TIMER_IDLE);
+    for (int t = 0; t < SESSION_TIMERS; t++)
+        s_op_timer_cancel(s, (session_timer_t)t);
     loop_timer_end(b->loop, s->hold_timer);
     s->hold_timer = -1;
     if (s->launcher_fd >= 0)
@@ -2213,9 +2291,11 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     }
     s->broker = self;
     s->proc.pidfd = s->proc.pipe_fd = -1;
-    s->timer_id[0] = s->timer_id[1] = -1;
+    for (int t = 0; t < SESSION_TIMERS; t++)
+        s->timer_id[t] = -1;
     s->hold_timer = -1;
     s->launcher_fd = -1;
+    s->pipe_more = -1;
     s->launched = launched != NULL;
     if (launched)
         s->launcher = *launched;
@@ -2232,8 +2312,9 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     else
         util_uuid(s->id);
     char key[40], ipc_prefix[PATH_MAX];
-    channels_cfg_t cc = {self->cfg.transport, self->cfg.ip, {0}, util_uuid(key),
-                         self->cfg.max_unread, self->signer};
+    channels_cfg_t cc = {.transport = self->cfg.transport, .ip = self->cfg.ip,
+                         .key = util_uuid(key), .max_unread = self->cfg.max_unread,
+                         .signer = self->signer};
     if (connection && s_parse_connection(connection, &cc, !id, err) < 0)
         goto fail;
     if (statedir_session_create(self->cfg.state_dir, s->id, s->dir, sizeof s->dir) < 0 ||
@@ -2891,7 +2972,7 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->ops = (session_ops_t){s_op_send,           s_op_to_kernel,      s_op_kernel_start,
                                 s_op_kernel_signal,  s_op_ended,          s_op_timer_arm,
                                 s_op_timer_cancel,   s_op_snapshot_store, s_op_snapshot_load,
-                                s_op_snapshot_drop};
+                                s_op_snapshot_drop,  s_op_iopub_backlog};
     return self;
 }
 

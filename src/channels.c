@@ -33,6 +33,7 @@
  *  whole socket would make one client that stops reading cost every other its replies. */
 typedef struct {
     atomic_size_t bytes;
+    atomic_size_t msgs;
     atomic_size_t refs;
 } unread_account_t;
 
@@ -51,7 +52,7 @@ typedef struct {
 typedef struct out {
     struct out *next;
     channels_index_t i;
-    int is_status;
+    int is_end;      /* an iopub message that ends a cell (s_is_end) */
     int is_signed;
     zmsg_t *z; /* NULL while the signer has it */
     size_t sig_frame;
@@ -81,6 +82,7 @@ struct channels {
                          * routing id, in hex; forgotten once nothing of it is in flight */
     size_t sweep_at;    /* peers' size at which the next send forgets idle accounts */
     size_t max_unread;  /* bytes, of iopub and of each client; 0: no bound */
+    size_t max_msgs;    /* messages iopub holds (s_iopub_over) */
     size_t dropped;     /* messages dropped for it */
     wire_pending_t *pending[CHANNELS_N]; /* a message whose signature is being checked */
     size_t topics;      /* iopub: bytes of the topics libzmq took since the last cut (+1 each) */
@@ -112,6 +114,7 @@ static unread_account_t *s_account_new(void)
     unread_account_t *a = calloc(1, sizeof *a);
     if (a) {
         atomic_init(&a->bytes, 0);
+        atomic_init(&a->msgs, 0);
         atomic_init(&a->refs, 1);
     }
     return a;
@@ -128,6 +131,7 @@ static void s_unread_free(void *data, void *hint)
     (void)data;
     unread_msg_t *h = hint;
     atomic_fetch_sub_explicit(&h->account->bytes, h->bytes, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&h->account->msgs, 1, memory_order_relaxed);
     s_account_release(h->account);
     zframe_destroy(&h->frame);
     free(h);
@@ -179,7 +183,11 @@ static zsock_t *s_socket(channels_index_t i, size_t max_msg)
         zsock_set_rcvhwm(s, IOPUB_RCVHWM);
     }
     zsock_set_maxmsgsize(s, (int)(max_msg > INT32_MAX ? INT32_MAX : max_msg));
-    zsock_set_sndhwm(s, i == CHANNELS_IOPUB ? 10000 : i == CHANNELS_HB ? HB_HWM : 1000);
+    /* iopub has no high-water mark: libzmq would drop past it silently, whatever the
+     * message, and it once dropped the end of a flooding cell (its error and idle) for a
+     * client that lagged. kenneld counts what iopub holds and decides every drop itself
+     * (s_iopub_over). */
+    zsock_set_sndhwm(s, i == CHANNELS_IOPUB ? 0 : i == CHANNELS_HB ? HB_HWM : 1000);
     /* No router handover: a second connection with an identity already in use is ignored, as
      * in ipykernel. With it, anyone who read a client's session id off iopub (no key needed)
      * could connect with it and take that client's replies. */
@@ -233,6 +241,7 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     zhashx_set_destructor(self->peers, s_account_destructor);
     self->sweep_at = PEERS_SWEEP_MIN;
     self->max_unread = cfg->max_unread;
+    self->max_msgs = cfg->max_unread_msgs ? cfg->max_unread_msgs : CHANNELS_IOPUB_MAX_MSGS;
     self->signer = cfg->signer;
     int is_ipc = strcmp(cfg->transport, "ipc") == 0;
     for (int i = 0; i < CHANNELS_N; i++) {
@@ -342,6 +351,7 @@ static int s_send_counted(channels_t *self, channels_index_t i, unread_account_t
     h->bytes = zmsg_content_size(z);
     atomic_fetch_add_explicit(&h->account->refs, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->account->bytes, h->bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->account->msgs, 1, memory_order_relaxed);
     void *sock = zsock_resolve(self->sock[i]);
     int rc = 0;
     zframe_t *f;
@@ -419,9 +429,22 @@ static int s_over(const channels_t *self, size_t held, size_t size)
            (held >= self->max_unread || size > self->max_unread - held);
 }
 
+/*  Whether iopub drops a message of `size` bytes now. Messages that end a cell (is_end) are
+ *  held to bounds of their own, twice the others', so a client that lags still learns how
+ *  each cell ended; past those, they too are dropped (and counted). */
+static int s_iopub_over(channels_t *self, int is_end, size_t size)
+{
+    size_t held = s_held(self->unread);
+    size_t msgs = atomic_load_explicit(&self->unread->msgs, memory_order_relaxed);
+    if (!is_end)
+        return msgs >= self->max_msgs || s_over(self, held, size);
+    return msgs >= 2 * self->max_msgs ||
+           (self->max_unread && held > 0 && held >= 2 * self->max_unread);
+}
+
 /*  Send the signed z on socket i (not the heartbeat), or drop it past the unread bound.
  *  Takes *z_p. As channels_send. */
-static int s_deliver(channels_t *self, channels_index_t i, int is_status, zmsg_t **z_p)
+static int s_deliver(channels_t *self, channels_index_t i, int is_end, zmsg_t **z_p)
 {
     zmsg_t *z = *z_p;
     unread_account_t *account = i == CHANNELS_IOPUB ? self->unread : s_peer_account(self, i, z);
@@ -429,7 +452,8 @@ static int s_deliver(channels_t *self, channels_index_t i, int is_status, zmsg_t
         zmsg_destroy(z_p);
         return -1;
     }
-    if (!(i == CHANNELS_IOPUB && is_status) && s_over(self, s_held(account), zmsg_content_size(z))) {
+    if (i == CHANNELS_IOPUB ? s_iopub_over(self, is_end, zmsg_content_size(z))
+                            : s_over(self, s_held(account), zmsg_content_size(z))) {
         /* What a peer that left had not read is freed only once the socket has seen it
          * leave, which it does when used: the next message may fit then. */
         zsock_events(self->sock[i]);
@@ -498,16 +522,23 @@ static void s_pump(channels_t *self)
             self->out_tail = NULL;
         self->queued -= o->bytes;
         if (o->is_signed)
-            s_deliver(self, o->i, o->is_status, &o->z);
+            s_deliver(self, o->i, o->is_end, &o->z);
         zmsg_destroy(&o->z);
         free(o);
     }
 }
 
+/*  Whether an iopub message of this type tells how a cell ended: a client waiting for
+ *  `idle`, or for the error or result, must get it. */
+static int s_is_end(const char *type)
+{
+    return strcmp(type, "status") == 0 || strcmp(type, "error") == 0 ||
+           strcmp(type, "execute_result") == 0;
+}
+
 int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
 {
-    /* Status messages always go: a client waiting for `idle` must get it. */
-    int is_status = strcmp(jmsg_type(*msg_p), "status") == 0;
+    int is_end = i == CHANNELS_IOPUB && s_is_end(jmsg_type(*msg_p));
     size_t sig_frame, signed_len;
     zmsg_t *z = wire_encode_unsigned(self->wire, msg_p, &sig_frame, &signed_len);
     if (!z)
@@ -526,11 +557,11 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
         return 0;
     }
     if (!off_loop && !self->out_head)
-        return s_deliver(self, i, is_status, &z);
+        return s_deliver(self, i, is_end, &z);
     /* The queue holds at most max_unread bytes (what replies kenneld makes itself while a
      * signing lasts could add), but the message it starts with, and iopub's status. */
     size_t bytes = zmsg_content_size(z);
-    if (self->out_head && !(i == CHANNELS_IOPUB && is_status) &&
+    if (self->out_head && !is_end &&
         s_over(self, self->queued - self->out_head->bytes, bytes)) {
         zmsg_destroy(&z);
         self->dropped++;
@@ -541,7 +572,7 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
         zmsg_destroy(&z);
         return -1;
     }
-    *o = (out_t){.i = i, .is_status = is_status, .is_signed = !off_loop, .z = z,
+    *o = (out_t){.i = i, .is_end = is_end, .is_signed = !off_loop, .z = z,
                  .sig_frame = sig_frame, .bytes = bytes};
     self->queued += bytes;
     if (self->out_tail)
@@ -551,6 +582,14 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
     self->out_tail = o;
     s_pump(self);
     return 0;
+}
+
+size_t channels_iopub_backlog(const channels_t *self)
+{
+    size_t queued = 0;
+    for (const out_t *o = self->out_head; o; o = o->next)
+        queued += o->i == CHANNELS_IOPUB;
+    return atomic_load_explicit(&self->unread->msgs, memory_order_relaxed) + queued;
 }
 
 int channels_pending(const channels_t *self)

@@ -22,6 +22,7 @@ typedef struct {
     const char *key;         /* the session's HMAC key (non-empty) */
     size_t max_unread;       /* bytes iopub holds for subscribers that have not read them,
                               * and each socket for one client (0: no bound) */
+    size_t max_unread_msgs;  /* messages iopub holds for them (0: CHANNELS_IOPUB_MAX_MSGS) */
     worker_t *signer;        /* a thread for signing large messages (see channels_send; it
                               * must outlive the channels' loop), or NULL: all on the loop */
 } channels_cfg_t;
@@ -41,9 +42,13 @@ int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out);
  *  Takes *msg_p. 0, -1, or CHANNELS_DROPPED: not sent because what is held for its readers,
  *  with this message, would pass cfg.max_unread: on iopub, what it holds for subscribers
  *  that have not read it; on shell, control and stdin, what the socket holds for the one
- *  client the message goes to. Never a message while its readers hold nothing, nor an iopub
- *  `status` message. */
+ *  client the message goes to. Never a message while its readers hold nothing.
+ *  iopub also drops past cfg.max_unread_msgs messages held, and libzmq never drops
+ *  there (it has no high-water mark): every drop is kenneld's, and counted. The messages
+ *  that end a cell (status, error, execute_result) are dropped only past twice both
+ *  bounds, so a client that lags still gets them. */
 #define CHANNELS_DROPPED 1
+#define CHANNELS_IOPUB_MAX_MSGS 10000
 int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p);
 /*  A message whose signed parts reach CHANNELS_SIGN_OFF_LOOP bytes is signed on cfg.signer
  *  (60 MiB is ~150 ms of HMAC on this VM, which on the loop held up every session), and the
@@ -62,6 +67,9 @@ void channels_on_flushed(channels_t *self, channels_flushed_fn *fn, void *arg);
  *  client of the other sockets, and waiting behind a message being signed; and how many
  *  messages CHANNELS_DROPPED has dropped in all. */
 size_t channels_unread(const channels_t *self);
+/*  Messages iopub holds now for subscribers that have not read them (sent and not yet
+ *  written, or waiting behind a message being signed): how far its slowest subscriber lags. */
+size_t channels_iopub_backlog(const channels_t *self);
 size_t channels_dropped(const channels_t *self);
 /*  How many clients of shell, control and stdin have an account now (one that lags keeps
  *  its own; the others are forgotten as more arrive). */

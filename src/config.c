@@ -63,7 +63,10 @@ static const char s_usage[] =
     "                      86400; 0: never)\n"
     "  --grace SECONDS     how long a cell may run past its deadline before the kernel is\n"
     "                      killed and restarted (default 2)\n"
-    "  --max-output SIZE   output a cell may publish before it is cut off (default 10M)\n"
+    "  --max-output SIZE   output a cell may publish before it is cut off, each message\n"
+    "                      counting 64 bytes beyond its own (default 10M)\n"
+    "  --max-output-msgs N output messages a cell may publish before it is cut off\n"
+    "                      (default 100000; 0: no bound)\n"
     "  --max-file SIZE     largest file kennel put/get moves (default 32M)\n"
     "  --uid-base N        kernels run as host uids N, N+1, … (default 1900000000)\n"
     "  --insecure-no-sandbox  run kernels as kenneld's own user, unconfined (debugging only)\n"
@@ -138,6 +141,7 @@ int config_load(config_t *cfg, int argc, char **argv)
     cfg->idle_s = 900;
     cfg->ttl_s = 86400;
     cfg->max_output = 10u << 20;
+    cfg->max_output_msgs = 100000;
     cfg->max_file = 32u << 20;
     cfg->max_unread = 64u << 20;
     cfg->max_memory = (size_t)2 << 30;
@@ -170,6 +174,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"insecure-no-sandbox", no_argument, NULL, 'I'},
         {"timeout", required_argument, NULL, 'o'},   {"grace", required_argument, NULL, 'g'},
         {"max-output", required_argument, NULL, 'O'}, {"idle", required_argument, NULL, 'd'},
+        {"max-output-msgs", required_argument, NULL, 'N'},
         {"max-file", required_argument, NULL, 'X'}, {"disk", required_argument, NULL, 'D'},
         {"ttl", required_argument, NULL, 'L'},       {"max-unread", required_argument, NULL, 'B'}, {"max-memory", required_argument, NULL, 'Y'},
         {"spawner", required_argument, NULL, 'Z'},   {"preload", required_argument, NULL, 'R'},
@@ -255,6 +260,9 @@ int config_load(config_t *cfg, int argc, char **argv)
             break;
         }
         case 'O': rc = s_size(optarg, 1024, 1u << 30, &cfg->max_output, "--max-output"); break;
+        case 'N':
+            rc = s_size(optarg, 0, 1000000000, &cfg->max_output_msgs, "--max-output-msgs");
+            break;
         case 'X': rc = s_size(optarg, 1024, 1u << 30, &cfg->max_file, "--max-file"); break;
         case 'B':
             rc = s_size(optarg, 64u << 10, (size_t)16 << 30, &cfg->max_unread, "--max-unread");

@@ -38,6 +38,7 @@ typedef struct {
     double ttl_s;               /* end an evicted session unused this long; 0: never */
     double grace_s;             /* after the deadline, how long before the kernel is killed */
     size_t max_output;          /* output bytes per cell */
+    size_t max_output_msgs;     /* output messages per cell; 0: no bound */
     size_t max_unread;          /* bytes a session's iopub holds for clients that lag */
     size_t max_memory;          /* kenneld's heap in use past which clients are cut; 0: off */
     size_t max_file;            /* largest file put into or got from a workspace */

@@ -310,7 +310,8 @@ int main(int argc, char **argv)
         .max_memory = cfg.max_memory,
         .session_limits = {.max_queued = cfg.max_queued,
                            .grace_ms = (long long)(cfg.grace_s * 1000),
-                           .max_output = cfg.max_output},
+                           .max_output = cfg.max_output,
+                           .max_output_msgs = cfg.max_output_msgs},
     };
     wire_limits_default(&bcfg.wire_limits);
     bcfg.wire_limits.max_msg_bytes = cfg.max_message_bytes;

@@ -14,6 +14,7 @@
 #include <czmq.h>
 
 #include "log.h"
+#include "outbox.h"
 #include "route.h"
 #include "util.h"
 
@@ -23,6 +24,19 @@
 #define INFO_WAITING 64 /* kernel_info requests kept until the first hello */
 #define CELL_RESULT 1
 #define CELL_ERROR 2
+/* A cell's output is charged this much per message against --max-output, beyond its bytes:
+ * what a message costs kenneld (a parse, a header, a signature) hardly depends on its size,
+ * and a flood of tiny messages (clear_output has ~17 bytes of content) was nearly free. */
+#define OUTPUT_MSG_COST 64
+/* When the outbox merges a kernel's output (outbox.h), sending what it holds every
+ * OUTBOX_FLUSH_MS (ipykernel flushes a stream every 200 ms): while iopub holds BEHIND_MSGS
+ * messages its subscribers have not read (a fast client never lags this far), and once
+ * OUTPUT_BURST_MSGS went out within one OUTBOX_FLUSH_MS. The second is what a Python client
+ * that lags is seen by: the thousands of messages its socket buffers and receive queue take
+ * in are no longer kenneld's to count, and it took seconds to read through them. */
+#define BEHIND_MSGS 100
+#define OUTPUT_BURST_MSGS 64
+#define OUTBOX_FLUSH_MS 50
 
 struct session {
     char *id;
@@ -53,6 +67,11 @@ struct session {
     size_t cell_output;        /* output bytes it has published (and since, until the next) */
     int cell_truncated;        /* it hit the output cap */
     int cell_ends_shown;       /* CELL_RESULT | CELL_ERROR: sent past the cap already */
+    size_t cell_msgs;          /* output messages it has published (as cell_output) */
+    outbox_t *outbox;          /* iopub output held while the clients lag */
+    int flush_armed;           /* SESSION_TIMER_FLUSH is armed for it */
+    long long burst_ms;        /* when the current OUTBOX_FLUSH_MS window of output began */
+    size_t burst_msgs;         /* output messages sent in it */
     char last_outcome[24];     /* outcome of the last execute_request, for info */
     int storing;               /* the kernel sent its state; ops->snapshot_store keeps it */
     int evicting;              /* the kernel is being killed after saving its state */
@@ -75,6 +94,8 @@ static void s_jmsg_free(void **item)
     jmsg_destroy((jmsg_t **)item);
 }
 
+static void s_outbox_send(void *arg, jmsg_t **msg_p);
+
 session_t *session_new(const char *id, const char *name, const session_limits_t *limits,
                        const session_ops_t *ops, void *ops_ctx)
 {
@@ -85,7 +106,8 @@ session_t *session_new(const char *id, const char *name, const session_limits_t 
     self->name = strdup(name);
     self->queue = zlistx_new();
     self->info_waiting = zlistx_new();
-    if (!self->id || !self->name || !self->queue || !self->info_waiting) {
+    self->outbox = outbox_new(s_outbox_send, self);
+    if (!self->id || !self->name || !self->queue || !self->info_waiting || !self->outbox) {
         session_destroy(&self);
         return NULL;
     }
@@ -108,6 +130,7 @@ void session_destroy(session_t **self_p)
     session_t *self = *self_p;
     zlistx_destroy(&self->queue);
     zlistx_destroy(&self->info_waiting);
+    outbox_destroy(&self->outbox);
     jmsg_destroy(&self->current);
     jmsg_destroy(&self->last);
     json_decref(self->kernel_info);
@@ -117,6 +140,11 @@ void session_destroy(session_t **self_p)
     free(self->name);
     free(self);
     *self_p = NULL;
+}
+
+int session_output_capped(const session_t *self)
+{
+    return self->cell_truncated;
 }
 
 session_state_t session_state(const session_t *self)
@@ -231,6 +259,56 @@ void session_history_restore(session_t *self, const json_t *h)
 
 /* ---- sending ---------------------------------------------------------------------------- */
 
+/*  What the outbox sends goes straight to iopub. */
+static void s_outbox_send(void *arg, jmsg_t **msg_p)
+{
+    session_t *self = arg;
+    self->ops->send(self->ctx, ROUTE_IOPUB, msg_p);
+}
+
+/*  Keep the flush timer armed exactly while the outbox holds something. */
+static void s_flush_timer(session_t *self)
+{
+    int held = outbox_held(self->outbox) > 0;
+    if (held && !self->flush_armed)
+        self->ops->timer_arm(self->ctx, SESSION_TIMER_FLUSH, OUTBOX_FLUSH_MS);
+    else if (!held && self->flush_armed)
+        self->ops->timer_cancel(self->ctx, SESSION_TIMER_FLUSH);
+    self->flush_armed = held;
+}
+
+/*  Send msg on channel after the output the outbox holds: every message the session sends
+ *  goes through here or s_send_output, so clients see the kernel's order. Takes *msg_p. */
+static void s_send(session_t *self, unsigned channel, jmsg_t **msg_p)
+{
+    if (outbox_held(self->outbox)) {
+        outbox_flush(self->outbox);
+        s_flush_timer(self);
+    }
+    self->ops->send(self->ctx, channel, msg_p);
+}
+
+/*  Whether the outbox should merge output now: iopub's subscribers lag, or output comes
+ *  faster than any client reads it one message at a time. */
+static int s_behind(session_t *self)
+{
+    long long now = util_now_ms();
+    if (now - self->burst_ms >= OUTBOX_FLUSH_MS) {
+        self->burst_ms = now;
+        self->burst_msgs = 0;
+    }
+    if (++self->burst_msgs > OUTPUT_BURST_MSGS)
+        return 1;
+    return self->ops->iopub_backlog && self->ops->iopub_backlog(self->ctx) >= BEHIND_MSGS;
+}
+
+/*  Send a kernel's output on iopub, through the outbox. Takes *msg_p. */
+static void s_send_output(session_t *self, jmsg_t **msg_p)
+{
+    outbox_put(self->outbox, msg_p, s_behind(self));
+    s_flush_timer(self);
+}
+
 /*  Publish msg_type on iopub with parent as parent_header; steals content. */
 static void s_publish(session_t *self, const jmsg_t *parent, const char *msg_type, json_t *content)
 {
@@ -241,7 +319,7 @@ static void s_publish(session_t *self, const jmsg_t *parent, const char *msg_typ
         return;
     }
     jmsg_set_json(m, JMSG_CONTENT, content);
-    self->ops->send(self->ctx, ROUTE_IOPUB, &m);
+    s_send(self, ROUTE_IOPUB, &m);
 }
 
 /*  A line of kennel's own on the parent cell's stderr. */
@@ -269,7 +347,7 @@ static void s_reply_md(session_t *self, unsigned channel, const jmsg_t *request,
     if (metadata)
         jmsg_set_json(m, JMSG_METADATA, metadata);
     jmsg_set_json(m, JMSG_CONTENT, content);
-    self->ops->send(self->ctx, channel, &m);
+    s_send(self, channel, &m);
 }
 
 static void s_reply(session_t *self, unsigned channel, const jmsg_t *request,
@@ -351,7 +429,7 @@ static void s_fail(session_t *self, unsigned channel, const jmsg_t *request, con
                           s_outcome_metadata(self, NULL, outcome, !(flags & FAIL_UNRUN)));
         }
         jmsg_set_json(m, JMSG_CONTENT, content);
-        self->ops->send(self->ctx, channel, &m);
+        s_send(self, channel, &m);
     } else {
         json_decref(content);
     }
@@ -513,21 +591,20 @@ static int s_own_timeout(const jmsg_t *req, long long *ms)
     return 0;
 }
 
-/*  The request in `current` has just gone to the kernel: start its clock and deadline (its
- *  own, s_own_timeout, else the session's). */
-static void s_cell_begin(session_t *self)
+/*  The request in `current` has just gone to the kernel: start its clock and deadline (own,
+ *  as s_own_timeout found it, else the session's). */
+static void s_cell_begin(session_t *self, long long own)
 {
     self->cell_started_ms = util_now_ms();
     self->cell_interrupted = 0;
     self->cell_output = 0;
     self->cell_truncated = 0;
+    self->cell_msgs = 0;
     self->cell_ends_shown = 0;
     self->deadline_phase = 0;
     self->cell_timeout_ms = 0;
     if (strcmp(jmsg_type(self->current), "execute_request") != 0)
         return;
-    long long own;
-    (void)s_own_timeout(self->current, &own); /* refused before it was sent if bad */
     self->cell_timeout_ms = own >= 0 ? own : self->limits.timeout_ms;
     if (self->cell_timeout_ms > 0) {
         self->deadline_phase = 1;
@@ -616,6 +693,11 @@ int session_save(session_t *self)
 
 void session_on_timer(session_t *self, session_timer_t which)
 {
+    if (which == SESSION_TIMER_FLUSH) {
+        self->flush_armed = 0;
+        outbox_flush(self->outbox);
+        return;
+    }
     if (which == SESSION_TIMER_IDLE &&
         (self->state == SESSION_EVICTED || self->state == SESSION_DEAD)) {
         LOG_I("session=%s: unused for %lld ms: ending it", self->id, self->limits.ttl_ms);
@@ -654,6 +736,18 @@ void session_on_timer(session_t *self, session_timer_t which)
 
 static void s_abort_queued_executes(session_t *self);
 
+/*  Answer a shell request that will not reach the kernel with an error, inside the busy
+ *  s_pump published for it, then idle; as a failed cell, it aborts the executes queued
+ *  behind it. Takes *req_p. */
+static void s_refuse(session_t *self, jmsg_t **req_p, const char *ename, const char *evalue)
+{
+    s_fail(self, ROUTE_SHELL, *req_p, ename, evalue, "error", FAIL_UNRUN);
+    s_publish_status(self, *req_p, "idle");
+    if (s_stops_on_error(*req_p))
+        s_abort_queued_executes(self);
+    jmsg_destroy(req_p);
+}
+
 /*  Send queued requests to the kernel while it is idle. Requests without a reply (comms) do
  *  not hold the kernel, so several may go in one call. */
 static void s_pump(session_t *self)
@@ -681,6 +775,13 @@ static void s_pump(session_t *self)
             jmsg_destroy(&req); /* not `last`: output between cells stays the last cell's */
             continue;
         }
+        long long own = -1;
+        if (strcmp(r->msg_type, "execute_request") == 0 && s_own_timeout(req, &own) < 0) {
+            /* Run without the deadline it asked for, it could run for ever. */
+            s_refuse(self, &req, "BadRequest",
+                     "metadata kennel.timeout must be a number of seconds, 0 for no deadline");
+            continue;
+        }
         /* Every buffer goes (the wire allows 64): past the pipe's parts, the frame cannot be
          * made and the request is refused as too large, rather than cut short. */
         kpipe_iov_t parts[KPIPE_MAX_PARTS];
@@ -701,35 +802,17 @@ static void s_pump(session_t *self)
             }
             parts[n++] = (kpipe_iov_t){zframe_data(f), zframe_size(f)};
         }
-        long long own;
-        if (strcmp(r->msg_type, "execute_request") == 0 && s_own_timeout(req, &own) < 0) {
-            /* Run without the deadline it asked for, it could run for ever: refused (as a
-             * failed cell, it aborts the executes queued behind it). */
-            s_fail(self, ROUTE_SHELL, req, "BadRequest",
-                   "metadata kennel.timeout must be a number of seconds, 0 for no deadline",
-                   "error", FAIL_UNRUN);
-            s_publish_status(self, req, "idle");
-            if (s_stops_on_error(req))
-                s_abort_queued_executes(self);
-            jmsg_destroy(&req);
-            continue;
-        }
         int rc = too_many ? SESSION_TOO_LARGE : self->ops->to_kernel(self->ctx, parts, n);
         if (rc == 0) {
             self->current = req;
             self->state = SESSION_BUSY;
-            s_cell_begin(self);
+            s_cell_begin(self, own);
             return;
         }
         if (rc == SESSION_TOO_LARGE) {
-            /* It never will fit: refuse it (inside the busy above) rather than hold the queue
-             * behind it; as a failed cell, it aborts the executes queued behind it. */
-            s_fail(self, ROUTE_SHELL, req, "RequestTooLarge",
-                   "the request does not fit in a frame to the kernel", "error", FAIL_UNRUN);
-            s_publish_status(self, req, "idle");
-            if (s_stops_on_error(req))
-                s_abort_queued_executes(self);
-            jmsg_destroy(&req);
+            /* It never will fit: refused rather than hold the queue behind it. */
+            s_refuse(self, &req, "RequestTooLarge",
+                     "the request does not fit in a frame to the kernel");
             continue;
         }
         s_publish_status(self, req, "idle");
@@ -981,36 +1064,45 @@ static void s_set_notice(session_t *self, const char *text)
     self->notice = text ? strdup(text) : NULL;
 }
 
-/*  The per-request output cap: outputs past max_output bytes are dropped and the client gets
- *  one notice instead of a flood. The budget runs from a request's start to the next one's,
- *  so a thread that goes on printing after its cell shares that cell's. One execute_result
- *  and one error per request pass even past it (counted all the same), so the client sees
- *  how the cell ended; a frame is bounded anyway. */
+/*  The per-request output cap: outputs past max_output bytes (each message charged
+ *  OUTPUT_MSG_COST beyond its own) or past max_output_msgs messages are dropped, and the
+ *  client gets one notice instead of a flood. The budget runs from a request's start to the
+ *  next one's, so a thread that goes on printing after its cell shares that cell's. One
+ *  execute_result and one error per request pass even past it (counted all the same), so
+ *  the client sees how the cell ended; a frame is bounded anyway. */
 static int s_output_allowed(session_t *self, const kpipe_frame_t *f, const char *type)
 {
-    size_t bytes = 0;
+    size_t cost = OUTPUT_MSG_COST;
     for (size_t i = 1; i < kpipe_frame_count(f); i++)
-        bytes += kpipe_frame_part(f, i).len;
+        cost += kpipe_frame_part(f, i).len;
     int end = strcmp(type, "execute_result") == 0 ? CELL_RESULT
               : strcmp(type, "error") == 0        ? CELL_ERROR
                                                   : 0;
     if (end && self->current && !(self->cell_ends_shown & end)) {
         self->cell_ends_shown |= end;
-        self->cell_output += bytes;
+        self->cell_output += cost;
+        self->cell_msgs++;
         return 1;
     }
-    size_t max = self->limits.max_output;
-    if (!self->cell_truncated && self->cell_output <= max && bytes <= max - self->cell_output) {
-        self->cell_output += bytes;
+    size_t max = self->limits.max_output, max_msgs = self->limits.max_output_msgs;
+    int msgs_ok = !max_msgs || self->cell_msgs < max_msgs;
+    if (!self->cell_truncated && msgs_ok && self->cell_output <= max &&
+        cost <= max - self->cell_output) {
+        self->cell_output += cost;
+        self->cell_msgs++;
         return 1;
     }
     if (!self->cell_truncated) {
         self->cell_truncated = 1;
         char text[160];
-        snprintf(text, sizeof text,
-                 "\n[kennel: this cell's output passed its limit of %zu bytes; the rest is not "
-                 "shown]\n",
-                 self->limits.max_output);
+        if (msgs_ok)
+            snprintf(text, sizeof text,
+                     "\n[kennel: this cell's output passed its limit of %zu bytes; the rest is "
+                     "not shown]\n", max);
+        else
+            snprintf(text, sizeof text,
+                     "\n[kennel: this cell's output passed its limit of %zu messages; the rest "
+                     "is not shown]\n", max_msgs);
         const jmsg_t *cell = self->current ? self->current : self->last;
         s_notify(self, cell, text);
         LOG_I("session=%s: output of cell %s truncated", self->id, cell ? jmsg_id(cell) : "-");
@@ -1201,7 +1293,7 @@ static int s_on_reply(session_t *self, kpipe_frame_t *f, const json_t *op, const
             LOG_W("session=%s: out of memory: the reply goes without its outcome", self->id);
     }
     s_cell_end(self);
-    self->ops->send(self->ctx, ROUTE_SHELL, &reply);
+    s_send(self, ROUTE_SHELL, &reply);
     s_publish_status(self, req, "idle");
     jmsg_destroy(&self->last);
     self->last = req;
@@ -1274,8 +1366,7 @@ int session_on_kernel(session_t *self, kpipe_frame_t *frame, const char **why)
             if (strcmp(type, "execute_input") == 0 && self->current && json_is_integer(count) &&
                 json_integer_value(count) >= 0)
                 self->execution_count = json_integer_value(count);
-            self->ops->send(self->ctx, ROUTE_IOPUB, &m);
-            jmsg_destroy(&m);
+            s_send_output(self, &m);
             rc = 0;
         }
     } else if (strcmp(name, "stdin") == 0) {
@@ -1289,7 +1380,7 @@ int session_on_kernel(session_t *self, kpipe_frame_t *frame, const char **why)
             *why = "input_request metadata or content is not a JSON object";
         else {
             self->awaiting_input = 1;
-            self->ops->send(self->ctx, ROUTE_KSTDIN, &m);
+            s_send(self, ROUTE_KSTDIN, &m);
             rc = 0;
         }
     } else {

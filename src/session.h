@@ -22,8 +22,10 @@ typedef enum {
     SESSION_RESTORING,/* a revived kernel is loading the snapshot */
 } session_state_t;
 
-/*  The session's two timers. */
-typedef enum { SESSION_TIMER_CELL = 0, SESSION_TIMER_IDLE = 1 } session_timer_t;
+/*  The session's timers: a cell's deadline, the idle clock, and the flush of output held
+ *  while the clients lag (outbox.h). */
+typedef enum { SESSION_TIMER_CELL = 0, SESSION_TIMER_IDLE = 1, SESSION_TIMER_FLUSH = 2 } session_timer_t;
+#define SESSION_TIMERS 3
 
 #define SESSION_TOO_LARGE -2 /* to_kernel: the parts do not fit in one frame */
 
@@ -52,6 +54,9 @@ typedef struct {
     int (*snapshot_store)(void *ctx, const void *data, size_t len, const char **why);
     int (*snapshot_load)(void *ctx, void **data, size_t *len);
     void (*snapshot_drop)(void *ctx);
+    /* Messages iopub holds now for subscribers that have not read them (NULL: never any).
+     * Past a hundred, the session merges output it may (outbox.h) until they catch up. */
+    size_t (*iopub_backlog)(void *ctx);
 } session_ops_t;
 
 /*  How a kernel ended, as far as kenneld can tell. */
@@ -66,6 +71,7 @@ typedef struct {
     long long timeout_ms;  /* a cell's deadline unless its request says otherwise; 0: none */
     long long grace_ms;    /* after the deadline signal, how long before the kernel is killed */
     size_t max_output;     /* output bytes a cell may publish before it is cut off */
+    size_t max_output_msgs; /* output messages a cell may publish, likewise; 0: no bound */
     long long idle_timeout_ms; /* evict after this long without a client message; 0: never */
     long long ttl_ms;      /* an evicted session unused this long (in all) ends; 0: never */
 } session_limits_t;
@@ -115,6 +121,9 @@ const char *session_start_error(const session_t *self);
  *  it and those waiting get a SessionEnded error reply saying why; no more replies after. */
 void session_end(session_t *self, const char *why);
 
+/*  Whether the output of the request with the kernel (or of the last one) passed its cap:
+ *  what the kernel sends is dropped unread until the next request starts. */
+int session_output_capped(const session_t *self);
 session_state_t session_state(const session_t *self);
 const char *session_state_name(session_state_t state);
 const char *session_id(const session_t *self);

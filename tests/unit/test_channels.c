@@ -22,10 +22,16 @@
 static char s_dir[] = "/tmp/kennel-channels-XXXXXX";
 static char s_prefix[64];
 
+static channels_t *s_channels_bound(size_t max_unread, size_t max_msgs)
+{
+    channels_cfg_t cfg = {.transport = "ipc", .ip = s_prefix, .key = "k", .max_unread = max_unread,
+                          .max_unread_msgs = max_msgs};
+    return channels_new(&cfg, NULL);
+}
+
 static channels_t *s_channels(void)
 {
-    channels_cfg_t cfg = {.transport = "ipc", .ip = s_prefix, .key = "k", .max_unread = BOUND};
-    return channels_new(&cfg, NULL);
+    return s_channels_bound(BOUND, 0);
 }
 
 /*  A DEALER with routing id `id` on ch's shell, which the ROUTER knows once this returns. */
@@ -449,6 +455,80 @@ TEST(what_waits_behind_a_signing_is_bounded)
     s_signing_end(&fl);
 }
 
+#define LAG_MSGS 1000 /* the bound of messages held in the test below */
+
+/*  A subscriber that stops reading: iopub drops what passes max_unread_msgs held for
+ *  it (libzmq, with no high-water mark, drops nothing), but the messages that end a cell
+ *  still go, after the rest, in order; and the count falls back as the subscriber reads. */
+TEST(a_lagging_subscriber_still_gets_the_end_of_every_cell)
+{
+    channels_t *ch = s_channels_bound(0, LAG_MSGS);
+    zsock_t *sub = zsock_new(ZMQ_SUB);
+    zsock_set_rcvhwm(sub, 1);
+    zsock_set_rcvbuf(sub, 4096);
+    zsock_set_subscribe(sub, "");
+    zsock_connect(sub, "ipc://%s-%d", s_prefix, CHANNELS_IOPUB + 1);
+    int subscribed = 0;
+    for (int i = 0; i < 200 && !subscribed; i++) {
+        subscribed = channels_read_subscription(ch) == 1;
+        if (!subscribed)
+            zclock_sleep(5);
+    }
+    CHECK(subscribed);
+    int dropped = 0, sent = 0;
+    for (int i = 0; i < 5 * LAG_MSGS; i++) {
+        jmsg_t *m = jmsg_new("stream", "s");
+        jmsg_set_json(m, JMSG_CONTENT, json_pack("{s:s, s:i}", "name", "stdout", "n", i));
+        int rc = channels_send(ch, CHANNELS_IOPUB, &m);
+        dropped += rc == CHANNELS_DROPPED;
+        sent += rc == 0;
+    }
+    CHECK(dropped > 0);
+    CHECK(channels_iopub_backlog(ch) <= LAG_MSGS);
+    CHECK_EQ_INT((int)channels_dropped(ch), dropped);
+    const char *ends[] = {"error", "execute_result", "status"};
+    for (int i = 0; i < 3; i++) {
+        jmsg_t *m = jmsg_new(ends[i], "s");
+        CHECK_EQ_INT(channels_send(ch, CHANNELS_IOPUB, &m), 0);
+    }
+    /* Read everything: the stream messages that went, then the three ends. */
+    zsock_set_rcvtimeo(sub, 2000);
+    int streams = 0;
+    char last[3][32] = {"", "", ""};
+    for (;;) {
+        zmsg_t *z = zmsg_recv(sub);
+        if (!z)
+            break;
+        /* <IDS|MSG>, signature, header, ...: the header is the third frame. */
+        zframe_t *f = zmsg_first(z);
+        while (f && !zframe_streq(f, "<IDS|MSG>"))
+            f = zmsg_next(z);
+        zmsg_next(z);
+        zframe_t *hdr = zmsg_next(z);
+        json_t *h = hdr ? json_loadb((const char *)zframe_data(hdr), zframe_size(hdr), 0, NULL) : NULL;
+        const char *type = json_string_value(json_object_get(h, "msg_type"));
+        if (type && strcmp(type, "stream") == 0)
+            streams++;
+        else if (type) {
+            memmove(last[0], last[1], sizeof last[0] * 2);
+            snprintf(last[2], sizeof last[2], "%s", type);
+        }
+        json_decref(h);
+        zmsg_destroy(&z);
+        if (strcmp(last[2], "status") == 0)
+            break;
+    }
+    CHECK_EQ_INT(streams, sent);
+    CHECK_STR(last[0], "error");
+    CHECK_STR(last[1], "execute_result");
+    CHECK_STR(last[2], "status");
+    for (int i = 0; i < 100 && channels_iopub_backlog(ch) > 0; i++)
+        zclock_sleep(10);
+    CHECK_EQ_INT((int)channels_iopub_backlog(ch), 0);
+    zsock_destroy(&sub);
+    channels_destroy(&ch);
+}
+
 int main(void)
 {
     if (!mkdtemp(s_dir))
@@ -462,6 +542,7 @@ int main(void)
     RUN(a_large_message_is_signed_off_the_loop_and_what_follows_waits_for_it);
     RUN(channels_destroyed_while_a_message_is_signed_free_it_later);
     RUN(what_waits_behind_a_signing_is_bounded);
+    RUN(a_lagging_subscriber_still_gets_the_end_of_every_cell);
     rmdir(s_dir);
     zsys_shutdown();
     return harness_done();

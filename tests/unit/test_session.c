@@ -36,6 +36,8 @@ typedef struct {
     int snapshot_drops;
     int store_refused;      /* snapshot_store fails at once */
     int timer_arms, timer_cancels;
+    long long flush_ms;     /* the armed flush timer's delay, or -1 */
+    size_t backlog;         /* what iopub_backlog answers */
     json_t *metadata[256];  /* metadata of each sent message (parallel to sent) */
     int signals[16];
     int nsig;
@@ -103,6 +105,10 @@ static void op_ended(void *ctx)
 static void op_timer_arm(void *ctx, session_timer_t which, long long ms)
 {
     rec_t *r = ctx;
+    if (which == SESSION_TIMER_FLUSH) {
+        r->flush_ms = ms;
+        return;
+    }
     if (which == SESSION_TIMER_IDLE) {
         r->idle_ms = ms;
         return;
@@ -114,6 +120,10 @@ static void op_timer_arm(void *ctx, session_timer_t which, long long ms)
 static void op_timer_cancel(void *ctx, session_timer_t which)
 {
     rec_t *r = ctx;
+    if (which == SESSION_TIMER_FLUSH) {
+        r->flush_ms = -1;
+        return;
+    }
     if (which == SESSION_TIMER_IDLE) {
         r->idle_ms = -1;
         return;
@@ -155,15 +165,20 @@ static void op_snapshot_drop(void *ctx)
     r->snapshot_drops++;
 }
 
+static size_t op_iopub_backlog(void *ctx)
+{
+    return ((rec_t *)ctx)->backlog;
+}
+
 static const session_ops_t s_ops = {op_send,          op_to_kernel,      op_kernel_start,
                                     op_kernel_signal, op_ended,          op_timer_arm,
                                     op_timer_cancel,  op_snapshot_store, op_snapshot_load,
-                                    op_snapshot_drop};
+                                    op_snapshot_drop, op_iopub_backlog};
 
 static rec_t *s_rec_new(void)
 {
     rec_t *r = calloc(1, sizeof(rec_t));
-    r->timer_ms = r->idle_ms = -1;
+    r->timer_ms = r->idle_ms = r->flush_ms = -1;
     return r;
 }
 
@@ -887,7 +902,7 @@ TEST(outcomes_and_metrics)
 TEST(output_cap)
 {
     rec_t *r = s_rec_new();
-    session_t *s = s_session_with(r, 8, 0, 100);
+    session_t *s = s_session_with(r, 8, 0, 200);
     s_hello(s);
     char id[40];
     s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "flood"), id);
@@ -906,7 +921,7 @@ TEST(output_cap)
         else
             streams++;
     }
-    CHECK_EQ_INT(streams, 1); /* 63 bytes fit in 100, a second message would not */
+    CHECK_EQ_INT(streams, 1); /* 63 bytes and 64 a message fit in 200, a second would not */
     CHECK_EQ_INT(notices, 1);
     const char *err[] = {"{\"op\":\"iopub\",\"msg_type\":\"error\"}", "{}", "{\"ename\":\"E\",\"evalue\":\"\",\"traceback\":[]}"};
     CHECK_EQ_INT(s_kernel(s, 3, err), 0);
@@ -918,6 +933,115 @@ TEST(output_cap)
     before = r->nsent;
     CHECK_EQ_INT(s_kernel(s, 3, out), 0);
     CHECK(s_find(r, before, "stream") >= 0);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+/*  The texts of the stream messages sent from `from` on, joined, and how many there were. */
+static int s_streams_text(rec_t *r, int from, char *out, size_t len)
+{
+    int n = 0;
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = from; i < r->nsent; i++) {
+        if (strcmp(r->sent[i].type, "stream") != 0)
+            continue;
+        n++;
+        const char *text = json_string_value(json_object_get(r->sent[i].content, "text"));
+        used += (size_t)snprintf(out + used, len - used, "%s", text ? text : "");
+    }
+    return n;
+}
+
+TEST(output_message_cap)
+{
+    rec_t *r = s_rec_new();
+    session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
+                            .max_output_msgs = 5};
+    session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
+    CHECK_EQ_INT(session_start(s), 0);
+    s_hello(s);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "flood"), id);
+    const char *out[] = {"{\"op\":\"iopub\",\"msg_type\":\"clear_output\"}", "{}",
+                         "{\"wait\":false}"};
+    int before = r->nsent;
+    CHECK(!session_output_capped(s));
+    for (int i = 0; i < 9; i++)
+        CHECK_EQ_INT(s_kernel(s, 3, out), 0);
+    int clears = 0;
+    for (int i = before; i < r->nsent; i++)
+        clears += strcmp(r->sent[i].type, "clear_output") == 0;
+    CHECK_EQ_INT(clears, 5);
+    char text[512];
+    CHECK_EQ_INT(s_streams_text(r, before, text, sizeof text), 1);
+    CHECK(strstr(text, "limit of 5 messages") != NULL);
+    CHECK(session_output_capped(s));
+    s_reply(s, "execute_reply", id, "{\"status\":\"ok\"}");
+    CHECK_STR(s_outcome(r, s_find(r, 0, "execute_reply")), "output_truncated");
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "again"), id);
+    CHECK(!session_output_capped(s));
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(output_merged_while_iopub_lags)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "print"), id);
+    int before = r->nsent;
+    r->backlog = 100; /* iopub's subscribers lag */
+    const char *a[] = {"{\"op\":\"iopub\",\"msg_type\":\"stream\"}", "{}",
+                       "{\"name\":\"stdout\",\"text\":\"a\"}"};
+    const char *b[] = {"{\"op\":\"iopub\",\"msg_type\":\"stream\"}", "{}",
+                       "{\"name\":\"stdout\",\"text\":\"b\"}"};
+    CHECK_EQ_INT(s_kernel(s, 3, a), 0);
+    CHECK_EQ_INT(s_kernel(s, 3, b), 0);
+    CHECK_EQ_INT(r->nsent, before); /* held */
+    CHECK_EQ_INT(r->flush_ms, 50);
+    session_on_timer(s, SESSION_TIMER_FLUSH);
+    char text[64];
+    CHECK_EQ_INT(s_streams_text(r, before, text, sizeof text), 1);
+    CHECK_STR(text, "ab");
+    /* Held again; the reply (and idle) go after it. */
+    before = r->nsent;
+    CHECK_EQ_INT(s_kernel(s, 3, a), 0);
+    CHECK_EQ_INT(r->nsent, before);
+    s_reply(s, "execute_reply", id, "{\"status\":\"ok\"}");
+    CHECK_STR(r->sent[before].type, "stream");
+    CHECK_STR(r->sent[before + 1].type, "execute_reply");
+    CHECK_EQ_INT(s_find(r, before, "status"), before + 2);
+    CHECK_EQ_INT(r->flush_ms, -1); /* nothing held: the timer was cancelled */
+    /* Caught up: output goes at once. */
+    r->backlog = 0;
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "print"), id);
+    before = r->nsent;
+    CHECK_EQ_INT(s_kernel(s, 3, a), 0);
+    CHECK_EQ_INT(r->nsent, before + 1);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(output_faster_than_a_client_reads_is_merged)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "print"), id);
+    int before = r->nsent;
+    const char *x[] = {"{\"op\":\"iopub\",\"msg_type\":\"stream\"}", "{}",
+                       "{\"name\":\"stdout\",\"text\":\"x\"}"};
+    for (int i = 0; i < 150; i++)
+        CHECK_EQ_INT(s_kernel(s, 3, x), 0);
+    s_reply(s, "execute_reply", id, "{\"status\":\"ok\"}");
+    char text[256];
+    int n = s_streams_text(r, before, text, sizeof text);
+    CHECK(n < 100);
+    CHECK_EQ_INT(strlen(text), 150); /* every byte, in fewer messages */
     session_destroy(&s);
     s_rec_free(r);
 }
@@ -1370,6 +1494,9 @@ int main(void)
     RUN(deadline_caught_in_time_keeps_kernel);
     RUN(outcomes_and_metrics);
     RUN(output_cap);
+    RUN(output_message_cap);
+    RUN(output_merged_while_iopub_lags);
+    RUN(output_faster_than_a_client_reads_is_merged);
     RUN(idle_eviction_and_revival);
     RUN(kernel_dies_while_restoring);
     RUN(evicted_session_expires_after_ttl);
