@@ -14,10 +14,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "util.h"
 
 #define MAX_PATH_LEN 1024
 #define MAX_DEPTH 64
+#define PUT_TRIES 8 /* random temporary names tried by a put */
 
 /*  Check path and split it into components (in place, in buf). Returns the count or -1. */
 static int s_split(const char *path, char *buf, char **parts)
@@ -80,10 +83,20 @@ int wsfile_put(const char *workspace, const char *path, const void *data, size_t
     if (dfd < 0)
         return dfd;
     /* A temporary name, then rename: readers never see half a file, and O_EXCL|O_NOFOLLOW
-     * means we never write through something the kernel planted. */
+     * means we never write through something the kernel planted. The name is random (a
+     * fixed one, planted by a cell, made every put fail), and a taken one is tried again. */
     char tmp[64];
-    snprintf(tmp, sizeof tmp, ".kennel-put-%d", (int)getpid());
-    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = -1;
+    for (int tries = 0; tries < PUT_TRIES && fd < 0; tries++) {
+        unsigned char r[8];
+        char hex[2 * sizeof r + 1];
+        randombytes_buf(r, sizeof r);
+        util_hex(hex, r, sizeof r);
+        snprintf(tmp, sizeof tmp, ".kennel-put-%s", hex);
+        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
     int rc = fd < 0 ? s_code() : 0;
     if (fd >= 0) {
         if (util_write_all(fd, data, len) < 0 || fchown(fd, uid, gid) < 0 ||

@@ -30,6 +30,30 @@ TEST(round_trip_with_parents)
     CHECK_EQ_INT(wsfile_get(s_ws, "a/b/c.bin", 1024, &data, &len), WSFILE_ENOENT);
 }
 
+/*  A cell can create any name in its workspace: the temporary name of a put must be one it
+ *  cannot foresee (a fixed one, planted, made every put fail), and none is left behind. */
+TEST(a_put_cannot_be_blocked_by_a_planted_name)
+{
+    char planted[128];
+    snprintf(planted, sizeof planted, "%s/.kennel-put-%d", s_ws, (int)getpid());
+    FILE *f = fopen(planted, "w");
+    CHECK(f != NULL);
+    fclose(f);
+    CHECK_EQ_INT(wsfile_put(s_ws, "target.txt", "new", 3, getuid(), getgid()), 0);
+    CHECK_EQ_INT(wsfile_put(s_ws, "target.txt", "newer", 5, getuid(), getgid()), 0);
+    void *data = NULL;
+    size_t len = 0;
+    CHECK_EQ_INT(wsfile_get(s_ws, "target.txt", 1024, &data, &len), 0);
+    CHECK(len == 5 && memcmp(data, "newer", 5) == 0);
+    free(data);
+    int truncated;
+    json_t *list = wsfile_list(s_ws, 100, &truncated);
+    CHECK_EQ_INT(json_array_size(list), 2); /* the planted file and the target: no temporary */
+    json_decref(list);
+    CHECK_EQ_INT(wsfile_delete(s_ws, "target.txt"), 0);
+    unlink(planted);
+}
+
 TEST(paths_that_leave_are_refused)
 {
     static const char *bad[] = {"", "/etc/passwd", "..", "../x", "a/../../x", "./x", "a/./b"};
@@ -124,6 +148,7 @@ int main(void)
     if (!mkdtemp(s_ws))
         return 1;
     RUN(round_trip_with_parents);
+    RUN(a_put_cannot_be_blocked_by_a_planted_name);
     RUN(paths_that_leave_are_refused);
     RUN(symlinks_and_fifos_are_refused);
     RUN(the_walk_counts_every_entry);
