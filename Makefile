@@ -9,6 +9,7 @@ CFLAGS    ?= -O2 -g
 BUILD     := build
 KFLAGS    := -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra -Wshadow -Wformat=2 $(WERROR) -MMD -MP \
              -DKENNEL_KERNEL_DIR='"$(CURDIR)/kernels/python"' -DKENNEL_PYTHON='"$(PY)"' \
+             -DKENNEL_SPEC_DIR='"$(CURDIR)/kernels/kernelspec"' \
              -DKENNEL_ZYGOTE_DIR='"$(CURDIR)/$(BUILD)/zygote"'
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)

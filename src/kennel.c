@@ -966,6 +966,22 @@ static int s_cmd_kernelspec(int argc, char **argv)
         fprintf(stderr, "kennel: cannot write %s: %s\n", path, strerror(errno));
         return 1;
     }
+    /* The logos front ends show beside the kernel's name (Notebook's kernel menu, the
+     * JupyterLab launcher). */
+    static const char *const logos[] = {"logo-32x32.png", "logo-64x64.png", "logo-svg.svg"};
+    for (size_t i = 0; i < sizeof logos / sizeof logos[0]; i++) {
+        char src[PATH_MAX];
+        size_t logo_len = 0;
+        snprintf(src, sizeof src, "%s/%s", KENNEL_SPEC_DIR, logos[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, logos[i]);
+        char *logo = util_read_file(src, 1u << 20, &logo_len);
+        rc = logo ? statedir_write_file(path, logo, logo_len, STATEDIR_ATOMIC) : -1;
+        free(logo);
+        if (rc < 0 || chmod(path, 0644) < 0) {
+            fprintf(stderr, "kennel: cannot copy %s to %s: %s\n", src, path, strerror(errno));
+            return 1;
+        }
+    }
     printf("%s\n", dir);
     return 0;
 }

@@ -876,10 +876,13 @@ static void s_on_broker(session_t *self, unsigned channel, jmsg_t *req)
         s_answer(self, channel, req, "interrupt_reply", json_pack("{s:s}", "status", "ok"));
         jmsg_destroy(&req);
     } else if (strcmp(type, "shutdown_request") == 0) {
-        int restart = s_json_true(jmsg_content(req), "restart", 0);
-        if (self->limits.end_on_shutdown)
-            restart = 0;
-        json_t *content = json_pack("{s:s, s:b}", "status", "ok", "restart", restart);
+        /* The reply says what was asked, whatever kenneld does underneath: a launched
+         * session ends at any shutdown, and its front end's kernel manager starts the next
+         * one. Notebook read `restart: false` as the kernel's death (replayed after its
+         * WebSocket reconnected), and shut the new kernel down. */
+        int asked = s_json_true(jmsg_content(req), "restart", 0);
+        int restart = asked && !self->limits.end_on_shutdown;
+        json_t *content = json_pack("{s:s, s:b}", "status", "ok", "restart", asked);
         s_publish_status(self, req, "busy");
         s_reply(self, channel, req, "shutdown_reply", json_deep_copy(content));
         /* ipykernel also publishes the shutdown reply on iopub, for other clients to see. */

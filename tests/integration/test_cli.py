@@ -299,6 +299,20 @@ def test_kernelspec_records_an_absolute_state_dir(tmp_path):
     assert str(tmp_path / "relstate") in spec["argv"], spec["argv"]
 
 
+def test_kernelspec_ships_the_logos_front_ends_show(tmp_path, monkeypatch):
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    r = run_kennel("kernelspec", "install", "--prefix", str(tmp_path / "prefix"))
+    assert r.returncode == 0, r.stderr
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "prefix" / "share" / "jupyter"))
+    resources = Path(KernelSpecManager().get_all_specs()["kennel"]["resource_dir"])
+    for size in (32, 64):
+        png = (resources / f"logo-{size}x{size}.png").read_bytes()
+        assert png.startswith(b"\x89PNG\r\n\x1a\n")
+        assert png_size(png) == (size, size)
+    assert "<svg" in (resources / "logo-svg.svg").read_text()
+
+
 def test_ctrl_c_interrupts_only_execs_own_cell(kenneld, connect):
     """Ctrl-C while `kennel exec`'s cell still waits behind another client's: that cell was
     the one interrupted."""

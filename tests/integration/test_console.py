@@ -205,6 +205,46 @@ def test_a_front_ends_interrupt_reaches_the_cell_not_the_session(kenneld, tmp_pa
     assert "its launcher is gone; ending it" in kenneld.log(tail=None)
 
 
+def test_a_front_ends_restart_is_answered_restart_true_and_leaves_a_fresh_kernel(
+        kenneld, tmp_path, monkeypatch):
+    """A front end's "restart kernel" through the kennel kernelspec: jupyter_client's
+    KernelManager sends shutdown_request {restart: true}, waits for the launcher to exit and
+    starts another. The reply (also on iopub, which Notebook's server replays to the page)
+    must say restart: true: Notebook read false as the kernel's death and shut the new kernel
+    down ("Dead kernel"). The new kernel has a fresh namespace, and the next cell runs."""
+    from jupyter_client.manager import KernelManager
+
+    _kennel_kernelspec(kenneld, tmp_path, monkeypatch)
+    km = KernelManager(kernel_name="kennel")
+    km.start_kernel()
+    try:
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=30)
+        assert run(kc, "kept = 7").content["status"] == "ok"
+        first = kenneld.sessions()
+        km.restart_kernel(now=False)
+        replies = []
+        deadline = time.monotonic() + 10
+        while not replies and time.monotonic() < deadline:
+            try:
+                m = kc.get_iopub_msg(timeout=0.5)
+            except queue.Empty:
+                continue
+            if m["msg_type"] == "shutdown_reply":
+                replies.append(m["content"])
+        assert replies == [{"status": "ok", "restart": True}], replies
+        kc.wait_for_ready(timeout=30)
+        assert run(kc, "'kept' in dir()", timeout=20).result == "False"
+        assert run(kc, "6 * 7").result == "42"
+        now = kenneld.sessions()
+        assert len(now) == 1 and now[0]["id"] != first[0]["id"]  # the next launcher's
+        kc.stop_channels()
+    finally:
+        km.shutdown_kernel(now=True)
+    wait_for(lambda: kenneld.sessions() == [], timeout=10, what="the session ended")
+
+
 FRONT_END = """
 import sys, time
 from jupyter_client.manager import KernelManager

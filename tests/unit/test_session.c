@@ -574,6 +574,31 @@ TEST(interrupt_and_shutdown)
     s_rec_free(r);
 }
 
+TEST(a_launched_sessions_restart_is_answered_restart_true_and_ends_it)
+{
+    /* A kernelspec launcher's session ends at any shutdown (its front end's kernel manager
+     * starts the next kernel), but the reply says what was asked: Notebook took
+     * `restart: false` for the kernel's death and shut the new kernel down. */
+    rec_t *r = s_rec_new();
+    session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
+                            .end_on_shutdown = 1};
+    session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
+    CHECK_EQ_INT(session_start(s), 0);
+    s_hello(s);
+    s_request(s, ROUTE_CONTROL, "shutdown_request", json_pack("{s:b}", "restart", 1), NULL);
+    int rep = s_find(r, 0, "shutdown_reply");
+    CHECK(rep >= 0);
+    CHECK(json_is_true(json_object_get(r->sent[rep].content, "restart")));
+    int pub = s_find(r, rep + 1, "shutdown_reply");
+    CHECK(pub > rep);
+    CHECK_EQ_INT(r->sent[pub].channel, ROUTE_IOPUB);
+    CHECK(json_is_true(json_object_get(r->sent[pub].content, "restart")));
+    CHECK_EQ_INT(r->ended, 1);
+    CHECK_EQ_INT(session_state(s), SESSION_ENDED);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 TEST(restart_keeps_session)
 {
     rec_t *r = s_rec_new();
@@ -1483,6 +1508,7 @@ int main(void)
     RUN(kernel_violations);
     RUN(stdin_round_trip);
     RUN(interrupt_and_shutdown);
+    RUN(a_launched_sessions_restart_is_answered_restart_true_and_ends_it);
     RUN(restart_keeps_session);
     RUN(kernel_death_fails_request_and_restarts);
     RUN(failed_start_fails_waiting_requests);
