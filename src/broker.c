@@ -2892,13 +2892,29 @@ size_t broker_size(const broker_t *self)
     return zlistx_size(self->sessions);
 }
 
-/*  The guard of kenneld's own memory. libzmq holds each message it receives whole until its
- *  last frame has come, and nothing bounds a message's frames: anyone who can connect to a
- *  session's ports, key or no key, can make kenneld hold as much as they send. Past
- *  --max-memory of heap in use, every client connection of every session is cut (libzmq
- *  frees what it held of them; clients reconnect), at most every MEMORY_CUT_MS. */
+/*  The guard of kenneld's own memory, past --max-memory of heap in use, at most every
+ *  MEMORY_CUT_MS. What kenneld holds for clients that do not read is counted per session
+ *  (channels_unread): when that is what fills the heap, the clients of the sessions holding
+ *  the most are cut (libzmq frees what it held for them; they reconnect), as many sessions
+ *  as hold the excess, and no other session's (50 clients of one session that did not read
+ *  once cut every client of every session). What kenneld cannot count is what libzmq takes
+ *  in: it holds each message it receives whole until its last frame has come, and nothing
+ *  bounds a message's frames, so anyone who can connect, key or no key, can make kenneld
+ *  hold as much as they send. When what is held for readers is not even half the excess,
+ *  every client connection of every session is cut. */
 #define MEMORY_GUARD_MS 250
 #define MEMORY_CUT_MS 1000
+
+typedef struct {
+    channels_t *ch;
+    size_t unread;
+} held_by_t;
+
+static int s_by_unread_desc(const void *a, const void *b)
+{
+    size_t x = ((const held_by_t *)a)->unread, y = ((const held_by_t *)b)->unread;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
 
 static int s_on_memory_guard(loop_t *loop, int timer_id, void *arg)
 {
@@ -2910,19 +2926,46 @@ static int s_on_memory_guard(loop_t *loop, int timer_id, void *arg)
     long long now = util_now_ms();
     if (used <= b->cfg.max_memory || now - b->memory_cut_at < MEMORY_CUT_MS)
         return 0;
-    size_t n = zlistx_size(b->sessions), k = 0;
+    size_t n = zlistx_size(b->sessions), k = 0, held = 0;
+    held_by_t *by = calloc(n ? n : 1, sizeof *by);
     channels_t **chs = calloc(n ? n : 1, sizeof *chs);
-    if (!chs)
+    if (!by || !chs) {
+        free(by);
+        free(chs);
         return 0;
+    }
     for (sess_t *s = zlistx_first(b->sessions); s; s = zlistx_next(b->sessions))
-        if (s->ch)
-            chs[k++] = s->ch;
-    size_t cut = channels_cut_clients(chs, k);
+        if (s->ch) {
+            by[k] = (held_by_t){s->ch, channels_unread(s->ch)};
+            held += by[k++].unread;
+        }
+    size_t excess = used - b->cfg.max_memory, cut_sessions = 0, freed = 0;
+    if (held >= excess / 2) {
+        qsort(by, k, sizeof *by, s_by_unread_desc);
+        while (cut_sessions < k && by[cut_sessions].unread && (!cut_sessions || freed < excess)) {
+            freed += by[cut_sessions].unread;
+            chs[cut_sessions] = by[cut_sessions].ch;
+            cut_sessions++;
+        }
+    } else {
+        for (size_t i = 0; i < k; i++)
+            chs[i] = by[i].ch;
+        cut_sessions = k;
+    }
+    size_t cut = channels_cut_clients(chs, cut_sessions);
+    free(by);
     free(chs);
     b->memory_cut_at = now;
-    LOG_E("kenneld's heap holds %zu MiB, past --max-memory (%zu MiB): cut all %zu client "
-          "connections of %zu sessions; clients reconnect", used >> 20, b->cfg.max_memory >> 20,
-          cut, k);
+    if (held >= excess / 2)
+        LOG_E("kenneld's heap holds %zu MiB, past --max-memory (%zu MiB), %zu MiB of it for "
+              "clients that do not read: cut the %zu client connections of the %zu sessions "
+              "holding the most of it; clients reconnect", used >> 20, b->cfg.max_memory >> 20,
+              held >> 20, cut, cut_sessions);
+    else
+        LOG_E("kenneld's heap holds %zu MiB, past --max-memory (%zu MiB), and not for clients "
+              "that do not read (messages libzmq is taking in, say): cut all %zu client "
+              "connections of %zu sessions; clients reconnect", used >> 20,
+              b->cfg.max_memory >> 20, cut, k);
     malloc_trim(0);
     return 0;
 }

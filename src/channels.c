@@ -43,6 +43,7 @@ typedef struct {
  *  client. */
 typedef struct {
     unread_account_t *account;
+    unread_account_t *total; /* the whole session's, also charged */
     size_t bytes;
     zframe_t *frame;
 } unread_msg_t;
@@ -78,11 +79,14 @@ struct channels {
     char *key;       /* wiped on destroy */
     wire_t *wire;
     unread_account_t *unread; /* iopub's */
+    unread_account_t *total;  /* every client's of every socket, iopub's included: what one
+                               * session makes kenneld hold (s_session_over) */
     zhashx_t *peers;    /* a ROUTER client's account (unread_account_t *) by its socket and
                          * routing id, in hex; forgotten once nothing of it is in flight */
     size_t sweep_at;    /* peers' size at which the next send forgets idle accounts */
     size_t max_unread;  /* bytes, of iopub and of each client; 0: no bound */
     size_t max_msgs;    /* messages iopub holds (s_iopub_over) */
+    size_t max_msg;     /* the largest message a client may send (wire limits) */
     size_t dropped;     /* messages dropped for it */
     wire_pending_t *pending[CHANNELS_N]; /* a message whose signature is being checked */
     size_t topics;      /* iopub: bytes of the topics libzmq took since the last cut (+1 each) */
@@ -126,13 +130,26 @@ static size_t s_held(const unread_account_t *a)
 }
 
 /*  libzmq's free function of a counted message's largest frame (any thread). */
+static void s_uncharge(unread_account_t *a, size_t bytes)
+{
+    atomic_fetch_sub_explicit(&a->bytes, bytes, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&a->msgs, 1, memory_order_relaxed);
+    s_account_release(a);
+}
+
+static void s_charge(unread_account_t *a, size_t bytes)
+{
+    atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&a->bytes, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&a->msgs, 1, memory_order_relaxed);
+}
+
 static void s_unread_free(void *data, void *hint)
 {
     (void)data;
     unread_msg_t *h = hint;
-    atomic_fetch_sub_explicit(&h->account->bytes, h->bytes, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&h->account->msgs, 1, memory_order_relaxed);
-    s_account_release(h->account);
+    s_uncharge(h->account, h->bytes);
+    s_uncharge(h->total, h->bytes);
     zframe_destroy(&h->frame);
     free(h);
 }
@@ -236,11 +253,13 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     self->wire = wire_new(cfg->key, strlen(cfg->key), &lim);
     if (!self->transport || !self->ip || !self->key || !self->wire)
         goto fail;
-    if (!(self->unread = s_account_new()) || !(self->peers = zhashx_new()))
+    if (!(self->unread = s_account_new()) || !(self->total = s_account_new()) ||
+        !(self->peers = zhashx_new()))
         goto fail;
     zhashx_set_destructor(self->peers, s_account_destructor);
     self->sweep_at = PEERS_SWEEP_MIN;
     self->max_unread = cfg->max_unread;
+    self->max_msg = lim.max_msg_bytes;
     self->max_msgs = cfg->max_unread_msgs ? cfg->max_unread_msgs : CHANNELS_IOPUB_MAX_MSGS;
     self->signer = cfg->signer;
     int is_ipc = strcmp(cfg->transport, "ipc") == 0;
@@ -302,6 +321,8 @@ void channels_destroy(channels_t **self_p)
     wire_destroy(&self->wire);
     if (self->unread)
         s_account_release(self->unread);
+    if (self->total)
+        s_account_release(self->total);
     zhashx_destroy(&self->peers);
     if (self->key) {
         memset(self->key, 0, strlen(self->key));
@@ -348,10 +369,10 @@ static int s_send_counted(channels_t *self, channels_index_t i, unread_account_t
         return -1;
     }
     h->account = account;
+    h->total = self->total;
     h->bytes = zmsg_content_size(z);
-    atomic_fetch_add_explicit(&h->account->refs, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->account->bytes, h->bytes, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->account->msgs, 1, memory_order_relaxed);
+    s_charge(h->account, h->bytes);
+    s_charge(h->total, h->bytes);
     void *sock = zsock_resolve(self->sock[i]);
     int rc = 0;
     zframe_t *f;
@@ -442,6 +463,19 @@ static int s_iopub_over(channels_t *self, int is_end, size_t size)
            (self->max_unread && held > 0 && held >= 2 * self->max_unread);
 }
 
+/*  Whether the session holds too much to send a message of `size` bytes that does not end
+ *  a cell: what all its clients hold together is bounded, so one session's many clients
+ *  cannot make kenneld hold a bound each (50 clients that did not read, each sent a 45 MB
+ *  reply, once pushed kenneld past --max-memory). The bound, twice max_unread and one
+ *  largest message, leaves the others room beside one client that lags (which may hold its
+ *  bound and one message more). */
+static int s_session_over(const channels_t *self, size_t size)
+{
+    size_t held = s_held(self->total) + self->queued;
+    size_t bound = 2 * self->max_unread + self->max_msg;
+    return self->max_unread && held > 0 && (held >= bound || size > bound - held);
+}
+
 /*  Send the signed z on socket i (not the heartbeat), or drop it past the unread bound.
  *  Takes *z_p. As channels_send. */
 static int s_deliver(channels_t *self, channels_index_t i, int is_end, zmsg_t **z_p)
@@ -452,8 +486,11 @@ static int s_deliver(channels_t *self, channels_index_t i, int is_end, zmsg_t **
         zmsg_destroy(z_p);
         return -1;
     }
-    if (i == CHANNELS_IOPUB ? s_iopub_over(self, is_end, zmsg_content_size(z))
-                            : s_over(self, s_held(account), zmsg_content_size(z))) {
+    size_t size = zmsg_content_size(z);
+    if (i == CHANNELS_IOPUB && is_end ? s_iopub_over(self, 1, size)
+        : i == CHANNELS_IOPUB         ? s_iopub_over(self, 0, size) || s_session_over(self, size)
+                                      : s_over(self, s_held(account), size) ||
+                                            s_session_over(self, size)) {
         /* What a peer that left had not read is freed only once the socket has seen it
          * leave, which it does when used: the next message may fit then. */
         zsock_events(self->sock[i]);
@@ -605,10 +642,7 @@ void channels_on_flushed(channels_t *self, channels_flushed_fn *fn, void *arg)
 
 size_t channels_unread(const channels_t *self)
 {
-    size_t held = s_held(self->unread) + self->queued;
-    for (unread_account_t *a = zhashx_first(self->peers); a; a = zhashx_next(self->peers))
-        held += s_held(a);
-    return held;
+    return s_held(self->total) + self->queued;
 }
 
 size_t channels_dropped(const channels_t *self)

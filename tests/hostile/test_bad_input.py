@@ -766,6 +766,64 @@ def test_a_message_that_never_ends_is_cut_at_max_memory(kenneld, client):
     assert_healthy(client, kenneld)
 
 
+MEMORY_64M = ("--max-memory", "64M", "--max-unread", "128M", "--max-output", "256M")
+
+
+def _open(sock):
+    """Whether a connected TCP socket is still open: no EOF and no reset is waiting."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.setblocking(True)
+
+
+@pytest.mark.own_kenneld
+@pytest.mark.parametrize("kenneld", [MEMORY_64M], indirect=True)
+def test_past_max_memory_only_the_session_holding_it_loses_its_clients(kenneld, client):
+    """What kenneld holds for clients that do not read is counted per session: past
+    --max-memory, the clients of the session holding it are cut, not every session's (50
+    non-reading clients of one session once cost both sessions' 48 clients their
+    connections)."""
+    _set_marker(client)
+    reply = kenneld.call("create_request", {"name": "bystander"})
+    with open(reply["session"]["connection_file"]) as f:
+        conn = json.load(f)
+    bystander = Client(kenneld.ctx, conn)
+    raw = {}
+    try:
+        assert bystander.request("shell", "kernel_info_request", timeout=20) is not None
+        for name, c in (("victim", client.conn), ("bystander", conn)):
+            raw[name] = socket.create_connection((c["ip"], c["shell_port"]), timeout=10)
+            _zmtp_greet(raw[name], b"DEALER")
+        lazy = _lazy_peer(kenneld, client, "iopub")
+        time.sleep(0.5)  # the subscription is recorded
+        client.session.send(client.sockets["shell"], "execute_request", {
+            "code": "for _ in range(100):\n    print('x' * ((1 << 20) - 1))",
+            "silent": False, "store_history": True, "user_expressions": {},
+            "allow_stdin": False, "stop_on_error": True})
+        deadline = time.monotonic() + 30
+        while _open(raw["victim"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        lazy.close()
+        assert not _open(raw["victim"]), "the session holding the memory kept its clients"
+        assert _open(raw["bystander"]), "a session holding nothing lost its clients"
+        with open(kenneld.log_path, "rb") as f:
+            assert b"sessions holding the most of it" in f.read()
+        t = time.monotonic()
+        assert bystander.request("control", "kernel_info_request", timeout=5) is not None
+        assert time.monotonic() - t < 1.0
+        assert_healthy(client, kenneld)
+    finally:
+        for sock in raw.values():
+            sock.close()
+        bystander.close()
+
+
 @pytest.mark.parametrize("kenneld", [UNREAD_4M], indirect=True)
 def test_replies_a_client_does_not_read_hold_their_bound_in_bytes(kenneld, client):
     """The same for shell: libzmq keeps 1000 replies for each client that does not read

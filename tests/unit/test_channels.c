@@ -135,6 +135,45 @@ TEST(replies_for_one_client_are_bounded_and_never_starve_another)
     channels_destroy(&ch);
 }
 
+/*  Many clients of one session that do not read, each sent a reply larger than the bound:
+ *  each would hold one (a client's first message goes whatever its size), and 50 such
+ *  clients once pushed kenneld past --max-memory. What the session's clients hold together
+ *  is bounded (twice the bound and one largest message), and a client that reads still
+ *  gets its replies. */
+TEST(many_clients_of_one_session_cannot_each_hold_a_bound)
+{
+    channels_cfg_t cfg = {.transport = "ipc", .ip = s_prefix, .key = "k", .max_unread = BOUND};
+    wire_limits_t lim;
+    wire_limits_default(&lim);
+    lim.max_msg_bytes = HUGE;
+    channels_t *ch = channels_new(&cfg, &lim);
+    CHECK(ch != NULL);
+    if (!ch)
+        return;
+    zsock_t *lazy[8];
+    int dropped = 0;
+    for (int i = 0; i < 8; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "lazy%d", i);
+        lazy[i] = s_client(ch, id, 1);
+        /* The client's own queue takes one; the next ones stay with kenneld. */
+        for (int k = 0; k < 3; k++) {
+            dropped += s_reply(ch, id, HUGE) == CHANNELS_DROPPED;
+            zclock_sleep(20);
+        }
+    }
+    CHECK(dropped > 0);
+    CHECK(channels_unread(ch) <= 2 * BOUND + 2 * HUGE + 4096);
+    zsock_t *busy = s_client(ch, "busy", 0);
+    CHECK_EQ_INT(s_reply(ch, "busy", 16), 0);
+    CHECK(s_recv_one(busy));
+    for (int i = 0; i < 8; i++)
+        zsock_destroy(&lazy[i]);
+    CHECK(s_settles(ch));
+    zsock_destroy(&busy);
+    channels_destroy(&ch);
+}
+
 TEST(what_a_client_that_left_had_not_read_is_freed)
 {
     channels_t *ch = s_channels();
@@ -535,6 +574,7 @@ int main(void)
         return 1;
     snprintf(s_prefix, sizeof s_prefix, "%s/s", s_dir);
     RUN(replies_for_one_client_are_bounded_and_never_starve_another);
+    RUN(many_clients_of_one_session_cannot_each_hold_a_bound);
     RUN(what_a_client_that_left_had_not_read_is_freed);
     RUN(accounts_of_clients_that_left_are_forgotten);
     RUN(subscribers_holding_too_many_topics_are_cut);
