@@ -1,5 +1,5 @@
-/*  walls: the sentences are the documentation an operator reads at start; README "Running
- *  kenneld unprivileged" says the same at length. */
+/*  walls: the sentences are the documentation an operator reads at start; docs/sandbox.md,
+ *  "Running kenneld unprivileged", says the same at length. */
 #include "walls.h"
 
 #include <stdarg.h>

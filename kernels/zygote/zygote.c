@@ -51,8 +51,8 @@
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
-/*  The page hint. A copy-on-write fault costs ~25 us on this VM kind (README, "The page
- *  hint"), and a forked kernel takes ~1450 of them by its hello, nearly the same pages in
+/*  The page hint. A copy-on-write fault costs ~25 us on this VM kind (docs/spawning.md,
+ *  "The zygote"), and a forked kernel takes ~1450 of them by its hello, nearly the same pages in
  *  every kernel: the zygote's pages its reference counts write to. Two kernels report theirs
  *  (report_pages, before their hello), as runs of (address, bytes); the zygote keeps what
  *  both wrote (kennel_zygote.py), and each later kernel asks for all of it at once right

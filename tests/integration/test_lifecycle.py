@@ -140,8 +140,8 @@ def test_a_deadline_another_thread_took_still_ends_the_cell_and_keeps_state(kenn
 
 @pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
 def test_a_deadline_reaches_the_process_group_not_a_process_in_its_own_session(kenneld, connect):
-    """As README says: a background process in the kernel's group ends at a later cell's
-    deadline; one started in its own session lives on."""
+    """As docs/sessions.md ("A cell's deadline") says: a background process in the kernel's
+    group ends at a later cell's deadline; one started in its own session lives on."""
     info = kenneld.create("background", limits={"timeout": 1})
     kc = connect(info["connection_file"])
     run(kc, "import subprocess\n"
