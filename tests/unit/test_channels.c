@@ -191,12 +191,14 @@ TEST(accounts_of_clients_that_left_are_forgotten)
 {
     channels_t *ch = s_channels();
     zsock_t *stays = s_client(ch, "stays", 1);
-    /* It lags: what it was sent stays held (its own queue takes one message). */
-    for (int i = 0; i < 10 && channels_unread(ch) == 0; i++) {
+    /* It lags: what it was sent stays held (its own queue takes one message). A whole
+     * message held, not one still on its way into that queue (under valgrind, on a busy
+     * machine, the count once fell back to 0 while the clients below came and went). */
+    for (int i = 0; i < 10 && channels_unread(ch) < HUGE; i++) {
         s_reply(ch, "stays", HUGE);
         zclock_sleep(50);
     }
-    CHECK(channels_unread(ch) > 0);
+    CHECK(channels_unread(ch) >= HUGE);
     for (int i = 0; i < 300; i++) {
         char id[16];
         snprintf(id, sizeof id, "c%d", i);
