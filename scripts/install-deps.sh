@@ -1,30 +1,47 @@
 #!/bin/sh
-# install-deps.sh: the one place kennel's dependencies are installed (Debian bookworm, apt only).
+# install-deps.sh: the one place kennel's dependencies are installed (Debian bookworm: apt,
+# and npm for the browser tests' playwright-core).
 # Installs only what is missing, so `make run` and `make check` stay fast after the first time.
 # Set KENNEL_NO_INSTALL=1 to skip (e.g. on a machine you manage yourself).
 set -eu
 [ "${KENNEL_NO_INSTALL:-0}" = 1 ] && exit 0
+cd "$(dirname "$0")/.."
 
 PKGS="build-essential pkg-config
 libzmq3-dev libczmq-dev libjansson-dev libseccomp-dev libsodium-dev uuid-dev
 python3 python3-dev python3-jupyter-client jupyter-console python3-nbclient python3-nbformat
 python3-ipykernel python3-ipython python3-pytest python3-zmq
-python3-numpy python3-pandas python3-matplotlib python3-pil python3-dill"
+python3-numpy python3-pandas python3-matplotlib python3-pil python3-dill
+jupyter-notebook chromium"
 
 missing=""
 for p in $PKGS; do
     s=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
     case "$s" in *"install ok installed"*) ;; *) missing="$missing $p" ;; esac
 done
-[ -z "$missing" ] && exit 0
+# node and npm are looked for as commands: a nodejs package that bundles npm (NodeSource's)
+# conflicts with Debian's npm package.
+command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
 
-if [ "$(id -u)" != 0 ]; then
-    echo "install-deps: missing packages:$missing" >&2
-    echo "install-deps: run as root, or: sudo apt-get install$missing" >&2
-    exit 1
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "install-deps: missing packages:$missing" >&2
+        echo "install-deps: run as root, or: sudo apt-get install$missing" >&2
+        exit 1
+    fi
+    echo "install-deps: installing:$missing" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >&2
+    # shellcheck disable=SC2086
+    apt-get install -y -q --no-install-recommends $missing >&2
 fi
-echo "install-deps: installing:$missing" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q >&2
-# shellcheck disable=SC2086
-apt-get install -y -q --no-install-recommends $missing >&2
+
+# playwright-core, as tests/browser/package-lock.json pins it (it drives /usr/bin/chromium;
+# it never downloads a browser). The copy of the lock file in node_modules says what is there.
+b=tests/browser
+if ! cmp -s "$b/package-lock.json" "$b/node_modules/.kennel-installed-lock"; then
+    echo "install-deps: npm ci in $b" >&2
+    (cd "$b" && npm ci --no-audit --no-fund >&2)
+    cp "$b/package-lock.json" "$b/node_modules/.kennel-installed-lock"
+fi

@@ -160,6 +160,15 @@ def wait_ready(kc, timeout=REPLY_TIMEOUT_S):
                 raise
 
 
+def kennel_kernelspec(kenneld, tmp_path, monkeypatch):
+    """Installs the kennel kernelspec (for kenneld) under tmp_path, where this test's Jupyter
+    front ends look for kernelspecs (JUPYTER_PATH) and write connection files."""
+    prefix = tmp_path / "prefix"
+    assert kenneld.cli("kernelspec", "install", "--prefix", str(prefix)).returncode == 0
+    monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+
+
 def make_client(connection_file, ready=True):
     """A BlockingKernelClient on connection_file, its channels started; ready: wait_ready()."""
     kc = BlockingKernelClient()

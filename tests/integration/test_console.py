@@ -13,7 +13,7 @@ import pytest
 from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from .itest_helpers import collect_iopub, run, shell_reply, wait_for
+from .itest_helpers import collect_iopub, kennel_kernelspec, run, shell_reply, wait_for
 from .kenneld_proc import KENNEL, PYTHON, pid_alive
 
 CODE = "x = 6 * 7\nprint('printed', x + 1)\nx\n1 / 0\nx - 2\n"
@@ -151,13 +151,6 @@ def test_launched_session_serves_a_client_without_iopub_after_10_s(kenneld, tmp_
         _stop(kc, launcher)
 
 
-def _kennel_kernelspec(kenneld, tmp_path, monkeypatch):
-    prefix = tmp_path / "prefix"
-    assert kenneld.cli("kernelspec", "install", "--prefix", str(prefix)).returncode == 0
-    monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
-
-
 def _interrupted(kc, interrupt):
     """Run a long cell, call interrupt() once it runs; the cell's reply content."""
     msg_id = kc.execute("import time\nfor _ in range(600): time.sleep(0.05)")
@@ -180,7 +173,7 @@ def test_a_front_ends_interrupt_reaches_the_cell_not_the_session(kenneld, tmp_pa
     outright (shutdown_kernel(now=True) kills its process group) takes its session along."""
     from jupyter_client.manager import KernelManager
 
-    _kennel_kernelspec(kenneld, tmp_path, monkeypatch)
+    kennel_kernelspec(kenneld, tmp_path, monkeypatch)
     km = KernelManager(kernel_name="kennel")
     assert km.kernel_spec.interrupt_mode == "message"
     km.start_kernel()
@@ -214,7 +207,7 @@ def test_a_front_ends_restart_is_answered_restart_true_and_leaves_a_fresh_kernel
     down ("Dead kernel"). The new kernel has a fresh namespace, and the next cell runs."""
     from jupyter_client.manager import KernelManager
 
-    _kennel_kernelspec(kenneld, tmp_path, monkeypatch)
+    kennel_kernelspec(kenneld, tmp_path, monkeypatch)
     km = KernelManager(kernel_name="kennel")
     km.start_kernel()
     try:
@@ -261,7 +254,7 @@ time.sleep(60)
 def test_a_launcher_whose_front_end_died_ends_its_session(kenneld, tmp_path, monkeypatch):
     """The front end that started the launcher is killed (no shutdown_request, no signal to
     the launcher): the launcher notices it was orphaned, ends the session and exits."""
-    _kennel_kernelspec(kenneld, tmp_path, monkeypatch)
+    kennel_kernelspec(kenneld, tmp_path, monkeypatch)
     front = subprocess.Popen([PYTHON, "-c", FRONT_END], stdout=subprocess.PIPE, text=True)
     try:
         launcher = int(front.stdout.readline())
