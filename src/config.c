@@ -68,6 +68,10 @@ static const char s_usage[] =
     "  --max-output-msgs N output messages a cell may publish before it is cut off\n"
     "                      (default 100000; 0: no bound)\n"
     "  --max-file SIZE     largest file kennel put/get moves (default 32M)\n"
+    "  --journal SIZE      iopub messages of a session's last cells kept for replays\n"
+    "                      (kennel_replay_request, kennel exec --attach); 0: none\n"
+    "                      (default 4M)\n"
+    "  --journal-age SECONDS  a cell ended longer ago is no longer kept (default 600)\n"
     "  --uid-base N        kernels run as host uids N, N+1, … (default 1900000000)\n"
     "  --insecure-no-sandbox  run kernels as kenneld's own user, unconfined (debugging only)\n"
     "As root, kenneld gives each session its own host uid, cgroups and workspace image. As\n"
@@ -142,6 +146,8 @@ int config_load(config_t *cfg, int argc, char **argv)
     cfg->ttl_s = 86400;
     cfg->max_output = 10u << 20;
     cfg->max_output_msgs = 100000;
+    cfg->journal_bytes = 4u << 20;
+    cfg->journal_age_s = 600;
     cfg->max_file = 32u << 20;
     cfg->max_unread = 64u << 20;
     cfg->max_memory = (size_t)2 << 30;
@@ -175,6 +181,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"timeout", required_argument, NULL, 'o'},   {"grace", required_argument, NULL, 'g'},
         {"max-output", required_argument, NULL, 'O'}, {"idle", required_argument, NULL, 'd'},
         {"max-output-msgs", required_argument, NULL, 'N'},
+        {"journal", required_argument, NULL, 'J'}, {"journal-age", required_argument, NULL, 'A'},
         {"max-file", required_argument, NULL, 'X'}, {"disk", required_argument, NULL, 'D'},
         {"ttl", required_argument, NULL, 'L'},       {"max-unread", required_argument, NULL, 'B'}, {"max-memory", required_argument, NULL, 'Y'},
         {"spawner", required_argument, NULL, 'Z'},   {"preload", required_argument, NULL, 'R'},
@@ -263,6 +270,17 @@ int config_load(config_t *cfg, int argc, char **argv)
         case 'N':
             rc = s_size(optarg, 0, 1000000000, &cfg->max_output_msgs, "--max-output-msgs");
             break;
+        case 'J': rc = s_size(optarg, 0, 1u << 30, &cfg->journal_bytes, "--journal"); break;
+        case 'A': {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (*end || end == optarg || v < 1 || v > 7 * 86400) {
+                fprintf(stderr, "kenneld: --journal-age must be seconds between 1 and a week\n");
+                return -1;
+            }
+            cfg->journal_age_s = v;
+            break;
+        }
         case 'X': rc = s_size(optarg, 1024, 1u << 30, &cfg->max_file, "--max-file"); break;
         case 'B':
             rc = s_size(optarg, 64u << 10, (size_t)16 << 30, &cfg->max_unread, "--max-unread");

@@ -39,6 +39,8 @@ typedef struct {
     double grace_s;             /* after the deadline, how long before the kernel is killed */
     size_t max_output;          /* output bytes per cell */
     size_t max_output_msgs;     /* output messages per cell; 0: no bound */
+    size_t journal_bytes;       /* a session's journal of its last cells' iopub; 0: none */
+    double journal_age_s;       /* a cell ended longer ago leaves the journal */
     size_t max_unread;          /* bytes a session's iopub holds for clients that lag */
     size_t max_memory;          /* kenneld's heap in use past which clients are cut; 0: off */
     size_t max_file;            /* largest file put into or got from a workspace */

@@ -47,6 +47,8 @@ static const char s_usage[] =
     "  exec N CODE|- [--out DIR]  run CODE (or stdin) in session N, creating it if needed;\n"
     "                          prints streams and results, saves images, PDFs and HTML to\n"
     "                          DIR (default .) as out-N.EXT; exits 1 when the cell fails\n"
+    "  exec --attach N [--out DIR]  show session N's running cell (else its last) from its\n"
+    "                          start and wait for its end; Ctrl-C leaves it running\n"
     "  kernel -f FILE          kernelspec launcher: serve a session on FILE's ports and key\n"
     "  kernelspec install [--user | --prefix P]   install the 'kennel' Jupyter kernelspec\n"
     "The state directory is --state-dir, else $KENNEL_STATE_DIR, else ~/.local/state/kennel.\n";
@@ -756,6 +758,149 @@ static int s_cmd_exec(const char *name, const char *code_arg)
     return status;
 }
 
+/*  A message the journal replayed ({header, parent_header, metadata, content}) as a jmsg_t
+ *  for s_print_output, or NULL. */
+static jmsg_t *s_replayed(const json_t *obj)
+{
+    static const char *const keys[JMSG_NPARTS] = {"header", "parent_header", "metadata",
+                                                  "content"};
+    jmsg_t *m = jmsg_new_empty();
+    for (int i = 0; m && i < JMSG_NPARTS; i++) {
+        json_t *part = json_object_get(obj, keys[i]);
+        if (!json_is_object(part)) {
+            jmsg_destroy(&m);
+            break;
+        }
+        jmsg_set_json(m, (jmsg_part_t)i, json_incref(part));
+    }
+    return m;
+}
+
+typedef struct {
+    const char *cell;  /* the msg_id of the cell attached to */
+    zhashx_t *shown;   /* msg_ids shown already (the journal's, then live ones) */
+    int ended, failed;
+} attach_t;
+
+/*  Show m if it is an output of the attached cell not shown yet; note its end. */
+static void s_attach_show(attach_t *a, const jmsg_t *m)
+{
+    const char *parent = jmsg_cstr(json_object_get(jmsg_json(m, JMSG_PARENT), "msg_id"));
+    const char *id = jmsg_id(m);
+    if (!parent || strcmp(parent, a->cell) != 0 || (*id && zhashx_lookup(a->shown, id)))
+        return;
+    if (*id)
+        zhashx_insert(a->shown, id, (void *)1);
+    const char *type = jmsg_type(m);
+    if (strcmp(type, "status") == 0) {
+        const char *state = jmsg_cstr(json_object_get(jmsg_content(m), "execution_state"));
+        a->ended |= state && strcmp(state, "idle") == 0;
+    } else {
+        a->failed |= strcmp(type, "error") == 0;
+        s_print_output(m);
+    }
+}
+
+/*  kennel exec --attach N: the output of session N's running cell (else of its last one)
+ *  from its start, as kenneld's journal kept it, then live until the cell ends. iopub is
+ *  subscribed before the journal is asked, and what both give is shown once (by msg_id),
+ *  so nothing between them is missed. Ctrl-C leaves the cell running. Exit 0; 1 when the
+ *  cell failed or there is none to attach to; 130 after Ctrl-C. */
+static int s_cmd_attach(const char *name)
+{
+    json_t *r = s_call("info_request", json_pack("{s:s}", "session", name));
+    json_t *session = json_object_get(r, "session");
+    const char *sid = json_string_value(json_object_get(session, "id"));
+    json_t *conn = session ? s_load_connection(json_string_value(
+                                 json_object_get(session, "connection_file")))
+                           : NULL;
+    client_t *cl = conn ? client_connect(conn) : NULL;
+    zlistx_t *early = zlistx_new(); /* live messages that came before the journal's */
+    attach_t a = {.shown = zhashx_new()};
+    int status = 1;
+    char req_id[40] = "";
+    json_t *replay = NULL;
+    s_handle(SIGINT, s_on_stop);
+    s_handle(SIGTERM, s_on_stop);
+    if (conn && !cl)
+        fprintf(stderr, "kennel: cannot connect to session %s\n", name);
+    if (!cl || !early || !a.shown)
+        goto done;
+    if (client_wait_ready(cl, CALL_TIMEOUT_MS) < 0 ||
+        client_send(cl, CLIENT_CONTROL, "kennel_replay_request", json_object(), req_id) < 0) {
+        fprintf(stderr, "kennel: session %s did not answer\n", name);
+        goto done;
+    }
+    for (long long deadline = util_now_ms() + CALL_TIMEOUT_MS; !replay && !s_stop;) {
+        long long left = deadline - util_now_ms();
+        client_channel_t ch;
+        jmsg_t *m = NULL;
+        if (left <= 0 || client_recv(cl, (int)left, &ch, &m) < 0) {
+            if (errno == EINTR)
+                continue;
+            fprintf(stderr, "kennel: session %s did not answer\n", name);
+            goto done;
+        }
+        const char *parent = m ? jmsg_cstr(json_object_get(jmsg_json(m, JMSG_PARENT), "msg_id")) : NULL;
+        if (m && ch == CLIENT_CONTROL && parent && strcmp(parent, req_id) == 0)
+            replay = json_incref(jmsg_content(m));
+        else if (m && ch == CLIENT_IOPUB) {
+            zlistx_add_end(early, m);
+            m = NULL;
+        }
+        jmsg_destroy(&m);
+    }
+    if (s_stop) {
+        status = 130;
+        goto done;
+    }
+    if (!(a.cell = jmsg_cstr(json_object_get(replay, "cell")))) {
+        fprintf(stderr, "kennel: session %s has no cell to attach to\n", name);
+        goto done;
+    }
+    json_int_t lost = json_integer_value(json_object_get(replay, "lost"));
+    if (lost > 0)
+        fprintf(stderr, "kennel: %lld of this cell's first messages are no longer kept\n",
+                (long long)lost);
+    size_t i;
+    json_t *obj;
+    json_array_foreach(json_object_get(replay, "messages"), i, obj) {
+        jmsg_t *m = s_replayed(obj);
+        if (m)
+            s_attach_show(&a, m);
+        jmsg_destroy(&m);
+    }
+    for (jmsg_t *m = zlistx_first(early); m; m = zlistx_next(early))
+        s_attach_show(&a, m);
+    long long quiet_since = util_now_ms();
+    while (!a.ended && !s_stop) {
+        client_channel_t ch;
+        jmsg_t *m = NULL;
+        int rc = client_recv(cl, 500, &ch, &m);
+        if (rc > 0 && ch == CLIENT_IOPUB) {
+            s_attach_show(&a, m);
+            quiet_since = util_now_ms();
+        } else if (rc <= 0 && util_now_ms() - quiet_since > 2000) {
+            if (!s_session_alive(sid))
+                break;
+            quiet_since = util_now_ms();
+        }
+        jmsg_destroy(&m);
+    }
+    status = s_stop ? 130 : a.ended && !a.failed ? 0 : 1;
+done:
+    s_end_untrusted();
+    json_decref(replay);
+    zhashx_destroy(&a.shown);
+    for (jmsg_t *m = zlistx_first(early); m; m = zlistx_next(early))
+        jmsg_destroy(&m);
+    zlistx_destroy(&early);
+    client_destroy(&cl);
+    json_decref(conn);
+    json_decref(r);
+    return status;
+}
+
 /*  Pass a SIGINT on to the session as an interrupt_request, through a client made for it and
  *  gone once the reply comes (a client kept would hold an iopub subscription nobody reads,
  *  whose backlog kenneld would keep). */
@@ -1047,18 +1192,22 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "exec") == 0) {
         /* --out DIR anywhere after exec; the code itself may start with '-'. */
         char *pos[2];
-        int npos = 0, bad = 0;
+        int npos = 0, bad = 0, attach = 0;
         for (int a = 1; a < nargs && !bad; a++) {
             if (strcmp(args[a], "--out") == 0 && a + 1 < nargs)
                 s_out_dir = args[++a];
             else if (strncmp(args[a], "--out=", 6) == 0)
                 s_out_dir = args[a] + 6;
+            else if (strcmp(args[a], "--attach") == 0 && !attach && npos == 0)
+                attach = 1;
             else if (npos < 2)
                 pos[npos++] = args[a];
             else
                 bad = 1;
         }
-        if (npos == 2 && !bad && s_out_dir[0])
+        if (attach && npos == 1 && !bad && s_out_dir[0])
+            return s_cmd_attach(pos[0]);
+        if (!attach && npos == 2 && !bad && s_out_dir[0])
             return s_cmd_exec(pos[0], pos[1]);
     }
     if (strcmp(cmd, "kernel") == 0 && nargs == 3 && strcmp(args[1], "-f") == 0)

@@ -311,7 +311,9 @@ int main(int argc, char **argv)
         .session_limits = {.max_queued = cfg.max_queued,
                            .grace_ms = (long long)(cfg.grace_s * 1000),
                            .max_output = cfg.max_output,
-                           .max_output_msgs = cfg.max_output_msgs},
+                           .max_output_msgs = cfg.max_output_msgs,
+                           .journal_bytes = cfg.journal_bytes,
+                           .journal_age_ms = (long long)(cfg.journal_age_s * 1000)},
     };
     wire_limits_default(&bcfg.wire_limits);
     bcfg.wire_limits.max_msg_bytes = cfg.max_message_bytes;

@@ -13,6 +13,7 @@
 
 #include <czmq.h>
 
+#include "journal.h"
 #include "log.h"
 #include "outbox.h"
 #include "route.h"
@@ -69,6 +70,7 @@ struct session {
     int cell_ends_shown;       /* CELL_RESULT | CELL_ERROR: sent past the cap already */
     size_t cell_msgs;          /* output messages it has published (as cell_output) */
     outbox_t *outbox;          /* iopub output held while the clients lag */
+    journal_t *journal;        /* iopub messages of the last cells, for replays */
     int flush_armed;           /* SESSION_TIMER_FLUSH is armed for it */
     long long burst_ms;        /* when the current OUTBOX_FLUSH_MS window of output began */
     size_t burst_msgs;         /* output messages sent in it */
@@ -107,7 +109,9 @@ session_t *session_new(const char *id, const char *name, const session_limits_t 
     self->queue = zlistx_new();
     self->info_waiting = zlistx_new();
     self->outbox = outbox_new(s_outbox_send, self);
-    if (!self->id || !self->name || !self->queue || !self->info_waiting || !self->outbox) {
+    self->journal = journal_new(limits->journal_bytes, limits->journal_age_ms);
+    if (!self->id || !self->name || !self->queue || !self->info_waiting || !self->outbox ||
+        !self->journal) {
         session_destroy(&self);
         return NULL;
     }
@@ -131,6 +135,7 @@ void session_destroy(session_t **self_p)
     zlistx_destroy(&self->queue);
     zlistx_destroy(&self->info_waiting);
     outbox_destroy(&self->outbox);
+    journal_destroy(&self->journal);
     jmsg_destroy(&self->current);
     jmsg_destroy(&self->last);
     json_decref(self->kernel_info);
@@ -259,10 +264,11 @@ void session_history_restore(session_t *self, const json_t *h)
 
 /* ---- sending ---------------------------------------------------------------------------- */
 
-/*  What the outbox sends goes straight to iopub. */
+/*  What the outbox sends goes straight to iopub, and into the journal. */
 static void s_outbox_send(void *arg, jmsg_t **msg_p)
 {
     session_t *self = arg;
+    journal_add(self->journal, *msg_p, util_now_ms());
     self->ops->send(self->ctx, ROUTE_IOPUB, msg_p);
 }
 
@@ -285,6 +291,8 @@ static void s_send(session_t *self, unsigned channel, jmsg_t **msg_p)
         outbox_flush(self->outbox);
         s_flush_timer(self);
     }
+    if (channel == ROUTE_IOPUB)
+        journal_add(self->journal, *msg_p, util_now_ms());
     self->ops->send(self->ctx, channel, msg_p);
 }
 
@@ -846,9 +854,28 @@ static void s_abort_queued_executes(session_t *self)
 
 /* ---- client requests --------------------------------------------------------------------- */
 
+/*  A kennel_replay_request: the journal's messages of the cell it names (content "cell",
+ *  a msg_id; absent or "": the latest), in one reply, at once, whatever the kernel does. */
+static void s_replay(session_t *self, unsigned channel, const jmsg_t *req)
+{
+    const char *cell = jmsg_cstr(json_object_get(jmsg_content(req), "cell"));
+    size_t len = 0;
+    char *text = journal_replay(self->journal, cell, util_now_ms(), &len);
+    jmsg_t *m = text ? jmsg_new_reply(req, "kennel_replay_reply", self->kernel_session) : NULL;
+    if (m && jmsg_set_raw_unparsed(m, JMSG_CONTENT, text, len) == 0)
+        s_send(self, channel, &m);
+    jmsg_destroy(&m);
+    free(text);
+}
+
 static void s_on_broker(session_t *self, unsigned channel, jmsg_t *req)
 {
     const char *type = jmsg_type(req);
+    if (strcmp(type, "kennel_replay_request") == 0) {
+        s_replay(self, channel, req);
+        jmsg_destroy(&req);
+        return;
+    }
     if (strcmp(type, "kernel_info_request") == 0) {
         if (self->kernel_info) {
             s_answer(self, channel, req, "kernel_info_reply", s_kernel_info_content(self));

@@ -72,6 +72,9 @@ typedef struct {
     long long grace_ms;    /* after the deadline signal, how long before the kernel is killed */
     size_t max_output;     /* output bytes a cell may publish before it is cut off */
     size_t max_output_msgs; /* output messages a cell may publish, likewise; 0: no bound */
+    size_t journal_bytes;  /* iopub messages of the last cells kept for replays (journal.h);
+                            * 0: none */
+    long long journal_age_ms; /* a cell ended longer ago is forgotten; 0: kept while room */
     long long idle_timeout_ms; /* evict after this long without a client message; 0: never */
     long long ttl_ms;      /* an evicted session unused this long (in all) ends; 0: never */
 } session_limits_t;
