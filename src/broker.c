@@ -271,48 +271,53 @@ static int s_pipe_dispatch(sess_t *s, int drain, size_t *budget)
     return s->pipe_open && (drain || !s->pipe_paused) ? 0 : -1;
 }
 
-static void s_pipe_read_some(sess_t *s, size_t max, int drain);
+static size_t s_pipe_read_some(sess_t *s, size_t max, int drain);
 
 /*  Read what the kernel wrote, up to max bytes, and dispatch whole frames (those read before
  *  first), FRAMES_PER_TURN at most; while paused, nothing (drain: all the same). A kernel
- *  past its cell's output cap then rests (PIPE_REST_MS). */
+ *  past its cell's output cap that sent frames then rests (PIPE_REST_MS); one that sent
+ *  none is read as any other (an idle session whose last cell was cut off once woke kenneld
+ *  every 20 ms). */
 static void s_pipe_read(sess_t *s, size_t max, int drain)
 {
-    s_pipe_read_some(s, max, drain);
-    if (s->pipe_open && !drain && !s->pipe_paused && !s->pipe_resting &&
+    size_t taken = s_pipe_read_some(s, max, drain);
+    if (taken && s->pipe_open && !drain && !s->pipe_paused && !s->pipe_resting &&
         session_output_capped(s->core))
         s_pipe_later(s, PIPE_REST_MS);
 }
 
-static void s_pipe_read_some(sess_t *s, size_t max, int drain)
+/*  s_pipe_read's reading: how many frames it dispatched. */
+static size_t s_pipe_read_some(sess_t *s, size_t max, int drain)
 {
     static char buf[65536];
-    size_t total = 0, budget = session_output_capped(s->core) ? FRAMES_PER_REST : FRAMES_PER_TURN;
+    size_t total = 0, first = session_output_capped(s->core) ? FRAMES_PER_REST : FRAMES_PER_TURN;
+    size_t budget = first;
     if (s_pipe_dispatch(s, drain, &budget) < 0)
-        return;
+        return first - budget;
     while (s->pipe_open && total < max) {
         ssize_t n = recv(s->proc.pipe_fd, buf, sizeof buf, MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
+            break;
         if (n <= 0) {
             if (n < 0)
                 PLOG_W("session=%s: read from kernel", s->id);
             else if (kpipe_finish(s->decoder) != 0)
                 LOG_W("session=%s: kernel pipe: %s", s->id, kpipe_strerror(KPIPE_ETRUNC));
             s_pipe_close(s);
-            return;
+            break;
         }
         total += (size_t)n;
         if (kpipe_feed(s->decoder, buf, (size_t)n) < 0) {
             LOG_E("session=%s: out of memory reading the kernel pipe", s->id);
             s_violation(s, "out of memory");
-            return;
+            break;
         }
         if (s_pipe_dispatch(s, drain, &budget) < 0)
-            return;
+            break;
     }
+    return first - budget;
 }
 
 static void s_pipe_flush(sess_t *s)

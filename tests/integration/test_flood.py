@@ -77,7 +77,23 @@ def test_a_flood_without_a_deadline_is_cut_at_the_message_cap_with_a_notice(kenn
     assert [m["content"]["data"]["text/plain"] for m in iopub
             if m["msg_type"] == "execute_result"] == ["'done'"]
     assert shell_reply(kc, msg_id)["metadata"]["outcome"] == "output_truncated"
+    # A kernel past its cap is read every 20 ms while it sends; once the cell is over, its
+    # session is idle like any other (it once woke kenneld every 20 ms until the next cell).
+    woken = _wakeups(kenneld.proc.pid, seconds=3)
+    assert woken < 75, f"kenneld's loop woke {woken} times in 3 s beside an idle session"
     assert run(kc, "print('fresh budget')").stream("stdout") == "fresh budget\n"
+
+
+def _wakeups(pid, seconds):
+    """How often kenneld's main thread (its loop) was woken within seconds: its voluntary
+    context switches. Idle, the loop wakes for its own timers: ~10 a second."""
+    def switches():
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f
+                        if line.startswith("voluntary_ctxt_switches"))
+    before = switches()
+    time.sleep(seconds)
+    return switches() - before
 
 
 @pytest.mark.timeout_s(60)
