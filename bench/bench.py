@@ -133,7 +133,7 @@ def _long_cell(parts=12):
 
 LONG_CELL = _long_cell()
 
-SECTIONS = ("starts", "png", "rtt", "fleet", "burst")
+SECTIONS = ("starts", "png", "rtt", "fleet", "burst", "flood")
 
 
 def knob(name, default, quick):
@@ -159,6 +159,7 @@ N = {
     "burst": knob("BENCH_BURST", 20, 3),
     "sandbox_n": knob("BENCH_SANDBOX_N", 50, 5),
     "ipy_burst": knob("BENCH_IPY_BURST", 10, 2),
+    "flood_trips": knob("BENCH_FLOOD_TRIPS", 200, 20),
 }
 ONLY = [s for s in os.environ.get("BENCH_ONLY", ",".join(SECTIONS)).split(",") if s]
 OUT = os.environ.get("BENCH_OUT", os.path.join(ROOT, "bench", "results.json"))
@@ -1135,6 +1136,57 @@ def bench_rtt(res):
                            "trip: a kernel's trip is 1 shell + 4 iopub messages in, 1 out"}
 
 
+# ---- floods: a neighbour's round trip while another session floods its iopub -------------------
+
+FLOODS = {
+    "tiny": "from IPython.display import clear_output\nfor i in range(300000): clear_output()",
+    "lines": "for i in range(300000): print(i, flush=True)",
+}
+
+
+def bench_flood(res):
+    log("flood: a neighbour's warm 1+1 while another session floods (tiny messages, lines)")
+    (k,) = start_kennelds([("flood", [])])
+    ctx = zmq.Context()
+    clients = []
+    lat = {"quiet": []}
+    try:
+        k.wait_pool()
+        nb = Raw(ctx, conn_of(k.create("neighbour")))
+        clients.append(nb)
+        prime(nb)
+        # The flooder's client is subscribed and does not read while the neighbour is timed:
+        # a client that lags, the case kenneld merges and bounds output for.
+        fl = Raw(ctx, conn_of(k.create("flooder")))
+        clients.append(fl)
+        prime(fl)
+        half = max(1, N["flood_trips"] // 2)
+        for _ in range(2):
+            times, _ = round_trips(nb, half, warmup=10)
+            lat["quiet"] += times
+            for name, code in FLOODS.items():
+                fl.send(code)
+                times, _ = round_trips(nb, half, warmup=0)
+                lat.setdefault(name, []).extend(times)
+                if not wait_done([fl], 300):
+                    raise BenchError(f"the {name} flood never ended")
+    finally:
+        for c in clients:
+            c.close()
+        ctx.term()
+        stop(k)
+    quiet = summary(lat["quiet"])
+    res["flood_rtt_ms"] = {
+        "what": "a neighbour session's warm 1+1 round trip (lean client), quiet and while "
+                "another session's cell floods iopub (its client subscribed, not reading): "
+                + "; ".join(f"{n}: {c!r}" for n, c in FLOODS.items()),
+        "quiet": quiet,
+        **{name: dict(summary(lat[name]),
+                      vs_quiet=round(statistics.median(lat[name]) / quiet["median"], 2))
+           for name in FLOODS},
+    }
+
+
 # ---- 4, 5, 6: memory, concurrency, many sessions ----------------------------------------------
 
 def grow(k, names, created, deadline, ctx, batch=10):
@@ -1583,6 +1635,13 @@ def table(res):
         if "kennel_pooled" in b:
             rows.append((f"  the same with kenneld --pool {b['kennel_pooled']['sessions']}",
                          fmt_ms(b["kennel_pooled"]["all_answered_ms"]), "", ""))
+    f = res.get("flood_rtt_ms")
+    if f:
+        rows.append(("a neighbour's warm 1+1 p50, quiet", fmt_ms(f["quiet"]["median"]), "", ""))
+        for name, what in (("tiny", "clear_output"), ("lines", "print(flush=True)")):
+            rows.append((f"  while another session floods {what} (to a lagging client)",
+                         f"{fmt_ms(f[name]['median'])} ({f[name]['vs_quiet']:.1f}x quiet)",
+                         "", ""))
     return rows
 
 
@@ -1632,6 +1691,10 @@ def targets(res):
         out.append((f"rtt with 500 idle sessions within 1.5x of one{note}",
                     f"{many['p50_ratio']:.2f}x", many["p50_ratio"] <= 1.5
                     and many["sessions"] >= 500))
+    fl = res.get("flood_rtt_ms")
+    if fl:  # issue #30
+        out.append(("a neighbour's p50 during a tiny-message flood within 3x of quiet",
+                    f"{fl['tiny']['vs_quiet']:.1f}x", fl["tiny"]["vs_quiet"] <= 3))
     return out
 
 
@@ -1685,7 +1748,7 @@ def main():
     t0 = time.monotonic()
     try:
         steps = {"starts": bench_starts, "png": bench_png, "rtt": bench_rtt,
-                 "fleet": bench_fleet, "burst": bench_burst}
+                 "fleet": bench_fleet, "burst": bench_burst, "flood": bench_flood}
         for name in SECTIONS:
             if name in ONLY:
                 machine.setdefault("loadavg_by_section", {})[name] = list(os.getloadavg())
