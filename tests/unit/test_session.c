@@ -278,6 +278,15 @@ static session_t *s_session(rec_t *r, size_t max_queued)
     return s;
 }
 
+/*  A session with these limits whose kernel said hello. */
+static session_t *s_session_ready(rec_t *r, const session_limits_t *lim)
+{
+    session_t *s = session_new("id1", "name1", lim, &s_ops, r);
+    CHECK_EQ_INT(session_start(s), 0);
+    s_hello(s);
+    return s;
+}
+
 /*  A started session (not yet said hello) with this idle timeout and an hour to live. */
 static session_t *s_session_ttl(rec_t *r, const char *id, long long idle_ms)
 {
@@ -582,9 +591,7 @@ TEST(a_launched_sessions_restart_is_answered_restart_true_and_ends_it)
     rec_t *r = s_rec_new();
     session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
                             .end_on_shutdown = 1};
-    session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
-    CHECK_EQ_INT(session_start(s), 0);
-    s_hello(s);
+    session_t *s = s_session_ready(r, &lim);
     s_request(s, ROUTE_CONTROL, "shutdown_request", json_pack("{s:b}", "restart", 1), NULL);
     int rep = s_find(r, 0, "shutdown_reply");
     CHECK(rep >= 0);
@@ -983,9 +990,7 @@ TEST(output_message_cap)
     rec_t *r = s_rec_new();
     session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
                             .max_output_msgs = 5};
-    session_t *s = session_new("id1", "name1", &lim, &s_ops, r);
-    CHECK_EQ_INT(session_start(s), 0);
-    s_hello(s);
+    session_t *s = s_session_ready(r, &lim);
     char id[40];
     s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "flood"), id);
     const char *out[] = {"{\"op\":\"iopub\",\"msg_type\":\"clear_output\"}", "{}",
