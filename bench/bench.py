@@ -1139,38 +1139,62 @@ def bench_rtt(res):
 # ---- floods: a neighbour's round trip while another session floods its iopub -------------------
 
 FLOODS = {
-    "tiny": "from IPython.display import clear_output\nfor i in range(300000): clear_output()",
-    "lines": "for i in range(300000): print(i, flush=True)",
+    "tiny": "from IPython.display import clear_output\nfor i in range(150000): clear_output()",
+    "lines": "for i in range(150000): print(i, flush=True)",
 }
 
 
+READER = """
+import sys, zmq
+sub = zmq.Context().socket(zmq.SUB)
+sub.setsockopt(zmq.SUBSCRIBE, b"")
+sub.connect(sys.argv[1])
+print("ready", flush=True)
+while True:
+    sub.recv_multipart()
+"""
+
+
 def bench_flood(res):
-    log("flood: a neighbour's warm 1+1 while another session floods (tiny messages, lines)")
+    log("flood: a neighbour's warm 1+1 while another session floods (tiny messages, lines), "
+        "its client lagging or reading")
     (k,) = start_kennelds([("flood", [])])
     ctx = zmq.Context()
     clients = []
     lat = {"quiet": []}
+    reader = None
     try:
         k.wait_pool()
         nb = Raw(ctx, conn_of(k.create("neighbour")))
         clients.append(nb)
         prime(nb)
-        # The flooder's client is subscribed and does not read while the neighbour is timed:
-        # a client that lags, the case kenneld merges and bounds output for.
-        fl = Raw(ctx, conn_of(k.create("flooder")))
-        clients.append(fl)
-        prime(fl)
+        # lagging: the flooder's client is subscribed and does not read while the neighbour
+        # is timed; reading: its only subscriber is a process of its own that reads as fast
+        # as it can, so kenneld sends (and signs) all it may.
+        fl = {"lagging": Raw(ctx, conn_of(k.create("flooder-lagging")))}
+        conn = conn_of(k.create("flooder-reading"))
+        fl["reading"] = Raw(ctx, conn, iopub=False)
+        clients += fl.values()
+        prime(fl["lagging"])
+        reader = subprocess.Popen([sys.executable, "-c", READER, _url(conn, "iopub_port")],
+                                  stdout=subprocess.PIPE, text=True)
+        reader.stdout.readline()
+        time.sleep(0.5)  # its subscription is in
         half = max(1, N["flood_trips"] // 2)
         for _ in range(2):
             times, _ = round_trips(nb, half, warmup=10)
             lat["quiet"] += times
             for name, code in FLOODS.items():
-                fl.send(code)
-                times, _ = round_trips(nb, half, warmup=0)
-                lat.setdefault(name, []).extend(times)
-                if not wait_done([fl], 300):
-                    raise BenchError(f"the {name} flood never ended")
+                for client, c in fl.items():
+                    c.send(code)
+                    times, _ = round_trips(nb, half, warmup=0)
+                    lat.setdefault(f"{name}_{client}", []).extend(times)
+                    if not wait_done([c], 300):
+                        raise BenchError(f"the {name} flood never ended")
     finally:
+        if reader is not None:
+            reader.kill()
+            reader.wait()
         for c in clients:
             c.close()
         ctx.term()
@@ -1178,12 +1202,12 @@ def bench_flood(res):
     quiet = summary(lat["quiet"])
     res["flood_rtt_ms"] = {
         "what": "a neighbour session's warm 1+1 round trip (lean client), quiet and while "
-                "another session's cell floods iopub (its client subscribed, not reading): "
+                "another session's cell floods iopub, its client lagging (subscribed, not "
+                "reading) or reading as fast as it can (a process of its own): "
                 + "; ".join(f"{n}: {c!r}" for n, c in FLOODS.items()),
         "quiet": quiet,
-        **{name: dict(summary(lat[name]),
-                      vs_quiet=round(statistics.median(lat[name]) / quiet["median"], 2))
-           for name in FLOODS},
+        **{key: dict(summary(v), vs_quiet=round(statistics.median(v) / quiet["median"], 2))
+           for key, v in lat.items() if key != "quiet"},
     }
 
 
@@ -1639,9 +1663,10 @@ def table(res):
     if f:
         rows.append(("a neighbour's warm 1+1 p50, quiet", fmt_ms(f["quiet"]["median"]), "", ""))
         for name, what in (("tiny", "clear_output"), ("lines", "print(flush=True)")):
-            rows.append((f"  while another session floods {what} (to a lagging client)",
-                         f"{fmt_ms(f[name]['median'])} ({f[name]['vs_quiet']:.1f}x quiet)",
-                         "", ""))
+            for client in ("lagging", "reading"):
+                r = f[f"{name}_{client}"]
+                rows.append((f"  while another session floods {what}, its client {client}",
+                             f"{fmt_ms(r['median'])} ({r['vs_quiet']:.1f}x quiet)", "", ""))
     return rows
 
 
@@ -1693,8 +1718,9 @@ def targets(res):
                     and many["sessions"] >= 500))
     fl = res.get("flood_rtt_ms")
     if fl:  # issue #30
+        worst = max(fl["tiny_lagging"]["vs_quiet"], fl["tiny_reading"]["vs_quiet"])
         out.append(("a neighbour's p50 during a tiny-message flood within 3x of quiet",
-                    f"{fl['tiny']['vs_quiet']:.1f}x", fl["tiny"]["vs_quiet"] <= 3))
+                    f"{worst:.1f}x", worst <= 3))
     return out
 
 
