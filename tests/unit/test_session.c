@@ -1065,12 +1065,21 @@ TEST(output_faster_than_a_client_reads_is_merged)
     int before = r->nsent;
     const char *x[] = {"{\"op\":\"iopub\",\"msg_type\":\"stream\"}", "{}",
                        "{\"name\":\"stdout\",\"text\":\"x\"}"};
+    long long t0 = util_now_ms();
     for (int i = 0; i < 150; i++)
         CHECK_EQ_INT(s_kernel(s, 3, x), 0);
+    long long took = util_now_ms() - t0;
     s_reply(s, "execute_reply", id, "{\"status\":\"ok\"}");
     char text[256];
     int n = s_streams_text(r, before, text, sizeof text);
-    CHECK(n < 100);
+    /* The burst is 64 messages within 50 ms of the session's clock: fed within one such
+     * window, the rest is merged into one. Under valgrind feeding them can take longer,
+     * and then each window lets its 64 go: only the text is checked. */
+    if (took < 40)
+        CHECK_EQ_INT(n, 65);
+    else
+        fprintf(stderr, "  (the frames took %lld ms to feed: the burst count is not checked)\n",
+                took);
     CHECK_EQ_INT(strlen(text), 150); /* every byte, in fewer messages */
     session_destroy(&s);
     s_rec_free(r);
