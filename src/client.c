@@ -117,7 +117,6 @@ struct client {
     zsock_t *sock[4];     /* indexed by client_channel_t */
     wire_t *wire;
     char session[40];
-    zpoller_t *poller;
 };
 
 client_t *client_connect(const json_t *conn)
@@ -154,9 +153,6 @@ client_t *client_connect(const json_t *conn)
         if (rc < 0)
             goto fail;
     }
-    self->poller = zpoller_new(self->sock[0], self->sock[1], self->sock[2], self->sock[3], NULL);
-    if (!self->poller)
-        goto fail;
     return self;
 fail:
     client_destroy(&self);
@@ -168,7 +164,6 @@ void client_destroy(client_t **self_p)
     if (!self_p || !*self_p)
         return;
     client_t *self = *self_p;
-    zpoller_destroy(&self->poller);
     for (int i = 0; i < 4; i++)
         zsock_destroy(&self->sock[i]);
     wire_destroy(&self->wire);
@@ -179,14 +174,23 @@ void client_destroy(client_t **self_p)
 int client_send(client_t *self, client_channel_t channel, const char *msg_type, json_t *content,
                 char *msg_id_out)
 {
+    return client_send_meta(self, channel, msg_type, content, NULL, msg_id_out);
+}
+
+int client_send_meta(client_t *self, client_channel_t channel, const char *msg_type,
+                     json_t *content, json_t *metadata, char *msg_id_out)
+{
     jmsg_t *m = jmsg_new(msg_type, self->session);
     if (!m) {
         json_decref(content);
+        json_decref(metadata);
         return -1;
     }
     json_t *h = jmsg_header(m);
     json_object_set_new(h, "username", json_string("kennel"));
     jmsg_set_json(m, JMSG_CONTENT, content);
+    if (metadata)
+        jmsg_set_json(m, JMSG_METADATA, metadata);
     if (msg_id_out)
         snprintf(msg_id_out, 37, "%s", jmsg_id(m));
     zmsg_t *z = wire_encode(self->wire, m);
@@ -200,30 +204,47 @@ int client_send(client_t *self, client_channel_t channel, const char *msg_type, 
 
 int client_recv(client_t *self, int timeout_ms, client_channel_t *channel, jmsg_t **out)
 {
+    return client_recv_fd(self, timeout_ms, -1, channel, out);
+}
+
+int client_recv_fd(client_t *self, int timeout_ms, int fd, client_channel_t *channel,
+                   jmsg_t **out)
+{
     *out = NULL;
+    /* The sockets in channel order (the first ready one is read, shell before iopub, as
+     * zpoller did), then fd. */
+    zmq_pollitem_t items[5];
+    for (int i = 0; i < 4; i++)
+        items[i] = (zmq_pollitem_t){zsock_resolve(self->sock[i]), 0, ZMQ_POLLIN, 0};
+    items[4] = (zmq_pollitem_t){NULL, fd, ZMQ_POLLIN, 0};
+    int nitems = fd >= 0 ? 5 : 4;
     long long deadline = util_now_ms() + timeout_ms;
     for (;;) {
         long long left = deadline - util_now_ms();
         if (left < 0)
             return 0;
-        zsock_t *which = zpoller_wait(self->poller, (int)left);
-        if (!which) {
-            if (zpoller_terminated(self->poller)) {
-                errno = EINTR;
+        int rc = zmq_poll(items, nitems, (long)left);
+        if (rc < 0) {
+            if (errno == EINTR)
+                return -1; /* a signal: the caller looks at its flags */
+            if (errno == ETERM)
                 return -1;
-            }
-            if (zpoller_expired(self->poller))
-                return 0;
             continue;
         }
-        zmsg_t *z = zmsg_recv(which);
+        if (rc == 0)
+            return 0;
+        int which = -1;
+        for (int i = 0; i < 4 && which < 0; i++)
+            if (items[i].revents & ZMQ_POLLIN)
+                which = i;
+        if (which < 0)
+            return items[4].revents ? CLIENT_FD_READY : 0;
+        zmsg_t *z = zmsg_recv(self->sock[which]);
         if (!z)
             continue;
         if (wire_decode(self->wire, &z, out) != 0)
             continue; /* not from our kenneld: ignore */
-        for (int i = 0; i < 4; i++)
-            if (which == self->sock[i])
-                *channel = (client_channel_t)i;
+        *channel = (client_channel_t)which;
         return 1;
     }
 }

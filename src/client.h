@@ -31,9 +31,17 @@ void client_destroy(client_t **self_p);
  *  (37 bytes) when not NULL. 0 or -1. */
 int client_send(client_t *self, client_channel_t channel, const char *msg_type, json_t *content,
                 char *msg_id_out);
+/*  The same with the message's metadata (stolen; NULL: {}). */
+int client_send_meta(client_t *self, client_channel_t channel, const char *msg_type,
+                     json_t *content, json_t *metadata, char *msg_id_out);
 /*  Wait up to timeout_ms for the next verified message on shell, iopub, stdin or control.
  *  1 and an owned *out with *channel set, 0 on timeout, -1 on error (EINTR when a signal came). */
 int client_recv(client_t *self, int timeout_ms, client_channel_t *channel, jmsg_t **out);
+/*  client_recv that also watches fd (not read; -1: none): CLIENT_FD_READY when fd is readable
+ *  (or at its end) and no message came first. */
+#define CLIENT_FD_READY 2
+int client_recv_fd(client_t *self, int timeout_ms, int fd, client_channel_t *channel,
+                   jmsg_t **out);
 /*  Wait until iopub delivers (kernel_info round trips until a status arrives), so nothing
  *  published after this is missed. 0, or -1 after timeout_ms. */
 int client_wait_ready(client_t *self, int timeout_ms);

@@ -33,20 +33,7 @@ typedef struct {
 /*  Append len bytes. 0, or -1 on allocation failure (the buffer is unchanged). */
 static int s_buf_add(buf_t *b, const void *p, size_t len)
 {
-    if (b->len + len + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + len + 1)
-            cap *= 2;
-        char *grown = realloc(b->data, cap);
-        if (!grown)
-            return -1;
-        b->data = grown;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, p, len);
-    b->len += len;
-    b->data[b->len] = '\0';
-    return 0;
+    return util_append(&b->data, &b->len, &b->cap, p, len);
 }
 
 static void s_buf_free(buf_t *b)

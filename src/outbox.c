@@ -9,6 +9,8 @@
 
 #include <jansson.h>
 
+#include "util.h"
+
 typedef enum { HELD_STREAM, HELD_CLEAR, HELD_UPDATE } held_kind_t;
 
 typedef struct {
@@ -142,20 +144,7 @@ static int s_same(const char *a, const char *b)
 /*  Append text to a stream entry; 0 or -1 (out of memory). */
 static int s_append(held_t *h, const char *text, size_t len)
 {
-    if (h->len + len + 1 > h->cap) {
-        size_t cap = h->cap ? h->cap : 256;
-        while (cap < h->len + len + 1)
-            cap *= 2;
-        char *grown = realloc(h->text, cap);
-        if (!grown)
-            return -1;
-        h->text = grown;
-        h->cap = cap;
-    }
-    memcpy(h->text + h->len, text, len);
-    h->len += len;
-    h->text[h->len] = '\0';
-    return 0;
+    return util_append(&h->text, &h->len, &h->cap, text, len);
 }
 
 /*  A new entry for *msg_p (taken) at the end; NULL when the list is full or memory short (the

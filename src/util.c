@@ -174,3 +174,22 @@ long long util_seconds_ms(double seconds)
     long long whole = (long long)ms;
     return whole < ms ? whole + 1 : whole;
 }
+
+int util_append(char **buf, size_t *len, size_t *cap, const void *data, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t grown_cap = *cap ? *cap : 256;
+        while (grown_cap < *len + n + 1)
+            grown_cap *= 2;
+        char *grown = realloc(*buf, grown_cap);
+        if (!grown)
+            return -1;
+        *buf = grown;
+        *cap = grown_cap;
+    }
+    if (n)
+        memcpy(*buf + *len, data, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return 0;
+}

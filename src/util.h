@@ -32,6 +32,10 @@ char *util_uuid(char *out);
 /*  Read a whole small file into a NUL-terminated malloc'd buffer (at most max bytes).
  *  Caller owns the result. NULL with errno on failure (EFBIG when larger than max). */
 char *util_read_file(const char *path, size_t max, size_t *len_out);
+/*  Append n bytes to the malloc'd text *buf of *len bytes in *cap (a NULL *buf with 0 and 0
+ *  to start), growing it by doubling, and keep it NUL-terminated. 0, or -1 when memory is
+ *  short (the text is then unchanged). */
+int util_append(char **buf, size_t *len, size_t *cap, const void *data, size_t n);
 /*  When process pid started, in clock ticks after boot (/proc/PID/stat): with a pid, it names
  *  one process for as long as the system runs. 0, or -1 with errno (ENOENT: no such pid). */
 int util_start_time(pid_t pid, unsigned long long *ticks);
