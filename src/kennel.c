@@ -1,6 +1,7 @@
 /*  kennel: the command-line client of kenneld. Talks to the manager socket for session
- *  lifecycle (new, ls, info, rm), acts as an ordinary Jupyter client for `exec`, and as a
- *  kernelspec launcher for `kernel -f`. Every command takes --state-dir DIR. */
+ *  lifecycle (new, ls, info, rm), acts as an ordinary Jupyter client for `exec`, as a
+ *  kernelspec launcher for `kernel -f`, and as an MCP server over stdio for `mcp` (its
+ *  protocol logic in src/mcp.c). Every command takes --state-dir DIR. */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +22,7 @@
 
 #include "client.h"
 #include "jvalid.h"
+#include "mcp.h"
 #include "statedir.h"
 #include "termsafe.h"
 #include "util.h"
@@ -50,6 +52,10 @@ static const char s_usage[] =
     "  exec --attach N [--out DIR]  show session N's running cell (else its last) from its\n"
     "                          start and wait for its end; Ctrl-C leaves it running\n"
     "  kernel -f FILE          kernelspec launcher: serve a session on FILE's ports and key\n"
+    "  mcp --session N [kennel new's limits] [--max-request SIZE] [--max-result SIZE]\n"
+    "                          a Model Context Protocol server on stdin and stdout whose tools\n"
+    "                          (run_python, upload_file, download_file, list_files, restart)\n"
+    "                          use session N, made on first use\n"
     "  kernelspec install [--user | --prefix P]   install the 'kennel' Jupyter kernelspec\n"
     "The state directory is --state-dir, else $KENNEL_STATE_DIR, else ~/.local/state/kennel.\n";
 
@@ -181,35 +187,49 @@ static double s_bytes(const char *text)
     return (end == text || *end || v <= 0) ? -1 : v * mult;
 }
 
-static int s_cmd_new(int argc, char **argv)
+/*  kennel new's options into content ({"name", "limits"}, as create_request takes them); and,
+ *  for kennel mcp (mcp not NULL), --session instead of --name, and its own bounds into *mcp.
+ *  0, or 2 after a usage error, said. */
+static int s_session_options(int argc, char **argv, json_t *content, mcp_limits_t *mcp)
 {
-    json_t *content = json_object(), *limits = json_object();
+    json_t *limits = json_object();
     static const struct option opts[] = {
         {"name", required_argument, NULL, 'n'}, {"memory", required_argument, NULL, 'm'},
         {"pids", required_argument, NULL, 'p'}, {"cpu", required_argument, NULL, 'c'},
         {"tmp", required_argument, NULL, 't'},  {"network", required_argument, NULL, 'N'},
         {"disk", required_argument, NULL, 'd'},
         {"timeout", required_argument, NULL, 'T'}, {"idle", required_argument, NULL, 'i'},
-        {NULL, 0, NULL, 0}};
+        {"session", required_argument, NULL, 's'}, {"max-request", required_argument, NULL, 'R'},
+        {"max-result", required_argument, NULL, 'r'}, {NULL, 0, NULL, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "+n:", opts, NULL)) != -1) {
-        double v = optarg && c != 'n' && c != 'N'
+    while ((c = getopt_long(argc, argv, mcp ? "+" : "+n:", opts, NULL)) != -1) {
+        /* --name is new's, --session and the bounds mcp's */
+        if (c == (mcp ? 'n' : 's') || (!mcp && (c == 'R' || c == 'r'))) {
+            fprintf(stderr, "kennel: %s takes no --%s\n", mcp ? "mcp" : "new",
+                    c == 'n' ? "name" : c == 's' ? "session" : c == 'R' ? "max-request"
+                                                                        : "max-result");
+            goto bad;
+        }
+        int is_name = c == 'n' || c == 's';
+        double v = optarg && !is_name && c != 'N'
                        ? (c == 'p' || c == 'c' || c == 'T' || c == 'i' ? s_number(optarg)
                                                                        : s_bytes(optarg))
                        : 0;
-        json_t *jname = c == 'n' ? json_string(optarg) : NULL;
-        if (c == 'n' && !jname) {
+        json_t *jname = is_name ? json_string(optarg) : NULL;
+        if (is_name && !jname) {
             /* (json_string's NULL, once dropped without a word: an unnamed session) */
             fprintf(stderr, "kennel: the name must be UTF-8 text\n");
             goto bad;
-        } else if (c == 'n')
+        } else if (is_name)
             json_object_set_new(content, "name", jname);
         else if (c == 'N' && strcmp(optarg, "none") == 0)
             ; /* the only network a kernel has: none */
         else if ((c == 'd' || c == 'T' || c == 'i') && optarg && strcmp(optarg, "0") == 0)
             json_object_set_new(limits, c == 'd' ? "disk" : c == 'T' ? "timeout" : "idle",
                                 json_integer(0)); /* no cap, no deadline, never evicted */
-        else if (c != 'N' && c != '?' && v > 0)
+        else if ((c == 'R' || c == 'r') && v >= 1 && v <= (double)(1u << 30))
+            *(c == 'R' ? &mcp->max_request : &mcp->max_result) = (size_t)v;
+        else if (c != 'N' && c != '?' && c != 'R' && c != 'r' && v > 0)
             json_object_set_new(limits,
                                 c == 'm'   ? "memory"
                                 : c == 'p' ? "pids"
@@ -227,28 +247,39 @@ static int s_cmd_new(int argc, char **argv)
             if (c == 'N')
                 opt = "network (only none)";
             if (c != '?')
-                fprintf(stderr, "kennel: bad value for --%s: %s\n", opt, optarg ? optarg : "");
+                fprintf(stderr, "kennel: bad value for --%s: %s%s\n", opt, optarg ? optarg : "",
+                        c == 'R' || c == 'r' ? " (1 byte to 1G)" : "");
             goto bad;
         }
     }
     if (optind < argc) {
-        fprintf(stderr, "kennel: new takes no argument %s (a name goes after --name)\n",
-                argv[optind]);
+        fprintf(stderr, "kennel: %s takes no argument %s (a name goes after --%s)\n",
+                mcp ? "mcp" : "new", argv[optind], mcp ? "session" : "name");
         goto bad;
     }
     if (json_object_size(limits))
         json_object_set_new(content, "limits", limits);
     else
         json_decref(limits);
+    return 0;
+bad: /* a usage error, said */
+    json_decref(limits);
+    return 2;
+}
+
+static int s_cmd_new(int argc, char **argv)
+{
+    json_t *content = json_object();
+    if (s_session_options(argc, argv, content, NULL) != 0) {
+        json_decref(content);
+        return 2;
+    }
     json_t *r = s_call("create_request", content);
     if (!r)
         return 1;
     printf("%s\n", json_string_value(json_object_get(json_object_get(r, "session"), "connection_file")));
     json_decref(r);
-    return 0;bad: /* a usage error, said */
-    json_decref(content);
-    json_decref(limits);
-    return 2;
+    return 0;
 }
 
 static void s_human_bytes(char *out, size_t len, long long b)
@@ -605,8 +636,8 @@ static void s_handle(int sig, void (*fn)(int))
 }
 
 /*  1 while the session (by id) still exists; 0 when it ended or kenneld is gone, with the
- *  reason printed. */
-static int s_session_alive(const char *id)
+ *  reason in why. */
+static int s_session_alive(const char *id, char *why, size_t why_len)
 {
     char err[512];
     json_t *r = client_manager_call(s_state_dir, "info_request", json_pack("{s:s}", "session", id),
@@ -614,9 +645,87 @@ static int s_session_alive(const char *id)
     const char *status = json_string_value(json_object_get(r, "status"));
     int alive = status && strcmp(status, "ok") == 0;
     if (!alive)
-        fprintf(stderr, "kennel: %s\n", r ? "the session ended while the cell ran" : err);
+        snprintf(why, why_len, "%s", r ? "the session ended while the cell ran" : err);
     json_decref(r);
     return alive;
+}
+
+/*  One execute_request of ours, and what has come back for it: `kennel exec` prints its
+ *  outputs, `kennel mcp` gives them to its core. */
+typedef struct {
+    char msg_id[40];
+    int started;      /* an iopub message of it came: it reached the kernel */
+    int got_reply, got_idle;
+    int saw_error;    /* an iopub error came */
+    json_t *reply;    /* the execute_reply's content, once in */
+    json_t *reply_md; /* and its metadata (outcome, metrics, files) */
+} cell_t;
+
+/*  Send code as an execute_request with metadata (stolen; NULL: none). A request past
+ *  kenneld's --max-message is refused here, with the reason in why: libzmq would drop it
+ *  without a word, and the wait for its reply would never end. 0, or -1 with why. */
+static int s_cell_send(client_t *cl, const char *code, json_t *metadata, cell_t *cell, char *why,
+                       size_t why_len)
+{
+    memset(cell, 0, sizeof *cell);
+    json_t *content = json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", code, "silent", 0,
+                                "store_history", 1, "user_expressions", "allow_stdin", 0,
+                                "stop_on_error", 1);
+    size_t size = json_dumpb(content, NULL, 0, JSON_COMPACT) + 4096; /* + header and frames */
+    size_t max = size > (1u << 20) ? s_kenneld_limit("limits", "max_message") : 0;
+    if (max && size > max) {
+        snprintf(why, why_len, "RequestTooLarge: the cell's request is about %zu bytes; kenneld "
+                 "takes messages of at most %zu (kenneld --max-message)", size, max);
+        json_decref(content);
+        json_decref(metadata);
+        return -1;
+    }
+    if (client_send_meta(cl, CLIENT_SHELL, "execute_request", content, metadata, cell->msg_id) < 0) {
+        snprintf(why, why_len, "the cell could not be sent to the session");
+        return -1;
+    }
+    return 0;
+}
+
+/*  What m, received on ch, is to cell: 1 when it is one of the cell's outputs on iopub (to
+ *  show), else 0. Notes the cell's start, its reply, its errors and its idle. */
+static int s_cell_take(cell_t *cell, client_channel_t ch, const jmsg_t *m)
+{
+    const char *parent = json_string_value(json_object_get(jmsg_json(m, JMSG_PARENT), "msg_id"));
+    if (!parent || strcmp(parent, cell->msg_id) != 0)
+        return 0;
+    const char *type = jmsg_type(m);
+    json_t *c = jmsg_content(m);
+    if (ch == CLIENT_IOPUB) {
+        cell->started = 1;
+        if (strcmp(type, "status") == 0) {
+            const char *state = json_string_value(json_object_get(c, "execution_state"));
+            cell->got_idle |= strcmp(state ?: "", "idle") == 0;
+            return 0;
+        }
+        cell->saw_error |= strcmp(type, "error") == 0;
+        return 1;
+    }
+    if (ch == CLIENT_SHELL && strcmp(type, "execute_reply") == 0 && !cell->got_reply) {
+        cell->got_reply = 1;
+        cell->reply = json_incref(c);
+        cell->reply_md = json_incref(jmsg_json(m, JMSG_METADATA));
+    }
+    return 0;
+}
+
+/*  The reply and the idle status are both in. The reply, on shell, may arrive before the
+ *  cell's last outputs, but idle is published after them on the same socket. */
+static int s_cell_done(const cell_t *cell)
+{
+    return cell->got_reply && cell->got_idle;
+}
+
+static void s_cell_clear(cell_t *cell)
+{
+    json_decref(cell->reply);
+    json_decref(cell->reply_md);
+    memset(cell, 0, sizeof *cell);
 }
 
 /*  Send code to the session and print what comes back until the reply and idle status are in.
@@ -624,43 +733,30 @@ static int s_session_alive(const char *id)
  *  kenneld that goes away ends the wait. Returns the exit status. */
 static int s_run_cell(client_t *cl, const char *session_id, const char *code)
 {
-    char msg_id[40];
-    json_t *content = json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", code, "silent", 0,
-                                "store_history", 1, "user_expressions", "allow_stdin", 0,
-                                "stop_on_error", 1);
-    /* A request over --max-message is dropped by libzmq without a word: the wait for its
-     * reply would never end. */
-    size_t size = json_dumpb(content, NULL, 0, JSON_COMPACT) + 4096; /* + header and frames */
-    size_t max = size > (1u << 20) ? s_kenneld_limit("limits", "max_message") : 0;
-    if (max && size > max) {
-        fprintf(stderr, "kennel: RequestTooLarge: the cell's request is about %zu bytes; kenneld "
-                "takes messages of at most %zu (kenneld --max-message)\n", size, max);
-        json_decref(content);
+    cell_t cell;
+    char why[512];
+    if (s_cell_send(cl, code, NULL, &cell, why, sizeof why) < 0) {
+        fprintf(stderr, "kennel: %s\n", why);
         return 1;
     }
-    if (client_send(cl, CLIENT_SHELL, "execute_request", content, msg_id) < 0)
-        return 1;
-    int got_reply = 0, got_idle = 0, ok = 0, interrupts_sent = 0, started = 0, saw_error = 0;
-    int exit_status = 1;
-    json_t *failed = NULL; /* the content of an error reply, printed at the end if need be */
+    int interrupts_sent = 0, exit_status = 1;
     long long quiet_since = util_now_ms();
-    while (!(got_reply && got_idle)) {
+    while (!s_cell_done(&cell)) {
         client_channel_t ch;
         jmsg_t *m = NULL;
         int rc = client_recv(cl, 500, &ch, &m);
         zsys_interrupted = 0;
-        if (s_stop) {
+        if (s_stop || (s_sigint > interrupts_sent && !cell.started && s_sigint > 1)) {
+            /* SIGTERM, or a second Ctrl-C while ours still waits: give up */
+            jmsg_destroy(&m);
             exit_status = 130;
             goto done;
         }
-        if (s_sigint > interrupts_sent && !started && s_sigint > 1) {
-            exit_status = 130; /* a second Ctrl-C while ours still waits: give up */
-            goto done;
-        }
-        if (s_sigint > interrupts_sent && started) {
+        if (s_sigint > interrupts_sent && cell.started) {
             /* Only once our cell runs: before, an interrupt stops whatever another client's
              * cell is running. One that came earlier waits for that. */
             if (interrupts_sent++) {
+                jmsg_destroy(&m);
                 exit_status = 130;
                 goto done;
             }
@@ -668,53 +764,38 @@ static int s_run_cell(client_t *cl, const char *session_id, const char *code)
         }
         if (rc <= 0) {
             if (util_now_ms() - quiet_since > 2000) {
-                if (!s_session_alive(session_id))
+                if (!s_session_alive(session_id, why, sizeof why)) {
+                    fprintf(stderr, "kennel: %s\n", why);
                     goto done;
+                }
                 quiet_since = util_now_ms();
             }
             continue;
         }
         quiet_since = util_now_ms();
-        const char *parent = json_string_value(json_object_get(jmsg_json(m, JMSG_PARENT), "msg_id"));
-        if (parent && strcmp(parent, msg_id) == 0) {
-            const char *type = jmsg_type(m);
-            json_t *c = jmsg_content(m);
-            const char *state = json_string_value(json_object_get(c, "execution_state"));
-            if (ch == CLIENT_IOPUB)
-                started = 1;
-            if (ch == CLIENT_IOPUB && strcmp(type, "status") == 0) {
-                got_idle |= strcmp(state ?: "", "idle") == 0;
-            } else if (ch == CLIENT_IOPUB) {
-                saw_error |= strcmp(type, "error") == 0;
-                s_print_output(m);
-            } else if (ch == CLIENT_SHELL && strcmp(type, "execute_reply") == 0) {
-                got_reply = 1;
-                const char *status = json_string_value(json_object_get(c, "status")) ?: "";
-                ok = strcmp(status, "ok") == 0;
-                if (strcmp(status, "aborted") == 0)
-                    fprintf(stderr, "kennel: the cell was not run: an earlier cell in the "
-                                    "session's queue failed (stop_on_error)\n");
-                else if (!ok && c && !failed)
-                    failed = json_incref(c);
-            }
-        }
+        if (s_cell_take(&cell, ch, m))
+            s_print_output(m);
         jmsg_destroy(&m);
     }
     /* An error reply comes with an iopub `error`, kenneld's own too, printed as it came.
-     * Only once idle is in is it known whether one did: the reply, on shell, may arrive
-     * before it, but idle is published after it on the same socket. (Printed on the reply,
-     * kenneld's errors were printed twice.) */
-    if (failed && !saw_error) {
-        const char *ename = json_string_value(json_object_get(failed, "ename"));
-        const char *evalue = json_string_value(json_object_get(failed, "evalue"));
+     * Only once idle is in is it known whether one did. (Printed on the reply, kenneld's
+     * errors were printed twice.) */
+    const char *status = json_string_value(json_object_get(cell.reply, "status")) ?: "";
+    int ok = strcmp(status, "ok") == 0;
+    if (strcmp(status, "aborted") == 0) {
+        fprintf(stderr, "kennel: the cell was not run: an earlier cell in the "
+                        "session's queue failed (stop_on_error)\n");
+    } else if (!ok && !cell.saw_error) {
+        const char *ename = json_string_value(json_object_get(cell.reply, "ename"));
+        const char *evalue = json_string_value(json_object_get(cell.reply, "evalue"));
         s_put_untrusted(stderr, ename ?: "Error");
         s_put_untrusted(stderr, ": ");
-        s_put_untrusted(stderr, evalue ?: json_string_value(json_object_get(failed, "status")) ?: "");
+        s_put_untrusted(stderr, evalue ?: status);
         s_put_untrusted(stderr, "\n");
     }
     exit_status = ok && !s_save_failed ? 0 : 1;
 done:
-    json_decref(failed);
+    s_cell_clear(&cell);
     return exit_status;
 }
 
@@ -881,8 +962,11 @@ static int s_cmd_attach(const char *name)
             s_attach_show(&a, m);
             quiet_since = util_now_ms();
         } else if (rc <= 0 && util_now_ms() - quiet_since > 2000) {
-            if (!s_session_alive(sid))
+            char why[512];
+            if (!s_session_alive(sid, why, sizeof why)) {
+                fprintf(stderr, "kennel: %s\n", why);
                 break;
+            }
             quiet_since = util_now_ms();
         }
         jmsg_destroy(&m);
@@ -901,6 +985,25 @@ done:
     return status;
 }
 
+/*  Wait up to timeout_ms for the reply on control to our request msg_id, passing over what
+ *  else comes (a signal does not cut the wait short). The reply (caller owns it), or NULL. */
+static jmsg_t *s_control_reply(client_t *cl, const char *msg_id, int timeout_ms)
+{
+    long long deadline = util_now_ms() + timeout_ms;
+    for (long long left; (left = deadline - util_now_ms()) > 0;) {
+        client_channel_t ch;
+        jmsg_t *m = NULL;
+        if (client_recv(cl, (int)left, &ch, &m) < 0 && errno != EINTR)
+            break;
+        const char *parent =
+            m ? json_string_value(json_object_get(jmsg_json(m, JMSG_PARENT), "msg_id")) : NULL;
+        if (m && ch == CLIENT_CONTROL && parent && strcmp(parent, msg_id) == 0)
+            return m;
+        jmsg_destroy(&m);
+    }
+    return NULL;
+}
+
 /*  Pass a SIGINT on to the session as an interrupt_request, through a client made for it and
  *  gone once the reply comes (a client kept would hold an iopub subscription nobody reads,
  *  whose backlog kenneld would keep). */
@@ -913,25 +1016,10 @@ static void s_interrupt(const json_t *conn, const char *id)
         client_destroy(&cl);
         return;
     }
-    long long deadline = util_now_ms() + 5000; /* kenneld answers an interrupt itself */
-    for (long long left; (left = deadline - util_now_ms()) > 0;) {
-        client_channel_t ch;
-        jmsg_t *m = NULL;
-        int rc = client_recv(cl, (int)left, &ch, &m);
-        if (rc < 0 && errno != EINTR)
-            break;
-        const char *parent =
-            m ? json_string_value(json_object_get(jmsg_json(m, JMSG_PARENT), "msg_id")) : NULL;
-        int done = m && ch == CLIENT_CONTROL && parent && strcmp(parent, msg_id) == 0;
-        jmsg_destroy(&m);
-        if (done)
-            break;
-        if (rc == 0) {
-            fprintf(stderr, "kennel: session %s did not answer the interrupt (kenneld stopped?)\n",
-                    id);
-            break;
-        }
-    }
+    jmsg_t *reply = s_control_reply(cl, msg_id, 5000); /* kenneld answers an interrupt itself */
+    if (!reply)
+        fprintf(stderr, "kennel: session %s did not answer the interrupt (kenneld stopped?)\n", id);
+    jmsg_destroy(&reply);
     client_destroy(&cl);
 }
 
@@ -1060,6 +1148,316 @@ static int s_cmd_kernel(const char *file)
         json_decref(s_call("end_request", json_pack("{s:s}", "session", id)));
     json_decref(conn);
     return gave_up ? 1 : 0;
+}
+
+/*  kennel mcp: the I/O around src/mcp.c's core. stdin's bytes go to the core, its messages
+ *  to stdout, one a line, and nothing else ever goes there (the log is stderr). The session
+ *  is made (or found, by name) on the first call that needs it, and found again if it ends:
+ *  a kennel session outlives this process. One loop waits on stdin and on the session's
+ *  sockets together, so that a ping or a cancellation is read while a cell runs. */
+#define MCP_READ_SLICE 65536 /* bytes read from stdin at a time */
+#define MCP_TURN_MS 1000     /* the loop's wait when nothing is expected */
+
+typedef struct {
+    const char *name;     /* the session's name (--session) */
+    json_t *create;       /* its create_request content: the name and kennel new's limits */
+    char id[64];          /* its id, once made or found; "" before */
+    char conn_file[PATH_MAX];
+    client_t *cl;         /* its client, once a cell or a restart needed one */
+    cell_t cell;          /* the running cell, while is_running */
+    int is_running;
+    long long quiet_since; /* when anything last came from the session */
+    mcp_t *core;
+} mcp_glue_t;
+
+/*  The session exists: made or found by name. 0, or -1 with why. */
+static int s_mcp_session(mcp_glue_t *g, char *why, size_t why_len)
+{
+    if (g->id[0])
+        return 0;
+    char err[512];
+    json_t *r = client_manager_call(s_state_dir, "create_request", json_incref(g->create),
+                                    CALL_TIMEOUT_MS, err, sizeof err);
+    const char *status = json_string_value(json_object_get(r, "status"));
+    json_t *info = json_object_get(r, "session");
+    const char *id = json_string_value(json_object_get(info, "id"));
+    const char *file = json_string_value(json_object_get(info, "connection_file"));
+    if (!r)
+        snprintf(why, why_len, "%s", err);
+    else if (!status || strcmp(status, "ok") != 0 || !id || !file)
+        snprintf(why, why_len, "the session could not be made: %s: %s",
+                 json_string_value(json_object_get(r, "ename")) ?: "Error",
+                 json_string_value(json_object_get(r, "evalue")) ?: "no reason given");
+    else {
+        snprintf(g->id, sizeof g->id, "%s", id);
+        snprintf(g->conn_file, sizeof g->conn_file, "%s", file);
+        if (json_is_true(json_object_get(r, "created")))
+            fprintf(stderr, "kennel mcp: made session %s (%s)\n", g->name, g->id);
+    }
+    json_decref(r);
+    return g->id[0] ? 0 : -1;
+}
+
+/*  Forget the session (it ended): the next call makes it again. */
+static void s_mcp_forget(mcp_glue_t *g)
+{
+    client_destroy(&g->cl);
+    g->id[0] = '\0';
+}
+
+/*  A client of the session, ready. 0, or -1 with why. */
+static int s_mcp_client(mcp_glue_t *g, char *why, size_t why_len)
+{
+    if (g->cl)
+        return 0;
+    if (s_mcp_session(g, why, why_len) < 0)
+        return -1;
+    json_error_t jerr;
+    json_t *conn = json_load_file(g->conn_file, 0, &jerr);
+    g->cl = conn ? client_connect(conn) : NULL;
+    json_decref(conn);
+    if (!g->cl || client_wait_ready(g->cl, CALL_TIMEOUT_MS) < 0) {
+        snprintf(why, why_len, "session %s did not answer", g->name);
+        s_mcp_forget(g); /* (a session ended since it was found is made again next time) */
+        return -1;
+    }
+    return 0;
+}
+
+static void s_mcp_send(void *ctx, const char *text, size_t len)
+{
+    (void)ctx;
+    /* One line; the client reading it is the only reader of stdout. A client gone is
+     * SIGPIPE, which ends this process, as it should. */
+    if (util_write_all(STDOUT_FILENO, text, len) < 0 || util_write_all(STDOUT_FILENO, "\n", 1) < 0)
+        fprintf(stderr, "kennel mcp: cannot write to stdout: %s\n", strerror(errno));
+}
+
+static int s_mcp_cell_start(void *ctx, const char *code, double timeout_s, char *why,
+                            size_t why_len)
+{
+    mcp_glue_t *g = ctx;
+    if (s_mcp_client(g, why, why_len) < 0)
+        return -1;
+    json_t *md = timeout_s > 0 ? json_pack("{s:{s:f}}", "kennel", "timeout", timeout_s) : NULL;
+    if (s_cell_send(g->cl, code, md, &g->cell, why, why_len) < 0)
+        return -1;
+    g->is_running = 1;
+    g->quiet_since = util_now_ms();
+    return 0;
+}
+
+static void s_mcp_cell_interrupt(void *ctx)
+{
+    mcp_glue_t *g = ctx;
+    /* The reply comes on control and is passed over; the cell's end comes as any cell's. */
+    if (g->cl && client_send(g->cl, CLIENT_CONTROL, "interrupt_request", json_object(), NULL) < 0)
+        fprintf(stderr, "kennel mcp: cannot send the interrupt to session %s\n", g->name);
+}
+
+/*  A manager request about the session (content stolen; "session" is added), with a buffer
+ *  each way as client_manager_call_data has them. A session that ended is made again, once.
+ *  The reply when its status is ok, else NULL with why. */
+static json_t *s_mcp_manager(mcp_glue_t *g, const char *type, json_t *content, const void *in,
+                             size_t in_len, void **out, size_t *out_len, char *why,
+                             size_t why_len)
+{
+    json_t *r = NULL;
+    for (int tries = 0; tries < 2; tries++) {
+        json_decref(r);
+        r = NULL;
+        if (s_mcp_session(g, why, why_len) < 0)
+            break;
+        char err[512];
+        json_object_set_new(content, "session", json_string(g->id));
+        r = client_manager_call_data(s_state_dir, type, json_incref(content), in, in_len, out,
+                                     out_len, CALL_TIMEOUT_MS, err, sizeof err);
+        const char *ename = json_string_value(json_object_get(r, "ename"));
+        if (!r)
+            snprintf(why, why_len, "%s", err);
+        else if (ename && strcmp(ename, "NoSuchSession") == 0 && tries == 0)
+            s_mcp_forget(g); /* ended since: made again */
+        else
+            break;
+    }
+    json_decref(content);
+    const char *status = json_string_value(json_object_get(r, "status"));
+    if (r && (!status || strcmp(status, "ok") != 0)) {
+        snprintf(why, why_len, "%s: %s", json_string_value(json_object_get(r, "ename")) ?: "Error",
+                 json_string_value(json_object_get(r, "evalue")) ?: "the request failed");
+        json_decref(r);
+        r = NULL;
+        if (out) {
+            free(*out);
+            *out = NULL;
+        }
+    }
+    return r;
+}
+
+static int s_mcp_file_put(void *ctx, const char *path, const void *data, size_t len, char *why,
+                          size_t why_len)
+{
+    size_t max = len > (1u << 20) ? s_kenneld_limit("max_file", NULL) : 0;
+    if (max && len > max) {
+        snprintf(why, why_len, "TooLarge: the file is %zu bytes; kenneld moves files of at most "
+                 "%zu (kenneld --max-file)", len, max);
+        return -1;
+    }
+    json_t *r = s_mcp_manager(ctx, "file_put_request", json_pack("{s:s}", "path", path), data, len,
+                              NULL, NULL, why, why_len);
+    json_decref(r);
+    return r ? 0 : -1;
+}
+
+static int s_mcp_file_get(void *ctx, const char *path, void **data, size_t *len, char *why,
+                          size_t why_len)
+{
+    *data = NULL;
+    *len = 0;
+    json_t *r = s_mcp_manager(ctx, "file_get_request", json_pack("{s:s}", "path", path), NULL, 0,
+                              data, len, why, why_len);
+    json_decref(r);
+    return r ? 0 : -1;
+}
+
+static json_t *s_mcp_file_list(void *ctx, char *why, size_t why_len)
+{
+    return s_mcp_manager(ctx, "file_list_request", json_object(), NULL, 0, NULL, NULL, why,
+                         why_len);
+}
+
+/*  shutdown_request with restart on control, and its reply. Nothing else is being waited
+ *  for meanwhile: the core serves one call at a time, so no cell of ours runs. */
+static int s_mcp_restart(void *ctx, char *why, size_t why_len)
+{
+    mcp_glue_t *g = ctx;
+    char msg_id[40];
+    if (s_mcp_client(g, why, why_len) < 0)
+        return -1;
+    if (client_send(g->cl, CLIENT_CONTROL, "shutdown_request", json_pack("{s:b}", "restart", 1),
+                    msg_id) < 0) {
+        snprintf(why, why_len, "the restart could not be sent to session %s", g->name);
+        return -1;
+    }
+    jmsg_t *reply = s_control_reply(g->cl, msg_id, CALL_TIMEOUT_MS);
+    const char *status =
+        reply ? json_string_value(json_object_get(jmsg_content(reply), "status")) : NULL;
+    int ok = status && strcmp(status, "ok") == 0;
+    if (!reply)
+        snprintf(why, why_len, "session %s did not answer the restart", g->name);
+    else if (!ok)
+        snprintf(why, why_len, "the restart failed: %s", status ? status : "no status");
+    jmsg_destroy(&reply);
+    return ok ? 0 : -1;
+}
+
+static const mcp_ops_t s_mcp_ops = {
+    .send = s_mcp_send,
+    .cell_start = s_mcp_cell_start,
+    .cell_interrupt = s_mcp_cell_interrupt,
+    .file_put = s_mcp_file_put,
+    .file_get = s_mcp_file_get,
+    .file_list = s_mcp_file_list,
+    .restart = s_mcp_restart,
+};
+
+/*  A message from the session: to the core when it is the running cell's. */
+static void s_mcp_on_message(mcp_glue_t *g, client_channel_t ch, const jmsg_t *m)
+{
+    if (!g->is_running)
+        return; /* another client's cell's output, a late interrupt reply: passed over */
+    if (s_cell_take(&g->cell, ch, m))
+        mcp_cell_output(g->core, jmsg_type(m), jmsg_content(m));
+    if (!s_cell_done(&g->cell))
+        return;
+    /* The cell is over before the core hears of it: its answer may start the next one. */
+    json_t *reply = json_incref(g->cell.reply), *md = json_incref(g->cell.reply_md);
+    s_cell_clear(&g->cell);
+    g->is_running = 0;
+    mcp_cell_done(g->core, reply, md);
+    json_decref(reply);
+    json_decref(md);
+}
+
+/*  Nothing came for a while during a cell: is the session still there? */
+static void s_mcp_check_alive(mcp_glue_t *g)
+{
+    char why[512];
+    if (s_session_alive(g->id, why, sizeof why)) {
+        g->quiet_since = util_now_ms();
+        return;
+    }
+    fprintf(stderr, "kennel mcp: %s\n", why);
+    s_cell_clear(&g->cell);
+    g->is_running = 0;
+    s_mcp_forget(g);
+    mcp_cell_lost(g->core, why);
+}
+
+static int s_cmd_mcp(int argc, char **argv)
+{
+    mcp_glue_t g = {0};
+    mcp_limits_t limits = {MCP_MAX_REQUEST_DEFAULT, MCP_MAX_RESULT_DEFAULT};
+    g.create = json_object();
+    if (s_session_options(argc, argv, g.create, &limits) != 0) {
+        json_decref(g.create);
+        return 2;
+    }
+    g.name = json_string_value(json_object_get(g.create, "name"));
+    if (!g.name) {
+        fprintf(stderr, "kennel: mcp needs --session NAME: the session its tools use\n");
+        json_decref(g.create);
+        return 2;
+    }
+    g.core = mcp_new(g.name, &limits, &s_mcp_ops, &g);
+    char *buf = malloc(MCP_READ_SLICE);
+    if (!g.core || !buf) {
+        fprintf(stderr, "kennel mcp: out of memory\n");
+        return 1;
+    }
+    fprintf(stderr, "kennel mcp: serving session %s (MCP %s) on stdin and stdout\n", g.name,
+            MCP_PROTOCOL_VERSION);
+    int at_end = 0;
+    /* After the client's end, what it asked for is finished (a cell running is waited for:
+     * a client piping requests in wants their answers) before this process ends. */
+    while (!at_end || g.is_running) {
+        client_channel_t ch;
+        jmsg_t *m = NULL;
+        int rc;
+        int stdin_fd = at_end ? -1 : STDIN_FILENO;
+        int turn_ms = g.is_running ? 500 : MCP_TURN_MS;
+        if (g.cl) {
+            rc = client_recv_fd(g.cl, turn_ms, stdin_fd, &ch, &m);
+        } else {
+            struct pollfd pfd = {STDIN_FILENO, POLLIN, 0};
+            rc = poll(&pfd, 1, turn_ms) > 0 ? CLIENT_FD_READY : 0;
+        }
+        if (rc == CLIENT_FD_READY) {
+            ssize_t n = read(STDIN_FILENO, buf, MCP_READ_SLICE);
+            if (n > 0) {
+                mcp_feed(g.core, buf, (size_t)n);
+            } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+                mcp_feed_end(g.core);
+                at_end = 1;
+            }
+        } else if (rc == 1) {
+            g.quiet_since = util_now_ms();
+            s_mcp_on_message(&g, ch, m);
+        } else if (rc < 0 && errno != EINTR) {
+            fprintf(stderr, "kennel mcp: waiting on the session failed: %s\n", strerror(errno));
+            break;
+        }
+        jmsg_destroy(&m);
+        if (g.is_running && util_now_ms() - g.quiet_since > 2000)
+            s_mcp_check_alive(&g);
+    }
+    mcp_destroy(&g.core);
+    s_cell_clear(&g.cell);
+    client_destroy(&g.cl);
+    json_decref(g.create);
+    free(buf);
+    return 0;
 }
 
 static int s_cmd_kernelspec(int argc, char **argv)
@@ -1214,6 +1612,8 @@ int main(int argc, char **argv)
         return s_cmd_kernel(args[2]);
     if (strcmp(cmd, "kernelspec") == 0)
         return s_cmd_kernelspec(nargs, args);
+    if (strcmp(cmd, "mcp") == 0)
+        return s_cmd_mcp(nargs, args);
     fputs(s_usage, stderr);
     return 2;
 }
