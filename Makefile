@@ -30,10 +30,10 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
 all: bin/kenneld bin/kennel bin/kennel-init $(ZYGOTE_SO)
 
-# Installs missing Debian packages, and the browser tests' npm packages, once
+# Installs missing Debian packages, and the tests' npm packages, once
 # (scripts/install-deps.sh is the only installer).
 deps: $(DEPS_STAMP)
-$(DEPS_STAMP): scripts/install-deps.sh tests/browser/package-lock.json
+$(DEPS_STAMP): scripts/install-deps.sh tests/browser/package-lock.json tests/mcp/package-lock.json
 	@scripts/install-deps.sh
 	@mkdir -p $(BUILD) && touch $@
 

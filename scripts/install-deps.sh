@@ -1,6 +1,6 @@
 #!/bin/sh
 # install-deps.sh: the one place kennel's dependencies are installed (Debian bookworm: apt,
-# and npm for the browser tests' playwright-core).
+# and npm for the tests' playwright-core and MCP SDK).
 # Installs only what is missing, so `make run` and `make check` stay fast after the first time.
 # Set KENNEL_NO_INSTALL=1 to skip (e.g. on a machine you manage yourself).
 set -eu
@@ -37,11 +37,16 @@ if [ -n "$missing" ]; then
     apt-get install -y -q --no-install-recommends $missing >&2
 fi
 
-# playwright-core, as tests/browser/package-lock.json pins it (it drives /usr/bin/chromium;
-# it never downloads a browser). The copy of the lock file in node_modules says what is there.
-b=tests/browser
-if ! cmp -s "$b/package-lock.json" "$b/node_modules/.kennel-installed-lock"; then
-    echo "install-deps: npm ci in $b" >&2
-    (cd "$b" && npm ci --no-audit --no-fund >&2)
-    cp "$b/package-lock.json" "$b/node_modules/.kennel-installed-lock"
-fi
+# The tests' npm packages, as each folder's package-lock.json pins them: playwright-core in
+# tests/browser (it drives /usr/bin/chromium; it never downloads a browser), and the official
+# MCP TypeScript SDK in tests/mcp (the client of `kennel mcp`: @modelcontextprotocol/sdk
+# 1.32.2 wants node >= 18; its @hono/node-server is pinned to 1.19.19, node >= 18.14.1, as
+# 2.x wants node 20: so one lock serves Debian's node 18.19 and node 20). The copy of the lock
+# file in node_modules says what is there, so npm runs only when a lock is new or changed.
+for b in tests/browser tests/mcp; do
+    if ! cmp -s "$b/package-lock.json" "$b/node_modules/.kennel-installed-lock"; then
+        echo "install-deps: npm ci in $b" >&2
+        (cd "$b" && npm ci --no-audit --no-fund >&2)
+        cp "$b/package-lock.json" "$b/node_modules/.kennel-installed-lock"
+    fi
+done

@@ -52,6 +52,25 @@ def descendants(root_pid):
     return found
 
 
+def end_process(proc, grace_s=10):
+    """End a process a test started, and what it started: SIGTERM, SIGKILL after grace_s,
+    then SIGKILL to whatever was below it just before that is still alive."""
+    below = descendants(proc.pid)
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    for pid, start in below.items():
+        if pid_alive(pid, start):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def children(pid):
     """The pids of pid's children (its main thread's: kenneld's kernels are)."""
     with open(f"/proc/{pid}/task/{pid}/children") as f:

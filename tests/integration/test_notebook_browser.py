@@ -4,10 +4,8 @@ notebook user meets. Notebook's server, Chromium and node are this test's own, o
 and are ended by pid whatever happens."""
 
 import json
-import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -18,7 +16,7 @@ import nbformat
 import pytest
 
 from .itest_helpers import kennel_kernelspec
-from .kenneld_proc import PYTHON, ROOT, descendants, pid_alive
+from .kenneld_proc import PYTHON, ROOT, end_process
 
 BROWSER = ROOT / "tests" / "browser"
 CHROMIUM = Path("/usr/bin/chromium")  # tests/browser/notebook.mjs launches it
@@ -34,22 +32,8 @@ def _free_port():
 
 
 def _end(proc):
-    """End a process this test started, and what it started: SIGTERM, SIGKILL after
-    END_GRACE_S, then SIGKILL to whatever was below it just before that is still alive."""
-    below = descendants(proc.pid)
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(END_GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    for pid, start in below.items():
-        if pid_alive(pid, start):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    """End a process this test started, and what it started (kenneld_proc.end_process)."""
+    end_process(proc, END_GRACE_S)
 
 
 class NotebookServer:
