@@ -45,10 +45,17 @@ Measurements
      create_requests sent at once to a default kenneld, each session executes `1+1` as soon as
      it exists; time until the last answer. Then the same against `kenneld --pool BENCH_BURST`
      (a pool as large as the burst). ipykernel: BENCH_IPY_BURST kernels started at once.
+  9. `kennel mcp` (issue #25: "run_python('1+1') answered <= 5 ms p50 once the session is
+     warm"): `kennel mcp --session mcp` on a default kenneld, driven by raw JSON-RPC lines on
+     its stdin and stdout (a lean client: what an MCP SDK adds is the SDK's), initialized and
+     warmed by 50 calls; then BENCH_MCP_TRIPS tools/call run_python('1+1'), each timed from
+     its line written to its answer read. In halves, alternating with the same number of
+     round trips of the lean Jupyter client of measurement 3 on the same session: kennel
+     mcp's share is its p50 minus that client's.
 
 Environment knobs (defaults in brackets; BENCH_QUICK=1 shrinks every N to a smoke-test size):
   BENCH_QUICK           1: tiny N's everywhere, for a smoke run (~1 min)                [0]
-  BENCH_ONLY            comma list of sections to run: starts, png, rtt, fleet, burst   [all]
+  BENCH_ONLY            sections: starts, png, rtt, fleet, burst, flood, mcp            [all]
   BENCH_STARTS          kennel starts per spawner (measurements 1 and 7)                [20]
   BENCH_IPY_STARTS      ipykernel starts                                                [8]
   BENCH_PLOTS           kennel new session -> first PNG                                 [10]
@@ -63,6 +70,7 @@ Environment knobs (defaults in brackets; BENCH_QUICK=1 shrinks every N to a smok
   BENCH_CREATE_TIMEOUT  seconds allowed for growing to BENCH_MANY sessions              [420]
   BENCH_BURST           kennel sessions created at once                                 [20]
   BENCH_IPY_BURST       ipykernels started at once                                      [10]
+  BENCH_MCP_TRIPS       run_python('1+1') calls through kennel mcp (measurement 9)      [500]
   BENCH_SANDBOX_N       kennel-init -- /usr/bin/true against /usr/bin/true (part of 7)  [50]
   BENCH_OUT             where the JSON goes                                  [bench/results.json]
 
@@ -76,6 +84,7 @@ import json
 import math
 import os
 import platform
+import select
 import shutil
 import signal
 import statistics
@@ -90,6 +99,7 @@ from jupyter_client.session import Session
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KENNELD = os.path.join(ROOT, "bin", "kenneld")
+KENNEL = os.path.join(ROOT, "bin", "kennel")
 PY = "/usr/bin/python3"
 QUICK = os.environ.get("BENCH_QUICK", "0") not in ("", "0")
 DELIM = b"<IDS|MSG>"
@@ -133,7 +143,7 @@ def _long_cell(parts=12):
 
 LONG_CELL = _long_cell()
 
-SECTIONS = ("starts", "png", "rtt", "fleet", "burst", "flood")
+SECTIONS = ("starts", "png", "rtt", "fleet", "burst", "flood", "mcp")
 
 
 def knob(name, default, quick):
@@ -160,6 +170,7 @@ N = {
     "sandbox_n": knob("BENCH_SANDBOX_N", 50, 5),
     "ipy_burst": knob("BENCH_IPY_BURST", 10, 2),
     "flood_trips": knob("BENCH_FLOOD_TRIPS", 200, 20),
+    "mcp_trips": knob("BENCH_MCP_TRIPS", 500, 40),
 }
 ONLY = [s for s in os.environ.get("BENCH_ONLY", ",".join(SECTIONS)).split(",") if s]
 OUT = os.environ.get("BENCH_OUT", os.path.join(ROOT, "bench", "results.json"))
@@ -1519,6 +1530,112 @@ def bench_burst(res):
                     "kennel": kennel, "kennel_pooled": pooled, "ipykernel": ipy}
 
 
+# ---- 9: kennel mcp -------------------------------------------------------------------------------
+
+class Mcp:
+    """`kennel mcp --session NAME` on kenneld k, driven by raw JSON-RPC lines."""
+
+    def __init__(self, k, session):
+        self.buf = b""
+        self.next_id = 0
+        LIVE.append(self)
+        with open(os.path.join(k.root, "mcp.log"), "wb") as logf:
+            self.proc = subprocess.Popen([KENNEL, "--state-dir", k.state, "mcp", "--session",
+                                          session], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=logf)
+
+    def call(self, method, params, timeout=EXEC_TIMEOUT):
+        """One request, its answer's result (an error raises)."""
+        self.next_id += 1
+        line = json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method,
+                           "params": params}).encode() + b"\n"
+        os.write(self.proc.stdin.fileno(), line)
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BenchError(f"kennel mcp: no answer to {method} in {timeout} s")
+            if select.select([fd], [], [], left)[0]:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    raise BenchError(f"kennel mcp exited ({self.proc.wait(5)})")
+                self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        msg = json.loads(line)
+        if msg.get("id") != self.next_id or "result" not in msg:
+            raise BenchError(f"kennel mcp: {method}: {msg}")
+        return msg["result"]
+
+    def run(self, code):
+        r = self.call("tools/call", {"name": "run_python", "arguments": {"code": code}})
+        if r.get("isError"):
+            raise BenchError(f"kennel mcp: run_python({code!r}) failed: {r}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # its end of input: it exits
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def mcp_trips(m, n):
+    times = []
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(n):
+            t = time.perf_counter()
+            m.run(ONE_PLUS_ONE)
+            times.append(ms_since(t))
+    finally:
+        gc.enable()
+    return times
+
+
+def bench_mcp(res):
+    log(f"mcp: {N['mcp_trips']} run_python('1+1') calls through kennel mcp, warm, against a "
+        "direct client of the same session")
+    (k,) = start_kennelds([("mcp", [])])
+    ctx = zmq.Context()
+    m, kc = None, None
+    try:
+        k.wait_pool()
+        m = Mcp(k, "mcp")
+        m.call("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                              "clientInfo": {"name": "bench", "version": "0"}})
+        t = time.perf_counter()
+        m.run(ONE_PLUS_ONE)  # the session is made here
+        first = ms_since(t)
+        for _ in range(50):
+            m.run(ONE_PLUS_ONE)
+        kc = Raw(ctx, conn_of(k.create("mcp")))  # the same session, found by name
+        prime(kc)
+        half = max(1, N["mcp_trips"] // 2)
+        lat = {"mcp": [], "direct": []}
+        for _ in range(2):
+            lat["mcp"] += mcp_trips(m, half)
+            lat["direct"] += round_trips(kc, half, warmup=10)[0]
+    finally:
+        if kc is not None:
+            kc.close()
+        ctx.term()
+        if m is not None:
+            stop(m)
+        stop(k)
+    res["mcp_ms"] = {"what": "tools/call run_python('1+1') through kennel mcp over stdio, raw "
+                             "JSON-RPC lines, from the request written to its answer read",
+                     "first_call_ms": first, "kennel_mcp": summary(lat["mcp"]),
+                     "direct": dict(summary(lat["direct"]),
+                                    what="the lean Jupyter client's 1+1 round trip on the same "
+                                         "session, interleaved")}
+    log(f"  kennel mcp p50 {statistics.median(lat['mcp']):.2f} ms, direct "
+        f"{statistics.median(lat['direct']):.2f} ms")
+
+
 # ---- report ------------------------------------------------------------------------------------
 
 def machine_info():
@@ -1650,6 +1767,15 @@ def table(res):
         a = sb["setup_alone"]["difference"]
         rows.append(("  the sandbox's setup alone (kennel-init -- true, minus true): median / p99",
                      f"{a['median']:.1f} / {a['p99']:.1f} ms", "", ""))
+    mc = res.get("mcp_ms")
+    if mc:
+        km, d = mc["kennel_mcp"], mc["direct"]
+        rows.append(("`kennel mcp`: run_python('1+1') answered, warm: p50 / p99",
+                     f"{km['median']:.2f} / {km['p99']:.2f} ms", "", ""))
+        rows.append(("  same session, a direct Jupyter client's round trip: p50 / p99",
+                     f"{d['median']:.2f} / {d['p99']:.2f} ms", "", ""))
+        rows.append(("  kennel mcp's share: its p50 minus the direct client's",
+                     fmt_ms(km["median"] - d["median"]), "", ""))
     b = res.get("burst")
     if b:
         rows.append((f"burst: kennel {b['kennel']['sessions']} / ipykernel "
@@ -1671,7 +1797,8 @@ def table(res):
 
 
 def targets(res):
-    """Issue #6's targets against what was measured: [(target, measured, met)]."""
+    """The issues' targets (#6's; #30's for the flood, #25's for kennel mcp) against what was
+    measured: [(target, measured, met)]."""
     out = []
     s = res.get("start_first_result_ms")
     if s:
@@ -1710,6 +1837,11 @@ def targets(res):
             out.append((f"  the same with --pool {kp['sessions']} (a pool as large as the burst)",
                         fmt_ms(kp["all_answered_ms"]), kp["all_answered_ms"] <= 500
                         and kp["sessions"] >= 20))
+    mc = res.get("mcp_ms")
+    if mc:
+        p50 = mc["kennel_mcp"]["median"]
+        out.append(("kennel mcp: run_python('1+1') answered <= 5 ms p50 once warm (issue #25)",
+                    fmt_ms(p50), p50 <= 5))
     many = res.get("many_sessions")
     if many and "error" not in many:
         note = "" if many["sessions"] >= 500 else f" (only {many['sessions']} sessions)"
@@ -1744,7 +1876,7 @@ def print_report(res, machine):
     t = targets(res)
     if t:
         print()
-        print("| issue #6 target | measured | met |")
+        print("| target | measured | met |")
         print("| --- | ---: | :---: |")
         for what, value, met in t:
             print(f"| {what} | {value} | {'yes' if met else 'no'} |")
@@ -1774,7 +1906,8 @@ def main():
     t0 = time.monotonic()
     try:
         steps = {"starts": bench_starts, "png": bench_png, "rtt": bench_rtt,
-                 "fleet": bench_fleet, "burst": bench_burst, "flood": bench_flood}
+                 "fleet": bench_fleet, "burst": bench_burst, "flood": bench_flood,
+                 "mcp": bench_mcp}
         for name in SECTIONS:
             if name in ONLY:
                 machine.setdefault("loadavg_by_section", {})[name] = list(os.getloadavg())
