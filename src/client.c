@@ -212,7 +212,8 @@ int client_recv_fd(client_t *self, int timeout_ms, int fd, client_channel_t *cha
 {
     *out = NULL;
     /* The sockets in channel order (the first ready one is read, shell before iopub, as
-     * zpoller did), then fd. */
+     * zpoller did), but fd first: what it brings (kennel mcp's client cancelling a call) must
+     * not wait behind a flood of output. */
     zmq_pollitem_t items[5];
     for (int i = 0; i < 4; i++)
         items[i] = (zmq_pollitem_t){zsock_resolve(self->sock[i]), 0, ZMQ_POLLIN, 0};
@@ -233,12 +234,14 @@ int client_recv_fd(client_t *self, int timeout_ms, int fd, client_channel_t *cha
         }
         if (rc == 0)
             return 0;
+        if (nitems == 5 && items[4].revents)
+            return CLIENT_FD_READY;
         int which = -1;
         for (int i = 0; i < 4 && which < 0; i++)
             if (items[i].revents & ZMQ_POLLIN)
                 which = i;
         if (which < 0)
-            return items[4].revents ? CLIENT_FD_READY : 0;
+            continue;
         zmsg_t *z = zmsg_recv(self->sock[which]);
         if (!z)
             continue;

@@ -38,7 +38,7 @@ int client_send_meta(client_t *self, client_channel_t channel, const char *msg_t
  *  1 and an owned *out with *channel set, 0 on timeout, -1 on error (EINTR when a signal came). */
 int client_recv(client_t *self, int timeout_ms, client_channel_t *channel, jmsg_t **out);
 /*  client_recv that also watches fd (not read; -1: none): CLIENT_FD_READY when fd is readable
- *  (or at its end) and no message came first. */
+ *  (or at its end), before any message that is waiting too. */
 #define CLIENT_FD_READY 2
 int client_recv_fd(client_t *self, int timeout_ms, int fd, client_channel_t *channel,
                    jmsg_t **out);

@@ -411,6 +411,8 @@ static size_t s_strip(const char *in, size_t len, char *out)
             while (i < len && in[i] != 0x07 && !(in[i] == 0x1b && i + 1 < len && in[i + 1] == '\\'))
                 i++;
             i += i < len && in[i] == 0x07 ? 1 : 2;
+        } else if (kind >= 0x80) {
+            i--; /* ESC before a character: only the ESC goes, the character stays whole */
         } else {
             while (kind >= 0x20 && kind <= 0x2f && i < len) /* intermediates, then a final */
                 kind = (unsigned char)in[i++];

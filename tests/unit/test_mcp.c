@@ -649,14 +649,16 @@ TEST(run_python_error_is_a_result_with_is_error_and_no_colours)
     s_output(m, "error", "{\"ename\":\"ZeroDivisionError\",\"evalue\":\"division by zero\","
                          "\"traceback\":[\"\\u001b[0;31m---------\\u001b[0m\","
                          "\"\\u001b[0;31mZeroDivisionError\\u001b[0m: division by zero\","
-                         "\"\\u001b]0;title\\u0007bell\\u0007 \\u001b(Bdone\\u001b[\"]}");
+                         "\"\\u001b]0;title\\u0007bell\\u0007 \\u001b(Bdone\\u001b[\","
+                         "\"\\u001b\\u00e9t\\u00e9\\u001b\"]}");
     s_done(m, "{\"status\":\"error\",\"ename\":\"ZeroDivisionError\","
               "\"evalue\":\"division by zero\",\"execution_count\":1}",
            "{\"outcome\":\"error\",\"metrics\":{\"wall_ms\":1}}");
     json_t *msg = s_last(&w);
     CHECK(json_object_get(msg, "error") == NULL); /* not a protocol error */
     CHECK(s_is_error_result(msg));
-    CHECK_STR(s_block_text(msg, 0), "---------\nZeroDivisionError: division by zero\nbell done\n");
+    CHECK_STR(s_block_text(msg, 0),
+              "---------\nZeroDivisionError: division by zero\nbell done\n\xc3\xa9t\xc3\xa9\n");
     CHECK(strchr(s_block_text(msg, 0), 0x1b) == NULL);
     json_t *sc = json_object_get(s_result(msg), "structuredContent");
     CHECK_STR(json_string_value(json_object_get(sc, "outcome")), "error");
