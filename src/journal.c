@@ -115,11 +115,22 @@ static const char *s_part(const jmsg_t *m, jmsg_part_t part, size_t *len, char *
     return *dumped ? *dumped : "{}";
 }
 
-/*  The message as one JSON text. NULL on allocation failure. */
-static entry_t *s_entry(const jmsg_t *m)
+/*  The message as one JSON text, if it takes at most max bytes. NULL when it is larger (its
+ *  size is told from its raw parts before anything is copied: a 60 MB result copied to be
+ *  thrown away held kenneld's loop ~100 ms) or on allocation failure. */
+static entry_t *s_entry(const jmsg_t *m, size_t max)
 {
     static const char *const keys[JMSG_NPARTS] = {"{\"header\":", ",\"parent_header\":",
                                                   ",\"metadata\":", ",\"content\":"};
+    size_t raw_len = 0;
+    for (int i = 0; i < JMSG_NPARTS; i++) {
+        size_t n = 0;
+        if (jmsg_raw(m, (jmsg_part_t)i, &n) && n > max)
+            return NULL;
+        raw_len += n;
+    }
+    if (raw_len > max)
+        return NULL;
     const char *text[JMSG_NPARTS];
     char *dumped[JMSG_NPARTS];
     size_t len[JMSG_NPARTS], total = 0;
@@ -188,7 +199,7 @@ void journal_add(journal_t *self, const jmsg_t *msg, long long now_ms)
     const char *state = jmsg_cstr(json_object_get(content, "execution_state"));
     if (strcmp(type, "status") == 0 && state && strcmp(state, "idle") == 0)
         c->ended = 1;
-    entry_t *e = s_entry(msg);
+    entry_t *e = s_entry(msg, self->max_bytes / 4);
     if (!e || e->len > self->max_bytes / 4) {
         free(e);
         c->lost++;
