@@ -264,12 +264,18 @@ void session_history_restore(session_t *self, const json_t *h)
 
 /* ---- sending ---------------------------------------------------------------------------- */
 
-/*  What the outbox sends goes straight to iopub, and into the journal. */
+/*  Send msg on channel now; what goes to iopub goes into the journal too. Takes *msg_p. */
+static void s_emit(session_t *self, unsigned channel, jmsg_t **msg_p)
+{
+    if (channel == ROUTE_IOPUB)
+        journal_add(self->journal, *msg_p, util_now_ms());
+    self->ops->send(self->ctx, channel, msg_p);
+}
+
+/*  What the outbox sends goes straight to iopub. */
 static void s_outbox_send(void *arg, jmsg_t **msg_p)
 {
-    session_t *self = arg;
-    journal_add(self->journal, *msg_p, util_now_ms());
-    self->ops->send(self->ctx, ROUTE_IOPUB, msg_p);
+    s_emit(arg, ROUTE_IOPUB, msg_p);
 }
 
 /*  Keep the flush timer armed exactly while the outbox holds something. */
@@ -291,9 +297,7 @@ static void s_send(session_t *self, unsigned channel, jmsg_t **msg_p)
         outbox_flush(self->outbox);
         s_flush_timer(self);
     }
-    if (channel == ROUTE_IOPUB)
-        journal_add(self->journal, *msg_p, util_now_ms());
-    self->ops->send(self->ctx, channel, msg_p);
+    s_emit(self, channel, msg_p);
 }
 
 /*  Whether the outbox should merge output now: iopub's subscribers lag, or output comes
