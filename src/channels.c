@@ -96,6 +96,7 @@ struct channels {
     out_t *out_head, *out_tail; /* messages waiting behind one being signed, in send order */
     sign_job_t *job;    /* the head's signing, on the signer, or NULL */
     size_t queued;      /* bytes of the messages in that queue */
+    size_t queued_iopub; /* how many of them go to iopub */
     channels_flushed_fn *flushed;
     void *flushed_arg;
 };
@@ -558,6 +559,7 @@ static void s_pump(channels_t *self)
         if (!self->out_head)
             self->out_tail = NULL;
         self->queued -= o->bytes;
+        self->queued_iopub -= o->i == CHANNELS_IOPUB;
         if (o->is_signed)
             s_deliver(self, o->i, o->is_end, &o->z);
         zmsg_destroy(&o->z);
@@ -612,6 +614,7 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
     *o = (out_t){.i = i, .is_end = is_end, .is_signed = !off_loop, .z = z,
                  .sig_frame = sig_frame, .bytes = bytes};
     self->queued += bytes;
+    self->queued_iopub += i == CHANNELS_IOPUB;
     if (self->out_tail)
         self->out_tail->next = o;
     else
@@ -623,10 +626,7 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
 
 size_t channels_iopub_backlog(const channels_t *self)
 {
-    size_t queued = 0;
-    for (const out_t *o = self->out_head; o; o = o->next)
-        queued += o->i == CHANNELS_IOPUB;
-    return atomic_load_explicit(&self->unread->msgs, memory_order_relaxed) + queued;
+    return atomic_load_explicit(&self->unread->msgs, memory_order_relaxed) + self->queued_iopub;
 }
 
 int channels_pending(const channels_t *self)
