@@ -32,6 +32,7 @@
 
 #include "channels.h"
 #include "disk.h"
+#include "launch.h"
 #include "loop.h"
 #include "sandbox.h"
 #include "log.h"
@@ -73,9 +74,7 @@ struct broker {
     int tick_timer;          /* the armed timer that frees closing sessions, or -1 */
     int memory_timer;        /* the guard of kenneld's own memory (--max-memory), or -1 */
     long long memory_cut_at; /* when it last cut every client (monotonic ms) */
-    unsigned char *slots;    /* slots[n] = 1 while a session (or a pooled kernel) runs as
-                              * uid_base + n; max_sessions + pool of them */
-    size_t nslots;
+    launch_t *launch;        /* the kernels' host ids (uid slots), environment, command */
     zlistx_t *pool;          /* pooled_t*: sealed kernels waiting for new sessions */
     int pool_timer;          /* armed refill timer, or -1 */
     int respawn_timer;       /* armed when sessions wait for a kernel asked again, or -1 */
@@ -120,7 +119,7 @@ struct sess {
     char dir[PATH_MAX];
     char conn_path[PATH_MAX];
     char workspace[PATH_MAX];
-    size_t slot;             /* index into broker slots: the kernel's host uid */
+    size_t slot;             /* its uid slot (launch.h): the kernel's host ids */
     int disk_mounted;        /* the workspace is a mounted image (limits.disk_bytes) */
     disk_job_t *disk_job;    /* that image is being made and mounted; the kernel waits */
     int kill_pending;        /* a SIGKILL came before the kernel had a pid (a restart asked
@@ -128,7 +127,7 @@ struct sess {
     int respawn;             /* the zygote died owing this kernel: asked again (s_on_respawn) */
     int respawned;           /* ... once per start (s_op_kernel_start): a zygote that dies at
                               * every fork fails it */
-    broker_limits_t limits;
+    reslimits_t limits;
     cgroup_t *cg;            /* the running kernel's cgroup, or NULL */
     spawner_proc_t proc;
     int has_proc;            /* proc is a live (unreaped) kernel */
@@ -458,78 +457,6 @@ static void s_on_flushed(void *arg)
     }
 }
 
-/*  A kernel's environment: nothing of kenneld's, only this allowlist. */
-#define KERNEL_ENV_N 5
-
-static void s_kernel_env(const broker_cfg_t *cfg, const char *workspace, const char *dir,
-                         char env[KERNEL_ENV_N][PATH_MAX + 32])
-{
-    const char *home = cfg->sandbox ? SANDBOX_WORKSPACE : workspace;
-    /* IPython's profile and matplotlib's cache go to scratch space, not the workspace. */
-    const char *scratch = cfg->sandbox ? "/tmp" : dir;
-    snprintf(env[0], sizeof env[0], "PATH=/usr/local/bin:/usr/bin:/bin");
-    snprintf(env[1], sizeof env[1], "LANG=C.UTF-8");
-    snprintf(env[2], sizeof env[2], "HOME=%s", home);
-    snprintf(env[3], sizeof env[3], "IPYTHONDIR=%s/.ipython", scratch);
-    snprintf(env[4], sizeof env[4], "MPLCONFIGDIR=%s/.matplotlib", scratch);
-}
-
-/*  The command and environment of a cold-started kernel. Sandboxed, kennel-init builds the
- *  walls and runs Python inside them; with --insecure-no-sandbox Python runs directly, as
- *  kenneld's user. */
-typedef struct {
-    char *argv[32];
-    char *envp[KERNEL_ENV_N + 1];
-    char env[KERNEL_ENV_N][PATH_MAX + 32];
-    char buf[12][PATH_MAX + 32];
-} launch_t;
-
-/*  The host ids a session's kernel runs as: its own pair per slot, kenneld's own when
- *  kenneld is unprivileged (it can map no other) or runs kernels unsandboxed. */
-static void s_kernel_ids(const broker_t *b, size_t slot, uid_t *uid, gid_t *gid)
-{
-    int own = !b->cfg.sandbox || b->cfg.own_ids;
-    *uid = own ? getuid() : (uid_t)(b->cfg.uid_base + slot);
-    *gid = own ? getgid() : (gid_t)(b->cfg.uid_base + slot);
-}
-
-static void s_launch_args(const sess_t *s, launch_t *l)
-{
-    const broker_cfg_t *cfg = &s->broker->cfg;
-    size_t a = 0, b = 0;
-#define ARG(x) (assert(a < 31), l->argv[a++] = (char *)(x))
-#define FMT(...) (assert(b < 12), snprintf(l->buf[b], sizeof l->buf[b], __VA_ARGS__), l->buf[b++])
-    uid_t uid;
-    gid_t gid;
-    s_kernel_ids(s->broker, s->slot, &uid, &gid);
-    const char *kernel_dir = cfg->kernel_dir;
-    if (cfg->sandbox) {
-        ARG(cfg->init_path);
-        ARG("--workspace"), ARG(s->workspace);
-        ARG("--kernel-dir"), ARG(cfg->kernel_dir);
-        ARG("--uid"), ARG(FMT("%u", (unsigned)uid)), ARG("--gid"), ARG(FMT("%u", (unsigned)gid));
-        ARG("--tmp"), ARG(FMT("%llu", s->limits.tmp_bytes));
-        ARG("--as"), ARG(FMT("%llu", s->limits.cg.memory_bytes));
-        ARG("--nproc"), ARG(FMT("%lu", s->limits.cg.pids));
-        ARG("--nofile"), ARG(FMT("%lu", s->limits.nofile));
-        ARG("--");
-        kernel_dir = SANDBOX_KERNEL_DIR;
-    }
-    ARG(cfg->python);
-    /* -I: no user site, no PYTHON* variables, no script directory on sys.path, so nothing
-     * planted in the workspace runs at the next start. */
-    ARG("-I");
-    ARG(FMT("%s/kennel_kernel.py", kernel_dir));
-    ARG("--pipe-fd"), ARG("3");
-    l->argv[a] = NULL;
-    s_kernel_env(cfg, s->workspace, s->dir, l->env);
-    for (size_t e = 0; e < KERNEL_ENV_N; e++)
-        l->envp[e] = l->env[e];
-    l->envp[KERNEL_ENV_N] = NULL;
-#undef ARG
-#undef FMT
-}
-
 /* ---- the zygote ---------------------------------------------------------------------------- */
 
 #define ZYGOTE_STALL_MS 60000 /* a zygote that owes answers this long is hung (imports too) */
@@ -636,26 +563,25 @@ static int s_on_zygote(loop_t *loop, int fd, int revents, void *arg)
 /*  Ask the zygote for a sealed kernel with these walls, without waiting (the answer comes
  *  with spawner_zygote_take). 0 and *ticket set, or -1 with why (*ticket untouched). */
 static int s_zygote_request(broker_t *b, const char *workspace, size_t slot,
-                            const broker_limits_t *limits, const cgroup_t *cg,
+                            const reslimits_t *limits, const cgroup_t *cg,
                             spawner_proc_t *out, unsigned long *ticket, char *why,
                             size_t why_len)
 {
-    const broker_cfg_t *cfg = &b->cfg;
     if (s_zygote_start(b) < 0) {
         snprintf(why, why_len, "cannot start the zygote: %s", strerror(errno));
         return -1;
     }
-    char env[KERNEL_ENV_N][PATH_MAX + 32];
-    s_kernel_env(cfg, workspace, NULL, env);
+    launch_env_t env;
+    launch_env(b->launch, workspace, NULL, env);
     json_t *envo = json_object();
-    for (size_t i = 0; i < KERNEL_ENV_N; i++) {
+    for (size_t i = 0; i < LAUNCH_ENV_N; i++) {
         char *eq = strchr(env[i], '=');
         *eq = '\0';
         json_object_set_new(envo, env[i], json_string(eq + 1));
     }
     uid_t uid;
     gid_t gid;
-    s_kernel_ids(b, slot, &uid, &gid);
+    launch_ids(b->launch, slot, &uid, &gid);
     json_t *req = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "uid", (json_int_t)uid,
                             "gid", (json_int_t)gid,
                             "tmp", (json_int_t)limits->tmp_bytes, "as",
@@ -813,7 +739,7 @@ static disk_job_t *s_disk_submit(broker_t *b, const char *dir, const char *works
     snprintf(j->dir, sizeof j->dir, "%s", dir);
     snprintf(j->workspace, sizeof j->workspace, "%s", workspace);
     j->bytes = bytes;
-    s_kernel_ids(b, slot, &j->uid, &j->gid);
+    launch_ids(b->launch, slot, &j->uid, &j->gid);
     if (worker_submit(b->worker, s_disk_run, s_disk_done, j) < 0) {
         int saved = errno;
         free(j);
@@ -850,8 +776,8 @@ static void s_orphans_collect(broker_t *b);
 static int s_kernel_spawn(sess_t *s)
 {
     broker_t *b = s->broker;
-    launch_t launch;
-    s_launch_args(s, &launch);
+    launch_cmd_t cmd;
+    launch_cold(b->launch, s->workspace, s->dir, s->slot, &s->limits, &cmd);
     cgroup_destroy(&s->cg);
     if (b->cfg.sandbox) {
         s->cg = cgroup_create(s->id, &s->limits.cg);
@@ -862,7 +788,7 @@ static int s_kernel_spawn(sess_t *s)
     }
     int rc = b->cfg.sandbox && b->cfg.zygote
                  ? s_zygote_spawn(b, s, &s->proc)
-                 : spawner_spawn(launch.argv, launch.envp, b->cfg.sandbox ? "/" : s->workspace,
+                 : spawner_spawn(cmd.argv, cmd.envp, b->cfg.sandbox ? "/" : s->workspace,
                                  s->cg ? cgroup_procs_paths(s->cg) : NULL, &s->proc);
     if (rc < 0) {
         int saved = errno;
@@ -1071,14 +997,6 @@ typedef struct {
     disk_job_t *disk_job;    /* that image is being made; the zygote is asked afterwards */
 } pooled_t;
 
-static size_t s_free_slot(broker_t *b)
-{
-    size_t i = 0;
-    while (i < b->nslots && b->slots[i])
-        i++;
-    return i; /* nslots: none (cannot happen: sessions and pool are both capped) */
-}
-
 /*  Forget a pooled kernel: killed, reaped (kenneld's child, so this waits only for the kill),
  *  its cgroup and directory removed. */
 static void s_pool_drop(broker_t *b, pooled_t *p)
@@ -1106,7 +1024,7 @@ static void s_pool_drop(broker_t *b, pooled_t *p)
         PLOG_W("umount(%s)", p->workspace);
     if (p->dir[0] && statedir_remove_tree(p->dir) < 0)
         PLOG_W("remove %s", p->dir);
-    b->slots[p->slot] = 0;
+    launch_slot_free(b->launch, p->slot);
     free(p);
 }
 
@@ -1220,18 +1138,16 @@ static int s_pool_add(broker_t *b)
     if (!p)
         return -1;
     p->proc.pidfd = p->proc.pipe_fd = -1;
-    p->slot = s_free_slot(b);
-    if (p->slot >= b->nslots) {
+    if (launch_slot_take(b->launch, -1, &p->slot) < 0) {
         free(p);
         return -1;
     }
-    b->slots[p->slot] = 1;
     util_uuid(p->id);
     broker_error_t err = {0};
     char *why = err.evalue;
     uid_t uid;
     gid_t gid;
-    s_kernel_ids(b, p->slot, &uid, &gid);
+    launch_ids(b->launch, p->slot, &uid, &gid);
     unsigned long long disk = b->cfg.limits.disk_bytes;
     if (statedir_session_create(b->cfg.state_dir, p->id, p->dir, sizeof p->dir) < 0 ||
         snprintf(p->workspace, sizeof p->workspace, "%s/workspace", p->dir) >= PATH_MAX ||
@@ -1311,12 +1227,9 @@ static void s_pool_fill(broker_t *b)
 }
 
 /*  Same walls as the pool's kernels (timeout and idle are kenneld's business, not theirs). */
-static int s_pool_fits(const broker_t *b, const broker_limits_t *l)
+static int s_pool_fits(const broker_t *b, const reslimits_t *l)
 {
-    const broker_limits_t *d = &b->cfg.limits;
-    return !l || (l->cg.memory_bytes == d->cg.memory_bytes && l->cg.pids == d->cg.pids &&
-                  l->cg.cpus == d->cg.cpus && l->tmp_bytes == d->tmp_bytes &&
-                  l->nofile == d->nofile && l->disk_bytes == d->disk_bytes);
+    return !l || reslimits_same_walls(l, &b->cfg.limits);
 }
 
 /*  A pooled kernel whose hello waits in its pipe: it has finished starting. */
@@ -1328,7 +1241,7 @@ static int s_pooled_ready(const pooled_t *p)
 
 /*  A pooled kernel for a new session with these limits, detached from the pool: one that has
  *  said hello if any, else one still starting; NULL when there is none. */
-static pooled_t *s_pool_take(broker_t *b, const broker_limits_t *limits)
+static pooled_t *s_pool_take(broker_t *b, const reslimits_t *limits)
 {
     if (!b->pool || !s_pool_fits(b, limits))
         return NULL;
@@ -1734,7 +1647,7 @@ static void s_free_sess(sess_t **s_p)
     session_destroy(&s->core);
     channels_destroy(&s->ch);
     cgroup_destroy(&s->cg);
-    s->broker->slots[s->slot] = 0;
+    launch_slot_free(s->broker->launch, s->slot);
     kpipe_destroy(&s->decoder);
     if (s->launcher_fd >= 0)
         close(s->launcher_fd);
@@ -1994,16 +1907,6 @@ static sess_t *s_find(broker_t *self, const char *id_or_name)
     return NULL;
 }
 
-/*  Limits as the manager API shows them (create_request's units). New reference. */
-static json_t *s_limits_json(const broker_limits_t *l)
-{
-    return json_pack("{s:I, s:I, s:f, s:I, s:f, s:f, s:I}", "memory",
-                     (json_int_t)l->cg.memory_bytes, "pids", (json_int_t)l->cg.pids, "cpu",
-                     l->cg.cpus, "tmp", (json_int_t)l->tmp_bytes, "timeout",
-                     l->timeout_ms / 1000.0, "idle", l->idle_ms / 1000.0, "disk",
-                     (json_int_t)l->disk_bytes);
-}
-
 /* A listing measures sessions for at most this long (on the meter), oldest measure first, and
  * shows the others' last measure, so that `kennel ls` over hundreds of sessions answers at
  * once; a measure younger than MEMORY_FRESH_MS is not taken again for it. One session's info
@@ -2105,7 +2008,7 @@ static json_t *s_info(sess_t *s)
     int live = s->has_proc && s->proc.pid > 0;
     json_object_set_new(info, "pss_bytes", json_integer(live ? s->pss : 0));
     json_object_set_new(info, "uss_bytes", json_integer(live ? s->uss : 0));
-    json_object_set_new(info, "limits", s_limits_json(&s->limits));
+    json_object_set_new(info, "limits", reslimits_json(&s->limits));
     json_object_set_new(info, "sandboxed", json_boolean(s->broker->cfg.sandbox));
     json_object_set_new(info, "unread_bytes", json_integer(s->ch ? (json_int_t)channels_unread(s->ch) : 0));
     json_object_set_new(info, "unread_dropped", json_integer(s->ch ? (json_int_t)channels_dropped(s->ch) : 0));
@@ -2212,7 +2115,7 @@ static int s_write_meta(const sess_t *s)
 {
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/meta.json", s->dir);
-    const broker_limits_t *l = &s->limits;
+    const reslimits_t *l = &s->limits;
     json_t *meta = json_pack("{s:s, s:s, s:b, s:I, s:{s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I}}", "id",
                              s->id, "name", session_name(s->core), "launched", s->launched, "slot",
                              (json_int_t)s->slot, "limits", "memory",
@@ -2286,7 +2189,7 @@ static int s_disk_remount(broker_t *self, sess_t *s, uid_t uid, gid_t gid, broke
  *  directory and connection. launched: NULL, or the launcher of a kernelspec's session (pid
  *  0 when not known). NULL with *err on failure (nothing is left behind for a new session). */
 static sess_t *s_make(broker_t *self, const char *id, const char *name, const json_t *connection,
-                      const broker_limits_t *limits, const launcher_t *launched, long slot,
+                      const reslimits_t *limits, const launcher_t *launched, long slot,
                       int disk_ready, broker_error_t *err)
 {
     sess_t *s = calloc(1, sizeof *s);
@@ -2306,12 +2209,10 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
         s->launcher = *launched;
     s->shell_held = s->launched;
     s->limits = limits ? *limits : self->cfg.limits;
-    if (slot >= 0 && (size_t)slot < self->nslots && !self->slots[slot])
-        s->slot = (size_t)slot;
-    else
-        while (self->slots[s->slot])
-            s->slot++; /* a free slot exists: fewer than max_sessions are live */
-    self->slots[s->slot] = 1;
+    /* A free slot exists: fewer than max_sessions are live. */
+    int taken = launch_slot_take(self->launch, slot, &s->slot);
+    assert(taken == 0);
+    (void)taken;
     if (id)
         snprintf(s->id, sizeof s->id, "%s", id);
     else
@@ -2332,7 +2233,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     }
     uid_t uid;
     gid_t gid;
-    s_kernel_ids(self, s->slot, &uid, &gid);
+    launch_ids(self->launch, s->slot, &uid, &gid);
     if (self->cfg.sandbox) {
         /* The kernel's host uid owns its workspace and nothing else. */
         if (chown(s->workspace, uid, gid) < 0) {
@@ -2488,7 +2389,7 @@ static void s_watch_launcher(sess_t *s, int fd)
 /*  A new session, its kernel starting (from the pool when one fits), not served yet. NULL
  *  with err. */
 static sess_t *s_create(broker_t *self, const char *name, const json_t *connection,
-                        const broker_limits_t *limits, const launcher_t *launched,
+                        const reslimits_t *limits, const launcher_t *launched,
                         broker_error_t *err)
 {
     if (zlistx_size(self->sessions) >= self->cfg.max_sessions) {
@@ -2501,7 +2402,7 @@ static sess_t *s_create(broker_t *self, const char *name, const json_t *connecti
     pooled_t *p = s_pool_take(self, limits);
     if (p) {
         /* The session takes the pooled kernel's id, directory, uid and cgroup. */
-        self->slots[p->slot] = 0;
+        launch_slot_free(self->launch, p->slot);
         s = s_make(self, p->id, name, connection, limits, launched, (long)p->slot, 1, err);
         if (s) {
             s->proc = p->proc;
@@ -2512,7 +2413,8 @@ static sess_t *s_create(broker_t *self, const char *name, const json_t *connecti
             if (s->cg && cgroup_set_background(s->cg, 0) < 0)
                 PLOG_W("session=%s: its kernel keeps the pool's small CPU share", s->id);
         } else {
-            self->slots[p->slot] = 1;
+            size_t slot;
+            (void)launch_slot_take(self->launch, (long)p->slot, &slot); /* the pool's again */
             s_pool_drop(self, p);
         }
         s_pool_fill_after(self, POOL_REFILL_AFTER_TAKE_MS);
@@ -2536,7 +2438,7 @@ static sess_t *s_create(broker_t *self, const char *name, const json_t *connecti
 }
 
 json_t *broker_create(broker_t *self, const char *name, const json_t *connection,
-                      const broker_limits_t *limits, int launched, pid_t launcher, int *created,
+                      const reslimits_t *limits, int launched, pid_t launcher, int *created,
                       broker_error_t *err)
 {
     *created = 0;
@@ -2610,15 +2512,9 @@ static const char *s_restore_slot(broker_t *self, const json_t *jslot, size_t *s
     if (!json_is_integer(jslot) || v < 0 || v >= RESTORE_SLOT_MAX)
         return "its uid slot is missing or out of range";
     *slot = (size_t)v;
-    if (*slot >= self->nslots) {
-        unsigned char *grown = realloc(self->slots, *slot + 1);
-        if (!grown)
-            return "out of memory";
-        memset(grown + self->nslots, 0, *slot + 1 - self->nslots);
-        self->slots = grown;
-        self->nslots = *slot + 1;
-    }
-    return self->slots[*slot] ? "its uid slot is another session's" : NULL;
+    if (launch_slot_grow(self->launch, *slot) < 0)
+        return "out of memory";
+    return launch_slot_taken(self->launch, *slot) ? "its uid slot is another session's" : NULL;
 }
 
 /*  Bring back one session of an earlier kenneld from its directory: same id, name, limits,
@@ -2681,7 +2577,7 @@ static void s_restore_one(broker_t *self, const char *dir)
     else if (id)
         why = s_restore_slot(self, json_object_get(meta, "slot"), &slot);
     if (!why && id && name && conn && json_is_object(l)) {
-        broker_limits_t lim = {
+        reslimits_t lim = {
             {(unsigned long long)json_integer_value(json_object_get(l, "memory")),
              (unsigned long)json_integer_value(json_object_get(l, "pids")),
              json_number_value(json_object_get(l, "cpu"))},
@@ -2826,14 +2722,14 @@ int broker_end(broker_t *self, const char *id_or_name)
     return 0;
 }
 
-broker_limits_t broker_default_limits(const broker_t *self)
+reslimits_t broker_default_limits(const broker_t *self)
 {
     return self->cfg.limits;
 }
 
 json_t *broker_stats(const broker_t *self)
 {
-    json_t *limits = s_limits_json(&self->cfg.limits);
+    json_t *limits = reslimits_json(&self->cfg.limits);
     json_object_set_new(limits, "nofile", json_integer((json_int_t)self->cfg.limits.nofile));
     size_t pooled = 0;
     for (pooled_t *p = zlistx_first(self->pool); p; p = zlistx_next(self->pool))
@@ -2882,7 +2778,7 @@ int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t o
         return -1;
     }
     snprintf(out, out_len, "%s", s->workspace);
-    s_kernel_ids(self, s->slot, uid, gid);
+    launch_ids(self->launch, s->slot, uid, gid);
     return 0;
 }
 
@@ -2989,8 +2885,9 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->sessions = zlistx_new();
     self->closing = zlistx_new();
     self->orphans = zlistx_new();
-    self->nslots = cfg->max_sessions + (cfg->sandbox && cfg->zygote ? cfg->pool : 0);
-    self->slots = calloc(self->nslots, 1);
+    launch_cfg_t lc = {cfg->sandbox, cfg->own_ids, cfg->uid_base, cfg->python, cfg->kernel_dir,
+                       cfg->init_path};
+    self->launch = launch_new(&lc, cfg->max_sessions + (cfg->sandbox && cfg->zygote ? cfg->pool : 0));
     self->pool = zlistx_new();
     self->pool_timer = -1;
     self->respawn_timer = -1;
@@ -3002,7 +2899,7 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->meter = worker_new(loop);
     self->signer = worker_new(loop);
     self->sweeper = worker_new(loop);
-    if (!self->sessions || !self->closing || !self->orphans || !self->slots || !self->pool ||
+    if (!self->sessions || !self->closing || !self->orphans || !self->launch || !self->pool ||
         !self->worker || !self->meter || !self->signer || !self->sweeper ||
         pipe2(self->lifeline, O_CLOEXEC) < 0) {
         broker_destroy(&self);
@@ -3079,7 +2976,7 @@ void broker_destroy(broker_t **self_p)
     zlistx_destroy(&self->sessions);
     zlistx_destroy(&self->closing);
     zlistx_destroy(&self->orphans);
-    free(self->slots);
+    launch_destroy(&self->launch);
     free(self);
     *self_p = NULL;
 }

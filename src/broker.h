@@ -10,20 +10,11 @@
 #include <czmq.h>
 #include <jansson.h>
 
-#include "cgroup.h"
 #include "loop.h"
+#include "reslimits.h"
 #include "session.h"
 #include "wire.h"
 
-/*  A session's resource limits. */
-typedef struct {
-    cgroup_limits_t cg;              /* memory (also RLIMIT_AS), pids, cpu */
-    unsigned long long tmp_bytes;    /* /tmp and /dev/shm tmpfs size */
-    unsigned long nofile;            /* RLIMIT_NOFILE */
-    long long timeout_ms;            /* a cell's default deadline; 0: none */
-    long long idle_ms;               /* evict after this long without a client message; 0: never */
-    unsigned long long disk_bytes;   /* workspace size cap (an ext4 image); 0: none */
-} broker_limits_t;
 
 typedef struct {
     const char *state_dir;
@@ -44,7 +35,7 @@ typedef struct {
     const char *disk_desc;        /* what the disk probe found: its cost, or why not */
     const char *const *lost;      /* the walls kenneld could not build here, for stats;
                                      NULL-terminated, or NULL */
-    broker_limits_t limits;       /* defaults for sessions that ask for none */
+    reslimits_t limits;       /* defaults for sessions that ask for none */
     const char *sandbox_desc;     /* what the start-up probe found, for stats */
     long long ttl_ms;             /* an evicted session unused this long ends for good */
     size_t max_sessions;
@@ -78,7 +69,7 @@ typedef struct {
  *  (0: unknown) is that launcher's pid, and the session ends when that process does.
  *  Returns a new reference to the session's info, or NULL with *err filled. */
 json_t *broker_create(broker_t *self, const char *name, const json_t *connection,
-                      const broker_limits_t *limits, int launched, pid_t launcher,
+                      const reslimits_t *limits, int launched, pid_t launcher,
                       int *created, broker_error_t *err);
 /*  Bring back the sessions an earlier kenneld left in the state directory. Call once, before
  *  serving. */
@@ -97,7 +88,7 @@ json_t *broker_list(broker_t *self, int *pending);
 /*  End the session with this id or name. 0, or -1 when there is none. */
 int broker_end(broker_t *self, const char *id_or_name);
 /*  The limits sessions get unless they ask otherwise. */
-broker_limits_t broker_default_limits(const broker_t *self);
+reslimits_t broker_default_limits(const broker_t *self);
 /*  A new JSON object for stats_reply: status, sessions, max_sessions, sandbox layers, limits. */
 json_t *broker_stats(const broker_t *self);
 /*  The workspace directory (into out) and the kernel's host ids of a session. 0; 1 when the

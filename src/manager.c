@@ -80,7 +80,7 @@ static const char *s_session_arg(const jmsg_t *req)
 /*  Per-session limits over the defaults: {"memory": bytes, "pids": n, "cpu": cpus,
  *  "tmp": bytes, "disk": bytes, "timeout": seconds, "idle": seconds}; 0 for disk, timeout
  *  and idle: none, as kenneld's own options. NULL on success, else the reason. */
-static const char *s_parse_limits(const json_t *obj, broker_limits_t *lim)
+static const char *s_parse_limits(const json_t *obj, reslimits_t *lim)
 {
     if (!obj || json_is_null(obj))
         return NULL;
@@ -154,7 +154,7 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
     }
     if (conn && !json_is_null(conn) && !json_is_object(conn))
         return s_error("BadRequest", "connection must be an object");
-    broker_limits_t limits = broker_default_limits(self->broker);
+    reslimits_t limits = broker_default_limits(self->broker);
     const char *bad = s_parse_limits(json_object_get(content, "limits"), &limits);
     if (bad)
         return s_error("BadRequest", bad);
