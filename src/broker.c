@@ -25,9 +25,7 @@
 #include <unistd.h>
 
 #include <sys/mount.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include "channels.h"
@@ -39,6 +37,7 @@
 #include "route.h"
 #include "spawner.h"
 #include "statedir.h"
+#include "sweeper.h"
 #include "util.h"
 #include "worker.h"
 
@@ -85,11 +84,7 @@ struct broker {
     worker_t *worker;        /* makes and mounts new workspace images, off the loop */
     worker_t *meter;         /* measures sessions' memory, off the loop and off the worker */
     worker_t *signer;        /* signs sessions' large messages, off the loop (channels) */
-    worker_t *sweeper;       /* removes ended sessions' directories from the trash, off the loop
-                              * and out of the worker's way (a workspace without a cap can
-                              * hold any number of files) */
-    atomic_int sweep_stop;   /* set at kenneld's end: what is left in the trash waits for the
-                              * next kenneld */
+    sweeper_t *sweeper;      /* removes ended sessions' directories from the trash */
     struct mem_job *mem_job; /* the measure under way on it, or NULL */
     int mem_list_done;       /* a listing's measure is done: the next broker_list answers */
     char mem_info_done[40];  /* the session whose info measure is done: broker_info answers
@@ -1367,93 +1362,6 @@ static void s_snap_done(void *arg)
     free(j);
 }
 
-/*  The removal of a directory, on the sweeper (or, behind a snapshot still being written
- *  there, on the worker). */
-typedef struct {
-    broker_t *broker;
-    char path[PATH_MAX];
-    int background;          /* on the sweeper: at the lowest CPU and I/O priority */
-    int rc, err;
-} sweep_job_t;
-
-#define IOPRIO_CLASS_BE 2
-#define IOPRIO_VALUE(class, level) ((class) << 13 | (level))
-
-static void s_sweep_run(void *arg)
-{
-    sweep_job_t *j = arg;
-    /* Removing a million files is seconds of the kernel's time: on two cores it must not
-     * take the loop's thread's share (Linux gives each thread its own nice and I/O class). */
-    if (j->background) {
-        (void)setpriority(PRIO_PROCESS, 0, 19);
-        (void)syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0,
-                      IOPRIO_VALUE(IOPRIO_CLASS_BE, 7));
-    }
-    j->rc = statedir_remove_tree_until(j->path, &j->broker->sweep_stop);
-    j->err = j->rc < 0 ? errno : 0;
-}
-
-static void s_sweep_done(void *arg)
-{
-    sweep_job_t *j = arg;
-    if (j->rc < 0 && j->err != ECANCELED)
-        LOG_W("remove %s: %s", j->path, strerror(j->err));
-    free(j);
-}
-
-/*  Remove dir on w (the sweeper if NULL), or here if it cannot be queued. */
-static void s_sweep(broker_t *b, worker_t *w, const char *dir)
-{
-    sweep_job_t *j = calloc(1, sizeof *j);
-    if (j) {
-        j->broker = b;
-        j->background = !w;
-        snprintf(j->path, sizeof j->path, "%s", dir);
-        if (worker_submit(w ? w : b->sweeper, s_sweep_run, s_sweep_done, j) == 0)
-            return;
-        free(j);
-    }
-    if (statedir_remove_tree(dir) < 0)
-        PLOG_W("remove %s", dir);
-}
-
-/*  Take dir (a session's, ended for good) out of the sessions at once: into the trash, whose
- *  path goes into out (dir itself if it cannot move: it is removed in place then). */
-static void s_trash(broker_t *b, const char *dir, char *out, size_t out_len)
-{
-    if (statedir_trash(b->cfg.state_dir, dir, out, out_len) == 0)
-        return;
-    PLOG_W("cannot move %s to %s/trash; it is removed where it is", dir, b->cfg.state_dir);
-    snprintf(out, out_len, "%s", dir);
-}
-
-/*  Remove dir, ended for good, off the loop: into the trash now, removed on the sweeper. */
-static void s_discard(broker_t *b, const char *dir)
-{
-    char path[PATH_MAX];
-    s_trash(b, dir, path, sizeof path);
-    s_sweep(b, NULL, path);
-}
-
-/*  What a kenneld before this one left in the trash. */
-static void s_sweep_trash(broker_t *b)
-{
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/trash", b->cfg.state_dir);
-    DIR *d = opendir(path);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        if (snprintf(path, sizeof path, "%s/trash/%s", b->cfg.state_dir, e->d_name) <
-            (int)sizeof path)
-            s_sweep(b, NULL, path);
-    }
-    closedir(d);
-}
-
 /*  Queue a store (data is copied) or a drop of s's snapshot. 0, or -1 with errno. */
 static int s_snap_submit(sess_t *s, snap_kind_t kind, const void *data, size_t len)
 {
@@ -1677,7 +1585,7 @@ static void s_orphan_finish(orphan_t *o)
     if (o->mount[0] && disk_unmount(o->mount, 0) < 0)
         PLOG_E("umount(%s)", o->mount);
     if (o->dir[0])
-        s_sweep(o->broker, o->remover, o->dir);
+        sweeper_remove(o->broker->sweeper, o->remover, o->dir);
     free(o);
 }
 
@@ -1838,7 +1746,7 @@ static void s_close_sess(sess_t *s, int forget)
         /* Gone from the sessions at once (a rename: a later kenneld never finds it), removed
          * off the loop once the kernel is gone: a workspace without a cap may hold millions
          * of files. A snapshot still being written there goes first, on the worker. */
-        s_trash(b, s->dir, o->dir, sizeof o->dir);
+        sweeper_trash(b->sweeper, s->dir, o->dir, sizeof o->dir);
         o->remover = s->snap_jobs > 0 ? b->worker : NULL;
     } else if (s->disk_mounted) {
         /* Kept for the next kenneld: unmounted cleanly once the kernel has gone. */
@@ -2554,7 +2462,7 @@ static void s_restore_one(broker_t *self, const char *dir)
                   "removing it", id ? id : "?", dir, (long)launcher.pid);
             snprintf(path, sizeof path, "%s/workspace", dir);
             disk_unmount(path, 1); /* mounted still only if kenneld had no namespace of its own */
-            s_discard(self, dir);
+            sweeper_discard(self->sweeper, dir);
             json_decref(meta);
             json_decref(conn);
             return;
@@ -2610,7 +2518,7 @@ static void s_restore_one(broker_t *self, const char *dir)
                   "workspace image, saved state or files)", dir, why);
         } else {
             LOG_W("cannot restore the session in %s (%s); removing it", dir, why);
-            s_discard(self, dir);
+            sweeper_discard(self->sweeper, dir);
         }
     }
     if (!s && launcher_fd >= 0)
@@ -2898,14 +2806,13 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->worker = worker_new(loop);
     self->meter = worker_new(loop);
     self->signer = worker_new(loop);
-    self->sweeper = worker_new(loop);
+    self->sweeper = sweeper_new(loop, cfg->state_dir);
     if (!self->sessions || !self->closing || !self->orphans || !self->launch || !self->pool ||
         !self->worker || !self->meter || !self->signer || !self->sweeper ||
         pipe2(self->lifeline, O_CLOEXEC) < 0) {
         broker_destroy(&self);
         return NULL;
     }
-    s_sweep_trash(self);
     if (cfg->max_memory && (self->memory_timer = loop_timer(loop, MEMORY_GUARD_MS, 0,
                                                             s_on_memory_guard, self)) < 0) {
         broker_destroy(&self);
@@ -2967,9 +2874,10 @@ void broker_destroy(broker_t **self_p)
     zlistx_destroy(&self->pool);
     /* Every job is abandoned by now: their callbacks only unmount and remove. What the
      * trash still holds is removed by the next kenneld: a stop does not wait for it. */
-    atomic_store(&self->sweep_stop, 1);
+    if (self->sweeper)
+        sweeper_stop(self->sweeper);
     worker_destroy(&self->worker);
-    worker_destroy(&self->sweeper);
+    sweeper_destroy(&self->sweeper);
     for (int i = 0; i < 2; i++)
         if (self->lifeline[i] >= 0)
             close(self->lifeline[i]);
