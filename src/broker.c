@@ -36,6 +36,7 @@
 #include "log.h"
 #include "route.h"
 #include "spawner.h"
+#include "snapstore.h"
 #include "statedir.h"
 #include "sweeper.h"
 #include "util.h"
@@ -82,6 +83,7 @@ struct broker {
     int zygote_watch;        /* its watchdog timer, or -1 */
     int lifeline[2];         /* the zygote's kernels hold [0]; it hangs up when kenneld dies */
     worker_t *worker;        /* makes and mounts new workspace images, off the loop */
+    snapstore_t *snaps;      /* evicted sessions' snapshots, written on the worker */
     worker_t *meter;         /* measures sessions' memory, off the loop and off the worker */
     worker_t *signer;        /* signs sessions' large messages, off the loop (channels) */
     sweeper_t *sweeper;      /* removes ended sessions' directories from the trash */
@@ -151,9 +153,7 @@ struct sess {
     int want_pollout;
     long long pss, uss;      /* the kernel's memory as last measured (s_memory) */
     long long mem_at;        /* util_now_ms() of that measure; 0: never */
-    int snap_jobs;           /* snapshot jobs of this session on the worker (snap_job_t) */
     size_t dropped_seen;     /* channels_dropped when s_on_flushed last looked */
-    unsigned snap_gen;       /* bumped by each store and drop: a store answers if still last */
 };
 
 /* ---- the kernel pipe --------------------------------------------------------------------- */
@@ -1300,135 +1300,17 @@ static void s_op_timer_arm(void *ctx, session_timer_t which, long long delay_ms)
         PLOG_W("session=%s: cannot arm a timer", s->id);
 }
 
-/* ---- snapshots, written on the worker thread ---------------------------------------------- */
-
-/*  The snapshot of an evicted session lives in its directory, out of the kernel's reach. It
- *  is written and fsynced on the worker thread (tens of ms for even a small one on this
- *  VM's disk, which on the loop stalled every session). Every later step on the same file
- *  (a drop, the directory's removal when the session ends) goes through the worker too
- *  while a job of the session's is there, so that jobs keep their order. */
-typedef enum { SNAP_STORE, SNAP_DROP } snap_kind_t;
-
-typedef struct {
-    broker_t *broker;
-    snap_kind_t kind;
-    char id[40];       /* whose: found again by id when done (it may have ended) */
-    unsigned gen;      /* its snap_gen when submitted */
-    char path[PATH_MAX + 16]; /* the snapshot */
-    void *data;        /* SNAP_STORE: a copy of the snapshot */
-    size_t len;
-    int rc, err;
-} snap_job_t;
-
-static void s_snapshot_path(const sess_t *s, char *out, size_t len)
-{
-    snprintf(out, len, "%s/snapshot", s->dir);
-}
-
-/*  On the worker thread: touches nothing but the job. */
-static void s_snap_run(void *arg)
-{
-    snap_job_t *j = arg;
-    if (j->kind == SNAP_STORE)
-        j->rc = statedir_write_file(j->path, j->data, j->len, STATEDIR_DURABLE);
-    else
-        j->rc = unlink(j->path) < 0 && errno != ENOENT ? -1 : 0;
-    j->err = j->rc < 0 ? errno : 0;
-    free(j->data);
-    j->data = NULL;
-}
-
-static sess_t *s_find_id(broker_t *self, const char *id);
-static int s_write_meta(const sess_t *s);
-
-static void s_snap_done(void *arg)
-{
-    snap_job_t *j = arg;
-    sess_t *s = s_find_id(j->broker, j->id);
-    if (s)
-        s->snap_jobs--;
-    /* A session ended meanwhile took its directory to the trash: nothing to say. */
-    if (j->rc < 0 && (s || j->err != ENOENT))
-        LOG_W("session=%s: %s %s: %s", j->id, j->kind == SNAP_STORE ? "write" : "unlink",
-              j->path, strerror(j->err));
-    if (s && j->kind == SNAP_STORE && j->gen == s->snap_gen) {
-        char why[160];
-        snprintf(why, sizeof why, "writing it: %s", strerror(j->err));
-        session_on_snapshot_stored(s->core, j->rc < 0 ? why : NULL);
-        /* The record goes with the state it describes (cells, names the save lost). */
-        if (j->rc == 0 && s_write_meta(s) < 0)
-            PLOG_W("session=%s: cannot update its meta.json", s->id);
-    }
-    free(j);
-}
-
-/*  Queue a store (data is copied) or a drop of s's snapshot. 0, or -1 with errno. */
-static int s_snap_submit(sess_t *s, snap_kind_t kind, const void *data, size_t len)
-{
-    snap_job_t *j = calloc(1, sizeof *j);
-    if (!j)
-        return -1;
-    j->broker = s->broker;
-    j->kind = kind;
-    snprintf(j->id, sizeof j->id, "%s", s->id);
-    s_snapshot_path(s, j->path, sizeof j->path);
-    if (kind == SNAP_STORE) {
-        j->data = malloc(len ? len : 1);
-        if (!j->data) {
-            free(j);
-            errno = ENOMEM;
-            return -1;
-        }
-        memcpy(j->data, data, len);
-        j->len = len;
-    }
-    j->gen = ++s->snap_gen;
-    if (worker_submit(s->broker->worker, s_snap_run, s_snap_done, j) < 0) {
-        int saved = errno;
-        free(j->data);
-        free(j);
-        errno = saved;
-        return -1;
-    }
-    s->snap_jobs++;
-    return 0;
-}
-
 /*  A snapshot counts against the session's --disk, with what its workspace image holds. */
 static int s_op_snapshot_store(void *ctx, const void *data, size_t len, const char **why)
 {
     sess_t *s = ctx;
-    static char reason[200];
-    if (s->limits.disk_bytes) {
-        char image[PATH_MAX + 32];
-        snprintf(image, sizeof image, "%s/workspace.img", s->dir);
-        struct stat st;
-        unsigned long long used =
-            stat(image, &st) == 0 ? (unsigned long long)st.st_blocks * 512 : 0;
-        if (used + len > s->limits.disk_bytes) {
-            snprintf(reason, sizeof reason,
-                     "the snapshot's %zu bytes and the workspace's %llu are over the session's "
-                     "disk cap of %llu",
-                     len, used, s->limits.disk_bytes);
-            *why = reason;
-            return -1;
-        }
-    }
-    if (s_snap_submit(s, SNAP_STORE, data, len) < 0) {
-        snprintf(reason, sizeof reason, "cannot queue its write: %s", strerror(errno));
-        *why = reason;
-        return -1;
-    }
-    return 0;
+    return snapstore_store(s->broker->snaps, s->id, s->dir, data, len, s->limits.disk_bytes, why);
 }
 
 static int s_op_snapshot_load(void *ctx, void **data, size_t *len)
 {
     sess_t *s = ctx;
-    char path[PATH_MAX + 16];
-    s_snapshot_path(s, path, sizeof path);
-    *data = util_read_file(path, s->broker->cfg.max_pipe_frame, len);
-    return *data ? 0 : -1;
+    return snapstore_load(s->broker->snaps, s->dir, data, len);
 }
 
 static size_t s_op_iopub_backlog(void *ctx)
@@ -1440,13 +1322,25 @@ static size_t s_op_iopub_backlog(void *ctx)
 static void s_op_snapshot_drop(void *ctx)
 {
     sess_t *s = ctx;
-    s->snap_gen++; /* a store still on the worker answers no one */
-    if (s->snap_jobs > 0 && s_snap_submit(s, SNAP_DROP, NULL, 0) == 0)
-        return;
-    char path[PATH_MAX + 16];
-    s_snapshot_path(s, path, sizeof path);
-    if (unlink(path) < 0 && errno != ENOENT)
-        PLOG_W("unlink(%s)", path);
+    snapstore_drop(s->broker->snaps, s->id, s->dir);
+}
+
+static sess_t *s_find_id(broker_t *self, const char *id);
+static int s_write_meta(const sess_t *s);
+
+/*  The snapshot store's ops: a session is found again by id. */
+static int s_snap_live(void *ctx, const char *id)
+{
+    return s_find_id(ctx, id) != NULL;
+}
+
+static void s_snap_stored(void *ctx, const char *id, const char *why)
+{
+    sess_t *s = s_find_id(ctx, id);
+    session_on_snapshot_stored(s->core, why);
+    /* The record goes with the state it describes (cells, names the save lost). */
+    if (!why && s_write_meta(s) < 0)
+        PLOG_W("session=%s: cannot update its meta.json", s->id);
 }
 
 static void s_close_sess(sess_t *s, int forget);
@@ -1747,7 +1641,7 @@ static void s_close_sess(sess_t *s, int forget)
          * off the loop once the kernel is gone: a workspace without a cap may hold millions
          * of files. A snapshot still being written there goes first, on the worker. */
         sweeper_trash(b->sweeper, s->dir, o->dir, sizeof o->dir);
-        o->remover = s->snap_jobs > 0 ? b->worker : NULL;
+        o->remover = snapstore_busy(b->snaps, s->id) ? b->worker : NULL;
     } else if (s->disk_mounted) {
         /* Kept for the next kenneld: unmounted cleanly once the kernel has gone. */
         snprintf(o->mount, sizeof o->mount, "%s", s->workspace);
@@ -2807,8 +2701,11 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->meter = worker_new(loop);
     self->signer = worker_new(loop);
     self->sweeper = sweeper_new(loop, cfg->state_dir);
+    snapstore_ops_t snap_ops = {s_snap_live, s_snap_stored};
+    self->snaps = self->worker ? snapstore_new(self->worker, cfg->max_pipe_frame, &snap_ops, self)
+                               : NULL;
     if (!self->sessions || !self->closing || !self->orphans || !self->launch || !self->pool ||
-        !self->worker || !self->meter || !self->signer || !self->sweeper ||
+        !self->worker || !self->snaps || !self->meter || !self->signer || !self->sweeper ||
         pipe2(self->lifeline, O_CLOEXEC) < 0) {
         broker_destroy(&self);
         return NULL;
@@ -2877,6 +2774,7 @@ void broker_destroy(broker_t **self_p)
     if (self->sweeper)
         sweeper_stop(self->sweeper);
     worker_destroy(&self->worker);
+    snapstore_destroy(&self->snaps);
     sweeper_destroy(&self->sweeper);
     for (int i = 0; i < 2; i++)
         if (self->lifeline[i] >= 0)

@@ -1,0 +1,216 @@
+/*  snapstore: the jobs of each session are counted in a table by id, with a generation that
+ *  each store and drop bumps; an entry lives only while its session has jobs on the worker. */
+#include "snapstore.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sys/stat.h>
+
+#include <czmq.h>
+
+#include "log.h"
+#include "statedir.h"
+#include "util.h"
+
+struct snapstore {
+    worker_t *worker;
+    size_t max_bytes;
+    snapstore_ops_t ops;
+    void *ctx;
+    zhashx_t *pending;       /* id -> pending_t: sessions with jobs on the worker */
+};
+
+typedef struct {
+    int jobs;                /* this session's jobs on the worker */
+    unsigned gen;            /* bumped by each store and drop: a store answers if still last */
+} pending_t;
+
+typedef enum { SNAP_STORE, SNAP_DROP } snap_kind_t;
+
+typedef struct {
+    snapstore_t *store;
+    snap_kind_t kind;
+    char id[40];       /* whose: found again by id when done (it may have ended) */
+    unsigned gen;      /* its pending gen when submitted */
+    char path[PATH_MAX + 16]; /* the snapshot */
+    void *data;        /* SNAP_STORE: a copy of the snapshot */
+    size_t len;
+    int rc, err;
+} snap_job_t;
+
+static void s_snapshot_path(const char *dir, char *out, size_t len)
+{
+    snprintf(out, len, "%s/snapshot", dir);
+}
+
+static void s_pending_free(void **item)
+{
+    free(*item);
+    *item = NULL;
+}
+
+snapstore_t *snapstore_new(worker_t *worker, size_t max_bytes, const snapstore_ops_t *ops,
+                           void *ctx)
+{
+    snapstore_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->worker = worker;
+    self->max_bytes = max_bytes;
+    self->ops = *ops;
+    self->ctx = ctx;
+    self->pending = zhashx_new();
+    if (!self->pending) {
+        free(self);
+        errno = ENOMEM;
+        return NULL;
+    }
+    zhashx_set_destructor(self->pending, s_pending_free);
+    return self;
+}
+
+void snapstore_destroy(snapstore_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    zhashx_destroy(&(*self_p)->pending);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+/*  On the worker thread: touches nothing but the job. */
+static void s_snap_run(void *arg)
+{
+    snap_job_t *j = arg;
+    if (j->kind == SNAP_STORE)
+        j->rc = statedir_write_file(j->path, j->data, j->len, STATEDIR_DURABLE);
+    else
+        j->rc = unlink(j->path) < 0 && errno != ENOENT ? -1 : 0;
+    j->err = j->rc < 0 ? errno : 0;
+    free(j->data);
+    j->data = NULL;
+}
+
+static void s_snap_done(void *arg)
+{
+    snap_job_t *j = arg;
+    snapstore_t *self = j->store;
+    pending_t *p = zhashx_lookup(self->pending, j->id);
+    int live = self->ops.live(self->ctx, j->id);
+    /* A session ended meanwhile took its directory to the trash: nothing to say. */
+    if (j->rc < 0 && (live || j->err != ENOENT))
+        LOG_W("session=%s: %s %s: %s", j->id, j->kind == SNAP_STORE ? "write" : "unlink",
+              j->path, strerror(j->err));
+    int last = p && j->gen == p->gen;
+    if (p && --p->jobs == 0)
+        zhashx_delete(self->pending, j->id);
+    if (live && j->kind == SNAP_STORE && last) {
+        char why[160];
+        snprintf(why, sizeof why, "writing it: %s", strerror(j->err));
+        self->ops.stored(self->ctx, j->id, j->rc < 0 ? why : NULL);
+    }
+    free(j);
+}
+
+/*  Queue a store (data is copied) or a drop of id's snapshot. 0, or -1 with errno. */
+static int s_snap_submit(snapstore_t *self, snap_kind_t kind, const char *id, const char *dir,
+                         const void *data, size_t len)
+{
+    snap_job_t *j = calloc(1, sizeof *j);
+    if (!j)
+        return -1;
+    j->store = self;
+    j->kind = kind;
+    snprintf(j->id, sizeof j->id, "%s", id);
+    s_snapshot_path(dir, j->path, sizeof j->path);
+    if (kind == SNAP_STORE) {
+        j->data = malloc(len ? len : 1);
+        if (!j->data) {
+            free(j);
+            errno = ENOMEM;
+            return -1;
+        }
+        memcpy(j->data, data, len);
+        j->len = len;
+    }
+    pending_t *p = zhashx_lookup(self->pending, id);
+    if (!p && (!(p = calloc(1, sizeof *p)) || zhashx_insert(self->pending, id, p) < 0)) {
+        free(p);
+        free(j->data);
+        free(j);
+        errno = ENOMEM;
+        return -1;
+    }
+    j->gen = ++p->gen;
+    if (worker_submit(self->worker, s_snap_run, s_snap_done, j) < 0) {
+        int saved = errno;
+        if (p->jobs == 0)
+            zhashx_delete(self->pending, id);
+        free(j->data);
+        free(j);
+        errno = saved;
+        return -1;
+    }
+    p->jobs++;
+    return 0;
+}
+
+int snapstore_store(snapstore_t *self, const char *id, const char *dir, const void *data,
+                    size_t len, unsigned long long cap_bytes, const char **why)
+{
+    static char reason[200];
+    /* A snapshot counts against the session's --disk, with what its workspace image holds. */
+    if (cap_bytes) {
+        char image[PATH_MAX + 32];
+        snprintf(image, sizeof image, "%s/workspace.img", dir);
+        struct stat st;
+        unsigned long long used =
+            stat(image, &st) == 0 ? (unsigned long long)st.st_blocks * 512 : 0;
+        if (used + len > cap_bytes) {
+            snprintf(reason, sizeof reason,
+                     "the snapshot's %zu bytes and the workspace's %llu are over the session's "
+                     "disk cap of %llu",
+                     len, used, cap_bytes);
+            *why = reason;
+            return -1;
+        }
+    }
+    if (s_snap_submit(self, SNAP_STORE, id, dir, data, len) < 0) {
+        snprintf(reason, sizeof reason, "cannot queue its write: %s", strerror(errno));
+        *why = reason;
+        return -1;
+    }
+    return 0;
+}
+
+int snapstore_load(snapstore_t *self, const char *dir, void **data, size_t *len)
+{
+    char path[PATH_MAX + 16];
+    s_snapshot_path(dir, path, sizeof path);
+    *data = util_read_file(path, self->max_bytes, len);
+    return *data ? 0 : -1;
+}
+
+void snapstore_drop(snapstore_t *self, const char *id, const char *dir)
+{
+    pending_t *p = zhashx_lookup(self->pending, id);
+    if (p) {
+        p->gen++; /* a store still on the worker answers no one */
+        if (s_snap_submit(self, SNAP_DROP, id, dir, NULL, 0) == 0)
+            return;
+    }
+    char path[PATH_MAX + 16];
+    s_snapshot_path(dir, path, sizeof path);
+    if (unlink(path) < 0 && errno != ENOENT)
+        PLOG_W("unlink(%s)", path);
+}
+
+int snapstore_busy(const snapstore_t *self, const char *id)
+{
+    return zhashx_lookup(self->pending, id) != NULL;
+}
