@@ -30,6 +30,7 @@
 
 #include "channels.h"
 #include "disk.h"
+#include "diskjob.h"
 #include "launch.h"
 #include "loop.h"
 #include "sandbox.h"
@@ -63,7 +64,6 @@
 #define LAUNCHED_IOPUB_WAIT_MS 10000
 
 typedef struct sess sess_t;
-typedef struct disk_job disk_job_t;
 
 struct broker {
     loop_t *loop;
@@ -118,7 +118,7 @@ struct sess {
     char workspace[PATH_MAX];
     size_t slot;             /* its uid slot (launch.h): the kernel's host ids */
     int disk_mounted;        /* the workspace is a mounted image (limits.disk_bytes) */
-    disk_job_t *disk_job;    /* that image is being made and mounted; the kernel waits */
+    diskjob_t *disk_job;     /* that image is being made and mounted; the kernel waits */
     int kill_pending;        /* a SIGKILL came before the kernel had a pid (a restart asked
                               * for while it started): delivered once it has one */
     int respawn;             /* the zygote died owing this kernel: asked again (s_on_respawn) */
@@ -647,52 +647,7 @@ static int s_zygote_spawn(broker_t *b, sess_t *s, spawner_proc_t *out)
 
 /* ---- workspace images, made and mounted on the worker thread ----------------------------- */
 
-/*  A fresh workspace image (a template copy, a loop device, an ext4 mount: 20-90 ms, mostly
- *  waiting on I/O and kernel locks) made off the loop for a new session or a pooled kernel.
- *  Its owner may go first (the session ended, the pool was emptied): the job is then
- *  abandoned, and its done callback undoes what it did. */
-struct disk_job {
-    sess_t *sess;            /* whose it is: a session's, */
-    void *pooled;            /* or a pooled kernel's (pooled_t); neither once abandoned */
-    broker_t *broker;
-    int keep;                /* abandoned by a session kept for the next kenneld */
-    atomic_int cancelled;    /* abandoned before it ran: the worker skips it */
-    char dir[PATH_MAX];
-    char workspace[PATH_MAX + 16];
-    unsigned long long bytes;
-    uid_t uid;
-    gid_t gid;
-    int rc, err;             /* the outcome: 0, or -1 with errno err at step */
-    const char *step;
-    long long ms;
-};
-
-/*  On the worker thread: touches nothing but the job. */
-static void s_disk_run(void *arg)
-{
-    disk_job_t *j = arg;
-    if (atomic_load(&j->cancelled)) {
-        j->rc = -1;
-        j->err = ECANCELED;
-        j->step = "cancelled";
-        return;
-    }
-    char image[PATH_MAX + 32];
-    snprintf(image, sizeof image, "%s/workspace.img", j->dir);
-    long long t0 = util_now_ms();
-    /* A job's workspace was never mounted: an image there is a failed try's. */
-    (void)unlink(image);
-    j->rc = disk_create(image, j->bytes, &j->step) < 0 ||
-                    disk_mount(image, j->workspace, 1, j->uid, j->gid, &j->step) < 0
-                ? -1
-                : 0;
-    j->err = j->rc < 0 ? errno : 0;
-    j->ms = util_now_ms() - t0;
-}
-
-static void s_sess_disk_ready(sess_t *s, const disk_job_t *j);
 static void s_spawn_deferred(sess_t *s);
-static void s_pool_disk_ready(broker_t *b, void *pooled, const disk_job_t *j);
 
 /*  A session's workspace is mounted, failed, or its session ended, or a measure of memory is
  *  done: what broker_workspace, broker_info or broker_list waited for (see broker_on_settled). */
@@ -702,61 +657,15 @@ static void s_settled(broker_t *b)
         b->settled(b->settled_arg);
 }
 
-static void s_disk_done(void *arg)
+/*  s goes before its image is ready (diskjob_abandon). A session not kept loses its meta.json
+ *  at once, so that a kenneld that dies before the job is done does not bring it back. */
+static void s_sess_disk_abandon(sess_t *s, int keep)
 {
-    disk_job_t *j = arg;
-    if (j->sess) {
-        j->sess->disk_job = NULL;
-        s_sess_disk_ready(j->sess, j);
-        s_settled(j->broker);
-    } else if (j->pooled) {
-        s_pool_disk_ready(j->broker, j->pooled, j);
-    } else {
-        /* Abandoned: nothing runs on the image; a session kept for the next kenneld keeps
-         * its directory (that kenneld mounts the image again). */
-        if (j->rc == 0 && disk_unmount(j->workspace, !j->keep) < 0)
-            PLOG_W("umount(%s)", j->workspace);
-        if (!j->keep && statedir_remove_tree(j->dir) < 0)
-            PLOG_W("remove %s", j->dir);
-    }
-    free(j);
-}
-
-/*  Queue the making of a fresh image of `bytes` in dir, mounted on workspace for slot's uid.
- *  The caller sets its owner. NULL with errno. */
-static disk_job_t *s_disk_submit(broker_t *b, const char *dir, const char *workspace,
-                                 unsigned long long bytes, size_t slot)
-{
-    disk_job_t *j = calloc(1, sizeof *j);
-    if (!j)
-        return NULL;
-    j->broker = b;
-    snprintf(j->dir, sizeof j->dir, "%s", dir);
-    snprintf(j->workspace, sizeof j->workspace, "%s", workspace);
-    j->bytes = bytes;
-    launch_ids(b->launch, slot, &j->uid, &j->gid);
-    if (worker_submit(b->worker, s_disk_run, s_disk_done, j) < 0) {
-        int saved = errno;
-        free(j);
-        errno = saved;
-        return NULL;
-    }
-    return j;
-}
-
-/*  The owner goes before its image is ready: a job not yet run is skipped; the done callback
- *  unmounts what was made and, unless keep, removes the directory (the owner must not: the
- *  worker may still be writing there). A session not kept loses its meta.json at once, so
- *  that a kenneld that dies before the job is done does not bring the session back. */
-static void s_disk_abandon(disk_job_t *j, int keep)
-{
-    j->sess = NULL;
-    j->pooled = NULL;
-    j->keep = keep;
-    atomic_store(&j->cancelled, 1);
+    diskjob_abandon(s->disk_job, keep);
+    s->disk_job = NULL;
     if (!keep) {
         char meta[PATH_MAX + 16];
-        snprintf(meta, sizeof meta, "%s/meta.json", j->dir);
+        snprintf(meta, sizeof meta, "%s/meta.json", s->dir);
         if (unlink(meta) < 0 && errno != ENOENT)
             PLOG_W("unlink(%s)", meta);
     }
@@ -797,22 +706,36 @@ static int s_kernel_spawn(sess_t *s)
 /*  A new session's workspace image is made and mounted off the loop; its kernel starts when
  *  that is done (s_sess_disk_ready). Until then the session is starting, as it would be
  *  waiting for its kernel's hello. 0, or -1 with errno. */
+static void s_sess_disk_ready(sess_t *s, const diskjob_result_t *j);
+
+/*  s's image is made and mounted, or failed. */
+static void s_sess_disk_done(void *owner, const diskjob_result_t *result)
+{
+    sess_t *s = owner;
+    s->disk_job = NULL;
+    s_sess_disk_ready(s, result);
+    s_settled(s->broker);
+}
+
 static int s_sess_disk_start(sess_t *s)
 {
     if (s->disk_job)
         return 0;
-    s->disk_job = s_disk_submit(s->broker, s->dir, s->workspace, s->limits.disk_bytes, s->slot);
+    uid_t uid;
+    gid_t gid;
+    launch_ids(s->broker->launch, s->slot, &uid, &gid);
+    s->disk_job = diskjob_submit(s->broker->worker, s->dir, s->workspace, s->limits.disk_bytes,
+                                 uid, gid, s_sess_disk_done, s);
     if (!s->disk_job) {
         char why[200];
         snprintf(why, sizeof why, "cannot set up the workspace's disk: %s", strerror(errno));
         session_start_failed(s->core, why);
         return -1;
     }
-    s->disk_job->sess = s;
     return 0;
 }
 
-static void s_sess_disk_ready(sess_t *s, const disk_job_t *j)
+static void s_sess_disk_ready(sess_t *s, const diskjob_result_t *j)
 {
     char why[300];
     if (j->rc < 0) {
@@ -981,6 +904,7 @@ static void s_sess_collect(broker_t *b)
 /*  A kernel made for a session that does not exist yet: its id, directory, workspace, host uid
  *  and cgroup are chosen at fill time, so that creating the session is a hand-over. */
 typedef struct {
+    broker_t *broker;
     char id[40];
     char dir[PATH_MAX];
     char workspace[PATH_MAX + 16];
@@ -989,7 +913,7 @@ typedef struct {
     spawner_proc_t proc;     /* pid 0 until the zygote has answered */
     unsigned long ticket;
     int disk_mounted;        /* its workspace is a mounted image (the default --disk) */
-    disk_job_t *disk_job;    /* that image is being made; the zygote is asked afterwards */
+    diskjob_t *disk_job;     /* that image is being made; the zygote is asked afterwards */
 } pooled_t;
 
 /*  Forget a pooled kernel: killed, reaped (kenneld's child, so this waits only for the kill),
@@ -998,7 +922,7 @@ static void s_pool_drop(broker_t *b, pooled_t *p)
 {
     if (p->disk_job) {
         /* Its image is still being made: the job removes it, directory and all. */
-        s_disk_abandon(p->disk_job, 0);
+        diskjob_abandon(p->disk_job, 0);
         p->disk_job = NULL;
         p->dir[0] = '\0';
     }
@@ -1101,9 +1025,10 @@ static int s_pool_spawn(broker_t *b, pooled_t *p, char *why, size_t why_len)
                             &p->ticket, why, why_len);
 }
 
-static void s_pool_disk_ready(broker_t *b, void *pooled, const disk_job_t *j)
+static void s_pool_disk_ready(void *pooled, const diskjob_result_t *j)
 {
     pooled_t *p = pooled;
+    broker_t *b = p->broker;
     p->disk_job = NULL;
     /* Out of the pool while the zygote is asked: a zygote found dead then is stopped, which
      * drops every pooled kernel it has not named yet (this one included, were it listed). */
@@ -1132,6 +1057,7 @@ static int s_pool_add(broker_t *b)
     pooled_t *p = calloc(1, sizeof *p);
     if (!p)
         return -1;
+    p->broker = b;
     p->proc.pidfd = p->proc.pipe_fd = -1;
     if (launch_slot_take(b->launch, -1, &p->slot) < 0) {
         free(p);
@@ -1149,9 +1075,9 @@ static int s_pool_add(broker_t *b)
         chown(p->workspace, uid, gid) < 0) {
         snprintf(why, sizeof err.evalue, "session directory: %s", strerror(errno));
     } else if (disk && s_disk_check(b, disk, &err) == 0) {
-        p->disk_job = s_disk_submit(b, p->dir, p->workspace, disk, p->slot);
+        p->disk_job = diskjob_submit(b->worker, p->dir, p->workspace, disk, uid, gid,
+                                     s_pool_disk_ready, p);
         if (p->disk_job) {
-            p->disk_job->pooled = p;
             zlistx_add_end(b->pool, p);
             return 0;
         }
@@ -1441,10 +1367,8 @@ static void s_free_sess(sess_t **s_p)
     sess_t *s = *s_p;
     if (!s)
         return;
-    if (s->disk_job) { /* not closed first (a failed create): the job undoes itself */
-        s_disk_abandon(s->disk_job, 0);
-        s->disk_job = NULL;
-    }
+    if (s->disk_job) /* not closed first (a failed create): the job undoes itself */
+        s_sess_disk_abandon(s, 0);
     s_disk_unmount(s, 1);
     session_destroy(&s->core);
     channels_destroy(&s->ch);
@@ -1630,8 +1554,7 @@ static void s_close_sess(sess_t *s, int forget)
     if (s->disk_job) {
         /* Its image is still being made (so no kernel runs yet): the job (skipped if it has
          * not begun) undoes itself, removing the directory unless the session is kept. */
-        s_disk_abandon(s->disk_job, !forget);
-        s->disk_job = NULL;
+        s_sess_disk_abandon(s, !forget);
         s_settled(b);
     } else if (forget) {
         /* Off our tree first, so the removal below never walks the kernel's filesystem
@@ -1939,7 +1862,7 @@ static int s_write_meta(const sess_t *s)
 }
 
 /*  A capped workspace is an ext4 image loop-mounted over the workspace directory: made and
- *  mounted for a new session on the worker thread (s_disk_submit), mounted again (after a
+ *  mounted for a new session on the worker thread (diskjob.h), mounted again (after a
  *  check) for a restored one here. Fails closed: a session never runs uncapped because its
  *  cap could not be built.
  *  A workspace cap of `bytes` (0: none) this machine cannot enforce is refused, never ignored.
