@@ -42,6 +42,7 @@
 #include "sweeper.h"
 #include "util.h"
 #include "worker.h"
+#include "zygote.h"
 
 #define READ_SLICE (256u << 10) /* bytes read from one kernel per wakeup */
 /* Frames taken from one kernel per turn of the loop, at most: each is a parse, a signature
@@ -79,9 +80,8 @@ struct broker {
     int pool_timer;          /* armed refill timer, or -1 */
     int respawn_timer;       /* armed when sessions wait for a kernel asked again, or -1 */
     int pool_failures;       /* in a row: the refill backs off */
-    spawner_zygote_t *zygote; /* NULL with --spawner exec, or until (re)started on demand */
-    int zygote_watch;        /* its watchdog timer, or -1 */
-    int lifeline[2];         /* the zygote's kernels hold [0]; it hangs up when kenneld dies */
+    zygote_t *zygote;        /* the zygote link; no zygote runs with --spawner exec, or until
+                              * (re)started on demand */
     worker_t *worker;        /* makes and mounts new workspace images, off the loop */
     snapstore_t *snaps;      /* evicted sessions' snapshots, written on the worker */
     worker_t *meter;         /* measures sessions' memory, off the loop and off the worker */
@@ -452,181 +452,10 @@ static void s_on_flushed(void *arg)
     }
 }
 
-/* ---- the zygote ---------------------------------------------------------------------------- */
+/* ---- the zygote's kernels for sessions --------------------------------------------------- */
 
-#define ZYGOTE_STALL_MS 60000 /* a zygote that owes answers this long is hung (imports too) */
-
-static int s_on_zygote(loop_t *loop, int fd, int revents, void *arg);
-
-static void s_pool_forget_pending(broker_t *b);
 static void s_sess_collect(broker_t *b);
-static void s_zygote_strays(broker_t *b);
-
-/*  Stop the zygote. Kernels it has not said the pid of are given up: pooled ones dropped, a
- *  session's failed as a kernel that could not start; one cloned all the same is found
- *  among kenneld's children and killed (s_zygote_strays). */
-static void s_zygote_stop(broker_t *b)
-{
-    if (!b->zygote)
-        return;
-    s_pool_forget_pending(b);
-    loop_fd_end(b->loop, spawner_zygote_fd(b->zygote));
-    if (b->zygote_watch >= 0)
-        loop_timer_end(b->loop, b->zygote_watch);
-    b->zygote_watch = -1;
-    spawner_zygote_destroy(&b->zygote);
-    s_sess_collect(b);
-    s_zygote_strays(b);
-}
-
-static void s_pool_fill(broker_t *b);
-
-/*  A zygote that stopped answering (a hang in its imports, say) is replaced, and the
- *  kernels it owes fail instead of waiting for ever. */
-static int s_on_zygote_watch(loop_t *loop, int timer_id, void *arg)
-{
-    (void)loop;
-    (void)timer_id;
-    broker_t *b = arg;
-    if (b->zygote && spawner_zygote_stalled(b->zygote, ZYGOTE_STALL_MS)) {
-        LOG_W("the zygote (pid %d) has not answered for %d s; killing it",
-              (int)spawner_zygote_pid(b->zygote), ZYGOTE_STALL_MS / 1000);
-        s_zygote_stop(b);
-        b->pool_failures++;
-        s_pool_fill(b);
-    }
-    return 0;
-}
-
-/*  Start the zygote if none runs. 0, or -1 with errno. */
-static int s_zygote_start(broker_t *b)
-{
-    if (b->zygote)
-        return 0;
-    const broker_cfg_t *cfg = &b->cfg;
-    char cache[PATH_MAX + 32];
-    /* matplotlib builds its font cache once, here, not in every kernel. */
-    snprintf(cache, sizeof cache, "%s/zygote", cfg->state_dir);
-    if (mkdir(cache, 0700) < 0 && errno != EEXIST)
-        return -1;
-    char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
-                    "MPLBACKEND=module://matplotlib_inline.backend_inline",
-                    /* a BLAS that starts threads would keep the zygote out of user namespaces */
-                    "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", NULL};
-    const char *path[] = {cfg->kernel_dir, cfg->zygote_dir, NULL};
-    int init_fd = open(cfg->init_path, O_PATH | O_CLOEXEC);
-    if (init_fd < 0)
-        return -1;
-    spawner_zygote_cfg_t zc = {cfg->python, path, cfg->kernel_dir, cfg->preload, envp, cache,
-                               b->lifeline[0], init_fd, cfg->merge_pages};
-    b->zygote = spawner_zygote_new(&zc);
-    int saved = errno;
-    close(init_fd);
-    errno = saved;
-    if (!b->zygote)
-        return -1;
-    if (loop_fd(b->loop, spawner_zygote_fd(b->zygote), LOOP_IN, s_on_zygote, b) < 0)
-        PLOG_W("cannot watch the zygote");
-    b->zygote_watch = loop_timer(b->loop, 2000, 0, s_on_zygote_watch, b);
-    LOG_I("zygote started (pid %d), importing %s", (int)spawner_zygote_pid(b->zygote),
-          cfg->preload);
-    return 0;
-}
-
-static void s_pool_collect(broker_t *b);
-
-/*  The zygote said something unasked: it is ready, or it is gone. */
-static int s_on_zygote(loop_t *loop, int fd, int revents, void *arg)
-{
-    (void)loop;
-    (void)fd;
-    (void)revents;
-    broker_t *b = arg;
-    char why[256];
-    int rc = spawner_zygote_poll(b->zygote, why, sizeof why);
-    s_pool_collect(b);
-    s_sess_collect(b);
-    if (rc < 0) {
-        LOG_W("%s; another one will start", why);
-        s_zygote_stop(b);
-        b->pool_failures++; /* a zygote that keeps dying is restarted less and less often */
-    }
-    s_pool_fill(b);
-    return 0;
-}
-
-/*  Ask the zygote for a sealed kernel with these walls, without waiting (the answer comes
- *  with spawner_zygote_take). 0 and *ticket set, or -1 with why (*ticket untouched). */
-static int s_zygote_request(broker_t *b, const char *workspace, size_t slot,
-                            const reslimits_t *limits, const cgroup_t *cg,
-                            spawner_proc_t *out, unsigned long *ticket, char *why,
-                            size_t why_len)
-{
-    if (s_zygote_start(b) < 0) {
-        snprintf(why, why_len, "cannot start the zygote: %s", strerror(errno));
-        return -1;
-    }
-    launch_env_t env;
-    launch_env(b->launch, workspace, NULL, env);
-    json_t *envo = json_object();
-    for (size_t i = 0; i < LAUNCH_ENV_N; i++) {
-        char *eq = strchr(env[i], '=');
-        *eq = '\0';
-        json_object_set_new(envo, env[i], json_string(eq + 1));
-    }
-    uid_t uid;
-    gid_t gid;
-    launch_ids(b->launch, slot, &uid, &gid);
-    json_t *req = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "uid", (json_int_t)uid,
-                            "gid", (json_int_t)gid,
-                            "tmp", (json_int_t)limits->tmp_bytes, "as",
-                            (json_int_t)limits->cg.memory_bytes, "fsize", (json_int_t)0,
-                            "nproc", (json_int_t)limits->cg.pids, "nofile",
-                            (json_int_t)limits->nofile, "env", envo);
-    /* Only descriptors cross over. The workspace goes as a detached copy of its mount, which
-     * the kernel's mount namespace can attach (a plain fd of ours could not be bound there). */
-    int fds[SPAWNER_MAX_FDS] = {-1};
-    size_t n = 0;
-    fds[n] = open_tree(AT_FDCWD, workspace, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
-    int rc = fds[n] < 0 ? -1 : 0;
-    n += fds[n] >= 0;
-    char *const *procs = cg ? cgroup_procs_paths(cg) : NULL;
-    for (size_t i = 0; rc == 0 && procs && procs[i] && n + 1 < SPAWNER_MAX_FDS; i++) {
-        fds[n] = open(procs[i], O_WRONLY | O_CLOEXEC);
-        rc = fds[n] < 0 ? -1 : 0;
-        n += fds[n] >= 0;
-    }
-    fds[n] = -1;
-    unsigned long t = 0;
-    if (rc < 0) {
-        snprintf(why, why_len, "sandbox: %s: %s", n == 0 ? "open workspace" : "open cgroup",
-                 strerror(errno));
-    } else {
-        rc = spawner_zygote_send(b->zygote, req, fds, out, &t, why, why_len);
-        if (rc < 0 && spawner_zygote_gone(b->zygote)) {
-            /* It died since we last looked: once more, with a new one. */
-            LOG_W("the zygote is gone (%s); starting another", why);
-            s_zygote_stop(b);
-            if (s_zygote_start(b) == 0)
-                rc = spawner_zygote_send(b->zygote, req, fds, out, &t, why, why_len);
-        }
-    }
-    if (rc == 0)
-        *ticket = t;
-    for (size_t i = 0; i < n; i++)
-        close(fds[i]);
-    json_decref(req);
-    return rc;
-}
-
-/*  A zygote that failed a request is dropped if it is gone; the next request starts another. */
-static void s_zygote_check(broker_t *b)
-{
-    if (b->zygote && spawner_zygote_gone(b->zygote)) {
-        LOG_W("the zygote is gone; another one will start");
-        s_zygote_stop(b);
-    }
-}
+static void s_orphans_collect(broker_t *b);
 
 /*  Ask the zygote for session s's kernel; its pid comes later (s_sess_collect). The pipe is
  *  ours at once, so the kernel's hello is read whenever it comes. 0, or -1 with errno (and
@@ -634,11 +463,11 @@ static void s_zygote_check(broker_t *b)
 static int s_zygote_spawn(broker_t *b, sess_t *s, spawner_proc_t *out)
 {
     char why[300] = "";
-    if (s_zygote_request(b, s->workspace, s->slot, &s->limits, s->cg, out, &s->ticket, why,
-                         sizeof why) < 0) {
+    if (zygote_request(b->zygote, s->workspace, s->slot, &s->limits, s->cg, out, &s->ticket, why,
+                       sizeof why) < 0) {
         LOG_W("session=%s: the zygote cannot start a kernel: %s", s->id, why);
         session_start_failed(s->core, why);
-        s_zygote_check(b);
+        zygote_check(b->zygote);
         errno = EAGAIN;
         return -1;
     }
@@ -857,12 +686,7 @@ static void s_sess_collect(broker_t *b)
         for (s = zlistx_first(b->sessions); s; s = zlistx_next(b->sessions)) {
             if (!s->ticket)
                 continue;
-            if (!b->zygote) {
-                snprintf(why, sizeof why, "the zygote is gone");
-                rc = SPAWNER_ZYGOTE_GONE;
-            } else {
-                rc = spawner_zygote_take(b->zygote, s->ticket, &s->proc, why, sizeof why);
-            }
+            rc = zygote_take(b->zygote, s->ticket, &s->proc, why, sizeof why);
             if (rc != 0)
                 break;
         }
@@ -915,6 +739,8 @@ typedef struct {
     int disk_mounted;        /* its workspace is a mounted image (the default --disk) */
     diskjob_t *disk_job;     /* that image is being made; the zygote is asked afterwards */
 } pooled_t;
+
+static void s_pool_fill(broker_t *b);
 
 /*  Forget a pooled kernel: killed, reaped (kenneld's child, so this waits only for the kill),
  *  its cgroup and directory removed. */
@@ -980,7 +806,7 @@ static int s_on_pooled_exit(loop_t *loop, int fd, int revents, void *arg)
 /*  Take the zygote's answers for pooled kernels. */
 static void s_pool_collect(broker_t *b)
 {
-    if (!b->pool || !b->zygote)
+    if (!b->pool || !zygote_running(b->zygote))
         return;
     pooled_t *p = zlistx_first(b->pool);
     while (p) {
@@ -990,7 +816,7 @@ static void s_pool_collect(broker_t *b)
             continue;
         }
         char why[256];
-        int rc = p->proc.pid ? 1 : spawner_zygote_take(b->zygote, p->ticket, &p->proc, why, sizeof why);
+        int rc = p->proc.pid ? 1 : zygote_take(b->zygote, p->ticket, &p->proc, why, sizeof why);
         if (rc < 0) {
             s_pool_failed(b, p, why);
         } else if (rc > 0 && p->proc.pid && p->ticket) {
@@ -1021,8 +847,8 @@ static int s_pool_spawn(broker_t *b, pooled_t *p, char *why, size_t why_len)
     }
     if (cgroup_set_background(p->cg, 1) < 0 && log_allow(&b->warn_limit, 5))
         PLOG_W("pool: a waiting kernel keeps the default cpu share");
-    return s_zygote_request(b, p->workspace, p->slot, &b->cfg.limits, p->cg, &p->proc,
-                            &p->ticket, why, why_len);
+    return zygote_request(b->zygote, p->workspace, p->slot, &b->cfg.limits, p->cg, &p->proc,
+                          &p->ticket, why, why_len);
 }
 
 static void s_pool_disk_ready(void *pooled, const diskjob_result_t *j)
@@ -1047,7 +873,7 @@ static void s_pool_disk_ready(void *pooled, const diskjob_result_t *j)
         }
     }
     s_pool_failed(b, p, why);
-    s_zygote_check(b);
+    zygote_check(b->zygote);
 }
 
 /*  One more pooled kernel: its directory now, its image on the worker thread, then the
@@ -1090,7 +916,7 @@ static int s_pool_add(broker_t *b)
         LOG_W("pool: cannot prepare a kernel: %s", why);
     s_pool_drop(b, p);
     b->pool_failures++;
-    s_zygote_check(b);
+    zygote_check(b->zygote);
     return -1;
 }
 
@@ -1114,9 +940,9 @@ static int s_on_pool_timer(loop_t *loop, int timer_id, void *arg)
     (void)timer_id;
     broker_t *b = arg;
     b->pool_timer = -1;
-    if (!b->zygote) {
+    if (!zygote_running(b->zygote)) {
         /* It died: start another; its "ready" fills the pool. */
-        if (s_zygote_start(b) < 0) {
+        if (zygote_start(b->zygote) < 0) {
             PLOG_W("pool: cannot start the zygote");
             b->pool_failures++;
             s_pool_fill(b);
@@ -1124,7 +950,7 @@ static int s_on_pool_timer(loop_t *loop, int timer_id, void *arg)
         return 0;
     }
     /* One kernel per turn of the loop: a refill never holds up a client for long. */
-    if (zlistx_size(b->pool) < b->cfg.pool && spawner_zygote_ready(b->zygote))
+    if (zlistx_size(b->pool) < b->cfg.pool && zygote_ready(b->zygote))
         s_pool_add(b);
     s_pool_fill(b);
     return 0;
@@ -1135,7 +961,7 @@ static int s_on_pool_timer(loop_t *loop, int timer_id, void *arg)
 static void s_pool_fill_after(broker_t *b, size_t delay)
 {
     if (!b->pool || b->pool_timer >= 0 || zlistx_size(b->pool) >= b->cfg.pool ||
-        (b->zygote && !spawner_zygote_ready(b->zygote)))
+        (zygote_running(b->zygote) && !zygote_ready(b->zygote)))
         return;
     for (int i = 0; i < b->pool_failures && delay < 30000; i++)
         delay *= 2;
@@ -1433,8 +1259,7 @@ static void s_orphans_collect(broker_t *b)
     while (o) {
         char why[256];
         int rc = !o->ticket ? 0
-                 : b->zygote ? spawner_zygote_take(b->zygote, o->ticket, &o->proc, why, sizeof why)
-                             : -1;
+                             : zygote_take(b->zygote, o->ticket, &o->proc, why, sizeof why);
         if (rc == 0) {
             o = zlistx_next(b->orphans);
             continue;
@@ -1456,9 +1281,9 @@ static void s_orphans_collect(broker_t *b)
 /*  1 if pid is a kernel (or zygote) kenneld knows of. */
 static int s_pid_known(broker_t *b, pid_t pid)
 {
-    if (!b->sessions || !b->closing || !b->pool || !b->orphans)
+    if (!b->sessions || !b->closing || !b->pool || !b->orphans || !b->zygote)
         return 1; /* half made or half destroyed: claim nothing */
-    if (b->zygote && spawner_zygote_pid(b->zygote) == pid)
+    if (zygote_pid(b->zygote) == pid)
         return 1;
     for (sess_t *s = zlistx_first(b->sessions); s; s = zlistx_next(b->sessions))
         if (s->has_proc && s->proc.pid == pid)
@@ -2463,9 +2288,9 @@ json_t *broker_stats(const broker_t *self)
     json_t *spawner = json_pack("{s:s, s:I, s:I, s:b, s:I, s:I, s:s}", "kind",
                                 zygote ? "zygote" : "exec", "pool", (json_int_t)(zygote ? self->cfg.pool : 0),
                                 "pool_ready", (json_int_t)pooled, "zygote_ready",
-                                self->zygote && spawner_zygote_ready(self->zygote), "zygote_pid",
-                                (json_int_t)(self->zygote ? spawner_zygote_pid(self->zygote) : 0),
-                                "page_hint", (json_int_t)(self->zygote ? spawner_zygote_hint_pages(self->zygote) : 0),
+                                zygote_ready(self->zygote), "zygote_pid",
+                                (json_int_t)zygote_pid(self->zygote),
+                                "page_hint", (json_int_t)zygote_hint_pages(self->zygote),
                                 "preload", zygote ? self->cfg.preload : "");
     json_object_set_new(limits, "max_message",
                         json_integer((json_int_t)self->cfg.wire_limits.max_msg_bytes));
@@ -2596,6 +2421,35 @@ static int s_on_memory_guard(loop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
+/* ---- what the zygote says ---------------------------------------------------------------- */
+
+static void s_zygote_answered(void *ctx)
+{
+    broker_t *b = ctx;
+    s_pool_collect(b);
+    s_sess_collect(b);
+}
+
+static void s_zygote_stopping(void *ctx)
+{
+    s_pool_forget_pending(ctx);
+}
+
+static void s_zygote_stopped(void *ctx)
+{
+    broker_t *b = ctx;
+    s_sess_collect(b);
+    s_zygote_strays(b);
+}
+
+static void s_zygote_changed(void *ctx, int lost)
+{
+    broker_t *b = ctx;
+    if (lost)
+        b->pool_failures++;
+    s_pool_fill(b);
+}
+
 broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
 {
     broker_t *self = calloc(1, sizeof *self);
@@ -2613,13 +2467,15 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     launch_cfg_t lc = {cfg->sandbox, cfg->own_ids, cfg->uid_base, cfg->python, cfg->kernel_dir,
                        cfg->init_path};
     self->launch = launch_new(&lc, cfg->max_sessions + (cfg->sandbox && cfg->zygote ? cfg->pool : 0));
+    zygote_cfg_t zc = {cfg->state_dir,  cfg->python,  cfg->kernel_dir, cfg->zygote_dir,
+                       cfg->preload,    cfg->init_path, cfg->merge_pages};
+    zygote_ops_t zo = {s_zygote_answered, s_zygote_stopping, s_zygote_stopped, s_zygote_changed};
+    self->zygote = self->launch ? zygote_new(loop, &zc, self->launch, &zo, self) : NULL;
     self->pool = zlistx_new();
     self->pool_timer = -1;
     self->respawn_timer = -1;
-    self->zygote_watch = -1;
     self->tick_timer = -1;
     self->memory_timer = -1;
-    self->lifeline[0] = self->lifeline[1] = -1;
     self->worker = worker_new(loop);
     self->meter = worker_new(loop);
     self->signer = worker_new(loop);
@@ -2629,7 +2485,7 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
                                : NULL;
     if (!self->sessions || !self->closing || !self->orphans || !self->launch || !self->pool ||
         !self->worker || !self->snaps || !self->meter || !self->signer || !self->sweeper ||
-        pipe2(self->lifeline, O_CLOEXEC) < 0) {
+        !self->zygote) {
         broker_destroy(&self);
         return NULL;
     }
@@ -2639,7 +2495,7 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
         return NULL;
     }
     /* The zygote warms up while kenneld starts serving; the first kernel waits for it. */
-    if (cfg->sandbox && cfg->zygote && s_zygote_start(self) < 0)
+    if (cfg->sandbox && cfg->zygote && zygote_start(self->zygote) < 0)
         PLOG_W("cannot start the zygote (tried again with the first kernel)");
     self->ops = (session_ops_t){s_op_send,           s_op_to_kernel,      s_op_kernel_start,
                                 s_op_kernel_signal,  s_op_ended,          s_op_timer_arm,
@@ -2673,7 +2529,8 @@ void broker_destroy(broker_t **self_p)
     while (self->closing && (s = zlistx_detach(self->closing, NULL)))
         s_free_sess(&s);
     /* Before the orphans are reaped: the zygote's strays join them. */
-    s_zygote_stop(self);
+    if (self->zygote)
+        zygote_stop(self->zygote);
     orphan_t *o;
     while (self->orphans && (o = zlistx_detach(self->orphans, NULL))) {
         loop_fd_end(self->loop, o->proc.pidfd);
@@ -2699,9 +2556,7 @@ void broker_destroy(broker_t **self_p)
     worker_destroy(&self->worker);
     snapstore_destroy(&self->snaps);
     sweeper_destroy(&self->sweeper);
-    for (int i = 0; i < 2; i++)
-        if (self->lifeline[i] >= 0)
-            close(self->lifeline[i]);
+    zygote_destroy(&self->zygote);
     zlistx_destroy(&self->sessions);
     zlistx_destroy(&self->closing);
     zlistx_destroy(&self->orphans);
