@@ -35,6 +35,7 @@
 #include "loop.h"
 #include "sandbox.h"
 #include "log.h"
+#include "orphans.h"
 #include "route.h"
 #include "spawner.h"
 #include "snapstore.h"
@@ -71,7 +72,7 @@ struct broker {
     broker_cfg_t cfg;
     zlistx_t *sessions;      /* sess_t*, oldest first; owns them */
     zlistx_t *closing;       /* sess_t* unhooked, freed by the next tick */
-    zlistx_t *orphans;       /* orphan_t* killed kernels waiting to be reaped */
+    orphans_t *orphans;      /* killed kernels waiting to be reaped */
     int tick_timer;          /* the armed timer that frees closing sessions, or -1 */
     int memory_timer;        /* the guard of kenneld's own memory (--max-memory), or -1 */
     long long memory_cut_at; /* when it last cut every client (monotonic ms) */
@@ -455,7 +456,6 @@ static void s_on_flushed(void *arg)
 /* ---- the zygote's kernels for sessions --------------------------------------------------- */
 
 static void s_sess_collect(broker_t *b);
-static void s_orphans_collect(broker_t *b);
 
 /*  Ask the zygote for session s's kernel; its pid comes later (s_sess_collect). The pipe is
  *  ours at once, so the kernel's hello is read whenever it comes. 0, or -1 with errno (and
@@ -503,7 +503,6 @@ static void s_sess_disk_abandon(sess_t *s, int keep)
 static int s_kernel_started(sess_t *s);
 static void s_watch_pidfd(sess_t *s);
 static void s_sess_collect(broker_t *b);
-static void s_orphans_collect(broker_t *b);
 
 /*  Start s's kernel now that its workspace is ready. 0, or -1 with errno. */
 static int s_kernel_spawn(sess_t *s)
@@ -720,7 +719,8 @@ static void s_sess_collect(broker_t *b)
         session_start_failed(s->core, why);
         session_on_kernel_exit(s->core, why, SESSION_EXIT_CRASH);
     }
-    s_orphans_collect(b);
+    if (b->orphans)
+        orphans_collect(b->orphans);
 }
 
 /* ---- the pool: sealed kernels waiting for new sessions -------------------------------------- */
@@ -1208,80 +1208,11 @@ static void s_free_sess(sess_t **s_p)
     *s_p = NULL;
 }
 
-/*  A killed kernel of a closed session, with what must wait for it to be gone: its cgroup and,
- *  when the session ended for good, its directory, moved to the trash at once and removed
- *  once nothing of the session can write there any more. */
-typedef struct {
-    broker_t *broker;
-    spawner_proc_t proc;
-    unsigned long ticket;    /* its pid is still to come from the zygote */
-    cgroup_t *cg;
-    char dir[PATH_MAX];      /* the directory to remove (in the trash), or "" to keep it */
-    char mount[PATH_MAX];    /* a workspace image to unmount once the kernel is gone, or "" */
-    worker_t *remover;       /* removes dir: the worker if a snapshot was being written there
-                              * (it goes first), else NULL: the sweeper */
-} orphan_t;
-
-static void s_orphan_finish(orphan_t *o)
+/*  1 if pid is a kernel (or zygote) kenneld knows of, besides the orphans. */
+static int s_pid_known(void *ctx, pid_t pid)
 {
-    spawner_release(&o->proc);
-    cgroup_destroy(&o->cg);
-    if (o->mount[0] && disk_unmount(o->mount, 0) < 0)
-        PLOG_E("umount(%s)", o->mount);
-    if (o->dir[0])
-        sweeper_remove(o->broker->sweeper, o->remover, o->dir);
-    free(o);
-}
-
-static int s_on_orphan(loop_t *loop, int fd, int revents, void *arg)
-{
-    (void)revents;
-    broker_t *b = arg;
-    for (orphan_t *o = zlistx_first(b->orphans); o; o = zlistx_next(b->orphans)) {
-        if (o->proc.pidfd != fd)
-            continue;
-        char how[128];
-        if (spawner_reap(&o->proc, how, sizeof how) != 0) {
-            loop_fd_end(loop, fd);
-            zlistx_detach_cur(b->orphans);
-            s_orphan_finish(o);
-        }
-        break;
-    }
-    return 0;
-}
-
-/*  Orphans whose pid the zygote has now said: kill them and wait for their pidfds; if it never
- *  will (it failed, or is gone), there is nothing to kill. */
-static void s_orphans_collect(broker_t *b)
-{
-    orphan_t *o = zlistx_first(b->orphans);
-    while (o) {
-        char why[256];
-        int rc = !o->ticket ? 0
-                             : zygote_take(b->zygote, o->ticket, &o->proc, why, sizeof why);
-        if (rc == 0) {
-            o = zlistx_next(b->orphans);
-            continue;
-        }
-        o->ticket = 0;
-        if (rc > 0) {
-            spawner_signal(&o->proc, SIGKILL);
-            if (loop_fd(b->loop, o->proc.pidfd, LOOP_IN, s_on_orphan, b) < 0)
-                PLOG_W("cannot watch a killed kernel's pidfd");
-            o = zlistx_next(b->orphans);
-        } else {
-            zlistx_detach_cur(b->orphans);
-            s_orphan_finish(o);
-            o = zlistx_first(b->orphans);
-        }
-    }
-}
-
-/*  1 if pid is a kernel (or zygote) kenneld knows of. */
-static int s_pid_known(broker_t *b, pid_t pid)
-{
-    if (!b->sessions || !b->closing || !b->pool || !b->orphans || !b->zygote)
+    broker_t *b = ctx;
+    if (!b->sessions || !b->closing || !b->pool || !b->zygote)
         return 1; /* half made or half destroyed: claim nothing */
     if (zygote_pid(b->zygote) == pid)
         return 1;
@@ -1294,38 +1225,7 @@ static int s_pid_known(broker_t *b, pid_t pid)
     for (pooled_t *p = zlistx_first(b->pool); p; p = zlistx_next(b->pool))
         if (p->proc.pid == pid)
             return 1;
-    for (orphan_t *o = zlistx_first(b->orphans); o; o = zlistx_next(b->orphans))
-        if (o->proc.pid == pid)
-            return 1;
     return 0;
-}
-
-/*  Kernels a zygote cloned but never named (it died, or was killed, between a clone and its
- *  answer) are kenneld's children (CLONE_PARENT) that nothing holds: killed and kept as
- *  orphans, so that their pidfds reap them. Call once the zygote is reaped, so that no clone
- *  can follow; every other child of kenneld is a kernel it knows. */
-static void s_zygote_strays(broker_t *b)
-{
-    pid_t kids[4096];
-    int n = spawner_children(kids, sizeof kids / sizeof kids[0]);
-    for (int i = 0; i < n; i++) {
-        if (s_pid_known(b, kids[i]))
-            continue;
-        orphan_t *o = calloc(1, sizeof *o);
-        if (o)
-            o->broker = b;
-        if (!o || spawner_adopt(kids[i], &o->proc) < 0) {
-            if (o)
-                PLOG_W("a kernel the zygote never named (pid %d)", (int)kids[i]);
-            free(o);
-            continue;
-        }
-        LOG_W("a kernel the zygote never named (pid %d): killed", (int)kids[i]);
-        spawner_signal(&o->proc, SIGKILL);
-        zlistx_add_end(b->orphans, o);
-        if (loop_fd(b->loop, o->proc.pidfd, LOOP_IN, s_on_orphan, b) < 0)
-            PLOG_W("a kernel the zygote never named (pid %d): cannot watch it", (int)kids[i]);
-    }
 }
 
 /*  Free the closing sessions that have nothing more to send on the loop's next turn, once this
@@ -1366,15 +1266,10 @@ static void s_close_sess(sess_t *s, int forget)
     for (int i = 0; i < CHANNELS_N; i++)
         loop_reader_end(b->loop, channels_socket(s->ch, (channels_index_t)i));
     s_pipe_close(s);
-    orphan_t *o = calloc(1, sizeof *o);
-    if (!o) {
-        LOG_E("out of memory");
-        exit(1);
-    }
-    o->broker = b;
-    o->proc = s->proc;
-    o->proc.pidfd = o->proc.pipe_fd = -1;
-    o->cg = s->cg;
+    orphan_t o = {0};
+    o.proc = s->proc;
+    o.proc.pidfd = o.proc.pipe_fd = -1;
+    o.cg = s->cg;
     s->cg = NULL;
     if (s->disk_job) {
         /* Its image is still being made (so no kernel runs yet): the job (skipped if it has
@@ -1388,32 +1283,29 @@ static void s_close_sess(sess_t *s, int forget)
         /* Gone from the sessions at once (a rename: a later kenneld never finds it), removed
          * off the loop once the kernel is gone: a workspace without a cap may hold millions
          * of files. A snapshot still being written there goes first, on the worker. */
-        sweeper_trash(b->sweeper, s->dir, o->dir, sizeof o->dir);
-        o->remover = snapstore_busy(b->snaps, s->id) ? b->worker : NULL;
+        sweeper_trash(b->sweeper, s->dir, o.dir, sizeof o.dir);
+        o.remover = snapstore_busy(b->snaps, s->id) ? b->worker : NULL;
     } else if (s->disk_mounted) {
         /* Kept for the next kenneld: unmounted cleanly once the kernel has gone. */
-        snprintf(o->mount, sizeof o->mount, "%s", s->workspace);
+        snprintf(o.mount, sizeof o.mount, "%s", s->workspace);
         s->disk_mounted = 0;
     }
+    /* The kernel is killed and becomes an orphan: what waits for it goes once it is gone
+     * (at once when there is none). */
     if (s->has_proc && s->ticket) {
-        /* Killed once the zygote says which pid it is (s_orphans_collect). */
+        /* Killed once the zygote says which pid it is (orphans_collect). */
         spawner_release(&s->proc);
-        o->ticket = s->ticket;
+        o.ticket = s->ticket;
         s->ticket = 0;
         s->has_proc = 0;
-        zlistx_add_end(b->orphans, o);
     } else if (s->has_proc) {
         loop_fd_end(b->loop, s->proc.pidfd);
-        spawner_signal(&s->proc, SIGKILL);
-        o->proc = s->proc; /* the orphan takes the pidfd */
+        o.proc = s->proc; /* the orphan takes the pidfd */
         s->proc.pidfd = -1;
         s->has_proc = 0;
-        zlistx_add_end(b->orphans, o);
-        if (loop_fd(b->loop, o->proc.pidfd, LOOP_IN, s_on_orphan, b) < 0)
-            PLOG_W("session=%s: cannot watch its killed kernel's pidfd", s->id);
-    } else {
-        s_orphan_finish(o);
     }
+    if (orphans_add(b->orphans, &o) < 0)
+        PLOG_W("session=%s: cannot watch its killed kernel's pidfd", s->id);
     LOG_I("session=%s: %s", s->id, forget ? "ended" : "closed");
     zlistx_add_end(b->closing, s);
     s->closed = 1;
@@ -2439,7 +2331,10 @@ static void s_zygote_stopped(void *ctx)
 {
     broker_t *b = ctx;
     s_sess_collect(b);
-    s_zygote_strays(b);
+    /* Kernels a zygote cloned but never named (it died, or was killed, between a clone and
+     * its answer) are kenneld's children (CLONE_PARENT) that nothing holds. */
+    if (b->orphans)
+        orphans_strays(b->orphans, s_pid_known, b);
 }
 
 static void s_zygote_changed(void *ctx, int lost)
@@ -2463,14 +2358,6 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     free(boot);
     self->sessions = zlistx_new();
     self->closing = zlistx_new();
-    self->orphans = zlistx_new();
-    launch_cfg_t lc = {cfg->sandbox, cfg->own_ids, cfg->uid_base, cfg->python, cfg->kernel_dir,
-                       cfg->init_path};
-    self->launch = launch_new(&lc, cfg->max_sessions + (cfg->sandbox && cfg->zygote ? cfg->pool : 0));
-    zygote_cfg_t zc = {cfg->state_dir,  cfg->python,  cfg->kernel_dir, cfg->zygote_dir,
-                       cfg->preload,    cfg->init_path, cfg->merge_pages};
-    zygote_ops_t zo = {s_zygote_answered, s_zygote_stopping, s_zygote_stopped, s_zygote_changed};
-    self->zygote = self->launch ? zygote_new(loop, &zc, self->launch, &zo, self) : NULL;
     self->pool = zlistx_new();
     self->pool_timer = -1;
     self->respawn_timer = -1;
@@ -2483,6 +2370,16 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     snapstore_ops_t snap_ops = {s_snap_live, s_snap_stored};
     self->snaps = self->worker ? snapstore_new(self->worker, cfg->max_pipe_frame, &snap_ops, self)
                                : NULL;
+    launch_cfg_t lc = {cfg->sandbox, cfg->own_ids, cfg->uid_base, cfg->python, cfg->kernel_dir,
+                       cfg->init_path};
+    self->launch = launch_new(&lc, cfg->max_sessions + (cfg->sandbox && cfg->zygote ? cfg->pool : 0));
+    zygote_cfg_t zc = {cfg->state_dir,  cfg->python,  cfg->kernel_dir, cfg->zygote_dir,
+                       cfg->preload,    cfg->init_path, cfg->merge_pages};
+    zygote_ops_t zo = {s_zygote_answered, s_zygote_stopping, s_zygote_stopped, s_zygote_changed};
+    self->zygote = self->launch ? zygote_new(loop, &zc, self->launch, &zo, self) : NULL;
+    self->orphans = self->zygote && self->sweeper
+                        ? orphans_new(loop, self->zygote, self->sweeper)
+                        : NULL;
     if (!self->sessions || !self->closing || !self->orphans || !self->launch || !self->pool ||
         !self->worker || !self->snaps || !self->meter || !self->signer || !self->sweeper ||
         !self->zygote) {
@@ -2504,15 +2401,6 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     return self;
 }
 
-/*  Wait (bounded) for a killed process and release it. Used only at shutdown, when the loop
- *  no longer runs. */
-static void s_reap_blocking(spawner_proc_t *p)
-{
-    char how[128];
-    for (int i = 0; i < 500 && spawner_reap(p, how, sizeof how) == 0; i++)
-        usleep(2000);
-}
-
 void broker_destroy(broker_t **self_p)
 {
     if (!self_p || !*self_p)
@@ -2531,12 +2419,7 @@ void broker_destroy(broker_t **self_p)
     /* Before the orphans are reaped: the zygote's strays join them. */
     if (self->zygote)
         zygote_stop(self->zygote);
-    orphan_t *o;
-    while (self->orphans && (o = zlistx_detach(self->orphans, NULL))) {
-        loop_fd_end(self->loop, o->proc.pidfd);
-        s_reap_blocking(&o->proc);
-        s_orphan_finish(o);
-    }
+    orphans_destroy(&self->orphans);
     if (self->pool_timer >= 0)
         loop_timer_end(self->loop, self->pool_timer);
     if (self->respawn_timer >= 0)
@@ -2559,7 +2442,6 @@ void broker_destroy(broker_t **self_p)
     zygote_destroy(&self->zygote);
     zlistx_destroy(&self->sessions);
     zlistx_destroy(&self->closing);
-    zlistx_destroy(&self->orphans);
     launch_destroy(&self->launch);
     free(self);
     *self_p = NULL;
