@@ -18,7 +18,6 @@
 #include <string.h>
 #include <fcntl.h>
 #include <malloc.h>
-#include <poll.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -26,7 +25,6 @@
 
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "channels.h"
 #include "disk.h"
@@ -35,6 +33,7 @@
 #include "loop.h"
 #include "sandbox.h"
 #include "log.h"
+#include "pool.h"
 #include "orphans.h"
 #include "route.h"
 #include "spawner.h"
@@ -56,10 +55,6 @@
  * its pipe and waits, and each read takes a pipe's worth. */
 #define PIPE_REST_MS 20
 #define FRAMES_PER_REST 4096 /* frames taken per read of a resting kernel (dropped unread) */
-/* A new session usually runs its first cell within milliseconds of being made: the pool's
- * refill waits this long after a hand-over, so that its work (kenneld's and the new kernel's
- * start) does not compete with that cell. */
-#define POOL_REFILL_AFTER_TAKE_MS 150
 /* How long a launched session's shell waits for a client on its iopub (s_serve says why).
  * Jupyter's clients join within a reconnect interval (100-200 ms); a client that never
  * subscribes is served after this. */
@@ -77,10 +72,8 @@ struct broker {
     int memory_timer;        /* the guard of kenneld's own memory (--max-memory), or -1 */
     long long memory_cut_at; /* when it last cut every client (monotonic ms) */
     launch_t *launch;        /* the kernels' host ids (uid slots), environment, command */
-    zlistx_t *pool;          /* pooled_t*: sealed kernels waiting for new sessions */
-    int pool_timer;          /* armed refill timer, or -1 */
+    pool_t *pool;            /* sealed kernels waiting for new sessions */
     int respawn_timer;       /* armed when sessions wait for a kernel asked again, or -1 */
-    int pool_failures;       /* in a row: the refill backs off */
     zygote_t *zygote;        /* the zygote link; no zygote runs with --spawner exec, or until
                               * (re)started on demand */
     worker_t *worker;        /* makes and mounts new workspace images, off the loop */
@@ -723,288 +716,6 @@ static void s_sess_collect(broker_t *b)
         orphans_collect(b->orphans);
 }
 
-/* ---- the pool: sealed kernels waiting for new sessions -------------------------------------- */
-
-/*  A kernel made for a session that does not exist yet: its id, directory, workspace, host uid
- *  and cgroup are chosen at fill time, so that creating the session is a hand-over. */
-typedef struct {
-    broker_t *broker;
-    char id[40];
-    char dir[PATH_MAX];
-    char workspace[PATH_MAX + 16];
-    size_t slot;
-    cgroup_t *cg;
-    spawner_proc_t proc;     /* pid 0 until the zygote has answered */
-    unsigned long ticket;
-    int disk_mounted;        /* its workspace is a mounted image (the default --disk) */
-    diskjob_t *disk_job;     /* that image is being made; the zygote is asked afterwards */
-} pooled_t;
-
-static void s_pool_fill(broker_t *b);
-
-/*  Forget a pooled kernel: killed, reaped (kenneld's child, so this waits only for the kill),
- *  its cgroup and directory removed. */
-static void s_pool_drop(broker_t *b, pooled_t *p)
-{
-    if (p->disk_job) {
-        /* Its image is still being made: the job removes it, directory and all. */
-        diskjob_abandon(p->disk_job, 0);
-        p->disk_job = NULL;
-        p->dir[0] = '\0';
-    }
-    if (p->proc.pidfd >= 0) {
-        loop_fd_end(b->loop, p->proc.pidfd);
-        if (!p->proc.reaped) {
-            /* Dying takes CPU too (unmapping a copy of the zygote): at the background share,
-             * beside busy sessions, the wait below took seconds. */
-            (void)cgroup_set_background(p->cg, 0);
-            spawner_signal(&p->proc, SIGKILL);
-            siginfo_t info;
-            (void)waitid((idtype_t)P_PIDFD, (id_t)p->proc.pidfd, &info, WEXITED);
-        }
-    }
-    spawner_release(&p->proc);
-    cgroup_destroy(&p->cg);
-    if (p->disk_mounted && disk_is_mounted(p->workspace) && disk_unmount(p->workspace, 1) < 0)
-        PLOG_W("umount(%s)", p->workspace);
-    if (p->dir[0] && statedir_remove_tree(p->dir) < 0)
-        PLOG_W("remove %s", p->dir);
-    launch_slot_free(b->launch, p->slot);
-    free(p);
-}
-
-/*  A failed or dead pooled kernel: drop it and refill later, backing off while it keeps
- *  failing (a machine that cannot build the sandbox must not spin). */
-static void s_pool_failed(broker_t *b, pooled_t *p, const char *why)
-{
-    if (log_allow(&b->warn_limit, 5))
-        LOG_W("pool: a kernel was lost: %s", why);
-    void *handle = zlistx_find(b->pool, p);
-    if (handle)
-        zlistx_detach(b->pool, handle);
-    s_pool_drop(b, p);
-    b->pool_failures++;
-    s_pool_fill(b);
-}
-
-static int s_on_pooled_exit(loop_t *loop, int fd, int revents, void *arg)
-{
-    (void)loop;
-    (void)revents;
-    broker_t *b = arg;
-    for (pooled_t *p = zlistx_first(b->pool); p; p = zlistx_next(b->pool)) {
-        if (p->proc.pidfd != fd)
-            continue;
-        char how[192];
-        if (spawner_reap(&p->proc, how, sizeof how) != 0)
-            s_pool_failed(b, p, how);
-        break;
-    }
-    return 0;
-}
-
-/*  Take the zygote's answers for pooled kernels. */
-static void s_pool_collect(broker_t *b)
-{
-    if (!b->pool || !zygote_running(b->zygote))
-        return;
-    pooled_t *p = zlistx_first(b->pool);
-    while (p) {
-        pooled_t *next = zlistx_next(b->pool);
-        if (p->disk_job) { /* the zygote is not asked yet */
-            p = next;
-            continue;
-        }
-        char why[256];
-        int rc = p->proc.pid ? 1 : zygote_take(b->zygote, p->ticket, &p->proc, why, sizeof why);
-        if (rc < 0) {
-            s_pool_failed(b, p, why);
-        } else if (rc > 0 && p->proc.pid && p->ticket) {
-            p->ticket = 0;
-            b->pool_failures = 0;
-            if (loop_fd(b->loop, p->proc.pidfd, LOOP_IN, s_on_pooled_exit, b) < 0)
-                PLOG_W("pool: cannot watch a kernel's pidfd");
-            LOG_D("pool: kernel %d ready for a session", (int)p->proc.pid);
-        }
-        /* the list may have changed under s_pool_failed: start over from what is left */
-        if (rc < 0) {
-            p = zlistx_first(b->pool);
-            continue;
-        }
-        p = next;
-    }
-}
-
-static int s_disk_check(const broker_t *self, unsigned long long bytes, broker_error_t *err);
-
-/*  The pooled kernel's workspace is ready: its cgroup, then the zygote's fork. 0, or -1 with
- *  why. */
-static int s_pool_spawn(broker_t *b, pooled_t *p, char *why, size_t why_len)
-{
-    if (!(p->cg = cgroup_create(p->id, &b->cfg.limits.cg))) {
-        snprintf(why, why_len, "cgroup: %s", strerror(errno));
-        return -1;
-    }
-    if (cgroup_set_background(p->cg, 1) < 0 && log_allow(&b->warn_limit, 5))
-        PLOG_W("pool: a waiting kernel keeps the default cpu share");
-    return zygote_request(b->zygote, p->workspace, p->slot, &b->cfg.limits, p->cg, &p->proc,
-                          &p->ticket, why, why_len);
-}
-
-static void s_pool_disk_ready(void *pooled, const diskjob_result_t *j)
-{
-    pooled_t *p = pooled;
-    broker_t *b = p->broker;
-    p->disk_job = NULL;
-    /* Out of the pool while the zygote is asked: a zygote found dead then is stopped, which
-     * drops every pooled kernel it has not named yet (this one included, were it listed). */
-    void *handle = zlistx_find(b->pool, p);
-    if (handle)
-        zlistx_detach(b->pool, handle);
-    char why[300];
-    if (j->rc < 0) {
-        snprintf(why, sizeof why, "workspace image: %s: %s", j->step, strerror(j->err));
-    } else {
-        p->disk_mounted = 1;
-        LOG_D("pool: workspace image made and mounted in %lld ms", j->ms);
-        if (s_pool_spawn(b, p, why, sizeof why) == 0) {
-            zlistx_add_end(b->pool, p);
-            return;
-        }
-    }
-    s_pool_failed(b, p, why);
-    zygote_check(b->zygote);
-}
-
-/*  One more pooled kernel: its directory now, its image on the worker thread, then the
- *  zygote's fork. 0, or -1 (logged). */
-static int s_pool_add(broker_t *b)
-{
-    pooled_t *p = calloc(1, sizeof *p);
-    if (!p)
-        return -1;
-    p->broker = b;
-    p->proc.pidfd = p->proc.pipe_fd = -1;
-    if (launch_slot_take(b->launch, -1, &p->slot) < 0) {
-        free(p);
-        return -1;
-    }
-    util_uuid(p->id);
-    broker_error_t err = {0};
-    char *why = err.evalue;
-    uid_t uid;
-    gid_t gid;
-    launch_ids(b->launch, p->slot, &uid, &gid);
-    unsigned long long disk = b->cfg.limits.disk_bytes;
-    if (statedir_session_create(b->cfg.state_dir, p->id, p->dir, sizeof p->dir) < 0 ||
-        snprintf(p->workspace, sizeof p->workspace, "%s/workspace", p->dir) >= PATH_MAX ||
-        chown(p->workspace, uid, gid) < 0) {
-        snprintf(why, sizeof err.evalue, "session directory: %s", strerror(errno));
-    } else if (disk && s_disk_check(b, disk, &err) == 0) {
-        p->disk_job = diskjob_submit(b->worker, p->dir, p->workspace, disk, uid, gid,
-                                     s_pool_disk_ready, p);
-        if (p->disk_job) {
-            zlistx_add_end(b->pool, p);
-            return 0;
-        }
-        snprintf(why, sizeof err.evalue, "workspace image: %s", strerror(errno));
-    } else if (!disk && s_pool_spawn(b, p, why, sizeof err.evalue) == 0) {
-        zlistx_add_end(b->pool, p);
-        return 0;
-    }
-    if (log_allow(&b->warn_limit, 5))
-        LOG_W("pool: cannot prepare a kernel: %s", why);
-    s_pool_drop(b, p);
-    b->pool_failures++;
-    zygote_check(b->zygote);
-    return -1;
-}
-
-static void s_pool_forget_pending(broker_t *b)
-{
-    pooled_t *p = b->pool ? zlistx_first(b->pool) : NULL;
-    while (p) {
-        if (p->proc.pid) {
-            p = zlistx_next(b->pool);
-            continue;
-        }
-        zlistx_detach_cur(b->pool);
-        s_pool_drop(b, p);
-        p = zlistx_first(b->pool);
-    }
-}
-
-static int s_on_pool_timer(loop_t *loop, int timer_id, void *arg)
-{
-    (void)loop;
-    (void)timer_id;
-    broker_t *b = arg;
-    b->pool_timer = -1;
-    if (!zygote_running(b->zygote)) {
-        /* It died: start another; its "ready" fills the pool. */
-        if (zygote_start(b->zygote) < 0) {
-            PLOG_W("pool: cannot start the zygote");
-            b->pool_failures++;
-            s_pool_fill(b);
-        }
-        return 0;
-    }
-    /* One kernel per turn of the loop: a refill never holds up a client for long. */
-    if (zlistx_size(b->pool) < b->cfg.pool && zygote_ready(b->zygote))
-        s_pool_add(b);
-    s_pool_fill(b);
-    return 0;
-}
-
-/*  Top the pool up, in the background: one kernel per timer tick, later and later while
- *  kernels (or the zygote) keep failing. A zygote still importing calls this when ready. */
-static void s_pool_fill_after(broker_t *b, size_t delay)
-{
-    if (!b->pool || b->pool_timer >= 0 || zlistx_size(b->pool) >= b->cfg.pool ||
-        (zygote_running(b->zygote) && !zygote_ready(b->zygote)))
-        return;
-    for (int i = 0; i < b->pool_failures && delay < 30000; i++)
-        delay *= 2;
-    b->pool_timer = loop_timer(b->loop, (long long)delay, 1, s_on_pool_timer, b);
-}
-
-static void s_pool_fill(broker_t *b)
-{
-    s_pool_fill_after(b, 1);
-}
-
-/*  Same walls as the pool's kernels (timeout and idle are kenneld's business, not theirs). */
-static int s_pool_fits(const broker_t *b, const reslimits_t *l)
-{
-    return !l || reslimits_same_walls(l, &b->cfg.limits);
-}
-
-/*  A pooled kernel whose hello waits in its pipe: it has finished starting. */
-static int s_pooled_ready(const pooled_t *p)
-{
-    struct pollfd pfd = {p->proc.pipe_fd, POLLIN, 0};
-    return p->proc.pid > 0 && !p->proc.reaped && poll(&pfd, 1, 0) > 0;
-}
-
-/*  A pooled kernel for a new session with these limits, detached from the pool: one that has
- *  said hello if any, else one still starting; NULL when there is none. */
-static pooled_t *s_pool_take(broker_t *b, const reslimits_t *limits)
-{
-    if (!b->pool || !s_pool_fits(b, limits))
-        return NULL;
-    s_pool_collect(b);
-    for (int pass = 0; pass < 2; pass++) {
-        for (pooled_t *p = zlistx_first(b->pool); p; p = zlistx_next(b->pool)) {
-            if (!p->proc.pid || p->proc.reaped || (pass == 0 && !s_pooled_ready(p)))
-                continue;
-            loop_fd_end(b->loop, p->proc.pidfd);
-            zlistx_detach_cur(b->pool);
-            return p;
-        }
-    }
-    return NULL;
-}
-
 static void s_op_kernel_signal(void *ctx, int sig)
 {
     sess_t *s = ctx;
@@ -1222,9 +933,8 @@ static int s_pid_known(void *ctx, pid_t pid)
     for (sess_t *s = zlistx_first(b->closing); s; s = zlistx_next(b->closing))
         if (s->has_proc && s->proc.pid == pid)
             return 1;
-    for (pooled_t *p = zlistx_first(b->pool); p; p = zlistx_next(b->pool))
-        if (p->proc.pid == pid)
-            return 1;
+    if (pool_has(b->pool, pid))
+        return 1;
     return 0;
 }
 
@@ -1586,13 +1296,10 @@ static int s_write_meta(const sess_t *s)
  *  0, or -1 with err ("DiskUnavailable"). */
 static int s_disk_check(const broker_t *self, unsigned long long bytes, broker_error_t *err)
 {
-    if (!bytes || self->cfg.disk_ok)
+    if (diskjob_check(bytes, self->cfg.disk_ok, self->cfg.disk_desc, err->evalue,
+                      sizeof err->evalue) == 0)
         return 0;
     err->ename = "DiskUnavailable";
-    snprintf(err->evalue, sizeof err->evalue,
-             "the session's workspace cap (disk %llu MiB) cannot be enforced here (%s); "
-             "create it with disk 0, or start kenneld with --disk 0, to run without one",
-             bytes >> 20, self->cfg.disk_desc);
     return -1;
 }
 
@@ -1841,27 +1548,23 @@ static sess_t *s_create(broker_t *self, const char *name, const json_t *connecti
         return NULL;
     }
     sess_t *s = NULL;
-    pooled_t *p = s_pool_take(self, limits);
-    if (p) {
-        /* The session takes the pooled kernel's id, directory, uid and cgroup. */
-        launch_slot_free(self->launch, p->slot);
-        s = s_make(self, p->id, name, connection, limits, launched, (long)p->slot, 1, err);
-        if (s) {
-            s->proc = p->proc;
-            s->cg = p->cg;
-            s->adopting = 1;
-            free(p);
-            /* While it waited, it started in the background; now it is a session's. */
-            if (s->cg && cgroup_set_background(s->cg, 0) < 0)
-                PLOG_W("session=%s: its kernel keeps the pool's small CPU share", s->id);
-        } else {
-            size_t slot;
-            (void)launch_slot_take(self->launch, (long)p->slot, &slot); /* the pool's again */
-            s_pool_drop(self, p);
-        }
-        s_pool_fill_after(self, POOL_REFILL_AFTER_TAKE_MS);
-        if (!s)
+    pool_kernel_t *k = pool_take(self->pool, limits);
+    if (k) {
+        /* The session takes the pooled kernel's id, directory, uid slot and cgroup. */
+        size_t slot = pool_kernel_slot(k);
+        launch_slot_free(self->launch, slot);
+        s = s_make(self, pool_kernel_id(k), name, connection, limits, launched, (long)slot, 1,
+                   err);
+        if (!s) {
+            (void)launch_slot_take(self->launch, (long)slot, &slot); /* the pool's again */
+            pool_kernel_drop(self->pool, &k);
             return NULL;
+        }
+        pool_kernel_adopt(&k, &s->proc, &s->cg);
+        s->adopting = 1;
+        /* While it waited, it started in the background; now it is a session's. */
+        if (s->cg && cgroup_set_background(s->cg, 0) < 0)
+            PLOG_W("session=%s: its kernel keeps the pool's small CPU share", s->id);
     } else {
         s = s_make(self, NULL, name, connection, limits, launched, -1, 0, err);
         if (!s)
@@ -2173,9 +1876,7 @@ json_t *broker_stats(const broker_t *self)
 {
     json_t *limits = reslimits_json(&self->cfg.limits);
     json_object_set_new(limits, "nofile", json_integer((json_int_t)self->cfg.limits.nofile));
-    size_t pooled = 0;
-    for (pooled_t *p = zlistx_first(self->pool); p; p = zlistx_next(self->pool))
-        pooled += s_pooled_ready(p);
+    size_t pooled = pool_ready(self->pool);
     int zygote = self->cfg.sandbox && self->cfg.zygote;
     json_t *spawner = json_pack("{s:s, s:I, s:I, s:b, s:I, s:I, s:s}", "kind",
                                 zygote ? "zygote" : "exec", "pool", (json_int_t)(zygote ? self->cfg.pool : 0),
@@ -2318,13 +2019,15 @@ static int s_on_memory_guard(loop_t *loop, int timer_id, void *arg)
 static void s_zygote_answered(void *ctx)
 {
     broker_t *b = ctx;
-    s_pool_collect(b);
+    pool_collect(b->pool);
     s_sess_collect(b);
 }
 
 static void s_zygote_stopping(void *ctx)
 {
-    s_pool_forget_pending(ctx);
+    broker_t *b = ctx;
+    if (b->pool)
+        pool_forget_pending(b->pool);
 }
 
 static void s_zygote_stopped(void *ctx)
@@ -2340,9 +2043,7 @@ static void s_zygote_stopped(void *ctx)
 static void s_zygote_changed(void *ctx, int lost)
 {
     broker_t *b = ctx;
-    if (lost)
-        b->pool_failures++;
-    s_pool_fill(b);
+    pool_refill(b->pool, lost);
 }
 
 broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
@@ -2358,8 +2059,6 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     free(boot);
     self->sessions = zlistx_new();
     self->closing = zlistx_new();
-    self->pool = zlistx_new();
-    self->pool_timer = -1;
     self->respawn_timer = -1;
     self->tick_timer = -1;
     self->memory_timer = -1;
@@ -2380,6 +2079,9 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->orphans = self->zygote && self->sweeper
                         ? orphans_new(loop, self->zygote, self->sweeper)
                         : NULL;
+    pool_cfg_t pc = {cfg->pool,   cfg->state_dir, cfg->limits,  cfg->disk_ok, cfg->disk_desc,
+                     self->zygote, self->launch,   self->worker, &self->warn_limit};
+    self->pool = self->zygote ? pool_new(loop, &pc) : NULL;
     if (!self->sessions || !self->closing || !self->orphans || !self->launch || !self->pool ||
         !self->worker || !self->snaps || !self->meter || !self->signer || !self->sweeper ||
         !self->zygote) {
@@ -2420,18 +2122,13 @@ void broker_destroy(broker_t **self_p)
     if (self->zygote)
         zygote_stop(self->zygote);
     orphans_destroy(&self->orphans);
-    if (self->pool_timer >= 0)
-        loop_timer_end(self->loop, self->pool_timer);
     if (self->respawn_timer >= 0)
         loop_timer_end(self->loop, self->respawn_timer);
     if (self->tick_timer >= 0)
         loop_timer_end(self->loop, self->tick_timer);
     if (self->memory_timer >= 0)
         loop_timer_end(self->loop, self->memory_timer);
-    pooled_t *p;
-    while (self->pool && (p = zlistx_detach(self->pool, NULL)))
-        s_pool_drop(self, p);
-    zlistx_destroy(&self->pool);
+    pool_destroy(&self->pool);
     /* Every job is abandoned by now: their callbacks only unmount and remove. What the
      * trash still holds is removed by the next kenneld: a stop does not wait for it. */
     if (self->sweeper)

@@ -90,6 +90,18 @@ diskjob_t *diskjob_submit(worker_t *worker, const char *dir, const char *workspa
     return j;
 }
 
+int diskjob_check(unsigned long long bytes, int disk_ok, const char *disk_desc, char *why,
+                  size_t why_len)
+{
+    if (!bytes || disk_ok)
+        return 0;
+    snprintf(why, why_len,
+             "the session's workspace cap (disk %llu MiB) cannot be enforced here (%s); "
+             "create it with disk 0, or start kenneld with --disk 0, to run without one",
+             bytes >> 20, disk_desc);
+    return -1;
+}
+
 void diskjob_abandon(diskjob_t *j, int keep)
 {
     j->done = NULL;

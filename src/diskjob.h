@@ -7,6 +7,7 @@
 #ifndef KENNEL_DISKJOB_H
 #define KENNEL_DISKJOB_H
 
+#include <stddef.h>
 #include <sys/types.h>
 
 #include "worker.h"
@@ -28,6 +29,11 @@ typedef void(diskjob_done_fn)(void *owner, const diskjob_result_t *result);
 diskjob_t *diskjob_submit(worker_t *worker, const char *dir, const char *workspace,
                           unsigned long long bytes, uid_t uid, gid_t gid, diskjob_done_fn *done,
                           void *owner);
+/*  Whether a workspace cap of bytes (0: none) can be enforced here (disk_ok: kenneld's start-up
+ *  probe made an image; disk_desc: what it found). 0, or -1 with the refusal in why: a cap is
+ *  refused, never ignored. */
+int diskjob_check(unsigned long long bytes, int disk_ok, const char *disk_desc, char *why,
+                  size_t why_len);
 /*  The owner goes first: a job not yet run is skipped; done is not called; the job unmounts
  *  what it made and, unless keep, removes dir (the owner must not: the worker may still be
  *  writing there). */
