@@ -28,6 +28,7 @@
 
 #include "channels.h"
 #include "disk.h"
+#include "kernpipe.h"
 #include "diskjob.h"
 #include "launch.h"
 #include "loop.h"
@@ -44,17 +45,6 @@
 #include "worker.h"
 #include "zygote.h"
 
-#define READ_SLICE (256u << 10) /* bytes read from one kernel per wakeup */
-/* Frames taken from one kernel per turn of the loop, at most: each is a parse, a signature
- * and a send, so a kernel that sends tiny messages (a READ_SLICE held ~2,600 clear_outputs)
- * held every other session's traffic for that long. The rest waits for the next turn. */
-#define FRAMES_PER_TURN 128
-/* A kernel whose cell passed its output cap is read at most every PIPE_REST_MS: what it
- * sends is dropped unread, and a kernel that printed a line at a time woke kenneld as often
- * (17 s of kenneld's CPU for the 900,000 lines past the cap of one cell). Resting, it fills
- * its pipe and waits, and each read takes a pipe's worth. */
-#define PIPE_REST_MS 20
-#define FRAMES_PER_REST 4096 /* frames taken per read of a resting kernel (dropped unread) */
 /* How long a launched session's shell waits for a client on its iopub (s_serve says why).
  * Jupyter's clients join within a reconnect interval (100-200 ms); a client that never
  * subscribes is served after this. */
@@ -130,225 +120,41 @@ struct sess {
     launcher_t launcher;
     int launcher_fd;         /* launched: a pidfd of the launcher, whose exit ends it; or -1 */
     int hold_timer;          /* the armed LAUNCHED_IOPUB_WAIT_MS timer, or -1 */
-    int pipe_open;           /* proc.pipe_fd is registered for reading */
     int closed;              /* in the broker's closing list: freed once its channels hold
                               * nothing more to send (channels_pending) */
-    int pipe_more;           /* armed timer: the decoder holds frames past this turn's
-                              * FRAMES_PER_TURN, dispatched on the next turn; or the pipe
-                              * rests (pipe_resting); or -1 */
-    int pipe_resting;        /* not read until pipe_more fires (PIPE_REST_MS) */
-    int pipe_paused;         /* not read while the channels hold messages behind a large one
-                              * being signed (channels_pending): the kernel waits, so what
-                              * kenneld holds for it stays bounded */
     char killed_for[96];     /* why kenneld killed the running kernel, told with its exit */
-    kpipe_t *decoder;
-    uint8_t *out;            /* bytes waiting to be written to the kernel */
-    size_t out_len, out_off;
-    int want_pollout;
+    kernpipe_t *pipe;        /* proc's pipe, served while the kernel runs; paused while the
+                              * channels hold messages behind a large one being signed
+                              * (channels_pending), so what kenneld holds stays bounded */
     long long pss, uss;      /* the kernel's memory as last measured (s_memory) */
     long long mem_at;        /* util_now_ms() of that measure; 0: never */
     size_t dropped_seen;     /* channels_dropped when s_on_flushed last looked */
 };
 
-/* ---- the kernel pipe --------------------------------------------------------------------- */
+/* ---- the kernel pipe ------------------------------------------------------------------- */
 
-static int s_on_pipe(loop_t *loop, int fd, int revents, void *arg);
-
-/*  Watch the kernel pipe: for reading unless paused, for writing while bytes wait
- *  (want_pollout). Neither: not watched (its hang-up would be reported at every turn). */
-static void s_pipe_poll(sess_t *s)
+static int s_pipe_frame(void *ctx, kpipe_frame_t *f, const char **why)
 {
-    if (!s->pipe_open)
-        return;
-    int events = (s->pipe_paused || s->pipe_resting ? 0 : LOOP_IN) | (s->want_pollout ? LOOP_OUT : 0);
-    if (!events) {
-        loop_fd_end(s->broker->loop, s->proc.pipe_fd);
-        return;
-    }
-    if (loop_fd_events(s->broker->loop, s->proc.pipe_fd, events) < 0 &&
-        loop_fd(s->broker->loop, s->proc.pipe_fd, events, s_on_pipe, s) < 0)
-        PLOG_W("session=%s: cannot watch the kernel pipe", s->id);
+    sess_t *s = ctx;
+    return session_on_kernel(s->core, f, why);
 }
 
-static void s_pipe_close(sess_t *s)
+static int s_pipe_capped(void *ctx)
 {
-    if (s->pipe_more >= 0)
-        loop_timer_end(s->broker->loop, s->pipe_more);
-    s->pipe_more = -1;
-    s->pipe_resting = 0;
-    if (!s->pipe_open)
-        return;
-    s->pipe_open = 0;
-    s->want_pollout = 0;
-    loop_fd_end(s->broker->loop, s->proc.pipe_fd);
-    free(s->out);
-    s->out = NULL;
-    s->out_len = s->out_off = 0;
+    sess_t *s = ctx;
+    return session_output_capped(s->core);
 }
 
 /*  Kill the kernel for a protocol violation; its pidfd will report the exit. */
-static void s_violation(sess_t *s, const char *why)
+static void s_pipe_violation(void *ctx, const char *why)
 {
-    LOG_W("session=%s: kernel protocol violation: %s; killing it", s->id, why);
+    sess_t *s = ctx;
     snprintf(s->killed_for, sizeof s->killed_for, "it broke the kernel pipe's protocol (%s)", why);
-    s_pipe_close(s);
     if (s->has_proc)
         spawner_signal(&s->proc, SIGKILL);
 }
 
-static void s_pipe_read(sess_t *s, size_t max, int drain);
-
-static int s_on_pipe_more(loop_t *loop, int timer_id, void *arg)
-{
-    (void)loop;
-    (void)timer_id;
-    sess_t *s = arg;
-    s->pipe_more = -1;
-    if (s->pipe_resting) {
-        s->pipe_resting = 0;
-        s_pipe_poll(s);
-    }
-    s_pipe_read(s, READ_SLICE, 0);
-    return 0;
-}
-
-/*  Read the pipe again in ms (0: on the next turn, whatever it holds), not before. */
-static void s_pipe_later(sess_t *s, long long ms)
-{
-    if (s->pipe_more >= 0 && !ms)
-        return;
-    if (s->pipe_more >= 0)
-        loop_timer_end(s->broker->loop, s->pipe_more);
-    if ((s->pipe_more = loop_timer(s->broker->loop, ms, 1, s_on_pipe_more, s)) < 0) {
-        PLOG_W("session=%s: cannot arm a timer", s->id);
-        return;
-    }
-    if (ms && !s->pipe_resting) {
-        s->pipe_resting = 1;
-        s_pipe_poll(s);
-    }
-}
-
-/*  Dispatch the whole frames the decoder holds, up to *budget of them (unless drain: a
- *  kernel that is gone, whose every frame is taken): 0, or -1 if the pipe was closed, the
- *  read paused or the budget spent (the rest then waits for the next turn). */
-static int s_pipe_dispatch(sess_t *s, int drain, size_t *budget)
-{
-    kpipe_frame_t *f;
-    int rc;
-    while (s->pipe_open && (drain || (!s->pipe_paused && *budget > 0)) &&
-           (rc = kpipe_next(s->decoder, &f)) != 0) {
-        if (rc < 0) {
-            s_violation(s, kpipe_strerror(rc));
-            return -1;
-        }
-        if (*budget > 0)
-            (*budget)--;
-        const char *why = NULL;
-        int bad = session_on_kernel(s->core, f, &why);
-        kpipe_frame_destroy(&f);
-        if (bad < 0) {
-            s_violation(s, why);
-            return -1;
-        }
-    }
-    if (s->pipe_open && !drain && !s->pipe_paused && *budget == 0) {
-        s_pipe_later(s, 0);
-        return -1;
-    }
-    return s->pipe_open && (drain || !s->pipe_paused) ? 0 : -1;
-}
-
-static size_t s_pipe_read_some(sess_t *s, size_t max, int drain);
-
-/*  Read what the kernel wrote, up to max bytes, and dispatch whole frames (those read before
- *  first), FRAMES_PER_TURN at most; while paused, nothing (drain: all the same). A kernel
- *  past its cell's output cap that sent frames then rests (PIPE_REST_MS); one that sent
- *  none is read as any other (an idle session whose last cell was cut off once woke kenneld
- *  every 20 ms). */
-static void s_pipe_read(sess_t *s, size_t max, int drain)
-{
-    size_t taken = s_pipe_read_some(s, max, drain);
-    if (taken && s->pipe_open && !drain && !s->pipe_paused && !s->pipe_resting &&
-        session_output_capped(s->core))
-        s_pipe_later(s, PIPE_REST_MS);
-}
-
-/*  s_pipe_read's reading: how many frames it dispatched. */
-static size_t s_pipe_read_some(sess_t *s, size_t max, int drain)
-{
-    static char buf[65536];
-    size_t total = 0, first = session_output_capped(s->core) ? FRAMES_PER_REST : FRAMES_PER_TURN;
-    size_t budget = first;
-    if (s_pipe_dispatch(s, drain, &budget) < 0)
-        return first - budget;
-    while (s->pipe_open && total < max) {
-        ssize_t n = recv(s->proc.pipe_fd, buf, sizeof buf, MSG_DONTWAIT);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            break;
-        if (n <= 0) {
-            if (n < 0)
-                PLOG_W("session=%s: read from kernel", s->id);
-            else if (kpipe_finish(s->decoder) != 0)
-                LOG_W("session=%s: kernel pipe: %s", s->id, kpipe_strerror(KPIPE_ETRUNC));
-            s_pipe_close(s);
-            break;
-        }
-        total += (size_t)n;
-        if (kpipe_feed(s->decoder, buf, (size_t)n) < 0) {
-            LOG_E("session=%s: out of memory reading the kernel pipe", s->id);
-            s_violation(s, "out of memory");
-            break;
-        }
-        if (s_pipe_dispatch(s, drain, &budget) < 0)
-            break;
-    }
-    return first - budget;
-}
-
-static void s_pipe_flush(sess_t *s)
-{
-    while (s->out_off < s->out_len) {
-        ssize_t n = send(s->proc.pipe_fd, s->out + s->out_off, s->out_len - s->out_off,
-                         MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            break;
-        if (n < 0) {
-            PLOG_W("session=%s: write to kernel", s->id);
-            s_pipe_close(s);
-            return;
-        }
-        s->out_off += (size_t)n;
-    }
-    int want = s->out_off < s->out_len;
-    if (!want) {
-        free(s->out);
-        s->out = NULL;
-        s->out_len = s->out_off = 0;
-    }
-    if (want != s->want_pollout) {
-        s->want_pollout = want;
-        s_pipe_poll(s);
-    }
-}
-
-static int s_on_pipe(loop_t *loop, int fd, int revents, void *arg)
-{
-    (void)loop;
-    (void)fd;
-    sess_t *s = arg;
-    if (revents & LOOP_OUT)
-        s_pipe_flush(s);
-    /* A hang-up or error is read through even while paused (at most a slice a turn): the
-     * loop would be woken for it at every turn otherwise. */
-    if (revents & (LOOP_IN | LOOP_ERR))
-        s_pipe_read(s, READ_SLICE, (revents & LOOP_ERR) != 0);
-    return 0;
-}
+static const kernpipe_ops_t s_pipe_ops = {s_pipe_frame, s_pipe_capped, s_pipe_violation};
 
 /* ---- session ops ------------------------------------------------------------------------- */
 
@@ -357,39 +163,8 @@ static int s_on_pidfd(loop_t *loop, int fd, int revents, void *arg);
 static int s_op_to_kernel(void *ctx, const kpipe_iov_t *parts, size_t n)
 {
     sess_t *s = ctx;
-    if (!s->pipe_open)
-        return -1;
-    uint8_t *frame;
-    size_t len;
-    int rc = kpipe_encode(parts, n, s->broker->cfg.max_pipe_frame, &frame, &len);
-    if (rc < 0) {
-        LOG_W("session=%s: cannot frame a request for the kernel: %s", s->id, kpipe_strerror(rc));
-        return SESSION_TOO_LARGE;
-    }
-    /* At most one shell request and one input reply are ever in flight, so the buffer stays
-     * within a few frames; anything more means the kernel stopped reading. */
-    if (s->out_len - s->out_off + len > 4 * s->broker->cfg.max_pipe_frame) {
-        free(frame);
-        s_violation(s, "kernel stopped reading its pipe");
-        return -1;
-    }
-    if (!s->out) {
-        s->out = frame;
-        s->out_len = len;
-        s->out_off = 0;
-    } else {
-        uint8_t *grown = realloc(s->out, s->out_len + len);
-        if (!grown) {
-            free(frame);
-            return -1;
-        }
-        memcpy(grown + s->out_len, frame, len);
-        s->out = grown;
-        s->out_len += len;
-        free(frame);
-    }
-    s_pipe_flush(s);
-    return s->pipe_open ? 0 : -1;
+    int rc = kernpipe_send(s->pipe, parts, n);
+    return rc == KERNPIPE_TOO_LARGE ? SESSION_TOO_LARGE : rc;
 }
 
 static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
@@ -418,10 +193,8 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
      * and s_on_flushed sends what waited here). iopub's subscriptions arrive the same way. */
     loop_reader_touch(s->broker->loop, channels_socket(s->ch, i));
     s->dropped_seen = channels_dropped(s->ch); /* logged above */
-    if (channels_pending(s->ch) && !s->pipe_paused) {
-        s->pipe_paused = 1; /* the kernel's next frames wait for the signer */
-        s_pipe_poll(s);
-    }
+    if (channels_pending(s->ch))
+        kernpipe_pause(s->pipe); /* the kernel's next frames wait for the signer */
 }
 
 static void s_arm_tick(broker_t *b);
@@ -439,11 +212,8 @@ static void s_on_flushed(void *arg)
     s->dropped_seen = dropped;
     if (s->closed && !channels_pending(s->ch))
         s_arm_tick(s->broker); /* its last messages went: it can be freed */
-    if (s->pipe_paused && !channels_pending(s->ch)) {
-        s->pipe_paused = 0;
-        s_pipe_poll(s);
-        s_pipe_read(s, READ_SLICE, 0); /* frames it read before the pause come first */
-    }
+    if (!channels_pending(s->ch))
+        kernpipe_resume(s->pipe);
 }
 
 /* ---- the zygote's kernels for sessions --------------------------------------------------- */
@@ -608,21 +378,14 @@ static int s_op_kernel_start(void *ctx)
 /*  s->proc runs: read its pipe, watch its pidfd. 0, or -1 with errno. */
 static int s_kernel_started(sess_t *s)
 {
-    broker_t *b = s->broker;
     s->has_proc = 1;
-    s->pipe_open = 1;
     s->mem_at = 0; /* a new kernel: not measured yet */
     s->pss = s->uss = 0;
     s->killed_for[0] = '\0';
-    kpipe_destroy(&s->decoder);
-    s->decoder = kpipe_new_with(b->cfg.max_pipe_frame, session_kpipe_alloc());
-    if (!s->decoder) {
+    if (kernpipe_open(s->pipe, s->proc.pipe_fd) < 0) {
         spawner_signal(&s->proc, SIGKILL);
-        s_pipe_close(s);
-        errno = ENOMEM;
         return -1;
     }
-    s_pipe_poll(s);
     if (s->ticket) {
         LOG_D("session=%s: kernel asked of the zygote", s->id);
         return 0;
@@ -689,8 +452,8 @@ static void s_sess_collect(broker_t *b)
             s_watch_pidfd(s);
             continue;
         }
-        s_pipe_read(s, SIZE_MAX, 1);
-        s_pipe_close(s);
+        kernpipe_drain(s->pipe);
+        kernpipe_close(s->pipe);
         spawner_release(&s->proc);
         s->has_proc = 0;
         cgroup_destroy(&s->cg);
@@ -825,8 +588,8 @@ static int s_on_pidfd(loop_t *loop, int fd, int revents, void *arg)
         return 0;
     if (rc < 0)
         snprintf(how, sizeof how, "vanished (%s)", strerror(errno));
-    s_pipe_read(s, SIZE_MAX, 1);
-    s_pipe_close(s);
+    kernpipe_drain(s->pipe);
+    kernpipe_close(s->pipe);
     loop_fd_end(loop, s->proc.pidfd);
     spawner_release(&s->proc);
     s->has_proc = 0;
@@ -911,10 +674,9 @@ static void s_free_sess(sess_t **s_p)
     channels_destroy(&s->ch);
     cgroup_destroy(&s->cg);
     launch_slot_free(s->broker->launch, s->slot);
-    kpipe_destroy(&s->decoder);
+    kernpipe_destroy(&s->pipe);
     if (s->launcher_fd >= 0)
         close(s->launcher_fd);
-    free(s->out);
     free(s);
     *s_p = NULL;
 }
@@ -975,7 +737,7 @@ static void s_close_sess(sess_t *s, int forget)
         loop_fd_end(b->loop, s->launcher_fd);
     for (int i = 0; i < CHANNELS_N; i++)
         loop_reader_end(b->loop, channels_socket(s->ch, (channels_index_t)i));
-    s_pipe_close(s);
+    kernpipe_close(s->pipe);
     orphan_t o = {0};
     o.proc = s->proc;
     o.proc.pidfd = o.proc.pipe_fd = -1;
@@ -1352,7 +1114,6 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
         s->timer_id[t] = -1;
     s->hold_timer = -1;
     s->launcher_fd = -1;
-    s->pipe_more = -1;
     s->launched = launched != NULL;
     if (launched)
         s->launcher = *launched;
@@ -1366,6 +1127,12 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
         snprintf(s->id, sizeof s->id, "%s", id);
     else
         util_uuid(s->id);
+    s->pipe = kernpipe_new(self->loop, s->id, self->cfg.max_pipe_frame, session_kpipe_alloc(),
+                           &s_pipe_ops, s);
+    if (!s->pipe) {
+        LOG_E("out of memory");
+        exit(1);
+    }
     char key[40], ipc_prefix[PATH_MAX];
     channels_cfg_t cc = {.transport = self->cfg.transport, .ip = self->cfg.ip,
                          .key = util_uuid(key), .max_unread = self->cfg.max_unread,
