@@ -34,6 +34,7 @@
 #include "loop.h"
 #include "sandbox.h"
 #include "log.h"
+#include "record.h"
 #include "pool.h"
 #include "orphans.h"
 #include "route.h"
@@ -255,12 +256,8 @@ static void s_sess_disk_abandon(sess_t *s, int keep)
 {
     diskjob_abandon(s->disk_job, keep);
     s->disk_job = NULL;
-    if (!keep) {
-        char meta[PATH_MAX + 16];
-        snprintf(meta, sizeof meta, "%s/meta.json", s->dir);
-        if (unlink(meta) < 0 && errno != ENOENT)
-            PLOG_W("unlink(%s)", meta);
-    }
+    if (!keep && record_remove(s->dir) < 0)
+        PLOG_W("unlink(%s/meta.json)", s->dir);
 }
 
 static int s_kernel_started(sess_t *s);
@@ -1027,26 +1024,20 @@ static int s_parse_connection(const json_t *conn, channels_cfg_t *cfg, int check
  *  its history (session_history) when its state is saved and when kenneld closes it. */
 static int s_write_meta(const sess_t *s)
 {
-    char path[PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/meta.json", s->dir);
-    const reslimits_t *l = &s->limits;
-    json_t *meta = json_pack("{s:s, s:s, s:b, s:I, s:{s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I}}", "id",
-                             s->id, "name", session_name(s->core), "launched", s->launched, "slot",
-                             (json_int_t)s->slot, "limits", "memory",
-                             (json_int_t)l->cg.memory_bytes, "pids", (json_int_t)l->cg.pids, "cpu",
-                             l->cg.cpus, "tmp", (json_int_t)l->tmp_bytes, "nofile",
-                             (json_int_t)l->nofile, "timeout_ms", (json_int_t)l->timeout_ms,
-                             "idle_ms", (json_int_t)l->idle_ms, "disk", (json_int_t)l->disk_bytes);
-    json_t *history = meta ? session_history(s->core) : NULL;
-    if (history)
-        json_object_set_new(meta, "history", history);
-    if (meta && s->launcher.pid > 0)
-        json_object_set_new(meta, "launcher",
-                            json_pack("{s:I, s:I, s:s}", "pid", (json_int_t)s->launcher.pid,
-                                      "start", (json_int_t)s->launcher.start, "boot",
-                                      s->launcher.boot));
-    int rc = meta ? statedir_write_json(path, meta, STATEDIR_ATOMIC) : -1;
-    json_decref(meta);
+    json_t *history = session_history(s->core);
+    record_t r = {.id = s->id,
+                  .name = session_name(s->core),
+                  .launched = s->launched,
+                  .slot = (long long)s->slot,
+                  .limits = s->limits,
+                  .launcher_pid = s->launcher.pid,
+                  .launcher_start = s->launcher.start,
+                  .launcher_boot = s->launcher.boot,
+                  .history = history};
+    int rc = record_write(s->dir, &r);
+    int saved = errno;
+    json_decref(history);
+    errno = saved;
     return rc;
 }
 
@@ -1418,10 +1409,9 @@ static int s_worth_keeping(const char *dir)
 /*  The uid slot a restored session had, kept: the files in its workspace are that uid's. A
  *  kenneld started with fewer slots (a smaller --max-sessions or --pool) grows its table to
  *  cover it. NULL, or why it cannot be kept. */
-static const char *s_restore_slot(broker_t *self, const json_t *jslot, size_t *slot)
+static const char *s_restore_slot(broker_t *self, long long v, size_t *slot)
 {
-    json_int_t v = json_integer_value(jslot);
-    if (!json_is_integer(jslot) || v < 0 || v >= RESTORE_SLOT_MAX)
+    if (v < 0 || v >= RESTORE_SLOT_MAX)
         return "its uid slot is missing or out of range";
     *slot = (size_t)v;
     if (launch_slot_grow(self->launch, *slot) < 0)
@@ -1436,27 +1426,23 @@ static void s_restore_one(broker_t *self, const char *dir)
 {
     char path[PATH_MAX + 512];
     json_error_t jerr;
-    snprintf(path, sizeof path, "%s/meta.json", dir);
-    json_t *meta = json_load_file(path, 0, &jerr);
+    record_t rec;
+    (void)record_read(dir, &rec); /* what it lacks is said below */
     snprintf(path, sizeof path, "%s/connection.json", dir);
     json_t *conn = json_load_file(path, 0, &jerr);
-    const json_t *l = json_object_get(meta, "limits");
-    const char *id = json_string_value(json_object_get(meta, "id"));
-    const char *name = json_string_value(json_object_get(meta, "name"));
+    const char *id = rec.id;
+    const char *name = rec.name;
     broker_error_t err = {0};
     sess_t *s = NULL;
     /* A kernelspec's session lives as long as its launcher: one that ended while no kenneld
      * ran (or before a reboot) would have ended the session, so it ends now. One still
      * running is watched again. */
-    int launched = json_is_true(json_object_get(meta, "launched"));
-    const json_t *jl = json_object_get(meta, "launcher");
-    launcher_t launcher = {(pid_t)json_integer_value(json_object_get(jl, "pid")),
-                           (unsigned long long)json_integer_value(json_object_get(jl, "start")),
-                           ""};
+    int launched = rec.launched;
+    launcher_t launcher = {rec.launcher_pid, rec.launcher_start, ""};
     int launcher_fd = -1;
     if (launched && launcher.pid > 0 && launcher.start > 0) {
         snprintf(launcher.boot, sizeof launcher.boot, "%s", self->boot_id);
-        const char *boot = json_string_value(json_object_get(jl, "boot"));
+        const char *boot = rec.launcher_boot;
         if (boot && launcher.boot[0] && strcmp(boot, launcher.boot) != 0)
             errno = ESRCH;
         else
@@ -1467,7 +1453,7 @@ static void s_restore_one(broker_t *self, const char *dir)
             snprintf(path, sizeof path, "%s/workspace", dir);
             disk_unmount(path, 1); /* mounted still only if kenneld had no namespace of its own */
             sweeper_discard(self->sweeper, dir);
-            json_decref(meta);
+            record_clear(&rec);
             json_decref(conn);
             return;
         }
@@ -1487,23 +1473,14 @@ static void s_restore_one(broker_t *self, const char *dir)
     else if (id && zlistx_size(self->sessions) >= self->cfg.max_sessions)
         why = "--max-sessions are live";
     else if (id)
-        why = s_restore_slot(self, json_object_get(meta, "slot"), &slot);
-    if (!why && id && name && conn && json_is_object(l)) {
-        reslimits_t lim = {
-            {(unsigned long long)json_integer_value(json_object_get(l, "memory")),
-             (unsigned long)json_integer_value(json_object_get(l, "pids")),
-             json_number_value(json_object_get(l, "cpu"))},
-            (unsigned long long)json_integer_value(json_object_get(l, "tmp")),
-            (unsigned long)json_integer_value(json_object_get(l, "nofile")),
-            json_integer_value(json_object_get(l, "timeout_ms")),
-            json_integer_value(json_object_get(l, "idle_ms")),
-            (unsigned long long)json_integer_value(json_object_get(l, "disk"))};
-        s = s_make(self, id, name, conn, &lim, launched ? &launcher : NULL, (long)slot, 0, &err);
-    }
+        why = s_restore_slot(self, rec.slot, &slot);
+    if (!why && id && name && conn && rec.has_limits)
+        s = s_make(self, id, name, conn, &rec.limits, launched ? &launcher : NULL, (long)slot, 0,
+                   &err);
     if (s) {
         snprintf(path, sizeof path, "%s/snapshot", dir);
         int has_state = access(path, F_OK) == 0;
-        session_history_restore(s->core, json_object_get(meta, "history"));
+        session_history_restore(s->core, rec.history);
         session_start_restored(s->core, has_state);
         s_serve(self, s);
         if (launcher_fd >= 0)
@@ -1527,7 +1504,7 @@ static void s_restore_one(broker_t *self, const char *dir)
     }
     if (!s && launcher_fd >= 0)
         close(launcher_fd);
-    json_decref(meta);
+    record_clear(&rec);
     json_decref(conn);
 }
 
