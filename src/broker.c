@@ -34,6 +34,7 @@
 #include "loop.h"
 #include "sandbox.h"
 #include "log.h"
+#include "meter.h"
 #include "record.h"
 #include "pool.h"
 #include "orphans.h"
@@ -69,13 +70,9 @@ struct broker {
                               * (re)started on demand */
     worker_t *worker;        /* makes and mounts new workspace images, off the loop */
     snapstore_t *snaps;      /* evicted sessions' snapshots, written on the worker */
-    worker_t *meter;         /* measures sessions' memory, off the loop and off the worker */
+    meter_t *meter;          /* measures sessions' memory, off the loop and off the worker */
     worker_t *signer;        /* signs sessions' large messages, off the loop (channels) */
     sweeper_t *sweeper;      /* removes ended sessions' directories from the trash */
-    struct mem_job *mem_job; /* the measure under way on it, or NULL */
-    int mem_list_done;       /* a listing's measure is done: the next broker_list answers */
-    char mem_info_done[40];  /* the session whose info measure is done: broker_info answers
-                              * for it, however long the retry took to come (or "") */
     char boot_id[40];        /* this boot's (/proc/sys/kernel/random/boot_id), or "" */
     broker_notify_fn *settled; /* what broker_workspace, broker_info or broker_list waited
                                 * for is done (a workspace, a measure) */
@@ -826,82 +823,36 @@ static sess_t *s_find(broker_t *self, const char *id_or_name)
 #define MEMORY_FRESH_MS 1000
 #define INFO_FRESH_MS 100
 
-/*  Sessions' memory, measured on the meter thread: reading smaps_rollup walks a process's
- *  page tables, about a millisecond for a kernel with the scientific stack mapped, and a
- *  session's code decides how many processes it runs and how much they map (200 forks
- *  sharing 1 GiB took ~0.5 s). On the loop, that stalled every session's traffic. */
-typedef struct {
-    char id[40];
-    pid_t pid;
-    long long pss, uss;
-    int measured;
-} mem_entry_t;
-
-typedef struct mem_job {
-    broker_t *broker;
-    int for_list;
-    long long budget_ms; /* stop after the session that passes it; 0: none */
-    size_t n;
-    mem_entry_t e[];
-} mem_job_t;
-
-static void s_mem_run(void *arg)
+/*  The meter took session id's kernel's memory: kept unless that kernel ended meanwhile (its
+ *  pid may be another process's now); a new one is measured when asked. */
+static int s_mem_measured(void *ctx, const char *id, pid_t pid, long long pss, long long uss)
 {
-    mem_job_t *j = arg;
-    long long t0 = util_now_ms();
-    for (size_t i = 0; i < j->n; i++) {
-        if (j->budget_ms && i > 0 && util_now_ms() - t0 >= j->budget_ms)
-            break;
-        spawner_tree_memory(j->e[i].pid, &j->e[i].pss, &j->e[i].uss);
-        j->e[i].measured = 1;
-    }
+    sess_t *s = s_find_id(ctx, id);
+    if (!s || !s->has_proc || s->proc.pid != pid)
+        return 0;
+    s->pss = pss;
+    s->uss = uss;
+    s->mem_at = util_now_ms();
+    return 1;
 }
 
-static void s_mem_done(void *arg)
+static void s_mem_done(void *ctx)
 {
-    mem_job_t *j = arg;
-    broker_t *b = j->broker;
-    long long now = util_now_ms();
-    b->mem_info_done[0] = '\0';
-    for (size_t i = 0; i < j->n; i++) {
-        sess_t *s = j->e[i].measured ? s_find_id(b, j->e[i].id) : NULL;
-        /* A kernel that ended meanwhile (its pid may be another process's now) is left
-         * unmeasured: a new one is measured when asked. */
-        if (!s || !s->has_proc || s->proc.pid != j->e[i].pid)
-            continue;
-        s->pss = j->e[i].pss;
-        s->uss = j->e[i].uss;
-        s->mem_at = now;
-        if (!j->for_list)
-            snprintf(b->mem_info_done, sizeof b->mem_info_done, "%s", s->id);
-    }
-    b->mem_job = NULL;
-    b->mem_list_done = j->for_list;
-    free(j);
-    s_settled(b);
+    s_settled(ctx);
 }
 
-/*  Measure the n sessions in ss on the meter, oldest measure first, for at most budget_ms
- *  (0: all of them). 0: under way (s_settled when done); -1: not (out of memory). */
+/*  Measure the n sessions in ss on the meter, in that order, for at most budget_ms (0: all of
+ *  them). 0: under way (s_settled when done); -1: not (out of memory). */
 static int s_measure(broker_t *b, sess_t **ss, size_t n, int for_list, long long budget_ms)
 {
-    mem_job_t *j = calloc(1, sizeof *j + n * sizeof j->e[0]);
-    if (!j)
+    meter_kernel_t *k = calloc(n ? n : 1, sizeof *k);
+    if (!k)
         return -1;
-    j->broker = b;
-    j->for_list = for_list;
-    j->budget_ms = budget_ms;
-    j->n = n;
-    for (size_t i = 0; i < n; i++) {
-        snprintf(j->e[i].id, sizeof j->e[i].id, "%s", ss[i]->id);
-        j->e[i].pid = ss[i]->proc.pid;
-    }
-    if (worker_submit(b->meter, s_mem_run, s_mem_done, j) < 0) {
-        free(j);
-        return -1;
-    }
-    b->mem_job = j;
-    return 0;
+    for (size_t i = 0; i < n; i++)
+        k[i] = (meter_kernel_t){ss[i]->id, ss[i]->proc.pid};
+    int rc = meter_start(b->meter, k, n, for_list, budget_ms);
+    free(k);
+    return rc;
 }
 
 static json_t *s_info(sess_t *s)
@@ -1550,15 +1501,15 @@ json_t *broker_info(broker_t *self, const char *id_or_name, int *pending)
     sess_t *s = s_find(self, id_or_name);
     if (!s)
         return NULL;
-    if (self->mem_job) {
+    if (meter_busy(self->meter)) {
         *pending = 1;
         return NULL;
     }
     /* One session: measured afresh, unless just now. The request that waited for its measure
      * takes it whatever the time since (a busy loop may be slow to retry it: a clock check
      * there had it measure again and again, never answered). */
-    if (strcmp(self->mem_info_done, s->id) == 0) {
-        self->mem_info_done[0] = '\0';
+    if (meter_take_info(self->meter, s->id)) {
+        /* the measure this request waited for */
     } else if (s->has_proc && (!s->mem_at || util_now_ms() - s->mem_at >= INFO_FRESH_MS) &&
                s_measure(self, &s, 1, 0, 0) == 0) {
         *pending = 1;
@@ -1576,13 +1527,12 @@ static int s_by_mem_at(const void *a, const void *b)
 json_t *broker_list(broker_t *self, int *pending)
 {
     *pending = 0;
-    if (self->mem_job) {
+    if (meter_busy(self->meter)) {
         *pending = 1;
         return NULL;
     }
-    if (self->mem_list_done) {
-        self->mem_list_done = 0; /* the measure this listing waited for */
-    } else {
+    /* The stale are measured first, unless this is the listing whose measure is over. */
+    if (!meter_take_list(self->meter)) {
         size_t n = 0;
         long long now = util_now_ms();
         sess_t **stale = malloc((zlistx_size(self->sessions) + 1) * sizeof *stale);
@@ -1807,7 +1757,8 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->tick_timer = -1;
     self->memory_timer = -1;
     self->worker = worker_new(loop);
-    self->meter = worker_new(loop);
+    meter_ops_t mo = {s_mem_measured, s_mem_done};
+    self->meter = meter_new(loop, &mo, self);
     self->signer = worker_new(loop);
     self->sweeper = sweeper_new(loop, cfg->state_dir);
     snapstore_ops_t snap_ops = {s_snap_live, s_snap_stored};
@@ -1853,7 +1804,7 @@ void broker_destroy(broker_t **self_p)
         return;
     broker_t *self = *self_p;
     /* A measure under way ends first; its done callback finds the sessions still there. */
-    worker_destroy(&self->meter);
+    meter_destroy(&self->meter);
     sess_t *s;
     while (self->sessions && (s = zlistx_first(self->sessions)))
         s_close_sess(s, 0);
