@@ -19,14 +19,13 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <stdatomic.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <sys/mount.h>
 #include <sys/stat.h>
 
 #include "channels.h"
+#include "connection.h"
 #include "disk.h"
 #include "kernpipe.h"
 #include "diskjob.h"
@@ -877,100 +876,6 @@ static json_t *s_info(sess_t *s)
     return info;
 }
 
-/*  One ipc endpoint a client named: absent, or a stale socket (no one accepts on it). kenneld
- *  binds as root and libzmq removes what is at the path first, so anything else there (a
- *  file, a live session's endpoint) is refused. 0, or -1 with err. */
-static int s_check_ipc_path(const char *prefix, int port, broker_error_t *err)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int n = snprintf(sa.sun_path, sizeof sa.sun_path, "%s-%d", prefix, port);
-    if (n < 0 || (size_t)n >= sizeof sa.sun_path) {
-        snprintf(err->evalue, sizeof err->evalue, "the ipc path %.60s-%d is too long", prefix, port);
-        return -1;
-    }
-    struct stat st;
-    if (lstat(sa.sun_path, &st) < 0) {
-        if (errno == ENOENT)
-            return 0;
-        snprintf(err->evalue, sizeof err->evalue, "cannot check the ipc path %.100s: %s",
-                 sa.sun_path, strerror(errno));
-        return -1;
-    }
-    if (!S_ISSOCK(st.st_mode)) {
-        snprintf(err->evalue, sizeof err->evalue, "%.100s exists and is not a socket", sa.sun_path);
-        return -1;
-    }
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        snprintf(err->evalue, sizeof err->evalue, "cannot check the ipc path: %s", strerror(errno));
-        return -1;
-    }
-    int live = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 || errno == EAGAIN;
-    close(fd);
-    if (live) {
-        err->ename = "AddressInUse";
-        snprintf(err->evalue, sizeof err->evalue, "%.100s is in use", sa.sun_path);
-        return -1;
-    }
-    return 0;
-}
-
-/*  Fill cfg from a connection object: a client's (check_ipc: its ipc paths must be free) or
- *  a restored session's own. 0, or -1 with err. */
-static int s_parse_connection(const json_t *conn, channels_cfg_t *cfg, int check_ipc,
-                              broker_error_t *err)
-{
-    static const char *ports[CHANNELS_N] = {"shell_port", "iopub_port", "stdin_port",
-                                            "control_port", "hb_port"};
-    /* A NUL inside any of these would make C read a shorter string: a key cut to a byte. */
-    const json_t *jscheme = json_object_get(conn, "signature_scheme");
-    const char *transport = jmsg_cstr(json_object_get(conn, "transport"));
-    const char *ip = jmsg_cstr(json_object_get(conn, "ip"));
-    const char *key = jmsg_cstr(json_object_get(conn, "key"));
-    const char *scheme = jmsg_cstr(jscheme);
-    err->ename = "BadRequest";
-    if (!json_is_object(conn) || !transport || !ip || !key ||
-        (jscheme && !json_is_null(jscheme) && !scheme)) {
-        snprintf(err->evalue, sizeof err->evalue,
-                 "connection needs transport, ip and key: strings without NUL");
-        return -1;
-    }
-    if (strcmp(transport, "tcp") != 0 && strcmp(transport, "ipc") != 0) {
-        snprintf(err->evalue, sizeof err->evalue, "transport must be tcp or ipc");
-        return -1;
-    }
-    if (!*key || (scheme && strcmp(scheme, "hmac-sha256") != 0)) {
-        snprintf(err->evalue, sizeof err->evalue,
-                 "kennel needs a non-empty key and signature_scheme hmac-sha256");
-        return -1;
-    }
-    if (strcmp(transport, "tcp") == 0 && strcmp(ip, "127.0.0.1") != 0 && strcmp(ip, "localhost") != 0) {
-        snprintf(err->evalue, sizeof err->evalue, "sessions bind to 127.0.0.1 only");
-        return -1;
-    }
-    for (int i = 0; i < CHANNELS_N; i++) {
-        json_int_t p = json_integer_value(json_object_get(conn, ports[i]));
-        if (p <= 0 || p > 65535) {
-            snprintf(err->evalue, sizeof err->evalue, "%s must be a port number", ports[i]);
-            return -1;
-        }
-        cfg->ports[i] = (int)p;
-    }
-    if (check_ipc && strcmp(transport, "ipc") == 0) {
-        if (ip[0] != '/') {
-            snprintf(err->evalue, sizeof err->evalue, "an ipc connection's ip must be an absolute path");
-            return -1;
-        }
-        for (int i = 0; i < CHANNELS_N; i++)
-            if (s_check_ipc_path(ip, cfg->ports[i], err) < 0)
-                return -1;
-    }
-    cfg->transport = transport;
-    cfg->ip = strcmp(ip, "localhost") == 0 ? "127.0.0.1" : ip;
-    cfg->key = key;
-    return 0;
-}
-
 /*  What a session needs to come back after kenneld restarts: written at creation, again with
  *  its history (session_history) when its state is saved and when kenneld closes it. */
 static int s_write_meta(const sess_t *s)
@@ -1079,7 +984,8 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     channels_cfg_t cc = {.transport = self->cfg.transport, .ip = self->cfg.ip,
                          .key = util_uuid(key), .max_unread = self->cfg.max_unread,
                          .signer = self->signer};
-    if (connection && s_parse_connection(connection, &cc, !id, err) < 0)
+    if (connection &&
+        connection_parse(connection, &cc, !id, &err->ename, err->evalue, sizeof err->evalue) < 0)
         goto fail;
     if (statedir_session_create(self->cfg.state_dir, s->id, s->dir, sizeof s->dir) < 0 ||
         snprintf(s->conn_path, sizeof s->conn_path, "%s/connection.json", s->dir) >= PATH_MAX ||
