@@ -1,45 +1,43 @@
-/*  broker: one loop (loop.h) serves every session. Three rules keep it responsive:
- *  - nothing blocks: sockets drop instead of blocking, the kernel pipe is non-blocking with a
- *    bounded outbound buffer, and a busy kernel's output is read in bounded slices per wakeup
- *    so a flood in one session cannot starve another;
- *  - a session is never freed inside a callback that runs for it: ended sessions are unhooked
- *    from the loop at once and freed by a timer on the next iteration;
- *  - a kernel is reaped only through its pidfd; killed kernels of ended sessions are kept as
- *    orphans until their pidfd says they are gone, so nothing is left running or unreaped. */
+/*  broker: the session table and the glue around each session. Each job around a session is
+ *  a module of its own, which the broker owns and tells what happens to sessions; the broker
+ *  itself binds a session's channels, starts its kernel, serves the kernel's pipe and does the
+ *  I/O the session asks for (session_ops_t). Two rules hold here:
+ *  - a session is never freed inside a callback that runs for it: an ended session is
+ *    unhooked from the loop at once and freed by a timer on a later turn, once its channels
+ *    hold nothing more to send;
+ *  - a kernel is reaped only through its pidfd: an ended session's kernel is killed and kept
+ *    as an orphan (orphans.h) until its pidfd says it is gone, with what must wait for it.
+ *  That nothing blocks, and that no session's flood starves another, is kept by the channels
+ *  (sockets drop instead of blocking) and by kernpipe (bounded reads and frames per turn). */
 #include "broker.h"
 
 #include <assert.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
-#include <malloc.h>
-#include <stdatomic.h>
 #include <unistd.h>
-
-#include <sys/mount.h>
-#include <sys/stat.h>
 
 #include "channels.h"
 #include "connection.h"
 #include "disk.h"
-#include "kernpipe.h"
 #include "diskjob.h"
+#include "kernpipe.h"
 #include "launch.h"
-#include "loop.h"
-#include "sandbox.h"
 #include "log.h"
+#include "loop.h"
 #include "meter.h"
-#include "record.h"
-#include "pool.h"
 #include "orphans.h"
+#include "pool.h"
+#include "record.h"
 #include "route.h"
-#include "spawner.h"
 #include "snapstore.h"
+#include "spawner.h"
 #include "statedir.h"
 #include "sweeper.h"
 #include "util.h"
@@ -56,28 +54,29 @@ typedef struct sess sess_t;
 struct broker {
     loop_t *loop;
     broker_cfg_t cfg;
+    session_ops_t ops;       /* every session's, its sess_t the context */
     zlistx_t *sessions;      /* sess_t*, oldest first; owns them */
     zlistx_t *closing;       /* sess_t* unhooked, freed by the next tick */
-    orphans_t *orphans;      /* killed kernels waiting to be reaped */
     int tick_timer;          /* the armed timer that frees closing sessions, or -1 */
-    int memory_timer;        /* the guard of kenneld's own memory (--max-memory), or -1 */
-    long long memory_cut_at; /* when it last cut every client (monotonic ms) */
-    launch_t *launch;        /* the kernels' host ids (uid slots), environment, command */
-    pool_t *pool;            /* sealed kernels waiting for new sessions */
     int respawn_timer;       /* armed when sessions wait for a kernel asked again, or -1 */
+    launch_t *launch;        /* the kernels' host ids (uid slots), environment, command */
     zygote_t *zygote;        /* the zygote link; no zygote runs with --spawner exec, or until
                               * (re)started on demand */
-    worker_t *worker;        /* makes and mounts new workspace images, off the loop */
+    pool_t *pool;            /* sealed kernels waiting for new sessions */
+    orphans_t *orphans;      /* killed kernels waiting to be reaped */
     snapstore_t *snaps;      /* evicted sessions' snapshots, written on the worker */
     meter_t *meter;          /* measures sessions' memory, off the loop and off the worker */
-    worker_t *signer;        /* signs sessions' large messages, off the loop (channels) */
     sweeper_t *sweeper;      /* removes ended sessions' directories from the trash */
-    char boot_id[40];        /* this boot's (/proc/sys/kernel/random/boot_id), or "" */
+    worker_t *worker;        /* makes and mounts new workspace images (diskjob), writes and
+                              * drops snapshots (snapstore), off the loop */
+    worker_t *signer;        /* signs sessions' large messages, off the loop (channels) */
     broker_notify_fn *settled; /* what broker_workspace, broker_info or broker_list waited
                                 * for is done (a workspace, a measure) */
     void *settled_arg;
-    session_ops_t ops;
-    log_limit_t warn_limit;
+    int memory_timer;        /* the guard of kenneld's own memory (--max-memory), or -1 */
+    long long memory_cut_at; /* when it last cut every client (monotonic ms) */
+    char boot_id[40];        /* this boot's (/proc/sys/kernel/random/boot_id), or "" */
+    log_limit_t warn_limit;  /* warnings peers can cause, the pool's too */
 };
 
 /*  A launched session's launcher: its pid (0: not known), start time (clock ticks after boot)
@@ -123,12 +122,42 @@ struct sess {
     kernpipe_t *pipe;        /* proc's pipe, served while the kernel runs; paused while the
                               * channels hold messages behind a large one being signed
                               * (channels_pending), so what kenneld holds stays bounded */
-    long long pss, uss;      /* the kernel's memory as last measured (s_memory) */
+    long long pss, uss;      /* the kernel's memory as last measured (meter.h) */
     long long mem_at;        /* util_now_ms() of that measure; 0: never */
     size_t dropped_seen;     /* channels_dropped when s_on_flushed last looked */
 };
 
-/* ---- the kernel pipe ------------------------------------------------------------------- */
+/*  The sections below, in the order a session's life needs them, call back up through these. */
+static void s_close_sess(sess_t *s, int forget);
+static void s_arm_tick(broker_t *b);
+
+/* ---- finding sessions, and telling the manager ----------------------------------------------- */
+
+/*  A session's workspace is mounted, failed, or its session ended, or a measure of memory is
+ *  done: what broker_workspace, broker_info or broker_list waited for (see broker_on_settled). */
+static void s_settled(broker_t *b)
+{
+    if (b->settled)
+        b->settled(b->settled_arg);
+}
+
+static sess_t *s_find_id(broker_t *self, const char *id)
+{
+    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
+        if (strcmp(s->id, id) == 0)
+            return s;
+    return NULL;
+}
+
+static sess_t *s_find(broker_t *self, const char *id_or_name)
+{
+    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
+        if (strcmp(s->id, id_or_name) == 0 || strcmp(session_name(s->core), id_or_name) == 0)
+            return s;
+    return NULL;
+}
+
+/* ---- a session's kernel: started, fed, signalled, gone --------------------------------------- */
 
 static int s_pipe_frame(void *ctx, kpipe_frame_t *f, const char **why)
 {
@@ -153,10 +182,6 @@ static void s_pipe_violation(void *ctx, const char *why)
 
 static const kernpipe_ops_t s_pipe_ops = {s_pipe_frame, s_pipe_capped, s_pipe_violation};
 
-/* ---- session ops ------------------------------------------------------------------------- */
-
-static int s_on_pidfd(loop_t *loop, int fd, int revents, void *arg);
-
 static int s_op_to_kernel(void *ctx, const kpipe_iov_t *parts, size_t n)
 {
     sess_t *s = ctx;
@@ -164,58 +189,78 @@ static int s_op_to_kernel(void *ctx, const kpipe_iov_t *parts, size_t n)
     return rc == KERNPIPE_TOO_LARGE ? SESSION_TOO_LARGE : rc;
 }
 
-static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
+/*  The kernel exited: read what it wrote before dying, then tell the session. */
+static int s_on_pidfd(loop_t *loop, int fd, int revents, void *arg)
 {
-    sess_t *s = ctx;
-    channels_index_t i = channel == ROUTE_IOPUB     ? CHANNELS_IOPUB
-                         : channel == ROUTE_CONTROL ? CHANNELS_CONTROL
-                         : (channel == ROUTE_STDIN || channel == ROUTE_KSTDIN) ? CHANNELS_STDIN
-                                                                                 : CHANNELS_SHELL;
-    LOG_D("session=%s: -> %s %s", s->id, route_channel_name(channel), jmsg_type(*msg_p));
-    char type[64]; /* for the log line: the send takes the message */
-    snprintf(type, sizeof type, "%s", jmsg_type(*msg_p));
-    int rc = channels_send(s->ch, i, msg_p);
-    if (rc < 0 && log_allow(&s->broker->warn_limit, 5))
-        LOG_W("session=%s: send on %s failed", s->id, route_channel_name(channel));
-    else if (rc == CHANNELS_DROPPED && i == CHANNELS_IOPUB && log_allow(&s->broker->warn_limit, 5))
-        LOG_W("session=%s: iopub's subscribers have not read its last --max-unread bytes: "
-              "output dropped (%zu messages so far)", s->id, channels_dropped(s->ch));
-    else if (rc == CHANNELS_DROPPED && log_allow(&s->broker->warn_limit, 5))
-        LOG_W("session=%s: a client has not read its last --max-unread bytes of %s: %s "
-              "dropped (%zu messages so far)", s->id, route_channel_name(channel), type,
-              channels_dropped(s->ch));
-    /* A send can swallow the wake-up of a request arriving on the same socket, and we often
-     * send from outside its reader (a kernel's reply, a timer): the loop must look again. This
-     * is the one place session sockets are sent on (the heartbeat echoes in its own reader,
-     * and s_on_flushed sends what waited here). iopub's subscriptions arrive the same way. */
-    loop_reader_touch(s->broker->loop, channels_socket(s->ch, i));
-    s->dropped_seen = channels_dropped(s->ch); /* logged above */
-    if (channels_pending(s->ch))
-        kernpipe_pause(s->pipe); /* the kernel's next frames wait for the signer */
-}
-
-static void s_arm_tick(broker_t *b);
-
-/*  A large message was signed and what waited behind it went (see channels_send). */
-static void s_on_flushed(void *arg)
-{
+    (void)fd;
+    (void)revents;
     sess_t *s = arg;
-    for (int i = 0; i < CHANNELS_HB; i++)
-        loop_reader_touch(s->broker->loop, channels_socket(s->ch, (channels_index_t)i));
-    size_t dropped = channels_dropped(s->ch);
-    if (dropped > s->dropped_seen && log_allow(&s->broker->warn_limit, 5))
-        LOG_W("session=%s: clients have not read their last --max-unread bytes: messages "
-              "dropped (%zu so far)", s->id, dropped);
-    s->dropped_seen = dropped;
-    if (s->closed && !channels_pending(s->ch))
-        s_arm_tick(s->broker); /* its last messages went: it can be freed */
-    if (!channels_pending(s->ch))
-        kernpipe_resume(s->pipe);
+    char how[192];
+    int rc = spawner_reap(&s->proc, how, sizeof how);
+    if (rc == 0)
+        return 0;
+    if (rc < 0)
+        snprintf(how, sizeof how, "vanished (%s)", strerror(errno));
+    kernpipe_drain(s->pipe);
+    kernpipe_close(s->pipe);
+    loop_fd_end(loop, s->proc.pidfd);
+    spawner_release(&s->proc);
+    s->has_proc = 0;
+    session_exit_t kind = SESSION_EXIT_CRASH;
+    if (s->cg) {
+        /* An OOM kill shows as SIGKILL; the cgroup knows it was the memory limit. */
+        long long mem, peak, ooms;
+        cgroup_stats(s->cg, &mem, &peak, &ooms);
+        if (ooms > 0) {
+            kind = SESSION_EXIT_MEMORY;
+            size_t len = strlen(how);
+            snprintf(how + len, sizeof how - len, " by the memory limit (%llu MiB)",
+                     s->limits.cg.memory_bytes >> 20);
+        }
+        cgroup_destroy(&s->cg);
+    }
+    if (s->killed_for[0] && kind == SESSION_EXIT_CRASH) {
+        size_t len = strlen(how);
+        snprintf(how + len, sizeof how - len, ": %s", s->killed_for);
+    }
+    s->killed_for[0] = '\0';
+    LOG_I("session=%s: kernel %s", s->id, how);
+    session_on_kernel_exit(s->core, how, kind);
+    return 0;
 }
 
-/* ---- the zygote's kernels for sessions --------------------------------------------------- */
+/*  The kernel's pid is known: watch its pidfd. */
+static void s_watch_pidfd(sess_t *s)
+{
+    broker_t *b = s->broker;
+    if (loop_fd(b->loop, s->proc.pidfd, LOOP_IN, s_on_pidfd, s) < 0)
+        PLOG_W("session=%s: cannot watch the kernel's pidfd", s->id);
+    LOG_I("session=%s: kernel started, pid %d%s", s->id, (int)s->proc.pid,
+          b->cfg.sandbox ? "" : " (NOT SANDBOXED)");
+    if (s->kill_pending) {
+        s->kill_pending = 0;
+        spawner_signal(&s->proc, SIGKILL); /* its exit comes through the pidfd */
+    }
+}
 
-static void s_sess_collect(broker_t *b);
+/*  s->proc runs: read its pipe, watch its pidfd. 0, or -1 with errno. */
+static int s_kernel_started(sess_t *s)
+{
+    s->has_proc = 1;
+    s->mem_at = 0; /* a new kernel: not measured yet */
+    s->pss = s->uss = 0;
+    s->killed_for[0] = '\0';
+    if (kernpipe_open(s->pipe, s->proc.pipe_fd) < 0) {
+        spawner_signal(&s->proc, SIGKILL);
+        return -1;
+    }
+    if (s->ticket) {
+        LOG_D("session=%s: kernel asked of the zygote", s->id);
+        return 0;
+    }
+    s_watch_pidfd(s);
+    return 0;
+}
 
 /*  Ask the zygote for session s's kernel; its pid comes later (s_sess_collect). The pipe is
  *  ours at once, so the kernel's hello is read whenever it comes. 0, or -1 with errno (and
@@ -233,32 +278,6 @@ static int s_zygote_spawn(broker_t *b, sess_t *s, spawner_proc_t *out)
     }
     return 0;
 }
-
-/* ---- workspace images, made and mounted on the worker thread ----------------------------- */
-
-static void s_spawn_deferred(sess_t *s);
-
-/*  A session's workspace is mounted, failed, or its session ended, or a measure of memory is
- *  done: what broker_workspace, broker_info or broker_list waited for (see broker_on_settled). */
-static void s_settled(broker_t *b)
-{
-    if (b->settled)
-        b->settled(b->settled_arg);
-}
-
-/*  s goes before its image is ready (diskjob_abandon). A session not kept loses its meta.json
- *  at once, so that a kenneld that dies before the job is done does not bring it back. */
-static void s_sess_disk_abandon(sess_t *s, int keep)
-{
-    diskjob_abandon(s->disk_job, keep);
-    s->disk_job = NULL;
-    if (!keep && record_remove(s->dir) < 0)
-        PLOG_W("unlink(%s/meta.json)", s->dir);
-}
-
-static int s_kernel_started(sess_t *s);
-static void s_watch_pidfd(sess_t *s);
-static void s_sess_collect(broker_t *b);
 
 /*  Start s's kernel now that its workspace is ready. 0, or -1 with errno. */
 static int s_kernel_spawn(sess_t *s)
@@ -287,36 +306,22 @@ static int s_kernel_spawn(sess_t *s)
     return s_kernel_started(s);
 }
 
-/*  A new session's workspace image is made and mounted off the loop; its kernel starts when
- *  that is done (s_sess_disk_ready). Until then the session is starting, as it would be
- *  waiting for its kernel's hello. 0, or -1 with errno. */
-static void s_sess_disk_ready(sess_t *s, const diskjob_result_t *j);
-
-/*  s's image is made and mounted, or failed. */
-static void s_sess_disk_done(void *owner, const diskjob_result_t *result)
+/*  Spawn the kernel of a starting session whose start waited (for its image, for a new
+ *  zygote); its failure, or a kill that came meanwhile, is the kernel's exit. */
+static void s_spawn_deferred(sess_t *s)
 {
-    sess_t *s = owner;
-    s->disk_job = NULL;
-    s_sess_disk_ready(s, result);
-    s_settled(s->broker);
-}
-
-static int s_sess_disk_start(sess_t *s)
-{
-    if (s->disk_job)
-        return 0;
-    uid_t uid;
-    gid_t gid;
-    launch_ids(s->broker->launch, s->slot, &uid, &gid);
-    s->disk_job = diskjob_submit(s->broker->worker, s->dir, s->workspace, s->limits.disk_bytes,
-                                 uid, gid, s_sess_disk_done, s);
-    if (!s->disk_job) {
-        char why[200];
-        snprintf(why, sizeof why, "cannot set up the workspace's disk: %s", strerror(errno));
-        session_start_failed(s->core, why);
-        return -1;
+    if (s->kill_pending) {
+        /* Killed before it started (a restart): as if this kernel had run and been killed;
+         * the session starts the next one. */
+        s->kill_pending = 0;
+        session_on_kernel_exit(s->core, "was killed before it started", SESSION_EXIT_CRASH);
+        return;
     }
-    return 0;
+    if (s_kernel_spawn(s) < 0) {
+        if (!session_start_error(s->core)[0])
+            session_start_failed(s->core, strerror(errno));
+        session_on_kernel_exit(s->core, "could not start", SESSION_EXIT_CRASH);
+    }
 }
 
 static void s_sess_disk_ready(sess_t *s, const diskjob_result_t *j)
@@ -336,22 +341,34 @@ static void s_sess_disk_ready(sess_t *s, const diskjob_result_t *j)
     s_spawn_deferred(s);
 }
 
-/*  Spawn the kernel of a starting session whose start waited (for its image, for a new
- *  zygote); its failure, or a kill that came meanwhile, is the kernel's exit. */
-static void s_spawn_deferred(sess_t *s)
+/*  s's image is made and mounted, or failed. */
+static void s_sess_disk_done(void *owner, const diskjob_result_t *result)
 {
-    if (s->kill_pending) {
-        /* Killed before it started (a restart): as if this kernel had run and been killed;
-         * the session starts the next one. */
-        s->kill_pending = 0;
-        session_on_kernel_exit(s->core, "was killed before it started", SESSION_EXIT_CRASH);
-        return;
+    sess_t *s = owner;
+    s->disk_job = NULL;
+    s_sess_disk_ready(s, result);
+    s_settled(s->broker);
+}
+
+/*  A new session's workspace image is made and mounted off the loop; its kernel starts when
+ *  that is done (s_sess_disk_ready). Until then the session is starting, as it would be
+ *  waiting for its kernel's hello. 0, or -1 with errno. */
+static int s_sess_disk_start(sess_t *s)
+{
+    if (s->disk_job)
+        return 0;
+    uid_t uid;
+    gid_t gid;
+    launch_ids(s->broker->launch, s->slot, &uid, &gid);
+    s->disk_job = diskjob_submit(s->broker->worker, s->dir, s->workspace, s->limits.disk_bytes,
+                                 uid, gid, s_sess_disk_done, s);
+    if (!s->disk_job) {
+        char why[200];
+        snprintf(why, sizeof why, "cannot set up the workspace's disk: %s", strerror(errno));
+        session_start_failed(s->core, why);
+        return -1;
     }
-    if (s_kernel_spawn(s) < 0) {
-        if (!session_start_error(s->core)[0])
-            session_start_failed(s->core, strerror(errno));
-        session_on_kernel_exit(s->core, "could not start", SESSION_EXIT_CRASH);
-    }
+    return 0;
 }
 
 static int s_op_kernel_start(void *ctx)
@@ -366,39 +383,6 @@ static int s_op_kernel_start(void *ctx)
     if (s->limits.disk_bytes && !s->disk_mounted)
         return s_sess_disk_start(s);
     return s_kernel_spawn(s);
-}
-
-/*  s->proc runs: read its pipe, watch its pidfd. 0, or -1 with errno. */
-static int s_kernel_started(sess_t *s)
-{
-    s->has_proc = 1;
-    s->mem_at = 0; /* a new kernel: not measured yet */
-    s->pss = s->uss = 0;
-    s->killed_for[0] = '\0';
-    if (kernpipe_open(s->pipe, s->proc.pipe_fd) < 0) {
-        spawner_signal(&s->proc, SIGKILL);
-        return -1;
-    }
-    if (s->ticket) {
-        LOG_D("session=%s: kernel asked of the zygote", s->id);
-        return 0;
-    }
-    s_watch_pidfd(s);
-    return 0;
-}
-
-/*  The kernel's pid is known: watch its pidfd. */
-static void s_watch_pidfd(sess_t *s)
-{
-    broker_t *b = s->broker;
-    if (loop_fd(b->loop, s->proc.pidfd, LOOP_IN, s_on_pidfd, s) < 0)
-        PLOG_W("session=%s: cannot watch the kernel's pidfd", s->id);
-    LOG_I("session=%s: kernel started, pid %d%s", s->id, (int)s->proc.pid,
-          b->cfg.sandbox ? "" : " (NOT SANDBOXED)");
-    if (s->kill_pending) {
-        s->kill_pending = 0;
-        spawner_signal(&s->proc, SIGKILL); /* its exit comes through the pidfd */
-    }
 }
 
 /*  Kernels the zygote died owing: asked of the next zygote, from the loop (not from within
@@ -485,6 +469,8 @@ static void s_op_kernel_signal(void *ctx, int sig)
         PLOG_W("session=%s: signal %d", s->id, sig);
 }
 
+/* ---- a session's timers and snapshots -------------------------------------------------------- */
+
 static int s_on_timer(loop_t *loop, int timer_id, void *arg)
 {
     (void)loop;
@@ -496,14 +482,6 @@ static int s_on_timer(loop_t *loop, int timer_id, void *arg)
     s->timer_id[which] = -1;
     session_on_timer(s->core, which);
     return 0;
-}
-
-static void s_op_timer_cancel(void *ctx, session_timer_t which)
-{
-    sess_t *s = ctx;
-    if (s->timer_id[which] >= 0)
-        loop_timer_end(s->broker->loop, s->timer_id[which]);
-    s->timer_id[which] = -1;
 }
 
 /*  The idle clock is re-armed on every client message: an armed timer is moved, not ended
@@ -519,6 +497,14 @@ static void s_op_timer_arm(void *ctx, session_timer_t which, long long delay_ms)
         PLOG_W("session=%s: cannot arm a timer", s->id);
 }
 
+static void s_op_timer_cancel(void *ctx, session_timer_t which)
+{
+    sess_t *s = ctx;
+    if (s->timer_id[which] >= 0)
+        loop_timer_end(s->broker->loop, s->timer_id[which]);
+    s->timer_id[which] = -1;
+}
+
 /*  A snapshot counts against the session's --disk, with what its workspace image holds. */
 static int s_op_snapshot_store(void *ctx, const void *data, size_t len, const char **why)
 {
@@ -532,84 +518,24 @@ static int s_op_snapshot_load(void *ctx, void **data, size_t *len)
     return snapstore_load(s->broker->snaps, s->dir, data, len);
 }
 
-static size_t s_op_iopub_backlog(void *ctx)
-{
-    sess_t *s = ctx;
-    return channels_iopub_backlog(s->ch);
-}
-
 static void s_op_snapshot_drop(void *ctx)
 {
     sess_t *s = ctx;
     snapstore_drop(s->broker->snaps, s->id, s->dir);
 }
 
-static sess_t *s_find_id(broker_t *self, const char *id);
-static int s_write_meta(const sess_t *s);
-
-/*  The snapshot store's ops: a session is found again by id. */
-static int s_snap_live(void *ctx, const char *id)
+static size_t s_op_iopub_backlog(void *ctx)
 {
-    return s_find_id(ctx, id) != NULL;
+    sess_t *s = ctx;
+    return channels_iopub_backlog(s->ch);
 }
-
-static void s_snap_stored(void *ctx, const char *id, const char *why)
-{
-    sess_t *s = s_find_id(ctx, id);
-    session_on_snapshot_stored(s->core, why);
-    /* The record goes with the state it describes (cells, names the save lost). */
-    if (!why && s_write_meta(s) < 0)
-        PLOG_W("session=%s: cannot update its meta.json", s->id);
-}
-
-static void s_close_sess(sess_t *s, int forget);
 
 static void s_op_ended(void *ctx)
 {
     s_close_sess(ctx, 1);
 }
 
-/*  The kernel exited: read what it wrote before dying, then tell the session. */
-static int s_on_pidfd(loop_t *loop, int fd, int revents, void *arg)
-{
-    (void)fd;
-    (void)revents;
-    sess_t *s = arg;
-    char how[192];
-    int rc = spawner_reap(&s->proc, how, sizeof how);
-    if (rc == 0)
-        return 0;
-    if (rc < 0)
-        snprintf(how, sizeof how, "vanished (%s)", strerror(errno));
-    kernpipe_drain(s->pipe);
-    kernpipe_close(s->pipe);
-    loop_fd_end(loop, s->proc.pidfd);
-    spawner_release(&s->proc);
-    s->has_proc = 0;
-    session_exit_t kind = SESSION_EXIT_CRASH;
-    if (s->cg) {
-        /* An OOM kill shows as SIGKILL; the cgroup knows it was the memory limit. */
-        long long mem, peak, ooms;
-        cgroup_stats(s->cg, &mem, &peak, &ooms);
-        if (ooms > 0) {
-            kind = SESSION_EXIT_MEMORY;
-            size_t len = strlen(how);
-            snprintf(how + len, sizeof how - len, " by the memory limit (%llu MiB)",
-                     s->limits.cg.memory_bytes >> 20);
-        }
-        cgroup_destroy(&s->cg);
-    }
-    if (s->killed_for[0] && kind == SESSION_EXIT_CRASH) {
-        size_t len = strlen(how);
-        snprintf(how + len, sizeof how - len, ": %s", s->killed_for);
-    }
-    s->killed_for[0] = '\0';
-    LOG_I("session=%s: kernel %s", s->id, how);
-    session_on_kernel_exit(s->core, how, kind);
-    return 0;
-}
-
-/* ---- client sockets ---------------------------------------------------------------------- */
+/* ---- a session's sockets --------------------------------------------------------------------- */
 
 static int s_on_socket(loop_t *loop, zsock_t *sock, void *arg)
 {
@@ -639,9 +565,169 @@ static int s_on_socket(loop_t *loop, zsock_t *sock, void *arg)
     return 0;
 }
 
-/* ---- session records --------------------------------------------------------------------- */
+static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
+{
+    sess_t *s = ctx;
+    channels_index_t i = channel == ROUTE_IOPUB     ? CHANNELS_IOPUB
+                         : channel == ROUTE_CONTROL ? CHANNELS_CONTROL
+                         : (channel == ROUTE_STDIN || channel == ROUTE_KSTDIN) ? CHANNELS_STDIN
+                                                                                 : CHANNELS_SHELL;
+    LOG_D("session=%s: -> %s %s", s->id, route_channel_name(channel), jmsg_type(*msg_p));
+    char type[64]; /* for the log line: the send takes the message */
+    snprintf(type, sizeof type, "%s", jmsg_type(*msg_p));
+    int rc = channels_send(s->ch, i, msg_p);
+    if (rc < 0 && log_allow(&s->broker->warn_limit, 5))
+        LOG_W("session=%s: send on %s failed", s->id, route_channel_name(channel));
+    else if (rc == CHANNELS_DROPPED && i == CHANNELS_IOPUB && log_allow(&s->broker->warn_limit, 5))
+        LOG_W("session=%s: iopub's subscribers have not read its last --max-unread bytes: "
+              "output dropped (%zu messages so far)", s->id, channels_dropped(s->ch));
+    else if (rc == CHANNELS_DROPPED && log_allow(&s->broker->warn_limit, 5))
+        LOG_W("session=%s: a client has not read its last --max-unread bytes of %s: %s "
+              "dropped (%zu messages so far)", s->id, route_channel_name(channel), type,
+              channels_dropped(s->ch));
+    /* A send can swallow the wake-up of a request arriving on the same socket, and we often
+     * send from outside its reader (a kernel's reply, a timer): the loop must look again. This
+     * is the one place session sockets are sent on (the heartbeat echoes in its own reader,
+     * and s_on_flushed sends what waited here). iopub's subscriptions arrive the same way. */
+    loop_reader_touch(s->broker->loop, channels_socket(s->ch, i));
+    s->dropped_seen = channels_dropped(s->ch); /* logged above */
+    if (channels_pending(s->ch))
+        kernpipe_pause(s->pipe); /* the kernel's next frames wait for the signer */
+}
 
-static int s_tick(loop_t *loop, int timer_id, void *arg);
+/*  A large message was signed and what waited behind it went (see channels_send). */
+static void s_on_flushed(void *arg)
+{
+    sess_t *s = arg;
+    for (int i = 0; i < CHANNELS_HB; i++)
+        loop_reader_touch(s->broker->loop, channels_socket(s->ch, (channels_index_t)i));
+    size_t dropped = channels_dropped(s->ch);
+    if (dropped > s->dropped_seen && log_allow(&s->broker->warn_limit, 5))
+        LOG_W("session=%s: clients have not read their last --max-unread bytes: messages "
+              "dropped (%zu so far)", s->id, dropped);
+    s->dropped_seen = dropped;
+    if (s->closed && !channels_pending(s->ch))
+        s_arm_tick(s->broker); /* its last messages went: it can be freed */
+    if (!channels_pending(s->ch))
+        kernpipe_resume(s->pipe);
+}
+
+static void s_read(sess_t *s, channels_index_t i, loop_reader_fn *handler)
+{
+    if (loop_reader(s->broker->loop, channels_socket(s->ch, i), handler, s) < 0) {
+        LOG_E("out of memory");
+        exit(1);
+    }
+}
+
+static void s_release_shell(sess_t *s)
+{
+    s->shell_held = 0;
+    loop_timer_end(s->broker->loop, s->hold_timer);
+    s->hold_timer = -1;
+    s_read(s, CHANNELS_SHELL, s_on_socket);
+}
+
+/*  A session's iopub (an XPUB), read for the session's life: libzmq keeps every subscription
+ *  message we do not read, and what its subscribers hold is bounded here. */
+static int s_on_iopub(loop_t *loop, zsock_t *sock, void *arg)
+{
+    (void)loop;
+    (void)sock;
+    sess_t *s = arg;
+    int rc = channels_read_subscription(s->ch);
+    if (rc == CHANNELS_CUT && log_allow(&s->broker->warn_limit, 5))
+        LOG_W("session=%s: iopub took more topics than Jupyter clients subscribe to: every "
+              "connection to iopub cut (%zu times so far); its clients reconnect",
+              s->id, channels_cuts(s->ch));
+    if (rc >= 1 && s->shell_held) {
+        LOG_D("session=%s: a client is on iopub; serving shell", s->id);
+        s_release_shell(s);
+    }
+    return 0;
+}
+
+static int s_on_hold_expired(loop_t *loop, int timer_id, void *arg)
+{
+    (void)loop;
+    (void)timer_id;
+    sess_t *s = arg;
+    s->hold_timer = -1; /* fired: its id may be reused */
+    LOG_I("session=%s: no client on iopub after %d ms; serving shell without one", s->id,
+          LAUNCHED_IOPUB_WAIT_MS);
+    s_release_shell(s);
+    return 0;
+}
+
+/*  Start serving a made session's sockets.
+ *  A launched session's client (Jupyter's KernelManager) connected to its ports before they
+ *  were bound, and each of its sockets joins at its own reconnect, so shell may join before
+ *  iopub. A request answered then publishes its busy and idle to no one: jupyter console runs
+ *  its first cell as soon as kernel_info is answered, then waits for that cell's idle for
+ *  ever. So shell is not read until a client has subscribed to iopub (or LAUNCHED_IOPUB_WAIT_MS
+ *  passed): its requests wait in the socket. Control, stdin and heartbeat are served at once. */
+static void s_serve(broker_t *self, sess_t *s)
+{
+    s_read(s, CHANNELS_IOPUB, s_on_iopub);
+    if (s->shell_held) {
+        s->hold_timer = loop_timer(self->loop, LAUNCHED_IOPUB_WAIT_MS, 1, s_on_hold_expired, s);
+        if (s->hold_timer < 0) {
+            LOG_E("out of memory");
+            exit(1);
+        }
+    }
+    for (int i = 0; i < CHANNELS_N; i++)
+        if (i != CHANNELS_IOPUB && !(i == CHANNELS_SHELL && s->shell_held))
+            s_read(s, (channels_index_t)i, s_on_socket);
+    zlistx_add_end(self->sessions, s);
+}
+
+/* ---- making, closing and freeing sessions ---------------------------------------------------- */
+
+/*  A capped workspace is an ext4 image loop-mounted over the workspace directory: made and
+ *  mounted for a new session on the worker thread (diskjob.h), mounted again (after a
+ *  check) for a restored one here. Fails closed: a session never runs uncapped because its
+ *  cap could not be built.
+ *  A workspace cap of `bytes` (0: none) this machine cannot enforce is refused, never ignored.
+ *  0, or -1 with err ("DiskUnavailable"). */
+static int s_disk_check(const broker_t *self, unsigned long long bytes, broker_error_t *err)
+{
+    if (diskjob_check(bytes, self->cfg.disk_ok, self->cfg.disk_desc, err->evalue,
+                      sizeof err->evalue) == 0)
+        return 0;
+    err->ename = "DiskUnavailable";
+    return -1;
+}
+
+/*  Mount a restored session's image again (checked first), here and now: kenneld is starting
+ *  and serves nobody yet. 0, or -1 with err. */
+static int s_disk_remount(broker_t *self, sess_t *s, uid_t uid, gid_t gid, broker_error_t *err)
+{
+    if (!s->limits.disk_bytes)
+        return 0;
+    if (s_disk_check(self, s->limits.disk_bytes, err) < 0)
+        return -1;
+    char image[PATH_MAX + 16];
+    snprintf(image, sizeof image, "%s/workspace.img", s->dir);
+    if (access(image, F_OK) < 0 && errno == ENOENT) {
+        /* Its image was never made (kenneld stopped first, or making it failed): made fresh
+         * when its kernel starts, as for a new session. */
+        LOG_I("session=%s: no workspace image yet; it is made when the kernel starts", s->id);
+        return 0;
+    }
+    const char *step = NULL;
+    long long t0 = util_now_ms();
+    if (disk_mount(image, s->workspace, 0, uid, gid, &step) < 0) {
+        err->ename = "DiskUnavailable";
+        snprintf(err->evalue, sizeof err->evalue, "cannot set up the workspace's disk: %s: %s",
+                 step, strerror(errno));
+        return -1;
+    }
+    s->disk_mounted = 1;
+    LOG_D("session=%s: workspace image checked and mounted in %lld ms", s->id,
+          util_now_ms() - t0);
+    return 0;
+}
 
 /*  Take a capped workspace's image off its directory. lazy: at once, even while a kernel
  *  still uses it (the filesystem goes with its last user); otherwise a real unmount, which
@@ -653,6 +739,37 @@ static void s_disk_unmount(sess_t *s, int lazy)
     s->disk_mounted = 0;
     if (disk_unmount(s->workspace, lazy) < 0)
         PLOG_E("session=%s: umount(%s)", s->id, s->workspace);
+}
+
+/*  What a session needs to come back after kenneld restarts: written at creation, again with
+ *  its history (session_history) when its state is saved and when kenneld closes it. */
+static int s_write_meta(const sess_t *s)
+{
+    json_t *history = session_history(s->core);
+    record_t r = {.id = s->id,
+                  .name = session_name(s->core),
+                  .launched = s->launched,
+                  .slot = (long long)s->slot,
+                  .limits = s->limits,
+                  .launcher_pid = s->launcher.pid,
+                  .launcher_start = s->launcher.start,
+                  .launcher_boot = s->launcher.boot,
+                  .history = history};
+    int rc = record_write(s->dir, &r);
+    int saved = errno;
+    json_decref(history);
+    errno = saved;
+    return rc;
+}
+
+/*  s goes before its image is ready (diskjob_abandon). A session not kept loses its meta.json
+ *  at once, so that a kenneld that dies before the job is done does not bring it back. */
+static void s_sess_disk_abandon(sess_t *s, int keep)
+{
+    diskjob_abandon(s->disk_job, keep);
+    s->disk_job = NULL;
+    if (!keep && record_remove(s->dir) < 0)
+        PLOG_W("unlink(%s/meta.json)", s->dir);
 }
 
 static void s_free_sess(sess_t **s_p)
@@ -674,22 +791,24 @@ static void s_free_sess(sess_t **s_p)
     *s_p = NULL;
 }
 
-/*  1 if pid is a kernel (or zygote) kenneld knows of, besides the orphans. */
-static int s_pid_known(void *ctx, pid_t pid)
+static int s_tick(loop_t *loop, int timer_id, void *arg)
 {
-    broker_t *b = ctx;
-    if (!b->sessions || !b->closing || !b->pool || !b->zygote)
-        return 1; /* half made or half destroyed: claim nothing */
-    if (zygote_pid(b->zygote) == pid)
-        return 1;
-    for (sess_t *s = zlistx_first(b->sessions); s; s = zlistx_next(b->sessions))
-        if (s->has_proc && s->proc.pid == pid)
-            return 1;
-    for (sess_t *s = zlistx_first(b->closing); s; s = zlistx_next(b->closing))
-        if (s->has_proc && s->proc.pid == pid)
-            return 1;
-    if (pool_has(b->pool, pid))
-        return 1;
+    (void)loop;
+    (void)timer_id;
+    broker_t *b = arg;
+    b->tick_timer = -1;
+    /* One whose last messages wait for the signer (its end's error replies, say) stays:
+     * s_on_flushed arms the tick again once they went. */
+    sess_t *s = zlistx_first(b->closing);
+    while (s) {
+        void *handle = zlistx_cursor(b->closing);
+        sess_t *next = zlistx_next(b->closing);
+        if (!channels_pending(s->ch)) {
+            zlistx_detach(b->closing, handle);
+            s_free_sess(&s);
+        }
+        s = next;
+    }
     return 0;
 }
 
@@ -777,168 +896,22 @@ static void s_close_sess(sess_t *s, int forget)
     s_arm_tick(b);
 }
 
-static int s_tick(loop_t *loop, int timer_id, void *arg)
+/*  1 if pid is a kernel (or zygote) kenneld knows of, besides the orphans. */
+static int s_pid_known(void *ctx, pid_t pid)
 {
-    (void)loop;
-    (void)timer_id;
-    broker_t *b = arg;
-    b->tick_timer = -1;
-    /* One whose last messages wait for the signer (its end's error replies, say) stays:
-     * s_on_flushed arms the tick again once they went. */
-    sess_t *s = zlistx_first(b->closing);
-    while (s) {
-        void *handle = zlistx_cursor(b->closing);
-        sess_t *next = zlistx_next(b->closing);
-        if (!channels_pending(s->ch)) {
-            zlistx_detach(b->closing, handle);
-            s_free_sess(&s);
-        }
-        s = next;
-    }
-    return 0;
-}
-
-static sess_t *s_find_id(broker_t *self, const char *id)
-{
-    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
-        if (strcmp(s->id, id) == 0)
-            return s;
-    return NULL;
-}
-
-static sess_t *s_find(broker_t *self, const char *id_or_name)
-{
-    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
-        if (strcmp(s->id, id_or_name) == 0 || strcmp(session_name(s->core), id_or_name) == 0)
-            return s;
-    return NULL;
-}
-
-/* A listing measures sessions for at most this long (on the meter), oldest measure first, and
- * shows the others' last measure, so that `kennel ls` over hundreds of sessions answers at
- * once; a measure younger than MEMORY_FRESH_MS is not taken again for it. One session's info
- * measures afresh, unless its last measure is younger than INFO_FRESH_MS. */
-#define LIST_MEMORY_BUDGET_MS 20
-#define MEMORY_FRESH_MS 1000
-#define INFO_FRESH_MS 100
-
-/*  The meter took session id's kernel's memory: kept unless that kernel ended meanwhile (its
- *  pid may be another process's now); a new one is measured when asked. */
-static int s_mem_measured(void *ctx, const char *id, pid_t pid, long long pss, long long uss)
-{
-    sess_t *s = s_find_id(ctx, id);
-    if (!s || !s->has_proc || s->proc.pid != pid)
-        return 0;
-    s->pss = pss;
-    s->uss = uss;
-    s->mem_at = util_now_ms();
-    return 1;
-}
-
-static void s_mem_done(void *ctx)
-{
-    s_settled(ctx);
-}
-
-/*  Measure the n sessions in ss on the meter, in that order, for at most budget_ms (0: all of
- *  them). 0: under way (s_settled when done); -1: not (out of memory). */
-static int s_measure(broker_t *b, sess_t **ss, size_t n, int for_list, long long budget_ms)
-{
-    meter_kernel_t *k = calloc(n ? n : 1, sizeof *k);
-    if (!k)
-        return -1;
-    for (size_t i = 0; i < n; i++)
-        k[i] = (meter_kernel_t){ss[i]->id, ss[i]->proc.pid};
-    int rc = meter_start(b->meter, k, n, for_list, budget_ms);
-    free(k);
-    return rc;
-}
-
-static json_t *s_info(sess_t *s)
-{
-    json_t *info = session_info(s->core);
-    json_object_set_new(info, "connection_file", json_string(s->conn_path));
-    json_object_set_new(info, "kernel_pid", json_integer(s->has_proc ? s->proc.pid : 0));
-    /* Sandboxed, the pid is kennel-init's: the cgroup counts the whole session. */
-    long long mem = 0, peak = 0, ooms = 0;
-    if (s->cg)
-        cgroup_stats(s->cg, &mem, &peak, &ooms);
-    else if (s->has_proc)
-        mem = spawner_rss_bytes(s->proc.pid);
-    json_object_set_new(info, "memory_bytes", json_integer(mem > 0 ? mem : 0));
-    int live = s->has_proc && s->proc.pid > 0;
-    json_object_set_new(info, "pss_bytes", json_integer(live ? s->pss : 0));
-    json_object_set_new(info, "uss_bytes", json_integer(live ? s->uss : 0));
-    json_object_set_new(info, "limits", reslimits_json(&s->limits));
-    json_object_set_new(info, "sandboxed", json_boolean(s->broker->cfg.sandbox));
-    json_object_set_new(info, "unread_bytes", json_integer(s->ch ? (json_int_t)channels_unread(s->ch) : 0));
-    json_object_set_new(info, "unread_dropped", json_integer(s->ch ? (json_int_t)channels_dropped(s->ch) : 0));
-    return info;
-}
-
-/*  What a session needs to come back after kenneld restarts: written at creation, again with
- *  its history (session_history) when its state is saved and when kenneld closes it. */
-static int s_write_meta(const sess_t *s)
-{
-    json_t *history = session_history(s->core);
-    record_t r = {.id = s->id,
-                  .name = session_name(s->core),
-                  .launched = s->launched,
-                  .slot = (long long)s->slot,
-                  .limits = s->limits,
-                  .launcher_pid = s->launcher.pid,
-                  .launcher_start = s->launcher.start,
-                  .launcher_boot = s->launcher.boot,
-                  .history = history};
-    int rc = record_write(s->dir, &r);
-    int saved = errno;
-    json_decref(history);
-    errno = saved;
-    return rc;
-}
-
-/*  A capped workspace is an ext4 image loop-mounted over the workspace directory: made and
- *  mounted for a new session on the worker thread (diskjob.h), mounted again (after a
- *  check) for a restored one here. Fails closed: a session never runs uncapped because its
- *  cap could not be built.
- *  A workspace cap of `bytes` (0: none) this machine cannot enforce is refused, never ignored.
- *  0, or -1 with err ("DiskUnavailable"). */
-static int s_disk_check(const broker_t *self, unsigned long long bytes, broker_error_t *err)
-{
-    if (diskjob_check(bytes, self->cfg.disk_ok, self->cfg.disk_desc, err->evalue,
-                      sizeof err->evalue) == 0)
-        return 0;
-    err->ename = "DiskUnavailable";
-    return -1;
-}
-
-/*  Mount a restored session's image again (checked first), here and now: kenneld is starting
- *  and serves nobody yet. 0, or -1 with err. */
-static int s_disk_remount(broker_t *self, sess_t *s, uid_t uid, gid_t gid, broker_error_t *err)
-{
-    if (!s->limits.disk_bytes)
-        return 0;
-    if (s_disk_check(self, s->limits.disk_bytes, err) < 0)
-        return -1;
-    char image[PATH_MAX + 16];
-    snprintf(image, sizeof image, "%s/workspace.img", s->dir);
-    if (access(image, F_OK) < 0 && errno == ENOENT) {
-        /* Its image was never made (kenneld stopped first, or making it failed): made fresh
-         * when its kernel starts, as for a new session. */
-        LOG_I("session=%s: no workspace image yet; it is made when the kernel starts", s->id);
-        return 0;
-    }
-    const char *step = NULL;
-    long long t0 = util_now_ms();
-    if (disk_mount(image, s->workspace, 0, uid, gid, &step) < 0) {
-        err->ename = "DiskUnavailable";
-        snprintf(err->evalue, sizeof err->evalue, "cannot set up the workspace's disk: %s: %s",
-                 step, strerror(errno));
-        return -1;
-    }
-    s->disk_mounted = 1;
-    LOG_D("session=%s: workspace image checked and mounted in %lld ms", s->id,
-          util_now_ms() - t0);
+    broker_t *b = ctx;
+    if (!b->sessions || !b->closing || !b->pool || !b->zygote)
+        return 1; /* half made or half destroyed: claim nothing */
+    if (zygote_pid(b->zygote) == pid)
+        return 1;
+    for (sess_t *s = zlistx_first(b->sessions); s; s = zlistx_next(b->sessions))
+        if (s->has_proc && s->proc.pid == pid)
+            return 1;
+    for (sess_t *s = zlistx_first(b->closing); s; s = zlistx_next(b->closing))
+        if (s->has_proc && s->proc.pid == pid)
+            return 1;
+    if (pool_has(b->pool, pid))
+        return 1;
     return 0;
 }
 
@@ -1059,75 +1032,7 @@ fail:
     return NULL;
 }
 
-static void s_read(sess_t *s, channels_index_t i, loop_reader_fn *handler)
-{
-    if (loop_reader(s->broker->loop, channels_socket(s->ch, i), handler, s) < 0) {
-        LOG_E("out of memory");
-        exit(1);
-    }
-}
-
-static void s_release_shell(sess_t *s)
-{
-    s->shell_held = 0;
-    loop_timer_end(s->broker->loop, s->hold_timer);
-    s->hold_timer = -1;
-    s_read(s, CHANNELS_SHELL, s_on_socket);
-}
-
-/*  A session's iopub (an XPUB), read for the session's life: libzmq keeps every subscription
- *  message we do not read, and what its subscribers hold is bounded here. */
-static int s_on_iopub(loop_t *loop, zsock_t *sock, void *arg)
-{
-    (void)loop;
-    (void)sock;
-    sess_t *s = arg;
-    int rc = channels_read_subscription(s->ch);
-    if (rc == CHANNELS_CUT && log_allow(&s->broker->warn_limit, 5))
-        LOG_W("session=%s: iopub took more topics than Jupyter clients subscribe to: every "
-              "connection to iopub cut (%zu times so far); its clients reconnect",
-              s->id, channels_cuts(s->ch));
-    if (rc >= 1 && s->shell_held) {
-        LOG_D("session=%s: a client is on iopub; serving shell", s->id);
-        s_release_shell(s);
-    }
-    return 0;
-}
-
-static int s_on_hold_expired(loop_t *loop, int timer_id, void *arg)
-{
-    (void)loop;
-    (void)timer_id;
-    sess_t *s = arg;
-    s->hold_timer = -1; /* fired: its id may be reused */
-    LOG_I("session=%s: no client on iopub after %d ms; serving shell without one", s->id,
-          LAUNCHED_IOPUB_WAIT_MS);
-    s_release_shell(s);
-    return 0;
-}
-
-/*  Start serving a made session's sockets.
- *  A launched session's client (Jupyter's KernelManager) connected to its ports before they
- *  were bound, and each of its sockets joins at its own reconnect, so shell may join before
- *  iopub. A request answered then publishes its busy and idle to no one: jupyter console runs
- *  its first cell as soon as kernel_info is answered, then waits for that cell's idle for
- *  ever. So shell is not read until a client has subscribed to iopub (or LAUNCHED_IOPUB_WAIT_MS
- *  passed): its requests wait in the socket. Control, stdin and heartbeat are served at once. */
-static void s_serve(broker_t *self, sess_t *s)
-{
-    s_read(s, CHANNELS_IOPUB, s_on_iopub);
-    if (s->shell_held) {
-        s->hold_timer = loop_timer(self->loop, LAUNCHED_IOPUB_WAIT_MS, 1, s_on_hold_expired, s);
-        if (s->hold_timer < 0) {
-            LOG_E("out of memory");
-            exit(1);
-        }
-    }
-    for (int i = 0; i < CHANNELS_N; i++)
-        if (i != CHANNELS_IOPUB && !(i == CHANNELS_SHELL && s->shell_held))
-            s_read(s, (channels_index_t)i, s_on_socket);
-    zlistx_add_end(self->sessions, s);
-}
+/* ---- launchers ------------------------------------------------------------------------------- */
 
 /*  A launched session's launcher is gone (killed, say, with its front end's process group):
  *  nothing will ever shut the session down, so it ends now. */
@@ -1149,6 +1054,80 @@ static void s_watch_launcher(sess_t *s, int fd)
     if (loop_fd(s->broker->loop, fd, LOOP_IN, s_on_launcher_exit, s) < 0)
         PLOG_W("session=%s: cannot watch its launcher", s->id);
 }
+
+/* ---- info and memory ------------------------------------------------------------------------- */
+
+/* A listing measures sessions for at most this long (on the meter), oldest measure first, and
+ * shows the others' last measure, so that `kennel ls` over hundreds of sessions answers at
+ * once; a measure younger than MEMORY_FRESH_MS is not taken again for it. One session's info
+ * measures afresh, unless its last measure is younger than INFO_FRESH_MS. */
+#define LIST_MEMORY_BUDGET_MS 20
+
+#define MEMORY_FRESH_MS 1000
+
+#define INFO_FRESH_MS 100
+
+/*  The meter took session id's kernel's memory: kept unless that kernel ended meanwhile (its
+ *  pid may be another process's now); a new one is measured when asked. */
+static int s_mem_measured(void *ctx, const char *id, pid_t pid, long long pss, long long uss)
+{
+    sess_t *s = s_find_id(ctx, id);
+    if (!s || !s->has_proc || s->proc.pid != pid)
+        return 0;
+    s->pss = pss;
+    s->uss = uss;
+    s->mem_at = util_now_ms();
+    return 1;
+}
+
+static void s_mem_done(void *ctx)
+{
+    s_settled(ctx);
+}
+
+/*  Measure the n sessions in ss on the meter, in that order, for at most budget_ms (0: all of
+ *  them). 0: under way (s_settled when done); -1: not (out of memory). */
+static int s_measure(broker_t *b, sess_t **ss, size_t n, int for_list, long long budget_ms)
+{
+    meter_kernel_t *k = calloc(n ? n : 1, sizeof *k);
+    if (!k)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        k[i] = (meter_kernel_t){ss[i]->id, ss[i]->proc.pid};
+    int rc = meter_start(b->meter, k, n, for_list, budget_ms);
+    free(k);
+    return rc;
+}
+
+static json_t *s_info(sess_t *s)
+{
+    json_t *info = session_info(s->core);
+    json_object_set_new(info, "connection_file", json_string(s->conn_path));
+    json_object_set_new(info, "kernel_pid", json_integer(s->has_proc ? s->proc.pid : 0));
+    /* Sandboxed, the pid is kennel-init's: the cgroup counts the whole session. */
+    long long mem = 0, peak = 0, ooms = 0;
+    if (s->cg)
+        cgroup_stats(s->cg, &mem, &peak, &ooms);
+    else if (s->has_proc)
+        mem = spawner_rss_bytes(s->proc.pid);
+    json_object_set_new(info, "memory_bytes", json_integer(mem > 0 ? mem : 0));
+    int live = s->has_proc && s->proc.pid > 0;
+    json_object_set_new(info, "pss_bytes", json_integer(live ? s->pss : 0));
+    json_object_set_new(info, "uss_bytes", json_integer(live ? s->uss : 0));
+    json_object_set_new(info, "limits", reslimits_json(&s->limits));
+    json_object_set_new(info, "sandboxed", json_boolean(s->broker->cfg.sandbox));
+    json_object_set_new(info, "unread_bytes", json_integer(s->ch ? (json_int_t)channels_unread(s->ch) : 0));
+    json_object_set_new(info, "unread_dropped", json_integer(s->ch ? (json_int_t)channels_dropped(s->ch) : 0));
+    return info;
+}
+
+static int s_by_mem_at(const void *a, const void *b)
+{
+    long long x = (*(sess_t *const *)a)->mem_at, y = (*(sess_t *const *)b)->mem_at;
+    return (x > y) - (x < y);
+}
+
+/* ---- the manager's calls --------------------------------------------------------------------- */
 
 /*  A new session, its kernel starting (from the pool when one fits), not served yet. NULL
  *  with err. */
@@ -1229,6 +1208,157 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
     *created = 1;
     return s_info(s);
 }
+
+json_t *broker_info(broker_t *self, const char *id_or_name, int *pending)
+{
+    *pending = 0;
+    sess_t *s = s_find(self, id_or_name);
+    if (!s)
+        return NULL;
+    if (meter_busy(self->meter)) {
+        *pending = 1;
+        return NULL;
+    }
+    /* One session: measured afresh, unless just now. The request that waited for its measure
+     * takes it whatever the time since (a busy loop may be slow to retry it: a clock check
+     * there had it measure again and again, never answered). */
+    if (meter_take_info(self->meter, s->id)) {
+        /* the measure this request waited for */
+    } else if (s->has_proc && (!s->mem_at || util_now_ms() - s->mem_at >= INFO_FRESH_MS) &&
+               s_measure(self, &s, 1, 0, 0) == 0) {
+        *pending = 1;
+        return NULL;
+    }
+    return s_info(s);
+}
+
+json_t *broker_list(broker_t *self, int *pending)
+{
+    *pending = 0;
+    if (meter_busy(self->meter)) {
+        *pending = 1;
+        return NULL;
+    }
+    /* The stale are measured first, unless this is the listing whose measure is over. */
+    if (!meter_take_list(self->meter)) {
+        size_t n = 0;
+        long long now = util_now_ms();
+        sess_t **stale = malloc((zlistx_size(self->sessions) + 1) * sizeof *stale);
+        for (sess_t *s = zlistx_first(self->sessions); stale && s; s = zlistx_next(self->sessions))
+            if (s->has_proc && (!s->mem_at || now - s->mem_at >= MEMORY_FRESH_MS))
+                stale[n++] = s;
+        if (n)
+            qsort(stale, n, sizeof *stale, s_by_mem_at);
+        *pending = n && s_measure(self, stale, n, 1, LIST_MEMORY_BUDGET_MS) == 0;
+        free(stale);
+        if (*pending)
+            return NULL;
+    }
+    json_t *list = json_array();
+    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
+        json_array_append_new(list, s_info(s));
+    return list;
+}
+
+int broker_end(broker_t *self, const char *id_or_name)
+{
+    sess_t *s = s_find(self, id_or_name);
+    if (!s)
+        return -1;
+    s_close_sess(s, 1);
+    return 0;
+}
+
+reslimits_t broker_default_limits(const broker_t *self)
+{
+    return self->cfg.limits;
+}
+
+json_t *broker_stats(const broker_t *self)
+{
+    json_t *limits = reslimits_json(&self->cfg.limits);
+    json_object_set_new(limits, "nofile", json_integer((json_int_t)self->cfg.limits.nofile));
+    size_t pooled = pool_ready(self->pool);
+    int zygote = self->cfg.sandbox && self->cfg.zygote;
+    json_t *spawner = json_pack("{s:s, s:I, s:I, s:b, s:I, s:I, s:s}", "kind",
+                                zygote ? "zygote" : "exec", "pool", (json_int_t)(zygote ? self->cfg.pool : 0),
+                                "pool_ready", (json_int_t)pooled, "zygote_ready",
+                                zygote_ready(self->zygote), "zygote_pid",
+                                (json_int_t)zygote_pid(self->zygote),
+                                "page_hint", (json_int_t)zygote_hint_pages(self->zygote),
+                                "preload", zygote ? self->cfg.preload : "");
+    json_object_set_new(limits, "max_message",
+                        json_integer((json_int_t)self->cfg.wire_limits.max_msg_bytes));
+    json_object_set_new(limits, "max_unread", json_integer((json_int_t)self->cfg.max_unread));
+    json_t *lost = json_array();
+    for (size_t i = 0; self->cfg.lost && self->cfg.lost[i]; i++)
+        json_array_append_new(lost, json_string(self->cfg.lost[i]));
+    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s, s:b, s:o, s:{s:b, s:s}}, s:o, s:o}", "status",
+                     "ok", "sessions", (json_int_t)zlistx_size(self->sessions), "max_sessions",
+                     (json_int_t)self->cfg.max_sessions, "sandbox", "enabled", self->cfg.sandbox,
+                     "layers", self->cfg.sandbox_desc ? self->cfg.sandbox_desc : "none",
+                     "privileged", !self->cfg.own_ids, "lost", lost, "disk", "caps",
+                     self->cfg.disk_ok, "detail", self->cfg.disk_desc ? self->cfg.disk_desc : "",
+                     "limits", limits, "spawner", spawner);
+}
+
+int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t out_len,
+                     uid_t *uid, gid_t *gid, broker_error_t *err)
+{
+    sess_t *s = s_find(self, id_or_name);
+    if (!s) {
+        err->ename = "NoSuchSession";
+        snprintf(err->evalue, sizeof err->evalue, "no session has that id or name");
+        return -1;
+    }
+    /* A new session's image may still be in the making (a client that creates a session and
+     * puts its files at once): files go into the image, never under it. */
+    if (s->disk_job)
+        return 1;
+    if (s->limits.disk_bytes && !s->disk_mounted) {
+        err->ename = "DiskUnavailable";
+        snprintf(err->evalue, sizeof err->evalue, "the session's workspace is not mounted: %s",
+                 session_start_error(s->core)[0] ? session_start_error(s->core)
+                                                 : "its kernel has not started");
+        return -1;
+    }
+    snprintf(out, out_len, "%s", s->workspace);
+    launch_ids(self->launch, s->slot, uid, gid);
+    return 0;
+}
+
+void broker_on_settled(broker_t *self, broker_notify_fn *fn, void *arg)
+{
+    self->settled = fn;
+    self->settled_arg = arg;
+}
+
+size_t broker_size(const broker_t *self)
+{
+    return zlistx_size(self->sessions);
+}
+
+int broker_save_all(broker_t *self)
+{
+    int pending = 0;
+    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions)) {
+        int rc = session_save(s->core);
+        if (rc < 0)
+            LOG_W("session=%s: busy while kenneld stops: its state is not saved", s->id);
+        pending += rc > 0;
+    }
+    return pending;
+}
+
+int broker_saving(const broker_t *self)
+{
+    int n = 0;
+    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
+        n += session_state(s->core) == SESSION_SAVING;
+    return n;
+}
+
+/* ---- restoring an earlier kenneld's sessions ------------------------------------------------- */
 
 static int s_has_file(const char *dir, const char *name)
 {
@@ -1381,160 +1511,7 @@ void broker_restore(broker_t *self)
         closedir(d);
 }
 
-int broker_save_all(broker_t *self)
-{
-    int pending = 0;
-    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions)) {
-        int rc = session_save(s->core);
-        if (rc < 0)
-            LOG_W("session=%s: busy while kenneld stops: its state is not saved", s->id);
-        pending += rc > 0;
-    }
-    return pending;
-}
-
-int broker_saving(const broker_t *self)
-{
-    int n = 0;
-    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
-        n += session_state(s->core) == SESSION_SAVING;
-    return n;
-}
-
-json_t *broker_info(broker_t *self, const char *id_or_name, int *pending)
-{
-    *pending = 0;
-    sess_t *s = s_find(self, id_or_name);
-    if (!s)
-        return NULL;
-    if (meter_busy(self->meter)) {
-        *pending = 1;
-        return NULL;
-    }
-    /* One session: measured afresh, unless just now. The request that waited for its measure
-     * takes it whatever the time since (a busy loop may be slow to retry it: a clock check
-     * there had it measure again and again, never answered). */
-    if (meter_take_info(self->meter, s->id)) {
-        /* the measure this request waited for */
-    } else if (s->has_proc && (!s->mem_at || util_now_ms() - s->mem_at >= INFO_FRESH_MS) &&
-               s_measure(self, &s, 1, 0, 0) == 0) {
-        *pending = 1;
-        return NULL;
-    }
-    return s_info(s);
-}
-
-static int s_by_mem_at(const void *a, const void *b)
-{
-    long long x = (*(sess_t *const *)a)->mem_at, y = (*(sess_t *const *)b)->mem_at;
-    return (x > y) - (x < y);
-}
-
-json_t *broker_list(broker_t *self, int *pending)
-{
-    *pending = 0;
-    if (meter_busy(self->meter)) {
-        *pending = 1;
-        return NULL;
-    }
-    /* The stale are measured first, unless this is the listing whose measure is over. */
-    if (!meter_take_list(self->meter)) {
-        size_t n = 0;
-        long long now = util_now_ms();
-        sess_t **stale = malloc((zlistx_size(self->sessions) + 1) * sizeof *stale);
-        for (sess_t *s = zlistx_first(self->sessions); stale && s; s = zlistx_next(self->sessions))
-            if (s->has_proc && (!s->mem_at || now - s->mem_at >= MEMORY_FRESH_MS))
-                stale[n++] = s;
-        if (n)
-            qsort(stale, n, sizeof *stale, s_by_mem_at);
-        *pending = n && s_measure(self, stale, n, 1, LIST_MEMORY_BUDGET_MS) == 0;
-        free(stale);
-        if (*pending)
-            return NULL;
-    }
-    json_t *list = json_array();
-    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
-        json_array_append_new(list, s_info(s));
-    return list;
-}
-
-int broker_end(broker_t *self, const char *id_or_name)
-{
-    sess_t *s = s_find(self, id_or_name);
-    if (!s)
-        return -1;
-    s_close_sess(s, 1);
-    return 0;
-}
-
-reslimits_t broker_default_limits(const broker_t *self)
-{
-    return self->cfg.limits;
-}
-
-json_t *broker_stats(const broker_t *self)
-{
-    json_t *limits = reslimits_json(&self->cfg.limits);
-    json_object_set_new(limits, "nofile", json_integer((json_int_t)self->cfg.limits.nofile));
-    size_t pooled = pool_ready(self->pool);
-    int zygote = self->cfg.sandbox && self->cfg.zygote;
-    json_t *spawner = json_pack("{s:s, s:I, s:I, s:b, s:I, s:I, s:s}", "kind",
-                                zygote ? "zygote" : "exec", "pool", (json_int_t)(zygote ? self->cfg.pool : 0),
-                                "pool_ready", (json_int_t)pooled, "zygote_ready",
-                                zygote_ready(self->zygote), "zygote_pid",
-                                (json_int_t)zygote_pid(self->zygote),
-                                "page_hint", (json_int_t)zygote_hint_pages(self->zygote),
-                                "preload", zygote ? self->cfg.preload : "");
-    json_object_set_new(limits, "max_message",
-                        json_integer((json_int_t)self->cfg.wire_limits.max_msg_bytes));
-    json_object_set_new(limits, "max_unread", json_integer((json_int_t)self->cfg.max_unread));
-    json_t *lost = json_array();
-    for (size_t i = 0; self->cfg.lost && self->cfg.lost[i]; i++)
-        json_array_append_new(lost, json_string(self->cfg.lost[i]));
-    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s, s:b, s:o, s:{s:b, s:s}}, s:o, s:o}", "status",
-                     "ok", "sessions", (json_int_t)zlistx_size(self->sessions), "max_sessions",
-                     (json_int_t)self->cfg.max_sessions, "sandbox", "enabled", self->cfg.sandbox,
-                     "layers", self->cfg.sandbox_desc ? self->cfg.sandbox_desc : "none",
-                     "privileged", !self->cfg.own_ids, "lost", lost, "disk", "caps",
-                     self->cfg.disk_ok, "detail", self->cfg.disk_desc ? self->cfg.disk_desc : "",
-                     "limits", limits, "spawner", spawner);
-}
-
-int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t out_len,
-                     uid_t *uid, gid_t *gid, broker_error_t *err)
-{
-    sess_t *s = s_find(self, id_or_name);
-    if (!s) {
-        err->ename = "NoSuchSession";
-        snprintf(err->evalue, sizeof err->evalue, "no session has that id or name");
-        return -1;
-    }
-    /* A new session's image may still be in the making (a client that creates a session and
-     * puts its files at once): files go into the image, never under it. */
-    if (s->disk_job)
-        return 1;
-    if (s->limits.disk_bytes && !s->disk_mounted) {
-        err->ename = "DiskUnavailable";
-        snprintf(err->evalue, sizeof err->evalue, "the session's workspace is not mounted: %s",
-                 session_start_error(s->core)[0] ? session_start_error(s->core)
-                                                 : "its kernel has not started");
-        return -1;
-    }
-    snprintf(out, out_len, "%s", s->workspace);
-    launch_ids(self->launch, s->slot, uid, gid);
-    return 0;
-}
-
-void broker_on_settled(broker_t *self, broker_notify_fn *fn, void *arg)
-{
-    self->settled = fn;
-    self->settled_arg = arg;
-}
-
-size_t broker_size(const broker_t *self)
-{
-    return zlistx_size(self->sessions);
-}
+/* ---- the guard of kenneld's own memory ------------------------------------------------------- */
 
 /*  The guard of kenneld's own memory, past --max-memory of heap in use, at most every
  *  MEMORY_CUT_MS. What kenneld holds for clients that do not read is counted per session
@@ -1547,6 +1524,7 @@ size_t broker_size(const broker_t *self)
  *  hold as much as they send. When what is held for readers is not even half the excess,
  *  every client connection of every session is cut. */
 #define MEMORY_GUARD_MS 250
+
 #define MEMORY_CUT_MS 1000
 
 typedef struct {
@@ -1614,7 +1592,7 @@ static int s_on_memory_guard(loop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
-/* ---- what the zygote says ---------------------------------------------------------------- */
+/* ---- what the zygote and the snapshot store say ---------------------------------------------- */
 
 static void s_zygote_answered(void *ctx)
 {
@@ -1645,6 +1623,23 @@ static void s_zygote_changed(void *ctx, int lost)
     broker_t *b = ctx;
     pool_refill(b->pool, lost);
 }
+
+/*  The snapshot store's ops: a session is found again by id. */
+static int s_snap_live(void *ctx, const char *id)
+{
+    return s_find_id(ctx, id) != NULL;
+}
+
+static void s_snap_stored(void *ctx, const char *id, const char *why)
+{
+    sess_t *s = s_find_id(ctx, id);
+    session_on_snapshot_stored(s->core, why);
+    /* The record goes with the state it describes (cells, names the save lost). */
+    if (!why && s_write_meta(s) < 0)
+        PLOG_W("session=%s: cannot update its meta.json", s->id);
+}
+
+/* ---- the broker ------------------------------------------------------------------------------ */
 
 broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
 {

@@ -1,6 +1,9 @@
-/*  broker: kenneld's table of live sessions and the glue around each one: its channels, its
- *  kernel process and pipe, all registered in one loop. The session module decides; the
- *  broker does the I/O it asks for. Used by kenneld's main and by the manager. */
+/*  broker: kenneld's table of live sessions, and what makes each one run: it binds the
+ *  session's channels, starts its kernel (from the pool, the zygote or a cold start) and
+ *  serves its pipe, does the I/O the session module asks for, ends and frees sessions, and
+ *  brings back those an earlier kenneld left. It owns the modules that do the jobs around
+ *  sessions (zygote, pool, diskjob, snapstore, meter, sweeper, orphans, record) and tells
+ *  them what happens. Used by kenneld's main and by the manager. */
 #ifndef KENNEL_BROKER_H
 #define KENNEL_BROKER_H
 
