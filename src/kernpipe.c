@@ -31,8 +31,7 @@ struct kernpipe {
     const kpipe_alloc_t *alloc;
     kernpipe_ops_t ops;
     void *ctx;
-    int fd;                  /* the kernel's pipe while open */
-    int open;                /* fd is served */
+    int fd;                  /* the kernel's pipe, served while open; -1: closed */
     int more;                /* armed timer: the decoder holds frames past this turn's
                               * KERNPIPE_FRAMES_PER_TURN, dispatched on the next turn; or the
                               * pipe rests (resting); or -1 */
@@ -74,7 +73,7 @@ void kernpipe_destroy(kernpipe_t **self_p)
 
 int kernpipe_is_open(const kernpipe_t *self)
 {
-    return self->open;
+    return self->fd >= 0;
 }
 
 static int s_on_pipe(loop_t *loop, int fd, int revents, void *arg);
@@ -83,7 +82,7 @@ static int s_on_pipe(loop_t *loop, int fd, int revents, void *arg);
  *  (want_pollout). Neither: not watched (its hang-up would be reported at every turn). */
 static void s_pipe_poll(kernpipe_t *self)
 {
-    if (!self->open)
+    if (self->fd < 0)
         return;
     int events = (self->paused || self->resting ? 0 : LOOP_IN) | (self->want_pollout ? LOOP_OUT : 0);
     if (!events) {
@@ -101,11 +100,11 @@ void kernpipe_close(kernpipe_t *self)
         loop_timer_end(self->loop, self->more);
     self->more = -1;
     self->resting = 0;
-    if (!self->open)
+    if (self->fd < 0)
         return;
-    self->open = 0;
     self->want_pollout = 0;
     loop_fd_end(self->loop, self->fd);
+    self->fd = -1;
     free(self->out);
     self->out = NULL;
     self->out_len = self->out_off = 0;
@@ -120,7 +119,6 @@ int kernpipe_open(kernpipe_t *self, int fd)
         return -1;
     }
     self->fd = fd;
-    self->open = 1;
     s_pipe_poll(self);
     return 0;
 }
@@ -174,7 +172,7 @@ static int s_pipe_dispatch(kernpipe_t *self, int drain, size_t *budget)
 {
     kpipe_frame_t *f;
     int rc;
-    while (self->open && (drain || (!self->paused && *budget > 0)) &&
+    while (self->fd >= 0 && (drain || (!self->paused && *budget > 0)) &&
            (rc = kpipe_next(self->decoder, &f)) != 0) {
         if (rc < 0) {
             s_violation(self, kpipe_strerror(rc));
@@ -190,11 +188,11 @@ static int s_pipe_dispatch(kernpipe_t *self, int drain, size_t *budget)
             return -1;
         }
     }
-    if (self->open && !drain && !self->paused && *budget == 0) {
+    if (self->fd >= 0 && !drain && !self->paused && *budget == 0) {
         s_pipe_later(self, 0);
         return -1;
     }
-    return self->open && (drain || !self->paused) ? 0 : -1;
+    return self->fd >= 0 && (drain || !self->paused) ? 0 : -1;
 }
 
 static size_t s_pipe_read_some(kernpipe_t *self, size_t max, int drain);
@@ -207,7 +205,7 @@ static size_t s_pipe_read_some(kernpipe_t *self, size_t max, int drain);
 static void s_pipe_read(kernpipe_t *self, size_t max, int drain)
 {
     size_t taken = s_pipe_read_some(self, max, drain);
-    if (taken && self->open && !drain && !self->paused && !self->resting &&
+    if (taken && self->fd >= 0 && !drain && !self->paused && !self->resting &&
         self->ops.capped(self->ctx))
         s_pipe_later(self, PIPE_REST_MS);
 }
@@ -221,7 +219,7 @@ static size_t s_pipe_read_some(kernpipe_t *self, size_t max, int drain)
     size_t budget = first;
     if (s_pipe_dispatch(self, drain, &budget) < 0)
         return first - budget;
-    while (self->open && total < max) {
+    while (self->fd >= 0 && total < max) {
         ssize_t n = recv(self->fd, buf, sizeof buf, MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
             continue;
@@ -291,7 +289,7 @@ static int s_on_pipe(loop_t *loop, int fd, int revents, void *arg)
 
 int kernpipe_send(kernpipe_t *self, const kpipe_iov_t *parts, size_t n)
 {
-    if (!self->open)
+    if (self->fd < 0)
         return -1;
     uint8_t *frame;
     size_t len;
@@ -324,7 +322,7 @@ int kernpipe_send(kernpipe_t *self, const kpipe_iov_t *parts, size_t n)
         free(frame);
     }
     s_pipe_flush(self);
-    return self->open ? 0 : -1;
+    return self->fd >= 0 ? 0 : -1;
 }
 
 void kernpipe_drain(kernpipe_t *self)
