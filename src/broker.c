@@ -111,11 +111,11 @@ struct sess {
     int adopting;            /* the next kernel start takes proc and cg from the pool */
     unsigned long ticket;    /* the zygote's answer (the kernel's pid) is still to come */
     int timer_id[SESSION_TIMERS]; /* the session's armed loop timers (session_timer_t), or -1 */
-    int shell_held;          /* launched: shell is not read until a client is on iopub */
     int launched;            /* made by a kernelspec launcher: lives as long as it */
     launcher_t launcher;
     int launcher_fd;         /* launched: a pidfd of the launcher, whose exit ends it; or -1 */
-    int hold_timer;          /* the armed LAUNCHED_IOPUB_WAIT_MS timer, or -1 */
+    int hold_timer;          /* launched: shell is not read until a client is on iopub or
+                              * this LAUNCHED_IOPUB_WAIT_MS timer fires; -1: shell is read */
     int closed;              /* in the broker's closing list: freed once its channels hold
                               * nothing more to send (channels_pending) */
     char killed_for[96];     /* why kenneld killed the running kernel, told with its exit */
@@ -622,7 +622,6 @@ static void s_read(sess_t *s, channels_index_t i, loop_reader_fn *handler)
 
 static void s_release_shell(sess_t *s)
 {
-    s->shell_held = 0;
     loop_timer_end(s->broker->loop, s->hold_timer);
     s->hold_timer = -1;
     s_read(s, CHANNELS_SHELL, s_on_socket);
@@ -640,7 +639,7 @@ static int s_on_iopub(loop_t *loop, zsock_t *sock, void *arg)
         LOG_W("session=%s: iopub took more topics than Jupyter clients subscribe to: every "
               "connection to iopub cut (%zu times so far); its clients reconnect",
               s->id, channels_cuts(s->ch));
-    if (rc >= 1 && s->shell_held) {
+    if (rc >= 1 && s->hold_timer >= 0) {
         LOG_D("session=%s: a client is on iopub; serving shell", s->id);
         s_release_shell(s);
     }
@@ -669,7 +668,7 @@ static int s_on_hold_expired(loop_t *loop, int timer_id, void *arg)
 static void s_serve(broker_t *self, sess_t *s)
 {
     s_read(s, CHANNELS_IOPUB, s_on_iopub);
-    if (s->shell_held) {
+    if (s->launched) {
         s->hold_timer = loop_timer(self->loop, LAUNCHED_IOPUB_WAIT_MS, 1, s_on_hold_expired, s);
         if (s->hold_timer < 0) {
             LOG_E("out of memory");
@@ -677,7 +676,7 @@ static void s_serve(broker_t *self, sess_t *s)
         }
     }
     for (int i = 0; i < CHANNELS_N; i++)
-        if (i != CHANNELS_IOPUB && !(i == CHANNELS_SHELL && s->shell_held))
+        if (i != CHANNELS_IOPUB && !(i == CHANNELS_SHELL && s->launched))
             s_read(s, (channels_index_t)i, s_on_socket);
     zlistx_add_end(self->sessions, s);
 }
@@ -937,7 +936,6 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     s->launched = launched != NULL;
     if (launched)
         s->launcher = *launched;
-    s->shell_held = s->launched;
     s->limits = limits ? *limits : self->cfg.limits;
     /* A free slot exists: fewer than max_sessions are live. */
     int taken = launch_slot_take(self->launch, slot, &s->slot);
