@@ -189,9 +189,21 @@ static int s_op_to_kernel(void *ctx, const kpipe_iov_t *parts, size_t n)
     return rc == KERNPIPE_TOO_LARGE ? SESSION_TOO_LARGE : rc;
 }
 
+/*  The kernel is gone, or never came (the zygote could not make it): what it wrote before it
+ *  went is taken, its pipe closed, its process released. */
+static void s_kernel_gone(sess_t *s)
+{
+    kernpipe_drain(s->pipe);
+    kernpipe_close(s->pipe);
+    loop_fd_end(s->broker->loop, s->proc.pidfd); /* if it was watched */
+    spawner_release(&s->proc);
+    s->has_proc = 0;
+}
+
 /*  The kernel exited: read what it wrote before dying, then tell the session. */
 static int s_on_pidfd(loop_t *loop, int fd, int revents, void *arg)
 {
+    (void)loop;
     (void)fd;
     (void)revents;
     sess_t *s = arg;
@@ -201,11 +213,7 @@ static int s_on_pidfd(loop_t *loop, int fd, int revents, void *arg)
         return 0;
     if (rc < 0)
         snprintf(how, sizeof how, "vanished (%s)", strerror(errno));
-    kernpipe_drain(s->pipe);
-    kernpipe_close(s->pipe);
-    loop_fd_end(loop, s->proc.pidfd);
-    spawner_release(&s->proc);
-    s->has_proc = 0;
+    s_kernel_gone(s);
     session_exit_t kind = SESSION_EXIT_CRASH;
     if (s->cg) {
         /* An OOM kill shows as SIGKILL; the cgroup knows it was the memory limit. */
@@ -429,10 +437,7 @@ static void s_sess_collect(broker_t *b)
             s_watch_pidfd(s);
             continue;
         }
-        kernpipe_drain(s->pipe);
-        kernpipe_close(s->pipe);
-        spawner_release(&s->proc);
-        s->has_proc = 0;
+        s_kernel_gone(s);
         cgroup_destroy(&s->cg);
         /* Asked again only if that kernel never said hello: one that did may have served cells
          * already, and its loss is a crash like any other. */
