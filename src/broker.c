@@ -1604,16 +1604,11 @@ static void s_zygote_answered(void *ctx)
     s_sess_collect(b);
 }
 
-static void s_zygote_stopping(void *ctx)
+static void s_zygote_stopped(void *ctx)
 {
     broker_t *b = ctx;
     if (b->pool)
         pool_forget_pending(b->pool);
-}
-
-static void s_zygote_stopped(void *ctx)
-{
-    broker_t *b = ctx;
     s_sess_collect(b);
     /* Kernels a zygote cloned but never named (it died, or was killed, between a clone and
      * its answer) are kenneld's children (CLONE_PARENT) that nothing holds. */
@@ -1673,7 +1668,7 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->launch = launch_new(&lc, cfg->max_sessions + (cfg->sandbox && cfg->zygote ? cfg->pool : 0));
     zygote_cfg_t zc = {cfg->state_dir,  cfg->python,  cfg->kernel_dir, cfg->zygote_dir,
                        cfg->preload,    cfg->init_path, cfg->merge_pages};
-    zygote_ops_t zo = {s_zygote_answered, s_zygote_stopping, s_zygote_stopped, s_zygote_changed};
+    zygote_ops_t zo = {s_zygote_answered, s_zygote_stopped, s_zygote_changed};
     self->zygote = self->launch ? zygote_new(loop, &zc, self->launch, &zo, self) : NULL;
     self->orphans = self->zygote && self->sweeper
                         ? orphans_new(loop, self->zygote, self->sweeper)

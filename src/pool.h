@@ -45,7 +45,7 @@ void pool_destroy(pool_t **self_p);
 void pool_refill(pool_t *self, int lost);
 /*  The zygote answered: take its answers for pooled kernels. */
 void pool_collect(pool_t *self);
-/*  The zygote is being stopped: drop the kernels it has not named. */
+/*  The zygote was stopped: drop the kernels it did not name. */
 void pool_forget_pending(pool_t *self);
 /*  A pooled kernel for a new session with these limits (NULL: the defaults), one that has said
  *  hello if any, else one still starting; NULL when none fits or there is none. Its refill

@@ -64,14 +64,13 @@ void zygote_destroy(zygote_t **self_p)
     *self_p = NULL;
 }
 
-/*  Stop the zygote. Kernels it has not said the pid of are given up (ops->stopping: pooled
- *  ones dropped; ops->stopped: a session's failed as a kernel that could not start); one
- *  cloned all the same is found among kenneld's children and killed (its strays). */
+/*  Stop the zygote. Kernels it has not said the pid of are given up (ops->stopped: pooled
+ *  ones dropped, a session's failed as a kernel that could not start); one cloned all the
+ *  same is found among kenneld's children and killed (its strays). */
 void zygote_stop(zygote_t *self)
 {
     if (!self->z)
         return;
-    self->ops.stopping(self->ctx);
     loop_fd_end(self->loop, spawner_zygote_fd(self->z));
     if (self->watch >= 0)
         loop_timer_end(self->loop, self->watch);

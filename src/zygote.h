@@ -31,10 +31,9 @@ typedef struct {
 typedef struct {
     /* It said something: answers to tickets may have come (zygote_take). */
     void (*answered)(void *ctx);
-    /* It is being stopped: the kernels it has not said the pid of never will be. */
-    void (*stopping)(void *ctx);
-    /* It is stopped and reaped: every ticket is answered SPAWNER_ZYGOTE_GONE, and no clone of
-     * it can follow (kenneld's children that no one holds are its strays). */
+    /* It is stopped and reaped: every ticket is answered SPAWNER_ZYGOTE_GONE (the kernels it
+     * did not name never will be), and no clone of it can follow (kenneld's children that no
+     * one holds are its strays). */
     void (*stopped)(void *ctx);
     /* It became ready, or is lost (lost 1: it died or hung, and was stopped): time to ask for
      * kernels again. */
@@ -52,7 +51,7 @@ void zygote_destroy(zygote_t **self_p);
 /*  Start the zygote if none runs; it imports in the background and says when it is ready.
  *  0, or -1 with errno. */
 int zygote_start(zygote_t *self);
-/*  Stop the zygote, if one runs (ops->stopping, then ops->stopped). */
+/*  Stop the zygote, if one runs (ops->stopped). */
 void zygote_stop(zygote_t *self);
 /*  After a failed request: stop the zygote if it is gone; the next request starts another. */
 void zygote_check(zygote_t *self);
