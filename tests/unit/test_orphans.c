@@ -18,6 +18,7 @@
 #include "statedir.h"
 #include "sweeper.h"
 #include "util.h"
+#include "worker.h"
 #include "zygote.h"
 
 static char s_root[64];
@@ -76,25 +77,26 @@ static void s_unrig(rig_t *r)
 }
 
 typedef struct {
-    const char *path;        /* stop once this is gone */
+    orphans_t *orphans;
+    pid_t pid;               /* stop once this is no orphan's */
     long long deadline_ms;
 } wait_t;
 
-static int s_until_gone(loop_t *loop, int timer_id, void *arg)
+static int s_until_reaped(loop_t *loop, int timer_id, void *arg)
 {
     (void)loop;
     (void)timer_id;
     wait_t *w = arg;
-    return !s_exists(w->path) || util_now_ms() > w->deadline_ms ? -1 : 0;
+    return !orphans_has(w->orphans, w->pid) || util_now_ms() > w->deadline_ms ? -1 : 0;
 }
 
-/*  Turn the loop until path is gone, for 5 s at most. */
-static void s_wait_gone(loop_t *loop, const char *path)
+/*  Turn the loop until pid's orphan is reaped and let go, for 5 s at most. */
+static void s_wait_reaped(rig_t *r, pid_t pid)
 {
-    wait_t w = {path, util_now_ms() + 5000};
-    int t = loop_timer(loop, 5, 0, s_until_gone, &w);
-    loop_run(loop);
-    loop_timer_end(loop, t);
+    wait_t w = {r->orphans, pid, util_now_ms() + 5000};
+    int t = loop_timer(r->loop, 5, 0, s_until_reaped, &w);
+    loop_run(r->loop);
+    loop_timer_end(r->loop, t);
 }
 
 /*  A child that sleeps until killed, in a process group of its own (spawner_signal signals
@@ -111,28 +113,32 @@ static pid_t s_sleeper(void)
     return pid;
 }
 
-/*  A directory that must outlive the orphan's process. */
-static void s_dir(rig_t *r, const char *name, char *out, size_t len)
+/*  A directory that must outlive the orphan's process, removed behind the worker w (so that
+ *  destroying w runs the removal) once the orphan is let go. */
+static void s_dir(rig_t *r, orphan_t *o, const char *name, worker_t *w)
 {
-    snprintf(out, len, "%s/trash/%s", r->state, name);
-    CHECK_EQ_INT(mkdir(out, 0700), 0);
+    snprintf(o->dir, sizeof o->dir, "%s/trash/%s", r->state, name);
+    CHECK_EQ_INT(mkdir(o->dir, 0700), 0);
+    o->remover = w;
 }
 
 TEST(a_killed_kernel_is_reaped_then_its_directory_goes)
 {
     rig_t r;
     s_rig(&r, "killed");
+    worker_t *w = worker_new(r.loop);
     pid_t pid = s_sleeper();
     orphan_t o = {0};
     CHECK_EQ_INT(spawner_adopt(pid, &o.proc), 0);
-    s_dir(&r, "killed", o.dir, sizeof o.dir);
+    s_dir(&r, &o, "killed", w);
     CHECK_EQ_INT(orphans_add(r.orphans, &o), 0);
     CHECK(orphans_has(r.orphans, pid));
     CHECK(s_exists(o.dir)); /* not before the kernel is gone */
-    s_wait_gone(r.loop, o.dir);
-    CHECK(!s_exists(o.dir));
+    s_wait_reaped(&r, pid);
     CHECK(!orphans_has(r.orphans, pid));
     CHECK(waitpid(pid, NULL, WNOHANG) < 0); /* reaped already */
+    worker_destroy(&w); /* the removal it was given, once the kernel was gone */
+    CHECK(!s_exists(o.dir));
     s_unrig(&r);
 }
 
@@ -140,11 +146,12 @@ TEST(an_orphan_without_a_process_goes_at_once)
 {
     rig_t r;
     s_rig(&r, "none");
+    worker_t *w = worker_new(r.loop);
     orphan_t o = {0};
     o.proc.pidfd = o.proc.pipe_fd = -1;
-    s_dir(&r, "none", o.dir, sizeof o.dir);
+    s_dir(&r, &o, "none", w);
     CHECK_EQ_INT(orphans_add(r.orphans, &o), 0);
-    s_wait_gone(r.loop, o.dir);
+    worker_destroy(&w);
     CHECK(!s_exists(o.dir));
     s_unrig(&r);
 }
@@ -153,14 +160,15 @@ TEST(one_the_zygote_will_never_name_goes_when_collected)
 {
     rig_t r;
     s_rig(&r, "ticket");
+    worker_t *w = worker_new(r.loop);
     orphan_t o = {0};
     o.proc.pidfd = o.proc.pipe_fd = -1;
     o.ticket = 7;
-    s_dir(&r, "ticket", o.dir, sizeof o.dir);
+    s_dir(&r, &o, "ticket", w);
     CHECK_EQ_INT(orphans_add(r.orphans, &o), 0);
     CHECK(s_exists(o.dir)); /* waits for the zygote's word */
     orphans_collect(r.orphans); /* no zygote runs: it never will */
-    s_wait_gone(r.loop, o.dir);
+    worker_destroy(&w);
     CHECK(!s_exists(o.dir));
     s_unrig(&r);
 }

@@ -118,39 +118,35 @@ TEST(trash_names_where_the_directory_went)
     loop_destroy(&loop);
 }
 
-TEST(a_removal_behind_a_worker_runs_there)
+/*  Remove a directory behind a worker of the test's, the sweeper stopped first or not: 1 when
+ *  it is gone once the worker has run what it was given. */
+static int s_removed_behind(const char *name, int stop)
 {
     char state[128], dir[192];
-    snprintf(state, sizeof state, "%s/behind", s_root);
+    snprintf(state, sizeof state, "%s/%s", s_root, name);
     CHECK_EQ_INT(statedir_prepare(state), 0);
     snprintf(dir, sizeof dir, "%s/trash/abc", state);
     loop_t *loop = loop_new();
     sweeper_t *sw = sweeper_new(loop, state);
     worker_t *w = worker_new(loop);
     CHECK_EQ_INT(s_make_tree(dir), 0);
+    if (stop)
+        sweeper_stop(sw);
     sweeper_remove(sw, w, dir);
     worker_destroy(&w); /* runs what it was given, and its done callbacks */
-    CHECK(!s_exists(dir));
     sweeper_destroy(&sw);
     loop_destroy(&loop);
+    return !s_exists(dir);
+}
+
+TEST(a_removal_behind_a_worker_runs_there)
+{
+    CHECK(s_removed_behind("behind", 0));
 }
 
 TEST(a_stopped_sweeper_leaves_the_rest_for_the_next)
 {
-    char state[128], dir[192];
-    snprintf(state, sizeof state, "%s/stopped", s_root);
-    CHECK_EQ_INT(statedir_prepare(state), 0);
-    snprintf(dir, sizeof dir, "%s/trash/abc", state);
-    loop_t *loop = loop_new();
-    sweeper_t *sw = sweeper_new(loop, state);
-    worker_t *w = worker_new(loop);
-    CHECK_EQ_INT(s_make_tree(dir), 0);
-    sweeper_stop(sw);
-    sweeper_remove(sw, w, dir);
-    worker_destroy(&w);
-    CHECK(s_exists(dir));
-    sweeper_destroy(&sw);
-    loop_destroy(&loop);
+    CHECK(!s_removed_behind("stopped", 1));
 }
 
 int main(void)
