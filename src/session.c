@@ -1,8 +1,9 @@
 /*  session: the protocol core of one session. The invariants that matter:
  *  - at most one shell request is with the kernel (`current`); the rest wait in `queue`;
  *  - every request that expects a reply gets exactly one, even when the kernel dies;
- *  - busy is published before a request reaches the kernel and idle after its reply, with
- *    that request as parent, so clients see ipykernel's order;
+ *  - busy is published before a request reaches the kernel and idle after its reply (after
+ *    the kernel's `done` for a comm message, which has no reply), with that request as
+ *    parent, so clients see ipykernel's order;
  *  - the kernel never chooses headers, parents or destinations: replies go to the identities
  *    of the request being served, and anything out of protocol is a violation. */
 #include "session.h"
@@ -60,7 +61,8 @@ struct session {
     json_t *kernel_info;       /* hello content, cached across restarts */
     char start_error[256];     /* why the last kernel could not start (its fatal frame) */
     log_limit_t kernel_log;    /* the kernel's log lines: KERNEL_LOG_PER_MINUTE */
-    /* The cell with the kernel (current), when it is an execute_request: */
+    /* The cell with the kernel (current), when it is an execute_request (the deadline, also
+     * when it is a comm message): */
     long long cell_started_ms; /* monotonic time it was sent */
     long long cell_timeout_ms; /* its deadline, 0 for none */
     int deadline_phase;        /* 0 none, 1 deadline armed, 2 signalled (grace armed), 3 killed */
@@ -615,14 +617,17 @@ static void s_cell_begin(session_t *self, long long own)
     self->cell_ends_shown = 0;
     self->deadline_phase = 0;
     self->cell_timeout_ms = 0;
-    if (strcmp(jmsg_type(self->current), "execute_request") != 0)
+    /* A comm message's handlers run user code (a widget's observers) under the session's
+     * deadline, as a cell does. */
+    int is_execute = strcmp(jmsg_type(self->current), "execute_request") == 0;
+    if (!is_execute && route_lookup(jmsg_type(self->current))->reply_type)
         return;
     self->cell_timeout_ms = own >= 0 ? own : self->limits.timeout_ms;
     if (self->cell_timeout_ms > 0) {
         self->deadline_phase = 1;
         self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->cell_timeout_ms);
     }
-    if (self->notice) {
+    if (is_execute && self->notice) {
         s_notify(self, self->current, self->notice);
         free(self->notice);
         self->notice = NULL;
@@ -760,8 +765,10 @@ static void s_refuse(session_t *self, jmsg_t **req_p, const char *ename, const c
     jmsg_destroy(req_p);
 }
 
-/*  Send queued requests to the kernel while it is idle. Requests without a reply (comms) do
- *  not hold the kernel, so several may go in one call. */
+/*  Send the next queued request to the kernel while it is idle. A comm message (comm_open,
+ *  comm_msg, comm_close: the shell messages without a reply) holds the kernel as a request
+ *  does, until the kernel says `done`: its handlers run user code, whose output is its own,
+ *  and a burst of them once filled the kernel's pipe. */
 static void s_pump(session_t *self)
 {
     /* A kernel being killed for a restart or an eviction gets nothing more; its successor
@@ -772,21 +779,6 @@ static void s_pump(session_t *self)
         jmsg_t *req = zlistx_detach(self->queue, NULL);
         const route_t *r = route_lookup(jmsg_type(req));
         s_publish_status(self, req, "busy");
-        if (!r->reply_type) {
-            /* Comm messages, the only shell messages without a reply: the kernel serves no
-             * comm target, so they stay here (a burst of them once filled its pipe). A
-             * comm_open is closed again at once, as ipykernel closes one for a target it
-             * does not know. */
-            if (strcmp(r->msg_type, "comm_open") == 0) {
-                const char *comm_id = json_string_value(json_object_get(jmsg_content(req), "comm_id"));
-                if (comm_id)
-                    s_publish(self, req, "comm_close",
-                              json_pack("{s:s, s:{}}", "comm_id", comm_id, "data"));
-            }
-            s_publish_status(self, req, "idle");
-            jmsg_destroy(&req); /* not `last`: output between cells stays the last cell's */
-            continue;
-        }
         long long own = -1;
         if (strcmp(r->msg_type, "execute_request") == 0 && s_own_timeout(req, &own) < 0) {
             /* Run without the deadline it asked for, it could run for ever. */
@@ -1296,7 +1288,7 @@ static int s_on_reply(session_t *self, kpipe_frame_t *f, const json_t *op, const
         return -1;
     }
     const route_t *r = route_lookup(jmsg_type(self->current));
-    if (!type || strcmp(type, r->reply_type) != 0 || !parent_id ||
+    if (!type || !r->reply_type || strcmp(type, r->reply_type) != 0 || !parent_id ||
         strcmp(parent_id, jmsg_id(self->current)) != 0) {
         *why = "reply does not match the request in flight";
         return -1;
@@ -1334,6 +1326,28 @@ static int s_on_reply(session_t *self, kpipe_frame_t *f, const json_t *op, const
     self->state = SESSION_IDLE;
     if (failed)
         s_abort_queued_executes(self);
+    s_idle_rearm(self);
+    s_pump(self);
+    return 0;
+}
+
+/*  The kernel is done with a comm message (a request without a reply): idle, and the next.
+ *  Output after it goes to the last request that had a reply, as output between cells does. */
+static int s_on_done(session_t *self, const json_t *op, const char **why)
+{
+    const char *parent_id = json_string_value(json_object_get(op, "parent_msg_id"));
+    if (self->state != SESSION_BUSY || !self->current ||
+        route_lookup(jmsg_type(self->current))->reply_type || !parent_id ||
+        strcmp(parent_id, jmsg_id(self->current)) != 0) {
+        *why = "done does not match the request in flight";
+        return -1;
+    }
+    jmsg_t *req = self->current;
+    self->current = NULL;
+    s_cell_end(self);
+    s_publish_status(self, req, "idle");
+    jmsg_destroy(&req);
+    self->state = SESSION_IDLE;
     s_idle_rearm(self);
     s_pump(self);
     return 0;
@@ -1385,6 +1399,8 @@ int session_on_kernel(session_t *self, kpipe_frame_t *frame, const char **why)
         rc = s_on_restored(self, op, why);
     } else if (strcmp(name, "reply") == 0) {
         rc = s_on_reply(self, frame, op, why);
+    } else if (strcmp(name, "done") == 0) {
+        rc = s_on_done(self, op, why);
     } else if (strcmp(name, "iopub") == 0) {
         const char *type = json_string_value(json_object_get(op, "msg_type"));
         const route_t *r = type ? route_on(type, ROUTE_IOPUB) : NULL;
@@ -1516,8 +1532,12 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
         /* stop_on_error, as for any failed cell; a restart the client asked for is not one
          * (its own request aborted what was queued before it). */
         int abort = !expected && s_stops_on_error(req);
-        jmsg_destroy(&self->last);
-        self->last = req;
+        if (route_lookup(jmsg_type(req))->reply_type) {
+            jmsg_destroy(&self->last);
+            self->last = req;
+        } else {
+            jmsg_destroy(&req); /* a comm message: stray output stays the last cell's */
+        }
         s_cell_end(self);
         if (abort)
             s_abort_queued_executes(self);

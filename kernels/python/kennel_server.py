@@ -1,9 +1,11 @@
 """kennel_server: serves kenneld's shell requests, one at a time, with a KennelShell.
 
 Handles execute, complete, inspect, is_complete, history and comm_info requests and
-answers every other *_request with an error reply, so kenneld's queue never stalls.
-Comm messages do not come here (kenneld keeps them: no comm target is served yet). kenneld answers kernel_info, interrupt
-and shutdown itself and publishes status, so none of that is here. The execute_reply's
+answers every other *_request with an error reply, so kenneld's queue never stalls. Comm
+messages (comm_open, comm_msg, comm_close) go to the comm manager (kennel_comm), and each is
+answered with a `done` frame instead of a reply: kenneld publishes idle then. kenneld
+answers kernel_info, interrupt and shutdown itself and publishes status, so none of that is
+here. The execute_reply's
 metadata carries the cell's metrics (CPU time and peak memory) and the workspace files the
 cell created, changed or deleted (kennel_files).
 """
@@ -20,11 +22,11 @@ from IPython.utils.tokenutil import line_at_cursor, token_at_cursor
 from kennel_deadline import CellTimeout
 import kennel_files
 import kennel_snapshot
+from kennel_comm import COMM_TYPES, KernelShim
 from kennel_io import FdCapture, Stdin, StreamBuffer, StreamWriter
 from kennel_pipe import MAX_FRAME_BYTES, FrameError, decode_object, encode_part
 from kennel_shell import KennelShell, safe_str
 
-_NO_REPLY = {"comm_open", "comm_msg", "comm_close"}
 # The names an op header lists (`saved`' unsaved, `restored`' failed): kenneld keeps as many,
 # each of at most as many UTF-8 bytes (HISTORY_MAX_NAMES, HISTORY_MAX_NAME in src/session.c),
 # and refuses an op header over 256 KiB (OP_MAX_BYTES) rather than parse it.
@@ -80,6 +82,7 @@ class Kernel:
         # lines, just before or after the cell, is dropped rather than raised into the
         # request loop.
         gate.protect(Kernel._execute.__code__)
+        gate.protect(Kernel._comm.__code__)
         gate.protect(Kernel._save.__code__)
         gate.protect(Kernel._restore.__code__)
         # The shell is created before fds 1 and 2 are captured, so that what IPython
@@ -93,6 +96,10 @@ class Kernel:
         sys.stdout = StreamWriter("stdout", 1, self._streams)
         sys.stderr = StreamWriter("stderr", 2, self._streams)
         self._stdin = Stdin(pipe, self._streams)
+        # get_ipython().kernel, with the comm manager. Cheap: ipykernel is not imported.
+        self._comms = KernelShim(self._shell, self.send_iopub, pipe.diag)
+        self._shell.kernel = self._comms
+        self._lost_comms = []  # a revived kernel's predecessor's, closed at the first request
         self._handlers = {
             "execute_request": self._execute,
             "complete_request": self._complete,
@@ -132,13 +139,14 @@ class Kernel:
         code (__reduce__): the gate is armed, so that kenneld's deadline for it (SIGUSR2)
         stops it with CellTimeout, and the kernel stays."""
         shell = self._shell
+        comms = self._comms.open_comms()
         self._gate.arm()
         try:
             history = shell.history_snapshot()
             try:
                 data, unsaved = kennel_snapshot.save(shell.user_ns, shell.user_ns_hidden,
                                                      shell.execution_count, history,
-                                                     MAX_SNAPSHOT_BYTES)
+                                                     MAX_SNAPSHOT_BYTES, comms)
             except kennel_snapshot.TooLarge:
                 if not history["outputs"]:
                     raise
@@ -148,7 +156,7 @@ class Kernel:
                 history["outputs"] = {}
                 data, unsaved = kennel_snapshot.save(shell.user_ns, shell.user_ns_hidden,
                                                      shell.execution_count, history,
-                                                     MAX_SNAPSHOT_BYTES)
+                                                     MAX_SNAPSHOT_BYTES, comms)
                 unsaved = sorted(set(unsaved) | set(lost))
             error = None
         except BaseException as e:  # short of memory, the pickler broke, stopped: keep it all
@@ -170,6 +178,7 @@ class Kernel:
         try:
             shell.execution_count, failed, history = kennel_snapshot.restore(data, shell.user_ns)
             shell.restore_history(history)
+            self._lost_comms = history.get("comms", [])
         except BaseException as e:  # SystemExit from a __setstate__ too
             failed = [f"(the whole snapshot: {type(e).__name__})"]
         self._gate.disarm()
@@ -177,11 +186,18 @@ class Kernel:
 
     def publish(self, msg_type, content):
         """Send one iopub message after all stream output written before it."""
+        try:
+            self.send_iopub(msg_type, content)
+        except FrameError as e:
+            self._publish_stream("stderr", f"[kennel: {msg_type} not sent: {e}]\n")
+
+    def send_iopub(self, msg_type, content, metadata=None, buffers=()):
+        """Send one iopub message, with its binary buffers, after all stream output written
+        before it; from any thread. Raises FrameError when it cannot be sent (content that
+        is not JSON, more than 61 buffers, past 64 MiB)."""
         with self._streams.flushed():
-            try:
-                self._pipe.send({"op": "iopub", "msg_type": msg_type}, {}, content)
-            except FrameError as e:
-                self._publish_stream("stderr", f"[kennel: {msg_type} not sent: {e}]\n")
+            self._pipe.send({"op": "iopub", "msg_type": msg_type}, metadata or {}, content,
+                            *buffers)
 
     def _publish_stream(self, name, text):
         self._pipe.send({"op": "iopub", "msg_type": "stream"}, {}, {"name": name, "text": text})
@@ -197,14 +213,20 @@ class Kernel:
         except (ValueError, KeyError) as e:
             # Without a msg_id there is no way to reply, and kenneld would wait forever.
             self._pipe.fatal(f"shell request with a bad header: {e!r}")
+        if self._lost_comms:
+            lost, self._lost_comms = self._lost_comms, []
+            self._comms.close_lost(lost)
+        if msg_type in COMM_TYPES:
+            self._comm(header, parts)
+            return
         if not msg_type.endswith("_request"):
-            if msg_type not in _NO_REPLY:
-                self._pipe.diag(f"ignoring shell message {msg_type!r}")
+            self._pipe.diag(f"ignoring shell message {msg_type!r}")
             return
         handler = self._handlers.get(msg_type)
         self._reply_metadata = {}
         try:
             content = decode_object(parts[3])
+            self._comms.set_parent({"header": header, "content": content})
             if handler is None:
                 reply = _error("UnknownMessageType", f"{msg_type} is not supported")
             else:
@@ -223,6 +245,38 @@ class Kernel:
                 self._pipe.send(op, metadata, content)
             except FrameError as e:
                 self._pipe.send(dict(op, status="error"), metadata, _error("FrameError", str(e)))
+
+    def _comm(self, header, parts):
+        """One comm message from the front end, to the comm manager, then `done`, which
+        kenneld waits for as it waits for a reply. Handlers run user code (a widget's
+        observers): under the gate, as a cell, so that an interrupt or the deadline stops
+        them."""
+        try:
+            msg = {"header": header, "msg_id": header["msg_id"],
+                   "msg_type": header["msg_type"], "parent_header": decode_object(parts[1]),
+                   "metadata": decode_object(parts[2]), "content": decode_object(parts[3]),
+                   "buffers": [memoryview(b) for b in parts[4:]]}
+        except ValueError as e:
+            msg = None
+            self._pipe.diag(f"ignoring a malformed {header['msg_type']}: {e}"[:300])
+        if msg is not None:
+            self._comms.set_parent(msg)
+            stopped = None
+            self._gate.arm()
+            try:
+                self._comms.dispatch(msg)
+            except (KeyboardInterrupt, CellTimeout) as e:
+                stopped = e
+            except Exception as e:  # KeyError for a message without comm_id, say
+                self._pipe.diag(f"{header['msg_type']} failed: {type(e).__name__}: {e}"[:300])
+            finally:
+                self._gate.disarm()
+            if os.getpid() != self._pid:
+                os._exit(0)  # a child forked in a handler must not serve the session
+            if stopped is not None:
+                self._shell.showtraceback((type(stopped), stopped, stopped.__traceback__))
+        with self._streams.flushed():
+            self._pipe.send({"op": "done", "parent_msg_id": header["msg_id"]})
 
     def _execute(self, content):
         code = content["code"]
@@ -347,7 +401,9 @@ class Kernel:
         return {"status": "ok", "history": list(entries)}
 
     def _comm_info(self, content):
-        return {"status": "ok", "comms": {}}
+        target_name = content.get("target_name")
+        return {"status": "ok", "comms": self._comms.comm_info(
+            target_name if isinstance(target_name, str) else None)}
 
 
 class _Muted:

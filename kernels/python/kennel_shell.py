@@ -5,6 +5,7 @@ display_data, update_display_data, clear_output, error and payloads, through a p
 function the kernel provides. It keeps history in memory only and completes without jedi.
 It adds no magics and no GUI event loops (%gui and %matplotlib <gui> fail; inline works).
 The user namespace starts with CellTimeout, the exception of a cell past its deadline.
+The kernel sets the shell's `kernel` (kennel_comm.KernelShim), which libraries look for.
 """
 
 import linecache

@@ -238,15 +238,16 @@ def _persistent_load(ns, pid):
     return ns
 
 
-def save(ns, skip, execution_count, history=None, max_bytes=sys.maxsize):
+def save(ns, skip, execution_count, history=None, max_bytes=sys.maxsize, comms=()):
     """Return (the snapshot as a memoryview of bytes, names that could not be saved). Raises
     TooLarge past max_bytes, what _is_short_of_resources() names, and _STOPPED: nothing is
     saved then. skip: IPython's hidden names
     and the values it put there (user_ns_hidden): a name is skipped while it holds that very
     value. history: {"inputs": [(line, parsed, raw)], "outputs": {line: value}, "reprs":
     {line: text}, "unders": names among `_`, `__`, `___` that hold the user's own values,
-    saved as names}, or None. Functions keep ns as their globals only when ns is __main__'s
-    dict, as the shell's user_ns is (see _Pickler)."""
+    saved as names}, or None. comms: [(comm_id, target_name)] of the comms open now, which
+    restore() gives back for the revived kernel to close. Functions keep ns as their globals
+    only when ns is __main__'s dict, as the shell's user_ns is (see _Pickler)."""
     history = history or {"inputs": [], "outputs": {}, "reprs": {}, "unders": []}
     unders = set(history.get("unders", ()))  # `_`, `__`, `___` the user assigned
     lines = ({line for line, _, _ in history["inputs"]}, set(history["outputs"]))
@@ -265,7 +266,8 @@ def save(ns, skip, execution_count, history=None, max_bytes=sys.maxsize):
     saved = {name for (kind, name), _, _ in parts if kind == "ns"}
     snapshot = {"format": FORMAT, "modules": modules, "execution_count": execution_count,
                 "inputs": list(history["inputs"]), "reprs": dict(history["reprs"]),
-                "unders": sorted(unders & saved), "parts": parts, "process": _process_state()}
+                "unders": sorted(unders & saved), "parts": parts, "process": _process_state(),
+                "comms": [[str(i), str(t)] for i, t in comms]}
     start = file.tell()
     pickle.dump(snapshot, file, protocol=pickle.HIGHEST_PROTOCOL)
     file.write(_END.pack(start, _END_TAG))
@@ -394,7 +396,7 @@ def _is_whole(obj):
 
 def restore(data, ns):
     """Load a snapshot into ns. Return (execution_count, names that failed to load, history
-    as save() takes it)."""
+    as save() takes it, with "comms": the comms save() was given)."""
     snapshot, values = _read(data)
     if snapshot.get("format") not in (1, 2, 3, FORMAT):
         raise ValueError(f"snapshot format {snapshot.get('format')!r} is not {FORMAT}")
@@ -408,7 +410,8 @@ def restore(data, ns):
         except BaseException:  # a module that raises SystemExit at import too
             failed.append(name)
     history = {"inputs": snapshot.get("inputs", []), "outputs": {},
-               "reprs": snapshot.get("reprs", {}), "unders": snapshot.get("unders", [])}
+               "reprs": snapshot.get("reprs", {}), "unders": snapshot.get("unders", []),
+               "comms": [tuple(c) for c in snapshot.get("comms", [])]}
     if "parts" in snapshot:
         try:
             values, lost = _load_parts(values, snapshot["parts"], ns)

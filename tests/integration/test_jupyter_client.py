@@ -271,8 +271,8 @@ def test_a_kernel_dying_after_a_large_result_is_told_after_it(session):
 
 
 def test_comm_open_is_closed_again_and_session_goes_on(session):
-    # No comm target is served: like ipykernel for a target it does not know, the comm is
-    # closed at once (comm_close on iopub), and no shell reply comes.
+    # A target nobody registered: like ipykernel, the kernel closes the comm again at once
+    # (comm_close on iopub), and no shell reply comes (test_comms.py has the rest).
     msg = session.session.msg("comm_open", {"comm_id": "c1", "target_name": "nobody", "data": {}})
     session.shell_channel.send(msg)
     msgs = collect_iopub(session, msg["header"]["msg_id"])
@@ -297,8 +297,9 @@ def test_output_after_a_cell_stays_the_cells_across_comm_messages(session):
 
 @pytest.mark.parametrize("kenneld", [["--max-message", "1M"]], indirect=True)
 def test_comm_messages_queued_behind_a_cell_do_not_hurt_the_kernel(kenneld, connect):
-    # They stay in kenneld: a burst of large ones once filled the kernel's pipe, and kenneld
-    # took the kernel for one that had stopped reading.
+    # They wait in kenneld's queue and reach the kernel one at a time, each after the kernel
+    # is done with the one before: a burst of large ones once filled the kernel's pipe, and
+    # kenneld took the kernel for one that had stopped reading.
     kc = connect(kenneld.create("comms")["connection_file"])
     run(kc, "x = 42")
     msg_id = kc.execute("import time; time.sleep(1)")

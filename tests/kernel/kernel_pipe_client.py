@@ -61,6 +61,8 @@ class KernelProcess:
         self._buf = b""
         self.reply_metadata = None
         self.logs = []  # the text of each log frame (the kernel's diagnostics), in order
+        self.buffers = []  # (msg_type, [bytes]) of each iopub message that had buffers
+        self.iopub_metadata = []  # (msg_type, metadata) of each that had metadata
         op, parts = self.recv_frame()
         assert op["op"] == "hello", op
         self.hello_op, self.hello = op, json.loads(parts[0])
@@ -94,25 +96,35 @@ class KernelProcess:
 
     # -- messages --------------------------------------------------------------
 
-    def send_request(self, msg_type, content, channel="shell"):
+    def send_request(self, msg_type, content, channel="shell", buffers=()):
         header = make_header(msg_type)
         self.send_frame([jdump({"op": "request", "channel": channel}), jdump(header),
-                         jdump({}), jdump({}), jdump(content)])
+                         jdump({}), jdump({}), jdump(content), *buffers])
         return header["msg_id"]
 
     def collect(self, msg_id, on_stdin=None):
         """Read until the reply to msg_id; return (reply op, reply content, iopub).
 
-        iopub is the list of (msg_type, content) published meanwhile, in order.
+        iopub is the list of (msg_type, content) published meanwhile, in order; the binary
+        buffers of each are appended to self.buffers, as (msg_type, [bytes]).
         on_stdin(content) is called for each input_request. The reply's metadata is
-        kept in self.reply_metadata.
+        kept in self.reply_metadata. For a comm message, which has no reply, the
+        reply op is the kernel's `done` and the content None.
         """
         iopub = []
         while True:
             op, parts = self.recv_frame()
             if op["op"] == "iopub":
-                assert json.loads(parts[0]) == {}
+                metadata = json.loads(parts[0])
+                if metadata:  # only comm messages carry any
+                    assert op["msg_type"].startswith("comm_"), (op, metadata)
+                    self.iopub_metadata.append((op["msg_type"], metadata))
                 iopub.append((op["msg_type"], json.loads(parts[1])))
+                if parts[2:]:
+                    self.buffers.append((op["msg_type"], parts[2:]))
+            elif op["op"] == "done":
+                assert op["parent_msg_id"] == msg_id, (op, msg_id)
+                return op, None, iopub
             elif op["op"] == "log":
                 self.logs.append(op["text"])
             elif op["op"] == "stdin":
@@ -142,6 +154,13 @@ class KernelProcess:
         op, reply, iopub = self.collect(msg_id, on_stdin)
         assert op["msg_type"] == "execute_reply"
         return reply, iopub
+
+    def comm(self, msg_type, content, buffers=()):
+        """Send a comm message (comm_open, comm_msg, comm_close) and read until the kernel
+        is done with it; what it published meanwhile, as (msg_type, content)."""
+        op, _, iopub = self.collect(self.send_request(msg_type, content, buffers=buffers))
+        assert op["op"] == "done", op
+        return iopub
 
     def reply_input(self, value):
         self.send_request("input_reply", {"value": value}, channel="stdin")

@@ -1507,12 +1507,111 @@ TEST(restart_aborts_queued_executes)
     s_rec_free(r);
 }
 
+static int s_done(session_t *s, const char *parent_id)
+{
+    char op[160];
+    snprintf(op, sizeof op, "{\"op\":\"done\",\"parent_msg_id\":\"%s\"}", parent_id);
+    const char *parts[] = {op};
+    return s_kernel(s, 1, parts);
+}
+
+TEST(comm_messages_go_to_the_kernel_one_at_a_time)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session_with(r, 8, 5000, 1 << 20);
+    s_hello(s);
+    char cell[40], open[40], msg[40], after[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), cell);
+    /* Behind a running cell, comm messages wait in the queue, as ipykernel's do. */
+    s_request(s, ROUTE_SHELL, "comm_open",
+              json_pack("{s:s, s:s, s:{}}", "comm_id", "c1", "target_name", "t", "data"), open);
+    s_request(s, ROUTE_SHELL, "comm_msg", json_pack("{s:s, s:{}}", "comm_id", "c1", "data"), msg);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "2"), after);
+    CHECK_EQ_INT(r->nk, 1);
+    CHECK_EQ_INT(s_reply(s, "execute_reply", cell, "{\"status\":\"ok\",\"execution_count\":1}"), 0);
+    /* The comm_open goes, busy before it, and holds the kernel until its done. */
+    CHECK_EQ_INT(r->nk, 2);
+    CHECK_STR(r->kframes[1], "{\"op\":\"request\",\"channel\":\"shell\"} comm_open");
+    CHECK_EQ_INT(session_state(s), SESSION_BUSY);
+    int busy = s_find(r, 0, "execute_reply") + 2;
+    CHECK_STR(s_status(r, busy), "busy");
+    CHECK_STR(r->sent[busy].parent_id, open);
+    CHECK_EQ_INT(r->timer_ms, 5000); /* its handlers run user code: the session's deadline */
+    /* No comm_close from kenneld: the kernel answers for the comm. Its output is the comm's. */
+    CHECK_EQ_INT(s_find(r, 0, "comm_close"), -1);
+    const char *out[] = {"{\"op\":\"iopub\",\"msg_type\":\"comm_msg\"}", "{}",
+                         "{\"comm_id\":\"c1\",\"data\":{}}", "binary"};
+    CHECK_EQ_INT(s_kernel(s, 4, out), 0);
+    int at = s_find(r, busy, "comm_msg");
+    CHECK(at > busy);
+    CHECK_STR(r->sent[at].parent_id, open);
+    /* A reply, or a done for another message, is out of protocol. */
+    CHECK_EQ_INT(s_reply(s, "execute_reply", open, "{\"status\":\"ok\"}"), -1);
+    CHECK_EQ_INT(s_done(s, msg), -1);
+    CHECK_EQ_INT(s_done(s, open), 0);
+    CHECK_STR(s_status(r, at + 1), "idle");
+    CHECK_STR(r->sent[at + 1].parent_id, open);
+    CHECK_EQ_INT(r->nk, 3);
+    CHECK_STR(r->kframes[2], "{\"op\":\"request\",\"channel\":\"shell\"} comm_msg");
+    CHECK_EQ_INT(s_done(s, msg), 0);
+    CHECK_EQ_INT(r->nk, 4);
+    CHECK_STR(r->kframes[3], "{\"op\":\"request\",\"channel\":\"shell\"} execute_request");
+    /* A done for an execute_request is out of protocol too. */
+    CHECK_EQ_INT(s_done(s, after), -1);
+    CHECK_EQ_INT(s_reply(s, "execute_reply", after, "{\"status\":\"ok\",\"execution_count\":2}"), 0);
+    /* Output between requests goes to the last cell, not to a comm message. */
+    const char *stray[] = {"{\"op\":\"iopub\",\"msg_type\":\"stream\"}", "{}",
+                           "{\"name\":\"stdout\",\"text\":\"x\"}"};
+    s_request(s, ROUTE_SHELL, "comm_msg", json_pack("{s:s, s:{}}", "comm_id", "c1", "data"), msg);
+    CHECK_EQ_INT(s_done(s, msg), 0);
+    int n = r->nsent;
+    CHECK_EQ_INT(s_kernel(s, 3, stray), 0);
+    CHECK_EQ_INT(r->nsent, n + 1);
+    CHECK_STR(r->sent[n].parent_id, after);
+    json_t *info = session_info(s);
+    CHECK_EQ_INT(json_integer_value(json_object_get(info, "cells")), 2);
+    json_decref(info);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(a_comm_message_past_its_deadline_or_with_a_dying_kernel)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session_with(r, 8, 5000, 1 << 20);
+    s_hello(s);
+    char cell[40], msg[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), cell);
+    s_reply(s, "execute_reply", cell, "{\"status\":\"ok\",\"execution_count\":1}");
+    s_request(s, ROUTE_SHELL, "comm_msg", json_pack("{s:s, s:{}}", "comm_id", "c1", "data"), msg);
+    session_on_timer(s, SESSION_TIMER_CELL); /* a handler that loops: CellTimeout */
+    CHECK_EQ_INT(r->signals[0], SIGUSR2);
+    session_on_timer(s, SESSION_TIMER_CELL); /* it ignored that too */
+    CHECK_EQ_INT(r->signals[1], SIGKILL);
+    int n = r->nsent;
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
+    /* No reply (it has none): its idle; and stray output stays the last cell's. */
+    CHECK_EQ_INT(r->nsent, n + 1);
+    CHECK_STR(s_status(r, n), "idle");
+    CHECK_STR(r->sent[n].parent_id, msg);
+    CHECK_EQ_INT(r->starts, 2);
+    s_hello(s);
+    const char *stray[] = {"{\"op\":\"iopub\",\"msg_type\":\"stream\"}", "{}",
+                           "{\"name\":\"stdout\",\"text\":\"x\"}"};
+    CHECK_EQ_INT(s_kernel(s, 3, stray), 0);
+    CHECK_STR(r->sent[r->nsent - 1].parent_id, cell);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 int main(void)
 {
     zsys_handler_set(NULL);
     log_init("test_session", LOG_LEVEL_ERROR);
     RUN(kernel_info_waits_for_hello);
     RUN(one_request_at_a_time);
+    RUN(comm_messages_go_to_the_kernel_one_at_a_time);
+    RUN(a_comm_message_past_its_deadline_or_with_a_dying_kernel);
     RUN(stop_on_error_aborts_queued_executes);
     RUN(stop_on_error_false_keeps_queue);
     RUN(stop_on_error_aborts_consecutive_executes);
