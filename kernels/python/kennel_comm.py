@@ -12,12 +12,20 @@ session) is made when ipykernel.kernelbase is first imported, never before: ipyk
 in zmq, tornado and jupyter_client (~120 ms, ~100 modules), which a kernel that shows no
 widget should not pay for. Nothing here imports ipywidgets.
 
+Two fixes where Debian bookworm's packages meet kennel, each made when its module is
+imported (_AfterImport): psutil (which ipykernel imports) prints a traceback at import where
+/proc/stat is missing, as in the sandbox's /proc, and it is kept from the cell's stderr;
+tqdm 4.64's notebook bar sets its colour through a `style` that ipywidgets 6's progress bar
+lacks, and failed with AttributeError (under ipykernel too): without `style` the bar keeps
+its default colour.
+
 Does no I/O of its own: the kernel hands in send(msg_type, content, metadata, buffers), and
 kennel_server dispatches the comm messages kenneld forwards (dispatch()).
 """
 
 import contextlib
 import importlib.util
+import io
 import logging
 import sys
 
@@ -61,7 +69,9 @@ class KernelShim:
             logger = logging.getLogger("Comm")
             logger.addHandler(_LogHandler(log))
             logger.propagate = False
-        hooks = {"ipykernel.kernelbase": (None, _make_ipykernel)}
+        hooks = {"ipykernel.kernelbase": (None, _make_ipykernel),
+                 "psutil._pslinux": (_without_proc_stat_traceback, None),
+                 "tqdm.notebook": (None, _tqdm_without_style)}
         for name, (_, then) in list(hooks.items()):
             if name in sys.modules:
                 del hooks[name]
@@ -202,6 +212,31 @@ def _make_ipykernel(kernelbase):
 
     IPyKernel = _IPyKernel
     _IPyKernel.instance()  # also ipykernel.kernelbase.Kernel's instance()
+
+
+def _tqdm_without_style(module):
+    """tqdm.notebook's bar colour, which needs ipywidgets 7's `style`: without it, a colour
+    asked for is not shown (tqdm 4.64 set it unconditionally, and so failed on ipywidgets 6)."""
+    progress = getattr(module, "IProgress", None)
+    if progress is None or progress.class_traits().get("style") is not None:
+        return
+    module.tqdm_notebook.colour = property(lambda self: None, lambda self, value: None)
+
+
+@contextlib.contextmanager
+def _without_proc_stat_traceback():
+    """psutil prints a traceback when it cannot read /proc/stat at import (the sandbox's
+    /proc has none), then goes on without it. That traceback is dropped; anything else
+    written to sys.stderr meanwhile (by another thread) is written on."""
+    real = sys.stderr
+    sys.stderr = caught = io.StringIO()
+    try:
+        yield
+    finally:
+        sys.stderr = real
+        text = caught.getvalue()
+        if text and "/proc/stat" not in text:
+            real.write(text)
 
 
 class _AfterImport:

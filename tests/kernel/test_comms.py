@@ -223,3 +223,19 @@ def test_a_revived_kernel_closes_its_predecessors_comms(kernel, tmp_path):
     finally:
         fresh.kill()
 
+
+def test_tqdm_notebook_draws_its_bar(kernel):
+    # Debian's tqdm 4.64 sets the bar's colour through ipywidgets 7's `style`, which
+    # ipywidgets 6 lacks: it failed with AttributeError, under ipykernel too.
+    reply, iopub = kernel.execute("from tqdm.notebook import tqdm\n"
+                                  "for i in tqdm(range(3), desc='steps', colour='red'):\n"
+                                  "    pass")
+    assert reply["status"] == "ok", reply
+    models = {c["comm_id"]: c["data"]["_model_name"] for t, c in iopub if t == "comm_open"}
+    (bar,) = [i for i, name in models.items() if name == "ProgressModel"]
+    (box,) = [i for i, name in models.items() if name == "HBoxModel"]
+    view = only(iopub, "display_data")["data"]["application/vnd.jupyter.widget-view+json"]
+    assert view == {"model_id": box}
+    values = [c["data"]["state"]["value"] for t, c in iopub
+              if t == "comm_msg" and c["comm_id"] == bar and "value" in c["data"].get("state", {})]
+    assert values[-1] == 3
