@@ -1,6 +1,6 @@
 // notebook.mjs: Jupyter Notebook 6's page in a headless Chromium, driven through its UI as a
 // user drives it: type in a cell and run it, click a toolbar button or a menu item, answer a
-// dialog. Any modal dialog nobody answered fails the wait it appears in, with its title and
+// dialog, press keys on a widget and read what it shows. Any modal dialog nobody answered fails the wait it appears in, with its title and
 // text. The kernel's state is read from Notebook's JS only to wait for idle.
 import { chromium } from 'playwright-core';
 
@@ -99,6 +99,27 @@ export class Notebook {
     async outputs() {
         const cells = await this.page.locator('#notebook-container .cell').all();
         return Promise.all(cells.map((c) => this.outputOf(c)));
+    }
+
+    // The first element matching selector (a widget's part, say), once it is visible.
+    async shown(selector, timeoutMs) {
+        const el = this.page.locator(selector).first();
+        await this.waitFor(`${selector} to show`, () => el.isVisible(), timeoutMs);
+        return el;
+    }
+
+    // The text of the first element matching selector, once it is visible.
+    async textOf(selector, timeoutMs) {
+        return (await (await this.shown(selector, timeoutMs)).innerText()).trim();
+    }
+
+    // Focuses the first element matching selector and presses keys on it, one by one, as a
+    // user who moves a slider's handle with the arrow keys.
+    async pressOn(selector, keys, timeoutMs) {
+        const el = await this.shown(selector, timeoutMs);
+        await el.focus();
+        for (const key of keys)
+            await this.page.keyboard.press(key);
     }
 
     // A toolbar button, by its action (data-jupyter-action).

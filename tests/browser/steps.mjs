@@ -2,7 +2,9 @@
 //   node steps.mjs URL USER_DATA_DIR FAILURE_SCREENSHOT < steps.json
 // A step is one of: {"run": code} -> {"output": text}; {"toolbar": action};
 // {"menu": [menu, item]}; {"dialog": title, "button": label} -> {"text": body};
-// {"idle": true}; {"outputs": true} -> {"outputs": [text, ...]}; {"screenshot": path}.
+// {"idle": true}; {"outputs": true} -> {"outputs": [text, ...]}; {"screenshot": path};
+// {"read": selector} -> {"text": text} (of the first match, once visible);
+// {"press": [key, ...], "on": selector} (keys pressed on the first match, focused).
 // The first step that fails is reported as {"step", "error", "dialogs", "screenshot"}, and
 // the exit status is 1.
 import { readFileSync } from 'node:fs';
@@ -20,6 +22,8 @@ async function perform(nb, step) {
     if ('idle' in step) return nb.waitIdle();
     if ('outputs' in step) return { outputs: await nb.outputs() };
     if ('screenshot' in step) return nb.screenshot(step.screenshot);
+    if ('read' in step) return { text: await nb.textOf(step.read) };
+    if ('press' in step) return nb.pressOn(step.on, step.press);
     throw new Error(`unknown step ${JSON.stringify(step)}`);
 }
 
