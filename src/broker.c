@@ -920,13 +920,18 @@ static int s_pid_known(void *ctx, pid_t pid)
 }
 
 /*  Build a session record, bind its sockets and write its connection file; no kernel yet.
- *  id NULL makes a new session; otherwise it is one kenneld restores, keeping its id, slot,
- *  directory and connection. launched: NULL, or the launcher of a kernelspec's session (pid
- *  0 when not known). NULL with *err on failure (nothing is left behind for a new session). */
+ *  id NULL makes a new session; id with disk_ready makes one on a pooled kernel, taking its
+ *  id, slot and directory; id alone is a session kenneld restores, keeping its id, slot,
+ *  directory and connection. A connection is a client's, and checked as one, unless the
+ *  session is restored. launched: NULL, or the launcher of a kernelspec's session (pid 0 when
+ *  not known). NULL with *err on failure (nothing is left behind for a new session). */
 static sess_t *s_make(broker_t *self, const char *id, const char *name, const json_t *connection,
                       const reslimits_t *limits, const launcher_t *launched, long slot,
                       int disk_ready, broker_error_t *err)
 {
+    /* A pooled kernel's session is new to its client: only a restored one's connection is
+     * kenneld's own (its ipc paths are its sockets' already). */
+    int restoring = id && !disk_ready;
     sess_t *s = calloc(1, sizeof *s);
     if (!s) {
         LOG_E("out of memory");
@@ -961,7 +966,8 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
                          .key = util_uuid(key), .max_unread = self->cfg.max_unread,
                          .signer = self->signer};
     if (connection &&
-        connection_parse(connection, &cc, !id, &err->ename, err->evalue, sizeof err->evalue) < 0)
+        connection_parse(connection, &cc, !restoring, &err->ename, err->evalue,
+                         sizeof err->evalue) < 0)
         goto fail;
     if (statedir_session_create(self->cfg.state_dir, s->id, s->dir, sizeof s->dir) < 0 ||
         snprintf(s->conn_path, sizeof s->conn_path, "%s/connection.json", s->dir) >= PATH_MAX ||

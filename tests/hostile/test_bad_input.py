@@ -951,10 +951,25 @@ def test_manager_abuse(kenneld):
     assert kenneld.call("list_request")["sessions"] == []  # the forged create did nothing
 
 
-def test_ipc_endpoints_a_client_names_must_be_free(kenneld, tmp_path):
+def _pooled_kernel_ready(kenneld, pooled):
+    """With pooled, wait (10 s at most) until the pool holds a kernel, so that the next
+    create_request takes it; without, there is no pool."""
+    if not pooled:
+        assert kenneld.call("stats_request")["spawner"].get("pool_ready", 0) == 0
+        return
+    deadline = time.monotonic() + 10
+    while kenneld.call("stats_request")["spawner"].get("pool_ready", 0) < 1:
+        assert time.monotonic() < deadline, "the pool made no kernel in 10 s"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("kenneld, pooled", [(("--pool", "0"), False), (("--pool", "1"), True)],
+                         indirect=["kenneld"], ids=["fresh", "pooled"])
+def test_ipc_endpoints_a_client_names_must_be_free(kenneld, pooled, tmp_path):
     """kenneld binds as root, and libzmq removes what is at an ipc path first: a client
     (with the manager's key) once made it replace any file, or take over a live session's
-    endpoints."""
+    endpoints. The same whether the session is made afresh or on a pooled kernel (a pooled
+    kernel's session once took the client's paths unchecked, as a restored session's own)."""
     def conn(ip):
         return {"transport": "ipc", "ip": ip, "key": "k" * 16, "signature_scheme": "hmac-sha256",
                 "shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4,
@@ -964,11 +979,14 @@ def test_ipc_endpoints_a_client_names_must_be_free(kenneld, tmp_path):
     victim.write_text("keep me")
     for content, ename in (({"connection": conn("relative/k")}, "BadRequest"),
                            ({"connection": conn(str(tmp_path / "important"))}, "BadRequest")):
+        _pooled_kernel_ready(kenneld, pooled)
         r = kenneld.call("create_request", content)
         assert r["status"] == "error" and r["ename"] == ename, (content, r)
     assert victim.read_text() == "keep me"
+    _pooled_kernel_ready(kenneld, pooled)
     first = kenneld.call("create_request", {"name": "ipc-a", "connection": conn(str(tmp_path / "s"))})
     assert first["status"] == "ok", first
+    _pooled_kernel_ready(kenneld, pooled)
     r = kenneld.call("create_request", {"name": "ipc-b", "connection": conn(str(tmp_path / "s"))})
     assert r["status"] == "error" and r["ename"] == "AddressInUse", r
     assert (tmp_path / "s-1").exists()
