@@ -1,16 +1,27 @@
 /*  harness: the smallest test runner. Each unit test file is one executable:
  *    TEST(name) { CHECK(cond); CHECK_EQ_INT(a, b); CHECK_STR(a, b); }
  *    int main(void) { RUN(name); …; return harness_done(); }
- *  It prints one line per failed check and ends with "N passed, N failed". */
+ *  It prints one line per failed check and ends with "N passed, N failed"; with
+ *  HARNESS_TIMES set in the environment, also each test's wall time (to find the slow ones,
+ *  under valgrind above all). */
 #ifndef KENNEL_HARNESS_H
 #define KENNEL_HARNESS_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 
 static int harness_passed, harness_failed, harness_current_failed;
+
+static inline long long harness_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 #define TEST(name) static void name(void)
 #define CHECK(cond)                                                                        \
@@ -41,7 +52,10 @@ static int harness_passed, harness_failed, harness_current_failed;
 #define RUN(name)                                                                          \
     do {                                                                                   \
         harness_current_failed = 0;                                                        \
+        long long harness_t0_ = harness_now_ms();                                          \
         name();                                                                            \
+        if (getenv("HARNESS_TIMES"))                                                       \
+            fprintf(stderr, "%6lld ms %s\n", harness_now_ms() - harness_t0_, #name);       \
         if (harness_current_failed) {                                                      \
             harness_failed++;                                                              \
             fprintf(stderr, "FAILED %s\n", #name);                                         \
