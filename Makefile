@@ -85,24 +85,31 @@ kernel-tests: deps
 integration: all
 	$(PY) -m pytest -q -p no:cacheprovider tests/integration tests/hostile
 
-# The integration suite runs under both spawners: the zygote (the default) and exec
-# (test_zygote.py names its spawner itself and test_zygote_loop.py drives a zygote without
-# kenneld, so they run once). Two pytest runs side by side,
-# each about one core: the integration and hostile suites; and the kernel suite, then the
-# integration suite with KENNEL_SPAWNER=exec (mostly kernels' cold starts), into
-# build/check-side.log, shown when both are done. check fails if either failed.
-PYTEST    := $(PY) -m pytest -q -p no:cacheprovider
-check: all unit memcheck
-	@echo "== pytest: integration, hostile (beside it: kernel, integration with KENNEL_SPAWNER=exec)"
-	@{ $(PYTEST) tests/kernel; k=$$?; \
-	   KENNEL_SPAWNER=exec $(PYTEST) tests/integration --ignore=tests/integration/test_zygote.py \
-	     --ignore=tests/integration/test_zygote_loop.py; \
-	   e=$$?; [ $$k = 0 ] && [ $$e = 0 ]; } > $(BUILD)/check-side.log 2>&1 & side=$$!; \
-	$(PYTEST) tests/integration tests/hostile; first=$$?; \
-	wait $$side; second=$$?; \
-	echo "== pytest: kernel; integration with KENNEL_SPAWNER=exec (build/check-side.log)"; \
-	cat $(BUILD)/check-side.log; \
-	[ $$first = 0 ] && [ $$second = 0 ]
+# `make check`: the unit tests, then three things side by side — valgrind over the unit tests
+# (build/memcheck.log); the Python suites (kernel, integration, hostile) on three pytest-xdist
+# workers, a module's tests on one worker so that they share its kenneld; and the files of
+# the integration suite that start, kill, restart, evict and revive kernels, again with
+# KENNEL_SPAWNER=exec (cold starts; the rest of the suite speaks the same protocol to the same
+# kernel code whichever spawner made it, and test_zygote*.py name their spawner themselves).
+# Then, alone, the tests marked `quiet` (tests/conftest.py): they compare wall times, a
+# bystander's round trip against a stall or a deadline's margin, which the parallel phase's
+# load would make them measure instead. check fails if any part failed.
+PYTEST     := $(PY) -m pytest -q -p no:cacheprovider
+EXEC_TESTS := tests/integration/test_lifecycle.py tests/integration/test_files.py \
+              tests/integration/test_cli.py tests/integration/test_console.py \
+              tests/integration/test_rich.py
+check: all unit
+	@echo "== side by side: memcheck (build/memcheck.log); pytest on 3 workers; pytest of the spawning files with KENNEL_SPAWNER=exec (build/check-exec.log)"
+	@$(MAKE) -s --no-print-directory memcheck > $(BUILD)/memcheck.log 2>&1 & mem=$$!; \
+	KENNEL_SPAWNER=exec $(PYTEST) -m "not quiet" $(EXEC_TESTS) > $(BUILD)/check-exec.log 2>&1 & exe=$$!; \
+	$(PYTEST) -n 3 --dist loadfile -m "not quiet" tests/kernel tests/integration tests/hostile; par=$$?; \
+	wait $$exe; ex=$$?; wait $$mem; mc=$$?; \
+	echo "== pytest with KENNEL_SPAWNER=exec (build/check-exec.log)"; cat $(BUILD)/check-exec.log; \
+	echo "== memcheck (build/memcheck.log)"; tail -n 40 $(BUILD)/memcheck.log; \
+	echo "== alone: the tests marked quiet; then those of the spawning files with KENNEL_SPAWNER=exec"; \
+	$(PYTEST) -m quiet tests/integration tests/hostile; q=$$?; \
+	KENNEL_SPAWNER=exec $(PYTEST) -m quiet $(EXEC_TESTS); qx=$$?; \
+	[ $$par = 0 ] && [ $$ex = 0 ] && [ $$mc = 0 ] && [ $$q = 0 ] && [ $$qx = 0 ]
 
 memcheck: $(UNIT_BINS)
 	@for t in $(UNIT_BINS); do valgrind -q --error-exitcode=1 --leak-check=full $$t || exit 1; done

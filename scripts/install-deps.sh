@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 PKGS="build-essential pkg-config
 libzmq3-dev libczmq-dev libjansson-dev libseccomp-dev libsodium-dev uuid-dev
 python3 python3-dev python3-jupyter-client jupyter-console python3-nbclient python3-nbformat
-python3-ipykernel python3-ipython python3-pytest python3-zmq
+python3-ipykernel python3-ipython python3-pytest python3-pytest-xdist python3-zmq
 python3-numpy python3-pandas python3-matplotlib python3-pil python3-dill
 python3-comm python3-ipywidgets python3-widgetsnbextension jupyter-nbextension-jupyter-js-widgets
 python3-tqdm

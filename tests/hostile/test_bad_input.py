@@ -183,6 +183,7 @@ def test_request_flood_hits_queue_limit(kenneld, client):
     assert r["content"]["status"] == "ok", r["content"]
 
 
+@pytest.mark.quiet
 def test_garbage_flood_does_not_starve_others(kenneld, client):
     _set_marker(client)
     other = kenneld.call("create_request", {"name": "bystander"})
@@ -242,6 +243,7 @@ def _hmac_seconds(nbytes):
     return time.perf_counter() - t
 
 
+@pytest.mark.quiet
 def test_large_unsigned_messages_hold_up_no_other_session(kenneld, client):
     """No key needed: a message of up to --max-message (64 MiB) costs kenneld the HMAC of its
     JSON parts before its signature is found wrong, 0.1-0.5 s for 60 MiB on this VM. Checked
@@ -354,6 +356,7 @@ def _jansson_seconds(nbytes):
     return took
 
 
+@pytest.mark.quiet
 def test_large_signed_messages_hold_up_no_other_session(kenneld, client):
     """With the key: every JSON part of a signed message, up to --max-message, was parsed
     whole on kenneld's loop, and jansson takes ~1.7 s for a 60 MiB string on this VM: a
@@ -421,6 +424,7 @@ def _large_results(kenneld, conn, stop, answered):
         sock.close()
 
 
+@pytest.mark.quiet
 def test_a_kernels_large_results_hold_up_no_other_session(kenneld, client):
     """A cell whose result is 60 MB of text: kenneld reads it from the kernel's pipe in
     slices, checks its JSON in one pass (~7 ms) and passes it on, signed. It signed it on its
@@ -782,6 +786,7 @@ def _open(sock):
         sock.setblocking(True)
 
 
+@pytest.mark.quiet
 @pytest.mark.own_kenneld
 @pytest.mark.parametrize("kenneld", [MEMORY_64M], indirect=True)
 def test_past_max_memory_only_the_session_holding_it_loses_its_clients(kenneld, client):

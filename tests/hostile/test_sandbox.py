@@ -578,6 +578,7 @@ FILL = '''
 '''
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("kenneld", [("--disk", "64M")], indirect=True)
 def test_workspace_fill_is_bounded(kenneld, victim, bystander):
     """The workspace is a filesystem of its own: filling it gives ENOSPC in the session, at its
@@ -653,6 +654,7 @@ def test_fd_exhaustion_is_bounded(kenneld, victim, bystander):
     assert_bystander_unharmed(kenneld, bystander)
 
 
+@pytest.mark.quiet
 def test_cpu_hog_is_throttled_and_does_not_starve_others(kenneld, victim, bystander):
     """Three spinning processes in a session limited to one CPU: together they get about one
     CPU's worth of time, and the bystander still answers at once."""
@@ -718,6 +720,7 @@ def _bystander_while(bystander, ask, seconds):
     return rtts, answers
 
 
+@pytest.mark.quiet
 def test_measuring_a_session_s_memory_never_stalls_the_others(kenneld, bystander):
     """kenneld measures a session's PSS and USS by walking the page tables of each of its
     processes, and the session's code decides how many there are and what they map: 200
@@ -1554,6 +1557,7 @@ HOARD = '''
 '''
 
 
+@pytest.mark.quiet
 def test_an_ended_session_s_files_go_whole_and_hold_up_no_one(kenneld, bystander):
     """A workspace without a cap (disk 0) is a plain directory of the host. A session that
     nested directories 300 deep left them on the host for ever (the removal stopped at 256);

@@ -10,6 +10,8 @@ import pytest
 
 from .itest_helpers import collect_iopub, run, shell_reply
 
+pytestmark = pytest.mark.quiet  # each test measures how soon output arrives
+
 DEADLINE_S = 3
 
 

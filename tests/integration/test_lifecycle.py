@@ -43,6 +43,7 @@ def test_outcome_and_metrics_of_a_plain_cell(session):
     assert _meta(run(session, "1/0"))["outcome"] == "error"
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
 def test_deadline_raises_catchable_timeout_and_keeps_state(kenneld, connect):
     info = kenneld.create("limited", limits={"timeout": 2})
@@ -63,6 +64,7 @@ def test_deadline_raises_catchable_timeout_and_keeps_state(kenneld, connect):
     assert info["restarts"] == 0 and info["last_outcome"] == "timeout"
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
 def test_a_cell_that_ignores_its_deadline_is_killed_and_the_kernel_restarted(kenneld, connect):
     info = kenneld.create("stubborn", limits={"timeout": 1})
@@ -82,6 +84,7 @@ def test_a_cell_that_ignores_its_deadline_is_killed_and_the_kernel_restarted(ken
     assert kenneld.ok("info_request", {"session": "stubborn"})["session"]["restarts"] == 1
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
 def test_a_sleeping_child_does_not_outlast_the_deadline(kenneld, connect):
     info = kenneld.create("child", limits={"timeout": 1})
@@ -151,6 +154,7 @@ def test_a_deadline_reaches_the_process_group_not_a_process_in_its_own_session(k
     assert run(kc, "grouped.wait(5), own.poll()").result == "(-12, None)"  # -SIGUSR2
 
 
+@pytest.mark.quiet
 def test_deadline_per_request_in_metadata(session):
     run(session, "pass")  # the kernel runs: a cold start (--spawner exec) is not the cell's time
     t = time.monotonic()
@@ -252,6 +256,7 @@ def test_output_cap_holds_for_results_clear_output_and_threads_after_the_cell(ke
     assert run(kc, "'still here'").result == "'still here'"
 
 
+@pytest.mark.quiet
 def test_output_flood_does_not_slow_other_sessions(kenneld, connect):
     flooder = connect(kenneld.create("flood")["connection_file"])
     other = connect(kenneld.create("calm")["connection_file"])

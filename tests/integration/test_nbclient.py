@@ -81,6 +81,7 @@ def _cells(nb):
             for c in nb.cells if c["cell_type"] == "code"]
 
 
+@pytest.mark.quiet
 @pytest.mark.timeout_s(60)
 def test_notebook_matches_ipykernel(kenneld, jupyter_env):
     kennel = _cells(_execute("kennel"))

@@ -5,12 +5,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#else
-#define RUNNING_ON_VALGRIND 0
-#endif
-
 #include "../harness.h"
 #include "sandbox.h"
 

@@ -13,12 +13,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#else
-#define RUNNING_ON_VALGRIND 0
-#endif
-
 #include "../harness.h"
 #include "sysfilter.h"
 
