@@ -95,14 +95,15 @@ integration: all
 # bystander's round trip against a stall or a deadline's margin, which the parallel phase's
 # load would make them measure instead. check fails if any part failed.
 PYTEST     := $(PY) -m pytest -q -p no:cacheprovider
+WORKERS    ?= 3
 EXEC_TESTS := tests/integration/test_lifecycle.py tests/integration/test_files.py \
               tests/integration/test_cli.py tests/integration/test_console.py \
               tests/integration/test_rich.py
 check: all unit
-	@echo "== side by side: memcheck (build/memcheck.log); pytest on 3 workers; pytest of the spawning files with KENNEL_SPAWNER=exec (build/check-exec.log)"
+	@echo "== side by side: memcheck (build/memcheck.log); pytest on $(WORKERS) workers; pytest of the spawning files with KENNEL_SPAWNER=exec (build/check-exec.log)"
 	@$(MAKE) -s --no-print-directory memcheck > $(BUILD)/memcheck.log 2>&1 & mem=$$!; \
 	KENNEL_SPAWNER=exec $(PYTEST) -m "not quiet" $(EXEC_TESTS) > $(BUILD)/check-exec.log 2>&1 & exe=$$!; \
-	$(PYTEST) -n 3 --dist loadfile -m "not quiet" tests/kernel tests/integration tests/hostile; par=$$?; \
+	$(PYTEST) -n $(WORKERS) --dist loadfile -m "not quiet" tests/kernel tests/integration tests/hostile; par=$$?; \
 	wait $$exe; ex=$$?; wait $$mem; mc=$$?; \
 	echo "== pytest with KENNEL_SPAWNER=exec (build/check-exec.log)"; cat $(BUILD)/check-exec.log; \
 	echo "== memcheck (build/memcheck.log)"; tail -n 40 $(BUILD)/memcheck.log; \

@@ -121,6 +121,7 @@ def test_a_kernel_that_left_its_process_group_still_gets_deadlines_and_interrupt
     assert kenneld.ok("info_request", {"session": "leaver"})["session"]["restarts"] == 0
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
 def test_a_deadline_another_thread_took_still_ends_the_cell_and_keeps_state(kenneld, connect):
     """The kernel's main thread blocks the deadline's signal (as subprocess does around its
@@ -141,6 +142,7 @@ def test_a_deadline_another_thread_took_still_ends_the_cell_and_keeps_state(kenn
     assert kenneld.ok("info_request", {"session": "threads"})["session"]["restarts"] == 0
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
 def test_a_deadline_reaches_the_process_group_not_a_process_in_its_own_session(kenneld, connect):
     """As docs/sessions.md ("A cell's deadline") says: a background process in the kernel's
