@@ -88,17 +88,16 @@ integration: all
 # `make check`: the unit tests, then three things side by side — valgrind over the unit tests
 # (build/memcheck.log); the Python suites (kernel, integration, hostile) on three pytest-xdist
 # workers, a module's tests on one worker so that they share its kenneld; and the files of
-# the integration suite that start, kill, restart, evict and revive kernels, again with
-# KENNEL_SPAWNER=exec (cold starts; the rest of the suite speaks the same protocol to the same
-# kernel code whichever spawner made it, and test_zygote*.py name their spawner themselves).
+# the integration suite that start, kill, restart, evict and revive kernels and mount their
+# workspaces, again with KENNEL_SPAWNER=exec (cold starts; the rest of the suite speaks the
+# same protocol to the same kernel code whichever spawner made it; test_zygote*.py and
+# test_rich.py name their spawners themselves).
 # Then, alone, the tests marked `quiet` (tests/conftest.py): they compare wall times, a
 # bystander's round trip against a stall or a deadline's margin, which the parallel phase's
 # load would make them measure instead. check fails if any part failed.
 PYTEST     := $(PY) -m pytest -q -p no:cacheprovider
 WORKERS    ?= 3
-EXEC_TESTS := tests/integration/test_lifecycle.py tests/integration/test_files.py \
-              tests/integration/test_cli.py tests/integration/test_console.py \
-              tests/integration/test_rich.py
+EXEC_TESTS := tests/integration/test_lifecycle.py tests/integration/test_files.py
 check: all unit
 	@echo "== side by side: memcheck (build/memcheck.log); pytest on $(WORKERS) workers; pytest of the spawning files with KENNEL_SPAWNER=exec (build/check-exec.log)"
 	@$(MAKE) -s --no-print-directory memcheck > $(BUILD)/memcheck.log 2>&1 & mem=$$!; \
