@@ -52,10 +52,18 @@ Measurements
      its line written to its answer read. In halves, alternating with the same number of
      round trips of the lean Jupyter client of measurement 3 on the same session: kennel
      mcp's share is its p50 minus that client's.
+  10. the runtime (issue #29; BENCH_ONLY=runtime): each package of docs/runtime.md's list,
+     imported in a plain /usr/bin/python3 -I after the zygote's default preload (its ms, and
+     the RSS it adds: what preloading it would add to the zygote), and in a new session (the
+     cell's ms, and the PSS it adds to the session against a `pass` session's). Then two
+     kennelds side by side, the default preload and the default plus sklearn and seaborn: the
+     zygote's import time and PSS/RSS, a new session's first `1+1`, a new session's
+     `import sklearn, seaborn`, and an idle session's PSS after IMPORT_CELL; ipykernel's
+     `import sklearn, seaborn` in a new kernel beside them.
 
 Environment knobs (defaults in brackets; BENCH_QUICK=1 shrinks every N to a smoke-test size):
   BENCH_QUICK           1: tiny N's everywhere, for a smoke run (~1 min)                [0]
-  BENCH_ONLY            sections: starts, png, rtt, fleet, burst, flood, mcp            [all]
+  BENCH_ONLY            sections: starts, png, rtt, fleet, burst, flood, mcp, runtime   [all]
   BENCH_STARTS          kennel starts per spawner (measurements 1 and 7)                [20]
   BENCH_IPY_STARTS      ipykernel starts                                                [8]
   BENCH_PLOTS           kennel new session -> first PNG                                 [10]
@@ -71,6 +79,9 @@ Environment knobs (defaults in brackets; BENCH_QUICK=1 shrinks every N to a smok
   BENCH_BURST           kennel sessions created at once                                 [20]
   BENCH_IPY_BURST       ipykernels started at once                                      [10]
   BENCH_MCP_TRIPS       run_python('1+1') calls through kennel mcp (measurement 9)      [500]
+  BENCH_RUNTIME_N       sessions per package, and per preload, in measurement 10        [3]
+  BENCH_RUNTIME_STARTS  new sessions per preload in measurement 10                      [10]
+  BENCH_RUNTIME_PACKAGES  0: measurement 10 without its per-package part                [1]
   BENCH_SANDBOX_N       kennel-init -- /usr/bin/true against /usr/bin/true (part of 7)  [50]
   BENCH_OUT             where the JSON goes                                  [bench/results.json]
 
@@ -143,7 +154,7 @@ def _long_cell(parts=12):
 
 LONG_CELL = _long_cell()
 
-SECTIONS = ("starts", "png", "rtt", "fleet", "burst", "flood", "mcp")
+SECTIONS = ("starts", "png", "rtt", "fleet", "burst", "flood", "mcp", "runtime")
 
 
 def knob(name, default, quick):
@@ -171,7 +182,16 @@ N = {
     "ipy_burst": knob("BENCH_IPY_BURST", 10, 2),
     "flood_trips": knob("BENCH_FLOOD_TRIPS", 200, 20),
     "mcp_trips": knob("BENCH_MCP_TRIPS", 500, 40),
+    "runtime_n": knob("BENCH_RUNTIME_N", 3, 1),
+    "runtime_starts": knob("BENCH_RUNTIME_STARTS", 10, 2),
 }
+# The packages of issue #29's runtime (docs/runtime.md), as a cell imports them.
+AGENT_IMPORTS = ("scipy", "sklearn", "seaborn", "statsmodels.api", "sympy", "networkx",
+                 "openpyxl", "xlrd", "docx", "pypdf", "reportlab", "bs4", "lxml.etree",
+                 "tabulate", "PIL.Image", "imageio", "skimage", "h5py", "xarray", "plotly",
+                 "nltk", "joblib", "jinja2", "requests", "dateutil", "pytz", "yaml")
+DEFAULT_PRELOAD = "numpy,pandas,matplotlib.pyplot,matplotlib_inline.backend_inline"
+AGENT_CELL = "import sklearn, seaborn"
 ONLY = [s for s in os.environ.get("BENCH_ONLY", ",".join(SECTIONS)).split(",") if s]
 OUT = os.environ.get("BENCH_OUT", os.path.join(ROOT, "bench", "results.json"))
 MIN_MEM_AVAILABLE = 3 << 30  # stop growing the fleet below this (the machine is shared)
@@ -1638,6 +1658,100 @@ def bench_mcp(res):
 
 # ---- report ------------------------------------------------------------------------------------
 
+def _rss_added(module):
+    """RSS a plain /usr/bin/python3 -I gains importing module after the zygote's default
+    preload (what preloading it would add to the zygote), and the import's ms."""
+    code = ("import time, numpy, pandas, matplotlib.pyplot, matplotlib_inline.backend_inline\n"
+            "def rss():\n"
+            "    with open('/proc/self/statm') as f: return int(f.read().split()[1]) * 4096\n"
+            f"a = rss(); t = time.perf_counter(); import {module}\n"
+            "print((time.perf_counter() - t) * 1000, rss() - a)")
+    out = subprocess.run([PY, "-I", "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1",
+                              "MPLBACKEND": "Agg"})
+    if out.returncode != 0:
+        raise BenchError(f"import {module} failed: {out.stderr[-300:]}")
+    ms, added = out.stdout.split()
+    return float(ms), int(added)
+
+
+def _timed_cell(k, name, code):
+    """A new session: (ms of code's cell alone, the session's PSS and USS after it, bytes)."""
+    k.create(name)
+    kc = client_of(k.info(name)["connection_file"])
+    try:
+        first_reply(kc, kc.execute("pass"))
+        t = time.perf_counter()
+        msg_id = kc.execute(code)
+        first_reply(kc, msg_id)  # (raises BenchError if the cell failed)
+        ms = ms_since(t)
+    finally:
+        kc.stop_channels()
+    time.sleep(0.3)
+    info = k.info(name)
+    k.end(name)
+    return ms, info["pss_bytes"], info["uss_bytes"]
+
+
+def bench_runtime(res):
+    """Issue #29's runtime: what each package costs, and what preloading the two the issue's
+    target names (sklearn, seaborn) would cost and save."""
+    log("runtime: per package, in a plain python3 after the default preload, and in sessions")
+    per = {}
+    packages = os.environ.get("BENCH_RUNTIME_PACKAGES", "1") not in ("", "0")
+    for m in AGENT_IMPORTS if packages else ():
+        ms, added = _rss_added(m)
+        per[m] = {"plain_import_ms": round(ms, 1), "zygote_rss_added_mib": round(added / MiB, 1)}
+    labels = [("default", ["--preload", DEFAULT_PRELOAD]),
+              ("preload_sklearn_seaborn", ["--preload", DEFAULT_PRELOAD + ",sklearn,seaborn"])]
+    ks = start_kennelds(labels)
+    out = {"packages": per}
+    try:
+        k = ks[0]
+        k.wait_pool()
+        base = [_timed_cell(k, f"base{i}", "pass")[1] for i in range(N["runtime_n"])]
+        base_pss = statistics.median(base)
+        for m in AGENT_IMPORTS if packages else ():
+            runs = []
+            for i in range(N["runtime_n"]):
+                k.wait_pool()
+                runs.append(_timed_cell(k, f"p{i}", f"import {m}"))
+            per[m]["session_import_ms"] = round(statistics.median(r[0] for r in runs), 1)
+            per[m]["session_pss_added_mib"] = round(
+                (statistics.median(r[1] for r in runs) - base_pss) / MiB, 1)
+            log(f"  {m}: {per[m]}")
+        for k in ks:
+            k.wait_pool()
+            zpid = k.stats()["spawner"]["zygote_pid"]
+            z = smaps(zpid)
+            starts, agent, idle = [], [], []
+            for i in range(N["runtime_starts"]):
+                k.wait_pool()
+                settle([kk.proc.pid for kk in ks])
+                starts.append(kennel_start(k, f"s{i}")[0])
+                k.wait_pool()
+                settle([kk.proc.pid for kk in ks])
+                agent.append(kennel_start(k, f"a{i}", code=AGENT_CELL)[0])
+            for i in range(N["runtime_n"]):
+                k.wait_pool()
+                idle.append(_timed_cell(k, f"i{i}", IMPORT_CELL))
+            out[k.label] = {
+                "zygote_pss_mib": round(z["pss"] / MiB, 1), "zygote_rss_mib": round(z["rss"] / MiB, 1),
+                "new_session_first_1plus1_ms": summary(starts),
+                "new_session_import_sklearn_seaborn_ms": summary(agent),
+                "idle_session_pss_mib_after_import_cell": round(
+                    statistics.median(i[1] for i in idle) / MiB, 1),
+                "idle_session_uss_mib_after_import_cell": round(
+                    statistics.median(i[2] for i in idle) / MiB, 1)}
+            log(f"  {k.label}: {out[k.label]}")
+    finally:
+        for k in ks:
+            stop(k)
+    ipy = [ipy_start(code=AGENT_CELL)[0] for _ in range(min(N["ipy_starts"], 3))]
+    out["ipykernel_new_session_import_sklearn_seaborn_ms"] = summary(ipy)
+    res["runtime"] = out
+
+
 def machine_info():
     def run(*cmd):
         try:
@@ -1793,6 +1907,14 @@ def table(res):
                 r = f[f"{name}_{client}"]
                 rows.append((f"  while another session floods {what}, its client {client}",
                              f"{fmt_ms(r['median'])} ({r['vs_quiet']:.1f}x quiet)", "", ""))
+    rt = res.get("runtime")
+    if rt:
+        ipy = rt["ipykernel_new_session_import_sklearn_seaborn_ms"]["median"]
+        for key, what in (("default", "default preload"),
+                          ("preload_sklearn_seaborn", "--preload adding sklearn, seaborn")):
+            k = rt[key]["new_session_import_sklearn_seaborn_ms"]["median"]
+            rows.append((f"new session -> `import sklearn, seaborn`, {what}: median",
+                         fmt_ms(k), fmt_ms(ipy), ratio(ipy, k)))
     return rows
 
 
@@ -1853,6 +1975,13 @@ def targets(res):
         worst = max(fl["tiny_lagging"]["vs_quiet"], fl["tiny_reading"]["vs_quiet"])
         out.append(("a neighbour's p50 during a tiny-message flood within 3x of quiet",
                     f"{worst:.1f}x", worst <= 3))
+    rt = res.get("runtime")
+    if rt:  # issue #29, with the default preload (docs/runtime.md says why)
+        k = rt["default"]["new_session_import_sklearn_seaborn_ms"]["median"]
+        i = rt["ipykernel_new_session_import_sklearn_seaborn_ms"]["median"]
+        out.append(("`import sklearn, seaborn` in a new session: median <= 150 ms", fmt_ms(k),
+                    k <= 150))
+        out.append(("... >= 5x faster than ipykernel", f"{i / k:.1f}x", i / k >= 5))
     return out
 
 
@@ -1907,7 +2036,7 @@ def main():
     try:
         steps = {"starts": bench_starts, "png": bench_png, "rtt": bench_rtt,
                  "fleet": bench_fleet, "burst": bench_burst, "flood": bench_flood,
-                 "mcp": bench_mcp}
+                 "mcp": bench_mcp, "runtime": bench_runtime}
         for name in SECTIONS:
             if name in ONLY:
                 machine.setdefault("loadavg_by_section", {})[name] = list(os.getloadavg())

@@ -1,6 +1,8 @@
 #!/bin/sh
 # install-deps.sh: the one place kennel's dependencies are installed (Debian bookworm: apt,
 # and npm for the tests' playwright-core and MCP SDK).
+# The kernels' runtime (docs/runtime.md) is Debian's: the scientific stack and the packages
+# agents import, each imported lazily in a session unless the zygote's --preload names it.
 # Installs only what is missing, so `make run` and `make check` stay fast after the first time.
 # Set KENNEL_NO_INSTALL=1 to skip (e.g. on a machine you manage yourself).
 set -eu
@@ -14,7 +16,12 @@ python3-ipykernel python3-ipython python3-pytest python3-pytest-xdist python3-zm
 python3-numpy python3-pandas python3-matplotlib python3-pil python3-dill
 python3-comm python3-ipywidgets python3-widgetsnbextension jupyter-nbextension-jupyter-js-widgets
 python3-tqdm
-jupyter-notebook chromium"
+jupyter-notebook chromium
+python3-scipy python3-sklearn python3-seaborn python3-statsmodels python3-sympy python3-networkx
+python3-openpyxl python3-xlrd python3-docx python3-pypdf python3-reportlab python3-bs4
+python3-lxml python3-tabulate python3-imageio python3-skimage python3-h5py python3-xarray
+python3-plotly python3-nltk python3-joblib python3-jinja2 python3-requests python3-dateutil
+python3-tz python3-yaml"
 
 missing=""
 for p in $PKGS; do

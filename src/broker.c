@@ -36,6 +36,7 @@
 #include "pool.h"
 #include "record.h"
 #include "route.h"
+#include "runlog.h"
 #include "snapstore.h"
 #include "spawner.h"
 #include "statedir.h"
@@ -70,6 +71,7 @@ struct broker {
     worker_t *worker;        /* makes and mounts new workspace images (diskjob), writes and
                               * drops snapshots (snapstore), off the loop */
     worker_t *signer;        /* signs sessions' large messages, off the loop (channels) */
+    runlog_t *runlog;        /* run records, written on worker; NULL: none (--runs-keep 0) */
     broker_notify_fn *settled; /* what broker_workspace, broker_info or broker_list waited
                                 * for is done (a workspace, a measure) */
     void *settled_arg;
@@ -533,6 +535,24 @@ static size_t s_op_iopub_backlog(void *ctx)
 {
     sess_t *s = ctx;
     return channels_iopub_backlog(s->ch);
+}
+
+static void s_op_cell_done(void *ctx, const jmsg_t *request, const json_t *metadata,
+                           const char *ename, long long cell, size_t output_bytes)
+{
+    sess_t *s = ctx;
+    if (!s->broker->runlog)
+        return;
+    /* The code as parsed, or, when the content was parsed only shallowly (a large one) or
+     * the code holds a NUL, the raw content, which the worker parses. */
+    const char *code = jmsg_cstr(json_object_get(jmsg_content(request), "code"));
+    size_t raw_len = 0;
+    const void *raw = code ? NULL : jmsg_raw(request, JMSG_CONTENT, &raw_len);
+    json_t *limits = reslimits_json(&s->limits);
+    runlog_cell_t c = {s->id,   session_name(s->core), cell,     code,  code ? strlen(code) : 0,
+                       raw,     raw_len,               limits,   metadata, ename, output_bytes};
+    runlog_cell(s->broker->runlog, &c);
+    json_decref(limits);
 }
 
 static void s_op_ended(void *ctx)
@@ -1669,11 +1689,17 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     snapstore_ops_t snap_ops = {s_snap_live, s_snap_stored};
     self->snaps = self->worker ? snapstore_new(self->worker, cfg->max_pipe_frame, &snap_ops, self)
                                : NULL;
+    if (self->worker && cfg->runs_keep_days && cfg->runs_dir) {
+        runlog_cfg_t rc = {cfg->runs_dir, cfg->record_code, cfg->runs_keep_days};
+        if (!(self->runlog = runlog_new(self->worker, &rc)))
+            PLOG_W("no run records: cannot use %s", cfg->runs_dir);
+    }
     launch_cfg_t lc = {cfg->sandbox, cfg->own_ids, cfg->uid_base, cfg->python, cfg->kernel_dir,
-                       cfg->init_path};
+                       cfg->init_path, cfg->binds, cfg->nbinds};
     self->launch = launch_new(&lc, cfg->max_sessions + (cfg->sandbox && cfg->zygote ? cfg->pool : 0));
     zygote_cfg_t zc = {cfg->state_dir,  cfg->python,  cfg->kernel_dir, cfg->zygote_dir,
-                       cfg->preload,    cfg->init_path, cfg->merge_pages};
+                       cfg->preload,    cfg->init_path, cfg->merge_pages, cfg->binds,
+                       cfg->nbinds};
     zygote_ops_t zo = {s_zygote_answered, s_zygote_stopped, s_zygote_changed};
     self->zygote = self->launch ? zygote_new(loop, &zc, self->launch, &zo, self) : NULL;
     self->orphans = self->zygote && self->sweeper
@@ -1699,7 +1725,7 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->ops = (session_ops_t){s_op_send,           s_op_to_kernel,      s_op_kernel_start,
                                 s_op_kernel_signal,  s_op_ended,          s_op_timer_arm,
                                 s_op_timer_cancel,   s_op_snapshot_store, s_op_snapshot_load,
-                                s_op_snapshot_drop,  s_op_iopub_backlog};
+                                s_op_snapshot_drop,  s_op_iopub_backlog,  s_op_cell_done};
     return self;
 }
 
@@ -1734,6 +1760,7 @@ void broker_destroy(broker_t **self_p)
     if (self->sweeper)
         sweeper_stop(self->sweeper);
     worker_destroy(&self->worker);
+    runlog_destroy(&self->runlog);
     snapstore_destroy(&self->snaps);
     sweeper_destroy(&self->sweeper);
     zygote_destroy(&self->zygote);

@@ -15,6 +15,7 @@
 
 #include "loop.h"
 #include "reslimits.h"
+#include "sandbox.h"
 #include "session.h"
 #include "wire.h"
 
@@ -27,6 +28,11 @@ typedef struct {
     const char *kernel_dir;       /* where kennel_kernel.py lives */
     int sandbox;                  /* 0 only with --insecure-no-sandbox */
     const char *init_path;        /* kennel-init, which builds the sandbox (--spawner exec) */
+    const sandbox_bind_t *binds;  /* --site and --data, bound read-only into every kernel */
+    size_t nbinds;
+    const char *runs_dir;         /* run records go to RUNS/YYYY-MM-DD.jsonl (runlog.h) */
+    unsigned runs_keep_days;      /* days of them kept; 0: no run records */
+    int record_code;              /* the records carry the (redacted) code too */
     int zygote;                   /* sandboxed kernels are forks of a zygote */
     const char *zygote_dir;       /* the zygote's C part */
     const char *preload;          /* what the zygote imports, comma-separated */

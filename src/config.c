@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,16 @@ static const char s_usage[] =
     "  --preload LIST      modules the zygote imports, comma-separated (default\n"
     "                      " DEFAULT_PRELOAD ")\n"
     "  --pool N            sealed kernels kept ready for new sessions (zygote only; default 2)\n"
+    "  --runs-keep DAYS    a JSON line per cell in STATE/runs/YYYY-MM-DD.jsonl, kept this\n"
+    "                      many days (default 30; 0: no run records)\n"
+    "  --record-code       run records carry each cell's code (secret-like strings\n"
+    "                      redacted), not only its sha256\n"
+    "  --site DIR          an extra site-packages (a venv's, built elsewhere), mounted\n"
+    "                      read-only into every kernel and put on sys.path after Debian's\n"
+    "  --data NAME=DIR     a dataset, mounted read-only at /data/NAME in every kernel\n"
+    "                      (repeatable, at most 16). DIR and what is in it must be readable\n"
+    "                      by others: kernels run as unprivileged host uids. Mounts below\n"
+    "                      DIR keep their own flags\n"
     "  --merge-pages       let Linux's KSM merge identical pages of the zygote's sessions\n"
     "                      (zygote only; off by default; needs /sys/kernel/mm/ksm/run = 1):\n"
     "                      an idle session then owns ~1 MiB instead of ~5. Weakens isolation:\n"
@@ -86,6 +97,49 @@ static int s_copy(char *dst, size_t cap, const char *src, const char *what)
         return -1;
     }
     strcpy(dst, src);
+    return 0;
+}
+
+/*  An existing directory, as an absolute path, into dst. */
+static int s_dir(char *dst, size_t cap, const char *src, const char *what)
+{
+    struct stat st;
+    if (src[0] != '/' || stat(src, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "kenneld: %s must be an existing directory, as an absolute path\n", what);
+        return -1;
+    }
+    return s_copy(dst, cap, src, what);
+}
+
+/*  --data NAME=DIR: NAME is letters, digits, '.', '_' and '-', not starting with '.', and
+ *  unique; DIR an existing directory. */
+static int s_data(config_t *cfg, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    size_t n = eq ? (size_t)(eq - arg) : 0;
+    if (cfg->ndata == KENNEL_MAX_DATA) {
+        fprintf(stderr, "kenneld: at most %d --data\n", KENNEL_MAX_DATA);
+        return -1;
+    }
+    int ok = n > 0 && n <= KENNEL_DATA_NAME_MAX && arg[0] != '.';
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (arg[i] >= 'a' && arg[i] <= 'z') || (arg[i] >= 'A' && arg[i] <= 'Z') ||
+             (arg[i] >= '0' && arg[i] <= '9') || arg[i] == '.' || arg[i] == '_' || arg[i] == '-';
+    if (!ok) {
+        fprintf(stderr, "kenneld: --data takes NAME=DIR, NAME of letters, digits, '.', '_' and "
+                        "'-' (not starting with '.'), at most %d\n", KENNEL_DATA_NAME_MAX);
+        return -1;
+    }
+    for (size_t i = 0; i < cfg->ndata; i++)
+        if (strlen(cfg->data[i].name) == n && strncmp(cfg->data[i].name, arg, n) == 0) {
+            fprintf(stderr, "kenneld: --data %.*s given twice\n", (int)n, arg);
+            return -1;
+        }
+    if (s_dir(cfg->data[cfg->ndata].dir, sizeof cfg->data[0].dir, eq + 1, "--data's DIR") < 0)
+        return -1;
+    memcpy(cfg->data[cfg->ndata].name, arg, n);
+    cfg->data[cfg->ndata].name[n] = '\0';
+    cfg->ndata++;
     return 0;
 }
 
@@ -155,6 +209,7 @@ int config_load(config_t *cfg, int argc, char **argv)
     strcpy(cfg->zygote_dir, KENNEL_ZYGOTE_DIR);
     strcpy(cfg->preload, DEFAULT_PRELOAD);
     cfg->pool = 2;
+    cfg->runs_keep_days = 30;
     if (statedir_default(cfg->state_dir, sizeof cfg->state_dir) < 0) {
         fprintf(stderr, "kenneld: no state directory: set --state-dir or HOME\n");
         return -1;
@@ -186,6 +241,8 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"ttl", required_argument, NULL, 'L'},       {"max-unread", required_argument, NULL, 'B'}, {"max-memory", required_argument, NULL, 'Y'},
         {"spawner", required_argument, NULL, 'Z'},   {"preload", required_argument, NULL, 'R'},
         {"pool", required_argument, NULL, 'W'},      {"merge-pages", no_argument, NULL, 'K'},
+        {"site", required_argument, NULL, 'E'},      {"data", required_argument, NULL, 'G'},
+        {"runs-keep", required_argument, NULL, 'H'}, {"record-code", no_argument, NULL, 'C'},
         {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
@@ -293,6 +350,10 @@ int config_load(config_t *cfg, int argc, char **argv)
         case 'Z': rc = s_spawner(cfg, optarg); break;
         case 'R': rc = s_copy(cfg->preload, sizeof cfg->preload, optarg, "--preload"); break;
         case 'W': rc = s_size(optarg, 0, 64, &cfg->pool, "--pool"); break;
+        case 'E': rc = s_dir(cfg->site, sizeof cfg->site, optarg, "--site"); break;
+        case 'G': rc = s_data(cfg, optarg); break;
+        case 'H': rc = s_size(optarg, 0, 36500, &cfg->runs_keep_days, "--runs-keep"); break;
+        case 'C': cfg->record_code = 1; break;
         case 'h': fputs(s_usage, stdout); return 1;
         default: fputs(s_usage, stderr); return -1;
         }
@@ -301,6 +362,11 @@ int config_load(config_t *cfg, int argc, char **argv)
     }
     if (optind < argc) {
         fprintf(stderr, "kenneld: unexpected argument %s\n%s", argv[optind], s_usage);
+        return -1;
+    }
+    if (cfg->insecure_no_sandbox && (cfg->site[0] || cfg->ndata)) {
+        fprintf(stderr, "kenneld: --site and --data are mounts of the sandbox, which "
+                        "--insecure-no-sandbox leaves out\n");
         return -1;
     }
     if (cfg->python[0] != '/' || cfg->kernel_dir[0] != '/') {

@@ -11,6 +11,10 @@
  *  failed, for good. */
 #define KENNEL_MEMORY_MIN (256ull << 20)
 
+/*  Datasets kenneld --data may mount, and the longest NAME of one. */
+#define KENNEL_MAX_DATA 16
+#define KENNEL_DATA_NAME_MAX 64
+
 typedef struct {
     char state_dir[PATH_MAX];
     char transport[8];         /* "tcp" or "ipc" for session channels */
@@ -27,6 +31,14 @@ typedef struct {
     char zygote_dir[PATH_MAX];  /* where the zygote's C part (_kennel_zygote.so) is */
     char preload[1024];         /* modules the zygote imports once, comma-separated */
     size_t pool;                /* sealed kernels kept waiting for new sessions */
+    size_t runs_keep_days;      /* run records kept this many days; 0: none */
+    int record_code;            /* run records carry the code (redacted), not only its hash */
+    char site[PATH_MAX];        /* --site: a site-packages bound read-only into kernels; "" */
+    size_t ndata;               /* --data NAME=DIR, each bound read-only at /data/NAME */
+    struct {
+        char name[KENNEL_DATA_NAME_MAX + 1];
+        char dir[PATH_MAX];
+    } data[KENNEL_MAX_DATA];
     unsigned long long memory_bytes; /* per-session defaults */
     size_t pids;
     double cpus;

@@ -59,6 +59,7 @@ int main(int argc, char **argv)
         return reaper_run((pid_t)s_num(argv[2]));
     }
     sandbox_cfg_t cfg = {.workspace_fd = -1, .tmp_bytes = 64ull << 20, .nproc = 256, .nofile = 1024};
+    static sandbox_bind_t binds[SANDBOX_MAX_BINDS];
     int i = 1;
     for (; i + 1 < argc && strcmp(argv[i], "--") != 0; i += 2) {
         const char *opt = argv[i], *val = argv[i + 1];
@@ -71,7 +72,18 @@ int main(int argc, char **argv)
         else if (strcmp(opt, "--fsize") == 0) cfg.fsize_bytes = s_num(val);
         else if (strcmp(opt, "--nproc") == 0) cfg.nproc = (unsigned long)s_num(val);
         else if (strcmp(opt, "--nofile") == 0) cfg.nofile = (unsigned long)s_num(val);
-        else {
+        else if (strcmp(opt, "--ro-bind") == 0 && cfg.nbinds < SANDBOX_MAX_BINDS) {
+            /* INSIDE=HOST: kenneld's --site or --data (INSIDE has no '='). */
+            char *eq = strchr(val, '=');
+            if (!eq || val[0] != '/' || eq[1] != '/') {
+                fprintf(stderr, "kennel-init: --ro-bind takes INSIDE=HOST\n");
+                return 2;
+            }
+            *eq = '\0';
+            binds[cfg.nbinds].inside = val;
+            binds[cfg.nbinds++].host = eq + 1;
+            cfg.binds = binds;
+        } else {
             fprintf(stderr, "kennel-init: unknown option %s\n", opt);
             return 2;
         }

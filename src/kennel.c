@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -43,6 +44,10 @@ static const char s_usage[] =
     "  rm N                    end a session\n"
     "  stats                   kenneld's sandbox layers, the walls it lost, default limits\n"
     "                          and session count\n"
+    "  runtime [--json]        the kernels' Python packages and versions, and the runtime\n"
+    "                          digest that kernel_info_reply and execute_reply carry\n"
+    "  runs [N] [--since T] [--json]  the last N run records (default 20), since T (seconds,\n"
+    "                          or N with s, m, h or d ago, or an ISO UTC date or date-time)\n"
     "  put N LOCAL [REMOTE]    copy a file into session N's workspace (REMOTE: path in it)\n"
     "  get N REMOTE [LOCAL]    copy a file out of session N's workspace\n"
     "  files N                 list the files in session N's workspace\n"
@@ -409,6 +414,182 @@ static int s_cmd_info(const char *name)
     free(text);
     json_decref(r);
     return 0;
+}
+
+#define RUNS_MAX_LINE (1u << 20) /* a record longer than this is skipped (its code, say) */
+#define RUNS_MAX_FILE ((size_t)1 << 30)
+
+/*  --since T: seconds, or N with s, m, h or d (that long ago), or an ISO date or date-time
+ *  (UTC, as records write it). The earliest record time to show, as records write it, into
+ *  out; -1 if T is none of these. */
+static int s_since(const char *t, char out[32])
+{
+    char *end;
+    errno = 0;
+    double v = strtod(t, &end);
+    if (end != t && !errno && v >= 0 && (!*end || (strchr("smhd", *end) && !end[1]))) {
+        double mult = !*end || *end == 's' ? 1 : *end == 'm' ? 60 : *end == 'h' ? 3600 : 86400;
+        time_t at = time(NULL) - (time_t)(v * mult);
+        struct tm tm;
+        gmtime_r(&at, &tm);
+        strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+        return 0;
+    }
+    /* 2026-11-29, 2026-11-29T03:00, 2026-11-29T03:00:05: compared as text, prefix-wise. */
+    size_t n = strlen(t);
+    if (n < 10 || n > 23 || t[4] != '-' || t[7] != '-' || (n > 10 && t[10] != 'T'))
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (!strchr(i == 4 || i == 7 ? "-" : i == 10 ? "T" : i == 13 || i == 16 ? ":"
+                    : i == 19 ? "." : "0123456789", t[i]))
+            return -1;
+    snprintf(out, 32, "%s", t);
+    return 0;
+}
+
+static int s_name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*  The last n run records (since `since`, "" for all), oldest first, from STATE/runs: as
+ *  JSON lines, or one line each for a terminal. */
+static int s_cmd_runs(long n, const char *since, int as_json)
+{
+    char dir[PATH_MAX + 8];
+    snprintf(dir, sizeof dir, "%s/runs", s_state_dir);
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT)
+            return 0; /* no cell has run yet */
+        fprintf(stderr, "kennel: %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    char *names[4096];
+    size_t nnames = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && nnames < sizeof names / sizeof names[0]) {
+        size_t len = strlen(e->d_name);
+        /* Days before since's hold nothing to show. */
+        if (len == 16 && strcmp(e->d_name + 10, ".jsonl") == 0 &&
+            (!since[0] || strncmp(e->d_name, since, 10) >= 0))
+            names[nnames++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, nnames, sizeof names[0], s_name_cmp);
+    /* The newest n: read the days newest first, keep lines until n are kept. */
+    json_t *kept = json_array();
+    for (size_t f = nnames; f-- > 0 && (long)json_array_size(kept) < n;) {
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/%s", dir, names[f]);
+        size_t len = 0;
+        char *text = util_read_file(path, RUNS_MAX_FILE, &len);
+        if (!text)
+            continue;
+        json_t *day = json_array();
+        for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+             line = strtok_r(NULL, "\n", &save)) {
+            json_t *rec = strlen(line) <= RUNS_MAX_LINE ? json_loads(line, 0, NULL) : NULL;
+            const char *when = json_string_value(json_object_get(rec, "time"));
+            if (!when || (since[0] && strncmp(when, since, strlen(since)) < 0)) {
+                json_decref(rec);
+                continue;
+            }
+            json_array_append_new(day, rec);
+        }
+        free(text);
+        /* Prepend this day's last lines (the kept ones are later). */
+        size_t take = json_array_size(day), room = (size_t)n - json_array_size(kept);
+        size_t from = take > room ? take - room : 0;
+        json_t *merged = json_array();
+        for (size_t i = from; i < take; i++)
+            json_array_append(merged, json_array_get(day, i));
+        json_array_extend(merged, kept);
+        json_decref(kept);
+        json_decref(day);
+        kept = merged;
+    }
+    for (size_t i = 0; i < nnames; i++)
+        free(names[i]);
+    size_t i;
+    json_t *rec;
+    if (!as_json && json_array_size(kept))
+        printf("%-23s  %-12s  %4s  %-16s  %8s  %8s  %9s  %-12s  %s\n", "time", "session", "cell",
+               "outcome", "wall_ms", "cpu_ms", "out_bytes", "code", "error");
+    json_array_foreach(kept, i, rec) {
+        if (as_json) {
+            char *line = json_dumps(rec, JSON_COMPACT);
+            if (line)
+                printf("%s\n", line);
+            free(line);
+            continue;
+        }
+        const char *name = json_string_value(json_object_get(rec, "name"));
+        const char *sid = json_string_value(json_object_get(rec, "session"));
+        const char *sha = json_string_value(json_object_get(rec, "code_sha256"));
+        const char *err = json_string_value(json_object_get(rec, "error"));
+        json_t *m = json_object_get(rec, "metrics");
+        char who[16];
+        snprintf(who, sizeof who, "%.12s", name && name[0] ? name : sid ? sid : "?");
+        printf("%-23.23s  %-12s  %4lld  %-16.16s  %8.0f  %8.0f  %9lld  %-12.12s  %s\n",
+               json_string_value(json_object_get(rec, "time")), who,
+               json_integer_value(json_object_get(rec, "cell")),
+               json_string_value(json_object_get(rec, "outcome")) ? json_string_value(json_object_get(rec, "outcome")) : "?",
+               json_number_value(json_object_get(m, "wall_ms")),
+               json_number_value(json_object_get(m, "cpu_ms")),
+               json_integer_value(json_object_get(rec, "output_bytes")), sha ? sha : "-",
+               err ? err : "");
+    }
+    json_decref(kept);
+    return 0;
+}
+
+#ifndef KENNEL_PYTHON
+#define KENNEL_PYTHON "/usr/bin/python3"
+#endif
+#ifndef KENNEL_KERNEL_DIR
+#define KENNEL_KERNEL_DIR "/usr/lib/kennel/kernels/python"
+#endif
+
+/*  The kernels' packages and versions, and the runtime digest, as kennel_runtime.py lists
+ *  them with kenneld's Python, kernel runtime and --site (from kenneld.json); kenneld's
+ *  sandbox shows kernels the host's /usr, so a kernel sees the same. Without a running
+ *  kenneld: this build's defaults, said on stderr. Replaces this process. */
+static int s_cmd_runtime(int as_json)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/kenneld.json", s_state_dir);
+    char *text = statedir_kenneld_pid(s_state_dir) ? util_read_file(path, 65536, NULL) : NULL;
+    json_t *info = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    json_t *rt = json_object_get(info, "runtime");
+    const char *python = json_string_value(json_object_get(rt, "python"));
+    const char *kernel_dir = json_string_value(json_object_get(rt, "kernel_dir"));
+    const char *site = json_string_value(json_object_get(rt, "site"));
+    if (!python || !kernel_dir) {
+        fprintf(stderr, "kennel: kenneld is not running for %s: listing %s's runtime\n",
+                s_state_dir, KENNEL_PYTHON);
+        python = KENNEL_PYTHON;
+        kernel_dir = KENNEL_KERNEL_DIR;
+        site = NULL;
+    }
+    char script[PATH_MAX + 32];
+    snprintf(script, sizeof script, "%s/kennel_runtime.py", kernel_dir);
+    char *argv[8];
+    int a = 0;
+    argv[a++] = (char *)python;
+    argv[a++] = "-I";
+    argv[a++] = script;
+    if (site && site[0])
+        argv[a++] = "--site", argv[a++] = (char *)site;
+    if (as_json)
+        argv[a++] = "--json";
+    argv[a] = NULL;
+    fflush(stdout);
+    execv(python, argv);
+    fprintf(stderr, "kennel: cannot run %s: %s\n", python, strerror(errno));
+    json_decref(info);
+    return 1;
 }
 
 static int s_cmd_rm(const char *name)
@@ -1587,6 +1768,26 @@ int main(int argc, char **argv)
         return s_cmd_file(cmd, args[1], NULL, NULL);
     if (strcmp(cmd, "rm") == 0 && nargs == 2)
         return s_cmd_rm(args[1]);
+    if (strcmp(cmd, "runtime") == 0 && (nargs == 1 || (nargs == 2 && strcmp(args[1], "--json") == 0)))
+        return s_cmd_runtime(nargs == 2);
+    if (strcmp(cmd, "runs") == 0) {
+        long n = 20;
+        int as_json = 0, bad = 0, have_n = 0;
+        char since[32] = "";
+        for (int a = 1; a < nargs && !bad; a++) {
+            char *end;
+            if (strcmp(args[a], "--json") == 0)
+                as_json = 1;
+            else if (strcmp(args[a], "--since") == 0 && a + 1 < nargs)
+                bad = s_since(args[++a], since) < 0;
+            else if (!have_n && (n = strtol(args[a], &end, 10)) > 0 && !*end && n <= 1000000)
+                have_n = 1;
+            else
+                bad = 1;
+        }
+        if (!bad)
+            return s_cmd_runs(n, since, as_json);
+    }
     if (strcmp(cmd, "exec") == 0) {
         /* --out DIR anywhere after exec; the code itself may start with '-'. */
         char *pos[2];

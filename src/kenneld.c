@@ -274,6 +274,18 @@ int main(int argc, char **argv)
     else
         snprintf(manager_ep, sizeof manager_ep, "tcp://127.0.0.1:*");
 
+    /* --site at /opt/site and each --data NAME=DIR at /data/NAME, read-only in every kernel. */
+    static sandbox_bind_t binds[SANDBOX_MAX_BINDS];
+    static char data_inside[KENNEL_MAX_DATA][sizeof SANDBOX_DATA_DIR + KENNEL_DATA_NAME_MAX + 1];
+    size_t nbinds = 0;
+    if (cfg.site[0])
+        binds[nbinds++] = (sandbox_bind_t){cfg.site, SANDBOX_SITE_DIR};
+    for (size_t d = 0; d < cfg.ndata; d++) {
+        snprintf(data_inside[d], sizeof data_inside[d], SANDBOX_DATA_DIR "/%s", cfg.data[d].name);
+        binds[nbinds++] = (sandbox_bind_t){cfg.data[d].dir, data_inside[d]};
+    }
+    char runs_dir[PATH_MAX];
+    snprintf(runs_dir, sizeof runs_dir, "%s/runs", state_dir);
     loop_t *loop = loop_new();
     broker_cfg_t bcfg = {
         .state_dir = state_dir,
@@ -289,6 +301,11 @@ int main(int argc, char **argv)
                           KPIPE_FRAME_SLACK,
         .sandbox = !cfg.insecure_no_sandbox,
         .init_path = init_path,
+        .binds = binds,
+        .nbinds = nbinds,
+        .runs_dir = runs_dir,
+        .runs_keep_days = (unsigned)cfg.runs_keep_days,
+        .record_code = cfg.record_code,
         /* The zygote hands kernels their workspace as a detached mount (open_tree), which
          * needs root: an unprivileged kenneld starts every kernel with kennel-init. */
         .zygote = strcmp(cfg.spawner, "zygote") == 0 && privileged,
@@ -344,6 +361,13 @@ int main(int argc, char **argv)
                              "hmac-sha256", "pid", (json_int_t)getpid(), "start",
                              (json_int_t)started, "version", KENNEL_VERSION, "state_dir",
                              state_dir);
+    /* What `kennel runtime` needs to list the kernels' packages as they see them. */
+    json_t *data = json_object();
+    for (size_t d = 0; d < cfg.ndata; d++)
+        json_object_set_new(data, cfg.data[d].name, json_string(cfg.data[d].dir));
+    json_object_set_new(info, "runtime", json_pack("{s:s, s:s, s:s, s:o}", "python", cfg.python,
+                                                   "kernel_dir", cfg.kernel_dir, "site",
+                                                   cfg.site, "data", data));
     if (statedir_write_json(info_path, info, STATEDIR_DURABLE) < 0) {
         PLOG_E("write %s", info_path);
         json_decref(info);

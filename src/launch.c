@@ -104,8 +104,8 @@ void launch_cold(const launch_t *self, const char *workspace, const char *dir, s
 {
     const launch_cfg_t *cfg = &self->cfg;
     size_t a = 0, b = 0;
-#define ARG(x) (assert(a < 31), l->argv[a++] = (char *)(x))
-#define FMT(...) (assert(b < 12), snprintf(l->buf[b], sizeof l->buf[b], __VA_ARGS__), l->buf[b++])
+#define ARG(x) (assert(a + 1 < sizeof l->argv / sizeof l->argv[0]), l->argv[a++] = (char *)(x))
+#define FMT(...) (assert(b < sizeof l->buf / sizeof l->buf[0]), snprintf(l->buf[b], sizeof l->buf[b], __VA_ARGS__), l->buf[b++])
     uid_t uid;
     gid_t gid;
     launch_ids(self, slot, &uid, &gid);
@@ -119,6 +119,8 @@ void launch_cold(const launch_t *self, const char *workspace, const char *dir, s
         ARG("--as"), ARG(FMT("%llu", limits->cg.memory_bytes));
         ARG("--nproc"), ARG(FMT("%lu", limits->cg.pids));
         ARG("--nofile"), ARG(FMT("%lu", limits->nofile));
+        for (size_t i = 0; i < cfg->nbinds && i < SANDBOX_MAX_BINDS; i++)
+            ARG("--ro-bind"), ARG(FMT("%s=%s", cfg->binds[i].inside, cfg->binds[i].host));
         ARG("--");
         kernel_dir = SANDBOX_KERNEL_DIR;
     }

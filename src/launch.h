@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "reslimits.h"
+#include "sandbox.h"
 
 typedef struct {
     int sandbox;                  /* 0 only with --insecure-no-sandbox */
@@ -19,6 +20,8 @@ typedef struct {
     const char *python;           /* the interpreter that runs kernels */
     const char *kernel_dir;       /* where kennel_kernel.py lives */
     const char *init_path;        /* kennel-init, which builds the sandbox (--spawner exec) */
+    const sandbox_bind_t *binds;  /* --site and --data: kennel-init's --ro-bind INSIDE=HOST */
+    size_t nbinds;
 } launch_cfg_t;
 
 typedef struct launch launch_t;
@@ -51,10 +54,10 @@ void launch_env(const launch_t *self, const char *workspace, const char *dir, la
  *  walls and runs Python inside them; with --insecure-no-sandbox Python runs directly, as
  *  kenneld's user. argv and envp point into the struct. */
 typedef struct {
-    char *argv[32];
+    char *argv[32 + 2 * SANDBOX_MAX_BINDS];
     char *envp[LAUNCH_ENV_N + 1];
     launch_env_t env;
-    char buf[12][PATH_MAX + 32];
+    char buf[12 + SANDBOX_MAX_BINDS][PATH_MAX + 32];
 } launch_cmd_t;
 void launch_cold(const launch_t *self, const char *workspace, const char *dir, size_t slot,
                  const reslimits_t *limits, launch_cmd_t *out);

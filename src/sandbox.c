@@ -232,7 +232,7 @@ static const char *s_fd_path(char *out, int fd)
 }
 
 static int s_build_root(const sandbox_cfg_t *cfg, int workspace_fd, int kernel_fd,
-                        const char **step)
+                        const int *bind_fds, const char **step)
 {
     char opts[128], path[PATH_MAX], rel[64], src[32];
     STEP("make mounts private", mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
@@ -311,6 +311,15 @@ static int s_build_root(const sandbox_cfg_t *cfg, int workspace_fd, int kernel_f
     }
     STEP("mkdir /opt", mkdir(s_in(path, cfg, "/opt"), 0755));
     STEP("bind kernel runtime", s_bind(s_fd_path(src, kernel_fd), s_in(path, cfg, SANDBOX_KERNEL_DIR), RO));
+    /* The operator's site-packages and datasets: read-only, like the system directories.
+     * Mounts below a bound directory stay as the host has them (the bind is recursive, the
+     * read-only remount is not); kenneld --help says so. */
+    if (cfg->nbinds && mkdir(s_in(path, cfg, SANDBOX_DATA_DIR), 0755) < 0 && errno != EEXIST) {
+        *step = "mkdir /data";
+        return -1;
+    }
+    for (size_t i = 0; i < cfg->nbinds; i++)
+        STEP("bind --site or --data", s_bind(s_fd_path(src, bind_fds[i]), s_in(path, cfg, cfg->binds[i].inside), RO));
 
     STEP("chdir new root", chdir(SANDBOX_NEWROOT));
     STEP("pivot_root", (int)syscall(SYS_pivot_root, ".", "."));
@@ -332,6 +341,16 @@ int sandbox_enter(const sandbox_cfg_t *cfg, int lifeline, const char **step)
     STEP("open workspace", workspace_fd);
     int kernel_fd = open(cfg->kernel_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     STEP("open kernel runtime", kernel_fd);
+    /* --site and --data directories, opened now for the same reason (they are closed with
+     * the rest at sandbox_seal should a later step fail). */
+    int bind_fds[SANDBOX_MAX_BINDS];
+    if (cfg->nbinds > SANDBOX_MAX_BINDS) {
+        *step = "open --site or --data";
+        errno = E2BIG;
+        return -1;
+    }
+    for (size_t i = 0; i < cfg->nbinds; i++)
+        STEP("open --site or --data", bind_fds[i] = open(cfg->binds[i].host, O_PATH | O_DIRECTORY | O_CLOEXEC));
     STEP("PR_SET_KEEPCAPS", prctl(PR_SET_KEEPCAPS, 1));
     STEP("setresgid", setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID));
     STEP("setresuid", setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID));
@@ -348,10 +367,12 @@ int sandbox_enter(const sandbox_cfg_t *cfg, int lifeline, const char **step)
     }
     close(lifeline);
     STEP("sethostname", sethostname("kennel", 6));
-    int rc = s_build_root(cfg, workspace_fd, kernel_fd, step);
+    int rc = s_build_root(cfg, workspace_fd, kernel_fd, bind_fds, step);
     int saved = errno;
     close(workspace_fd);
     close(kernel_fd);
+    for (size_t i = 0; i < cfg->nbinds; i++)
+        close(bind_fds[i]);
     errno = saved;
     if (rc < 0)
         return -1;

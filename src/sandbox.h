@@ -16,12 +16,24 @@
 #define SANDBOX_UID 1000            /* the kernel's uid and gid inside */
 #define SANDBOX_WORKSPACE "/workspace"
 #define SANDBOX_KERNEL_DIR "/opt/kennel"
+#define SANDBOX_SITE_DIR "/opt/site"    /* kenneld --site: an extra site-packages */
+#define SANDBOX_DATA_DIR "/data"        /* kenneld --data NAME=DIR: /data/NAME */
+#define SANDBOX_MAX_BINDS 17            /* --site and 16 datasets */
+
+/*  A host directory bound read-only into every kernel. inside is an absolute path under
+ *  /opt or /data, one level below it (SANDBOX_SITE_DIR, SANDBOX_DATA_DIR "/NAME"). */
+typedef struct {
+    const char *host;
+    const char *inside;
+} sandbox_bind_t;
 
 typedef struct {
     const char *workspace;          /* host directory bound read-write at /workspace */
     int workspace_fd;               /* or a detached copy of its mount (open_tree with
                                      * OPEN_TREE_CLONE; the zygote's way); -1: open workspace */
     const char *kernel_dir;         /* host directory bound read-only at /opt/kennel */
+    const sandbox_bind_t *binds;    /* more host directories bound read-only */
+    size_t nbinds;                  /* at most SANDBOX_MAX_BINDS */
     uid_t host_uid;                 /* unprivileged host ids the inside ids map to */
     gid_t host_gid;
     unsigned long long tmp_bytes;   /* size of /tmp and of /dev/shm */

@@ -89,6 +89,8 @@ struct session {
     long long used_ms;         /* ... or of the end of a request, if later: what the time to
                                 * live counts from (a day-long cell is no disuse) */
     long long cells;           /* execute_requests finished */
+    long long ran;             /* execute_requests that reached a kernel, those it died in
+                                * too: the run records' cell numbers (from cells at a restore) */
     long long restarts;
     log_limit_t warn_limit;
 };
@@ -239,7 +241,7 @@ void session_history_restore(session_t *self, const json_t *h)
         snprintf(self->created, sizeof self->created, "%s", created);
     const json_t *cells = json_object_get(h, "cells"), *restarts = json_object_get(h, "restarts");
     if (json_is_integer(cells) && json_integer_value(cells) >= 0)
-        self->cells = json_integer_value(cells);
+        self->ran = self->cells = json_integer_value(cells);
     if (json_is_integer(restarts) && json_integer_value(restarts) >= 0)
         self->restarts = json_integer_value(restarts);
     const json_t *used = json_object_get(h, "used_at");
@@ -406,6 +408,15 @@ static json_t *s_kernel_info(const session_t *self)
 #define FAIL_WRAP 1  /* s_fail: publish busy and idle around it */
 #define FAIL_UNRUN 2 /* s_fail: the request never reached the kernel */
 
+/*  The run record of an execute_request that reached the kernel (session_ops_t.cell_done). */
+static void s_cell_done(session_t *self, const jmsg_t *request, const json_t *metadata,
+                        const char *ename)
+{
+    self->ran++;
+    if (self->ops->cell_done)
+        self->ops->cell_done(self->ctx, request, metadata, ename, self->ran, self->cell_output);
+}
+
 /*  An error reply for a request the kernel could not serve: an `error` on iopub for execute
  *  requests (so notebooks show it), then the reply with status error and, for executes, the
  *  outcome. flags: FAIL_WRAP, FAIL_UNRUN. */
@@ -441,6 +452,8 @@ static void s_fail(session_t *self, unsigned channel, const jmsg_t *request, con
             json_object_set_new(content, "execution_count", json_integer(self->execution_count));
             jmsg_set_json(m, JMSG_METADATA,
                           s_outcome_metadata(self, NULL, outcome, !(flags & FAIL_UNRUN)));
+            if (!(flags & FAIL_UNRUN))
+                s_cell_done(self, request, jmsg_metadata(m), ename);
         }
         jmsg_set_json(m, JMSG_CONTENT, content);
         s_send(self, channel, &m);
@@ -1317,6 +1330,14 @@ static int s_on_reply(session_t *self, kpipe_frame_t *f, const json_t *op, const
         if (jmsg_amend(reply, JMSG_METADATA,
                        s_outcome_metadata(self, jmsg_metadata(reply), outcome, 1)) < 0)
             LOG_W("session=%s: out of memory: the reply goes without its outcome", self->id);
+        /* The error's name from the op header (the content is passed on unparsed); the
+         * kernel's word, for the record only: a short printable name or none. */
+        const char *ename = is_error ? jmsg_cstr(json_object_get(op, "ename")) : NULL;
+        if (ename && (strlen(ename) > 128 || strspn(ename, "abcdefghijklmnopqrstuvwxyz"
+                                                           "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                           "0123456789_.") != strlen(ename)))
+            ename = NULL;
+        s_cell_done(self, req, jmsg_metadata(reply), ename);
     }
     s_cell_end(self);
     s_send(self, ROUTE_SHELL, &reply);

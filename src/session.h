@@ -57,6 +57,15 @@ typedef struct {
     /* Messages iopub holds now for subscribers that have not read them (NULL: never any).
      * Past a hundred, the session merges output it may (outbox.h) until they catch up. */
     size_t (*iopub_backlog)(void *ctx);
+    /* An execute_request that reached the kernel has its reply (the kernel's, or kenneld's
+     * own for a kernel that died or was killed meanwhile): the run record's moment.
+     * metadata: the reply's (outcome, metrics, files, runtime_digest); ename: the error's
+     * name or NULL; cell: the session's count of cells that reached a kernel, this one
+     * included (those a kernel died in too; from `cells` after a restore);
+     * output_bytes: what the cell published, as the output cap counts it. All borrowed for
+     * the call. NULL: no records. */
+    void (*cell_done)(void *ctx, const jmsg_t *request, const json_t *metadata,
+                      const char *ename, long long cell, size_t output_bytes);
 } session_ops_t;
 
 /*  How a kernel ended, as far as kenneld can tell. */

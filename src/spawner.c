@@ -379,10 +379,13 @@ spawner_zygote_t *spawner_zygote_new(const spawner_zygote_cfg_t *cfg)
     free(list);
     char ipython[PATH_MAX + 16];
     snprintf(ipython, sizeof ipython, "%s/ipython", cfg->cache_dir);
-    json_t *conf = json_pack("{s:s, s:o, s:s, s:o, s:{s:s, s:s}, s:b}", "op", "config", "path",
-                             path, "kernel_dir", cfg->kernel_dir, "preload", preload, "env",
-                             "MPLCONFIGDIR", cfg->cache_dir, "IPYTHONDIR", ipython,
-                             "merge_pages", cfg->merge_pages);
+    json_t *binds = json_array();
+    for (size_t i = 0; i < cfg->nbinds; i++)
+        json_array_append_new(binds, json_pack("[s, s]", cfg->binds[i].host, cfg->binds[i].inside));
+    json_t *conf = json_pack("{s:s, s:o, s:s, s:o, s:{s:s, s:s}, s:b, s:o}", "op", "config",
+                             "path", path, "kernel_dir", cfg->kernel_dir, "preload", preload,
+                             "env", "MPLCONFIGDIR", cfg->cache_dir, "IPYTHONDIR", ipython,
+                             "merge_pages", cfg->merge_pages, "binds", binds);
     char *text = conf ? json_dumps(conf, JSON_COMPACT) : NULL;
     json_decref(conf);
     int fds[] = {cfg->lifeline, cfg->init_fd, -1};

@@ -10,6 +10,8 @@
 
 #include <jansson.h>
 
+#include "sandbox.h"
+
 #define SPAWNER_PIPE_FD 3
 
 typedef struct {
@@ -76,6 +78,8 @@ typedef struct {
     int lifeline;               /* a pipe read end that hangs up when kenneld dies */
     int init_fd;                /* kennel-init (O_PATH), which each session's init execs */
     int merge_pages;            /* mark the zygote's memory, and so its kernels', for KSM */
+    const sandbox_bind_t *binds; /* --site and --data: [host, inside] pairs in its config */
+    size_t nbinds;
 } spawner_zygote_cfg_t;
 
 /*  Start a zygote. It imports the runtime and the preload list in the background; requests

@@ -133,7 +133,8 @@ int zygote_start(zygote_t *self)
     if (init_fd < 0)
         return -1;
     spawner_zygote_cfg_t zc = {cfg->python, path, cfg->kernel_dir, cfg->preload, envp, cache,
-                               self->lifeline[0], init_fd, cfg->merge_pages};
+                               self->lifeline[0], init_fd, cfg->merge_pages, cfg->binds,
+                               cfg->nbinds};
     self->z = spawner_zygote_new(&zc);
     int saved = errno;
     close(init_fd);

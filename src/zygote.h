@@ -25,6 +25,8 @@ typedef struct {
     const char *preload;          /* what it imports, comma-separated */
     const char *init_path;        /* kennel-init, which each session's init execs */
     int merge_pages;              /* its kernels offer their pages to KSM */
+    const sandbox_bind_t *binds;  /* --site and --data, bound read-only into every kernel */
+    size_t nbinds;
 } zygote_cfg_t;
 
 /*  What the zygote's owner is told, on the loop. */

@@ -21,7 +21,10 @@ VERSION = "0.1"
 
 
 def kernel_info():
-    """The kernel_info_reply content, without status (kenneld adds it)."""
+    """The kernel_info_reply content, without status (kenneld adds it). runtime_digest: the
+    digest of the installed packages and the Python build (kennel_runtime)."""
+    import kennel_runtime
+
     return {
         "protocol_version": "5.3",
         "implementation": "kennel",
@@ -38,6 +41,7 @@ def kernel_info():
         "banner": f"Python {sys.version}\nkennel {VERSION}, an IPython kernel\n",
         "help_links": [],
         "debugger": False,
+        "runtime_digest": kennel_runtime.digest(),
     }
 
 
@@ -85,6 +89,23 @@ def _runtime_file(name):
     return None
 
 
+def _children_not_isolated():
+    """multiprocessing and loky start helper Pythons (loky's resource tracker, spawn and
+    forkserver children) with this interpreter's flags: -I, which would ignore PYTHONPATH and
+    so sandbox_site. They get -s instead (no user site): -I keeps what the workspace holds
+    out of the kernel's own start, and these are processes of the user's code anyway."""
+    import multiprocessing.util
+    import subprocess
+
+    flags = subprocess._args_from_interpreter_flags
+
+    def without_isolation():
+        return ["-s" if a == "-I" else a for a in flags()]
+
+    subprocess._args_from_interpreter_flags = without_isolation
+    multiprocessing.util._args_from_interpreter_flags = without_isolation
+
+
 def serve(pipe, gate, runtime_dirs, hello=False, before_hello=None):
     """Serve kenneld's requests until it hangs up. runtime_dirs: the kernel runtime's entries
     on sys.path, taken off it so that user code does not see them. hello: say hello here,
@@ -103,8 +124,17 @@ def serve(pipe, gate, runtime_dirs, hello=False, before_hello=None):
     # environment allowlist has no SHELL).
     if os.path.exists("/bin/bash"):
         os.environ.setdefault("SHELL", "/bin/bash")
+    # Python processes the kernel starts (joblib's workers, say) run sandbox_site's
+    # sitecustomize, which mends psutil without /proc/stat; the kernel runs with -I.
+    site_fixes = _runtime_file("sandbox_site")
+    if site_fixes and not os.path.exists("/proc/stat"):
+        os.environ.setdefault("PYTHONPATH", site_fixes)
+        _children_not_isolated()
     # Requests kenneld sends from now on wait in the socket until serve() reads them.
+    import kennel_runtime
     import kennel_server
+
+    kennel_runtime.add_site()
 
     for d in runtime_dirs:
         while d in sys.path:

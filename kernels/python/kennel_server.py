@@ -21,6 +21,7 @@ from IPython.utils.tokenutil import line_at_cursor, token_at_cursor
 
 from kennel_deadline import CellTimeout
 import kennel_files
+import kennel_runtime
 import kennel_snapshot
 from kennel_comm import COMM_TYPES, KernelShim
 from kennel_io import FdCapture, Stdin, StreamBuffer, StreamWriter
@@ -240,6 +241,8 @@ class Kernel:
         # on unparsed.
         op = {"op": "reply", "msg_type": msg_type, "parent_msg_id": msg_id,
               "status": content.get("status")}
+        if content.get("status") == "error" and isinstance(content.get("ename"), str):
+            op["ename"] = content["ename"][:128]  # for kenneld's run record
         with self._streams.flushed():
             try:
                 self._pipe.send(op, metadata, content)
@@ -307,6 +310,7 @@ class Kernel:
         if os.getpid() != self._pid:
             os._exit(0)  # a child forked in the cell must not serve the session
         end = _Usage()
+        self._reply_metadata["runtime_digest"] = kennel_runtime.digest()
         self._reply_metadata["metrics"] = {
             "cpu_ms": (end.cpu_s - start.cpu_s) * 1000,
             "peak_memory_bytes": end.maxrss_bytes,

@@ -32,6 +32,7 @@ from pickleshare import PickleShareDB
 from traitlets import Any, Instance, Type, default
 from traitlets.config import Config
 
+import kennel_runtime
 from kennel_deadline import CellTimeout
 
 SIGINT_GRACE_S = 1.0  # an interrupted `!cmd` has this long to exit on SIGINT
@@ -406,6 +407,8 @@ class KennelShell(InteractiveShell):
 
     def _get_exc_info(self, exc_tuple=None):
         etype, value, tb = super()._get_exc_info(exc_tuple)
+        if isinstance(value, ModuleNotFoundError):
+            _hint_missing(value)
         return etype, value, _without_kennel_frames(tb)
 
     def _showtraceback(self, etype, evalue, stb):
@@ -519,6 +522,20 @@ class _ShellState:
                 delattr(obj, attr)
         except (AttributeError, TypeError):
             pass  # an object that takes no attributes (a stream, say) never had one set
+
+
+def _hint_missing(error):
+    """Say in a ModuleNotFoundError's message what the runtime has instead, where something
+    is close (kennel_runtime.hint): the traceback and the reply's evalue both show it."""
+    if getattr(error, "_kennel_hinted", False) or not isinstance(error.msg, str):
+        return
+    error._kennel_hinted = True
+    try:
+        said = kennel_runtime.hint(error.name)
+    except Exception:
+        return  # a hint is a courtesy: never a second error
+    if said:
+        error.msg = f"{error.msg} (kennel: {said})"
 
 
 def _discard(msg_type, content):

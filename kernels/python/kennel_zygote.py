@@ -19,7 +19,8 @@ ever in its memory, so a kernel (a copy of that memory) finds none there.
 
 Messages (JSON, one per datagram):
   kenneld -> zygote  {"op": "config", "path": [...], "kernel_dir": D, "preload": [...],
-                      "env": {"MPLCONFIGDIR": D, "IPYTHONDIR": D/ipython}, "merge_pages": B}
+                      "env": {"MPLCONFIGDIR": D, "IPYTHONDIR": D/ipython}, "merge_pages": B,
+                      "binds": [[host, inside], ...]}   (--site and --data, read-only)
                      + [lifeline, kennel-init]   (first; the lifeline hangs up when kenneld
                      dies; each session's init execs kennel-init once it forked its kernel)
   zygote -> kenneld  {"op": "ready", "preloaded": [...], "failed": {module: error},
@@ -348,6 +349,13 @@ def main(ctl, cfg, fds):
     # Set here, not in the exec environment, which every kernel can read.
     os.environ.update(cfg.get("env", {}))
     import _kennel_zygote  # fails here, loudly, rather than at the first spawn
+    import kennel_runtime
+
+    binds = [(host, inside) for host, inside in cfg.get("binds", [])]
+    _kennel_zygote.set_binds(binds)
+    # The runtime digest, once, here: every kernel inherits it. The site-packages kernels
+    # see at kennel_runtime.SITE is the host's --site directory here.
+    kennel_runtime.compute([h for h, inside in binds if inside == kennel_runtime.SITE])
     # The whole kernel runtime, IPython and all: a kernel cannot import from this host path
     # once it is in its sandbox.
     import kennel_server  # noqa: F401

@@ -204,6 +204,34 @@ static void s_session_init(const sandbox_cfg_t *cfg, int lifeline, int pipe_fd, 
     _exit(reaper_run(kernel));
 }
 
+/*  kenneld's --site and --data, bound read-only into every session (set_binds, once). */
+static sandbox_bind_t s_binds[SANDBOX_MAX_BINDS];
+static size_t s_nbinds;
+
+/*  set_binds([(host, inside), ...]): the directories every later session gets read-only. */
+static PyObject *s_set_binds(PyObject *self, PyObject *list)
+{
+    (void)self;
+    if (!PyList_Check(list) || PyList_GET_SIZE(list) > SANDBOX_MAX_BINDS)
+        return PyErr_Format(PyExc_ValueError, "a list of at most %d (host, inside) pairs",
+                            SANDBOX_MAX_BINDS);
+    if (s_nbinds)
+        return PyErr_Format(PyExc_RuntimeError, "the binds are set once");
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+        const char *host, *inside;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, i), "ss", &host, &inside))
+            return NULL;
+        if (host[0] != '/' || inside[0] != '/')
+            return PyErr_Format(PyExc_ValueError, "bind paths are absolute");
+        s_binds[i].host = strdup(host);
+        s_binds[i].inside = strdup(inside);
+        if (!s_binds[i].host || !s_binds[i].inside)
+            return PyErr_NoMemory();
+    }
+    s_nbinds = (size_t)PyList_GET_SIZE(list);
+    Py_RETURN_NONE;
+}
+
 /*  One spawn request, as numbers and fds. */
 typedef struct {
     int pipe_fd, workspace_fd, init_fd, lifeline;
@@ -223,7 +251,7 @@ static pid_t s_clone_session(const spawn_req_t *r, int learn_fd, const char *hin
         .workspace = NULL, .workspace_fd = r->workspace_fd, .kernel_dir = r->kernel_dir,
         .host_uid = (uid_t)r->uid, .host_gid = (gid_t)r->gid, .tmp_bytes = r->tmp,
         .as_bytes = r->as_bytes, .fsize_bytes = r->fsize, .nproc = r->nproc,
-        .nofile = r->nofile,
+        .nofile = r->nofile, .binds = s_binds, .nbinds = s_nbinds,
     };
     sandbox_clone_opts_t opts = {.as_sibling = 1, .lifeline = r->lifeline,
                                  .cgroup_fds = r->cgroup_fds};
@@ -570,6 +598,9 @@ static PyMethodDef s_methods[] = {
     {"serve", s_serve, METH_VARARGS,
      "serve(ctl, lifeline, init_fd, kernel_dir, hint, hint_pages, home, ipython_dir) -> "
      "(kind, msg, fds): the zygote's loop in C; see zygote.c"},
+    {"set_binds", s_set_binds, METH_O,
+     "set_binds([(host, inside), ...]): directories bound read-only into every later session "
+     "(kenneld --site and --data); once"},
     {"spawn", (PyCFunction)(void (*)(void))s_spawn, METH_VARARGS | METH_KEYWORDS,
      "spawn(pipe_fd, workspace_fd, init_fd, kernel_dir, lifeline, cgroup_fds, uid, gid, tmp, as_bytes, "
      "fsize, nproc, nofile, learn_fd=-1, hint=b'') -> pid in the zygote, 0 in the new session's "

@@ -7,9 +7,16 @@
 #include "../harness.h"
 #include "launch.h"
 
-static const launch_cfg_t SANDBOXED = {1, 0, 70000, "/usr/bin/python3", "/k/python", "/k/init"};
-static const launch_cfg_t OWN_IDS = {1, 1, 70000, "/usr/bin/python3", "/k/python", "/k/init"};
-static const launch_cfg_t BARE = {0, 0, 70000, "/usr/bin/python3", "/k/python", "/k/init"};
+static const launch_cfg_t SANDBOXED = {1, 0, 70000, "/usr/bin/python3", "/k/python", "/k/init",
+                                       NULL, 0};
+static const launch_cfg_t OWN_IDS = {1, 1, 70000, "/usr/bin/python3", "/k/python", "/k/init",
+                                     NULL, 0};
+static const launch_cfg_t BARE = {0, 0, 70000, "/usr/bin/python3", "/k/python", "/k/init",
+                                  NULL, 0};
+static const sandbox_bind_t BINDS[] = {{"/srv/venv/site-packages", "/opt/site"},
+                                       {"/srv/iris", "/data/iris"}};
+static const launch_cfg_t WITH_BINDS = {1, 0, 70000, "/usr/bin/python3", "/k/python", "/k/init",
+                                        BINDS, 2};
 
 TEST(slots_first_free_or_the_one_asked_for)
 {
@@ -110,6 +117,22 @@ TEST(cold_start_sandboxed_goes_through_kennel_init)
     launch_destroy(&l);
 }
 
+TEST(cold_start_passes_site_and_data_to_kennel_init)
+{
+    launch_t *l = launch_new(&WITH_BINDS, 8);
+    reslimits_t lim = {{1u << 29, 64, 1}, 32u << 20, 256, 0, 0, 0};
+    launch_cmd_t cmd;
+    launch_cold(l, "/s/a/workspace", "/s/a", 5, &lim, &cmd);
+    const char *want[] = {"--nofile", "256", "--ro-bind", "/opt/site=/srv/venv/site-packages",
+                          "--ro-bind", "/data/iris=/srv/iris", "--", "/usr/bin/python3"};
+    size_t at = 0;
+    while (cmd.argv[at] && strcmp(cmd.argv[at], "--nofile") != 0)
+        at++;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK_STR(cmd.argv[at + i], want[i]);
+    launch_destroy(&l);
+}
+
 TEST(cold_start_unsandboxed_runs_python_directly)
 {
     launch_t *l = launch_new(&BARE, 8);
@@ -134,6 +157,7 @@ int main(void)
     RUN(env_is_an_allowlist_of_sandbox_paths);
     RUN(env_unsandboxed_names_host_paths);
     RUN(cold_start_sandboxed_goes_through_kennel_init);
+    RUN(cold_start_passes_site_and_data_to_kennel_init);
     RUN(cold_start_unsandboxed_runs_python_directly);
     return harness_done();
 }

@@ -51,12 +51,13 @@ typedef struct {
 
 static void s_rig(rig_t *r, const char *name)
 {
-    static const launch_cfg_t lc = {1, 0, 70000, "/usr/bin/python3", "/nonexistent", "/nonexistent"};
+    static const launch_cfg_t lc = {1, 0, 70000, "/usr/bin/python3", "/nonexistent", "/nonexistent",
+                                    NULL, 0};
     static const zygote_ops_t zo = {s_nop, s_nop, s_nop_changed};
     snprintf(r->state, sizeof r->state, "%s/%s", s_root, name);
     CHECK_EQ_INT(statedir_prepare(r->state), 0);
     zygote_cfg_t zc = {r->state, "/usr/bin/python3", "/nonexistent", "/nonexistent", "",
-                       "/nonexistent", 0};
+                       "/nonexistent", 0, NULL, 0};
     r->loop = loop_new();
     r->launch = launch_new(&lc, 4);
     r->zygote = zygote_new(r->loop, &zc, r->launch, &zo, NULL);

@@ -41,6 +41,12 @@ typedef struct {
     json_t *metadata[256];  /* metadata of each sent message (parallel to sent) */
     int signals[16];
     int nsig;
+    struct {                /* each cell_done: the code, outcome, error name, cell number */
+        char code[32], outcome[24], ename[40];
+        long long cell;
+        size_t output_bytes;
+    } done[16];
+    int ndone;
 } rec_t;
 
 /*  A part as a client would read it: kenneld passes a kernel's iopub parts on as bytes. New
@@ -170,10 +176,25 @@ static size_t op_iopub_backlog(void *ctx)
     return ((rec_t *)ctx)->backlog;
 }
 
+static void op_cell_done(void *ctx, const jmsg_t *request, const json_t *metadata,
+                         const char *ename, long long cell, size_t output_bytes)
+{
+    rec_t *r = ctx;
+    if (r->ndone == 16)
+        return;
+    const char *code = json_string_value(json_object_get(jmsg_content(request), "code"));
+    const char *outcome = json_string_value(json_object_get(metadata, "outcome"));
+    snprintf(r->done[r->ndone].code, 32, "%s", code ? code : "");
+    snprintf(r->done[r->ndone].outcome, 24, "%s", outcome ? outcome : "");
+    snprintf(r->done[r->ndone].ename, 40, "%s", ename ? ename : "");
+    r->done[r->ndone].cell = cell;
+    r->done[r->ndone++].output_bytes = output_bytes;
+}
+
 static const session_ops_t s_ops = {op_send,          op_to_kernel,      op_kernel_start,
                                     op_kernel_signal, op_ended,          op_timer_arm,
                                     op_timer_cancel,  op_snapshot_store, op_snapshot_load,
-                                    op_snapshot_drop, op_iopub_backlog};
+                                    op_snapshot_drop, op_iopub_backlog,  op_cell_done};
 
 static rec_t *s_rec_new(void)
 {
@@ -250,12 +271,15 @@ static int s_hello(session_t *s)
 
 static int s_reply(session_t *s, const char *type, const char *parent_id, const char *content)
 {
-    /* The status goes in the op header too, as the kernel sends it. */
+    /* The status (and an error's name) go in the op header too, as the kernel sends them. */
     json_t *c = json_loads(content, 0, NULL);
     const char *status = json_string_value(json_object_get(c, "status"));
-    char op[256];
-    snprintf(op, sizeof op, "{\"op\":\"reply\",\"msg_type\":\"%s\",\"parent_msg_id\":\"%s\",\"status\":\"%s\"}",
-             type, parent_id, status ? status : "");
+    const char *ename = json_string_value(json_object_get(c, "ename"));
+    char op[320], en[96] = "";
+    if (ename)
+        snprintf(en, sizeof en, ",\"ename\":\"%s\"", ename);
+    snprintf(op, sizeof op, "{\"op\":\"reply\",\"msg_type\":\"%s\",\"parent_msg_id\":\"%s\",\"status\":\"%s\"%s}",
+             type, parent_id, status ? status : "", en);
     json_decref(c);
     const char *parts[] = {op, "{}", content};
     return s_kernel(s, 3, parts);
@@ -927,6 +951,18 @@ TEST(outcomes_and_metrics)
     rep = s_find(r, rep + 1, "execute_reply");
     CHECK_STR(s_outcome(r, rep), "memory");
     CHECK(strstr(json_string_value(json_object_get(r->sent[rep].content, "evalue")), "memory limit") != NULL);
+    /* Each cell that ran was handed to the run record once, with its outcome, its error's
+     * name and its number; the one the kernel died in too. */
+    CHECK_EQ_INT(r->ndone, 4);
+    const char *codes[] = {"1", "sleep", "1/0", "hog"};
+    const char *outcomes[] = {"ok", "interrupted", "error", "memory"};
+    const char *enames[] = {"", "KeyboardInterrupt", "", "KernelDied"};
+    for (int i = 0; i < 4 && i < r->ndone; i++) {
+        CHECK_STR(r->done[i].code, codes[i]);
+        CHECK_STR(r->done[i].outcome, outcomes[i]);
+        CHECK_STR(r->done[i].ename, enames[i]);
+        CHECK_EQ_INT(r->done[i].cell, i + 1);
+    }
     session_destroy(&s);
     s_rec_free(r);
 }
