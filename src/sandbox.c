@@ -314,12 +314,15 @@ static int s_build_root(const sandbox_cfg_t *cfg, int workspace_fd, int kernel_f
     /* The operator's site-packages and datasets: read-only, like the system directories.
      * Mounts below a bound directory stay as the host has them (the bind is recursive, the
      * read-only remount is not); kenneld --help says so. */
-    if (cfg->nbinds && mkdir(s_in(path, cfg, SANDBOX_DATA_DIR), 0755) < 0 && errno != EEXIST) {
-        *step = "mkdir /data";
-        return -1;
-    }
-    for (size_t i = 0; i < cfg->nbinds; i++)
+    for (size_t i = 0; i < cfg->nbinds; i++) {
+        /* /data itself, read-only with the root, once a dataset goes under it. */
+        if (strncmp(cfg->binds[i].inside, SANDBOX_DATA_DIR "/", sizeof SANDBOX_DATA_DIR) == 0 &&
+            mkdir(s_in(path, cfg, SANDBOX_DATA_DIR), 0755) < 0 && errno != EEXIST) {
+            *step = "mkdir /data";
+            return -1;
+        }
         STEP("bind --site or --data", s_bind(s_fd_path(src, bind_fds[i]), s_in(path, cfg, cfg->binds[i].inside), RO));
+    }
 
     STEP("chdir new root", chdir(SANDBOX_NEWROOT));
     STEP("pivot_root", (int)syscall(SYS_pivot_root, ".", "."));
@@ -341,8 +344,8 @@ int sandbox_enter(const sandbox_cfg_t *cfg, int lifeline, const char **step)
     STEP("open workspace", workspace_fd);
     int kernel_fd = open(cfg->kernel_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     STEP("open kernel runtime", kernel_fd);
-    /* --site and --data directories, opened now for the same reason (they are closed with
-     * the rest at sandbox_seal should a later step fail). */
+    /* --site and --data directories, opened now for the same reason (a step that fails ends
+     * this child, and these fds with it). */
     int bind_fds[SANDBOX_MAX_BINDS];
     if (cfg->nbinds > SANDBOX_MAX_BINDS) {
         *step = "open --site or --data";
