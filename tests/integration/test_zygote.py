@@ -408,16 +408,18 @@ ENV_CELL = "import os, json; print(json.dumps(dict(os.environ)))"
                          indirect=True)
 def test_a_kernels_environment_is_its_own_whichever_spawner(kenneld, connect):
     """A kernel's environment is kenneld's short allowlist (plus the settings the kernel adds:
-    two for matplotlib, SHELL for `!`), nothing of kenneld's or of the zygote's own (the zygote imports
-    with settings of its own), for pooled and on-demand kernels alike."""
+    two for matplotlib, SHELL for `!`, PYTHONPATH for the Pythons it starts: docs/runtime.md),
+    nothing of kenneld's or of the zygote's own (the zygote imports with settings of its own),
+    for pooled and on-demand kernels alike."""
     envs = []
     for name in ("first", "second", "third"):  # the pool's, then forked on demand
         kc = connect(kenneld.create(name)["connection_file"])
         envs.append(json.loads(run(kc, ENV_CELL, timeout=30).stream("stdout")))
     for env in envs:
         assert set(env) == {"PATH", "LANG", "HOME", "IPYTHONDIR", "MPLCONFIGDIR", "MPLBACKEND",
-                            "FONTCONFIG_FILE", "SHELL"}, env
+                            "FONTCONFIG_FILE", "SHELL", "PYTHONPATH"}, env
         assert env["HOME"] == "/workspace" and env["IPYTHONDIR"] == "/tmp/.ipython", env
+        assert env["PYTHONPATH"] == "/opt/kennel/sandbox_site", env
     assert envs[0] == envs[1] == envs[2]
 
 
