@@ -1337,7 +1337,7 @@ def test_kenneld_environment_does_not_reach_the_kernel(secret_kenneld):
         ''')
         assert r["hits"] == [], f"kenneld's environment leaked into: {r['hits']}"
         assert set(r["names"]) <= {"PATH", "LANG", "HOME", "IPYTHONDIR", "MPLCONFIGDIR", "MPLBACKEND",
-                                   "FONTCONFIG_FILE", "SHELL",
+                                   "FONTCONFIG_FILE", "SHELL", "PYTHONPATH",
                                    "PYDEVD_USE_FRAME_EVAL", "TERM", "CLICOLOR", "PAGER", "GIT_PAGER",
                                    "FORCE_COLOR", "COLUMNS", "LINES"}, r["names"]
     finally:
