@@ -15,7 +15,7 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 DEPS_STAMP := $(BUILD)/.deps-installed
 
-LIB_SRCS  := $(filter-out src/kenneld.c src/kennel.c src/init.c,$(wildcard src/*.c))
+LIB_SRCS  := $(filter-out src/kenneld.c src/kennel.c src/init.c src/gateway.c,$(wildcard src/*.c))
 LIB_OBJS  := $(LIB_SRCS:src/%.c=$(BUILD)/%.o)
 # The zygote's C part: a CPython extension linking the sandbox from src/.
 ZYGOTE_SO   := $(BUILD)/zygote/_kennel_zygote.so
@@ -28,7 +28,7 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps run check unit integration kernel-tests memcheck asan fuzz bench format lint clean
 
-all: bin/kenneld bin/kennel bin/kennel-init $(ZYGOTE_SO)
+all: bin/kenneld bin/kennel bin/kennel-init bin/kennel-gateway $(ZYGOTE_SO)
 
 # Installs missing Debian packages, and the tests' npm packages, once
 # (scripts/install-deps.sh is the only installer).
@@ -57,6 +57,15 @@ $(ZYGOTE_SO): kernels/zygote/zygote.c $(ZYGOTE_OBJS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(KFLAGS) -I$(PY_INCLUDE) -Isrc -shared -o $@ $< $(ZYGOTE_OBJS) -ljansson -lseccomp -luuid
 
+# kennel-gateway alone links libwebsockets (HTTP, WebSocket and TLS): kenneld never does.
+$(BUILD)/gateway.o: src/gateway.c Makefile | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(KFLAGS) $(PKG_CFLAGS) $(shell pkg-config --cflags libwebsockets) -c $< -o $@
+
+bin/kennel-gateway: $(BUILD)/gateway.o $(BUILD)/libkennel.a
+	@mkdir -p bin
+	$(CC) $(CFLAGS) $(KFLAGS) -o $@ $^ $(PKG_LIBS) $(shell pkg-config --libs libwebsockets)
+
 bin/%: $(BUILD)/%.o $(BUILD)/libkennel.a
 	@mkdir -p bin
 	$(CC) $(CFLAGS) $(KFLAGS) -o $@ $^ $(PKG_LIBS)
@@ -69,12 +78,18 @@ $(BUILD)/tests/fuzz_codecs: tests/fuzz/fuzz_codecs.c tests/harness.h $(BUILD)/li
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(KFLAGS) $(PKG_CFLAGS) -Isrc -o $@ $< $(BUILD)/libkennel.a $(PKG_LIBS)
 
+$(BUILD)/tests/fuzz_gateway: tests/fuzz/fuzz_gateway.c tests/harness.h $(BUILD)/libkennel.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(KFLAGS) $(PKG_CFLAGS) -Isrc -o $@ $< $(BUILD)/libkennel.a $(PKG_LIBS)
+
 run: all
 	bin/kenneld $(if $(STATE),--state-dir $(STATE),)
 
-unit: $(UNIT_BINS) $(BUILD)/tests/fuzz_codecs
+unit: $(UNIT_BINS) $(BUILD)/tests/fuzz_codecs $(BUILD)/tests/fuzz_gateway
 	@fail=0; for t in $(UNIT_BINS); do echo "== $$t"; $$t || fail=1; done; \
-	echo "== fuzz slice"; KENNEL_FUZZ_ITERS=20000 $(BUILD)/tests/fuzz_codecs || fail=1; exit $$fail
+	echo "== fuzz slice"; KENNEL_FUZZ_ITERS=20000 $(BUILD)/tests/fuzz_codecs || fail=1; \
+	echo "== fuzz slice: gateway"; KENNEL_FUZZ_ITERS=20000 $(BUILD)/tests/fuzz_gateway || fail=1; \
+	exit $$fail
 
 check-%: $(BUILD)/tests/test_%
 	$<
@@ -118,8 +133,9 @@ asan:
 	$(MAKE) clean && $(MAKE) CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" all unit
 
 # The long run; `make check` runs a short slice of the same targets.
-fuzz: $(BUILD)/tests/fuzz_codecs
+fuzz: $(BUILD)/tests/fuzz_codecs $(BUILD)/tests/fuzz_gateway
 	KENNEL_FUZZ_ITERS=2000000 $(BUILD)/tests/fuzz_codecs
+	KENNEL_FUZZ_ITERS=2000000 $(BUILD)/tests/fuzz_gateway
 
 bench: all
 	$(PY) bench/bench.py

@@ -10,12 +10,12 @@ set -eu
 cd "$(dirname "$0")/.."
 
 PKGS="build-essential pkg-config
-libzmq3-dev libczmq-dev libjansson-dev libseccomp-dev libsodium-dev uuid-dev
+libzmq3-dev libczmq-dev libjansson-dev libseccomp-dev libsodium-dev uuid-dev libwebsockets-dev
 python3 python3-dev python3-jupyter-client jupyter-console python3-nbclient python3-nbformat
 python3-ipykernel python3-ipython python3-pytest python3-pytest-xdist python3-zmq
 python3-numpy python3-pandas python3-matplotlib python3-pil python3-dill
 python3-comm python3-ipywidgets python3-widgetsnbextension jupyter-nbextension-jupyter-js-widgets
-python3-tqdm
+python3-tqdm python3-websocket openssl
 jupyter-notebook chromium
 python3-scipy python3-sklearn python3-seaborn python3-statsmodels python3-sympy python3-networkx
 python3-openpyxl python3-xlrd python3-docx python3-pypdf python3-reportlab python3-bs4

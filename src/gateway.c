@@ -1,0 +1,1873 @@
+/*  kennel-gateway: Jupyter Server's kernel REST and WebSocket API (what `--gateway-url`
+ *  front ends and agent frameworks speak) in front of kenneld, on libwebsockets.
+ *
+ *  Two processes when started as root: this one keeps root only to read kenneld.json and
+ *  sessions' connection files for its child (the monitor), and the child, which binds,
+ *  loads the TLS pair, drops to --user, and only then parses HTTP, WebSocket and TLS. To
+ *  kenneld the child is a client like the CLI: the manager socket and each session's
+ *  ZeroMQ sockets, whose descriptors libwebsockets polls with its own (adopted as raw
+ *  files). Request routing and the WebSocket codecs are sans-IO, in gwproto. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <czmq.h>
+#include <jansson.h>
+#include <libwebsockets.h>
+#include <sodium.h>
+
+#include "gwproto.h"
+#include "gwqueue.h"
+#include "jmsg.h"
+#include "log.h"
+#include "util.h"
+#include "wire.h"
+
+#define MGR_TIMEOUT_MS 10000
+#define MAX_BODY (64u << 10)   /* a REST request's body */
+#define MAX_HELD 64            /* a WebSocket's messages held until its kernel is ready */
+#define MAX_REPLAYS 16         /* replay buffers per kernel */
+#define MAX_OUT (64u << 20)    /* bytes waiting for one WebSocket before it is dropped */
+#define PRIV_MAX (128u << 10)  /* a file the monitor reads */
+
+/* ---------------------------------------------------------------------------------- */
+/* Options                                                                            */
+
+static struct {
+    char state_dir[4096];
+    char listen_addr[256];
+    int port;
+    const char *tokens, *cert, *key, *user, *cors;
+    unsigned max_header;     /* bytes of a request's headers */
+    size_t max_frame;        /* bytes of one WebSocket message */
+    int max_conns;           /* WebSockets per tenant */
+    int idle_s;              /* a WebSocket with no traffic is closed after this */
+    int request_s;           /* a request's headers and body must arrive within this */
+    size_t replay_bytes;     /* per dropped client */
+    int replay_s;            /* how long a dropped client's messages are kept */
+} opt = {.user = "nobody",
+         .max_header = 8192,
+         .max_frame = 32u << 20,
+         .max_conns = 256,
+         .idle_s = 3600,
+         .request_s = 10,
+         .replay_bytes = 32u << 20,
+         .replay_s = 120};
+
+/* ---------------------------------------------------------------------------------- */
+/* Types                                                                              */
+
+typedef struct kern kern_t;
+typedef struct conn conn_t;
+
+typedef enum {
+    MP_LIST = 1, MP_SESSIONS, MP_CREATE, MP_GET, MP_DELETE, MP_END, MP_INTERRUPT, MP_RESTART,
+    MP_ATTACH, MP_METRICS
+} mp_kind_t;
+
+typedef struct {
+    char msg_id[40];
+    mp_kind_t kind;
+    conn_t *conn;   /* NULL once the connection is gone */
+    long long deadline_ms;
+} mpend_t;
+
+typedef struct {
+    kern_t *kern;   /* NULL: the manager socket */
+    int channel;
+} watch_t;
+
+struct kern {
+    char id[40];
+    char name[160];      /* the kennel session's name: TENANT.NAME */
+    char tenant[40];
+    char spec[16];       /* the kernelspec name a client asked for */
+    char own[40];        /* the gateway's own Jupyter session id with this kernel */
+    zsock_t *sock[GWPROTO_NCHANNELS];
+    struct lws *watch_wsi[GWPROTO_NCHANNELS];
+    watch_t watch[GWPROTO_NCHANNELS];
+    wire_t *wire;
+    int ready;           /* iopub has delivered: clients' messages go through */
+    long long nudged_ms;
+    zlistx_t *conns;     /* conn_t *, not owned */
+    zhashx_t *replay;    /* client session id -> gwqueue_t * */
+    char state[16];      /* Jupyter execution_state as iopub last said */
+    long long unused_since_ms;
+    int queued;          /* execute requests sent, not answered */
+    conn_t *restart_conn;
+    char restart_id[40];
+};
+
+struct conn {
+    struct lws *wsi;
+    int is_ws;
+    char tenant[40];
+    /* HTTP */
+    int method;            /* 'G', 'P', 'D', 'O' */
+    gwproto_route_t route;
+    char *body;
+    size_t body_len;
+    int body_too_big;
+    mpend_t *pending;
+    int status;
+    unsigned char *resp;   /* LWS_PRE + resp_len */
+    size_t resp_len;
+    const char *ctype;
+    int responded;
+    /* WebSocket */
+    gwproto_ws_mode_t mode;
+    kern_t *kern;
+    char kernel_id[GWPROTO_ID_MAX + 1];
+    char session_id[80];   /* from the URL, else the first header's session */
+    unsigned char *rx;
+    size_t rx_len, rx_cap;
+    gwqueue_t out;
+    gwqueue_t held;        /* decoded messages waiting for the kernel to be ready */
+    int close_code;
+    char close_reason[100];
+    int counted;           /* counted in its tenant's connections */
+};
+
+static struct {
+    struct lws_context *ctx;
+    struct lws_vhost *vh;
+    json_t *tokens;              /* token key -> tenant */
+    json_t *tenant_conns;        /* tenant -> WebSockets open */
+    zsock_t *mgr;
+    wire_t *mgr_wire;
+    char mgr_session[40];
+    struct lws *mgr_wsi;
+    watch_t mgr_watch;
+    zhashx_t *mpend;             /* msg_id -> mpend_t (owned) */
+    zhashx_t *kerns;             /* id -> kern_t (owned) */
+    zhashx_t *exec_start;        /* execute msg_id -> start time in µs (malloc'd) */
+    int monitor_fd;              /* -1: read files directly */
+    lws_sorted_usec_list_t sul;
+    volatile sig_atomic_t stop;
+    /* metrics */
+    unsigned long long cells_ok, cells_error, cells_aborted, ws_total, ws_refused,
+        frames_refused, http_requests, auth_failed, replayed, replay_dropped;
+    unsigned long long rtt_buckets[12], rtt_count;
+    double rtt_sum_s;
+} g = {.monitor_fd = -1};
+
+static const double s_rtt_le[12] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
+                                    0.05,   0.1,   0.25,  0.5,   1.0,  5.0};
+
+/* ---------------------------------------------------------------------------------- */
+/* Privileged reads: kenneld.json and connection files                                */
+
+/*  The monitor's side: answer "M" (kenneld.json) and "C<uuid>" (that session's connection
+ *  file) until the child hangs up. It parses nothing but these two requests: a child that
+ *  was taken over can read the files a gateway needs, and no others. */
+static pid_t s_child_pid;
+static void s_forward_signal(int sig)
+{
+    if (s_child_pid > 0)
+        kill(s_child_pid, sig);
+}
+
+static int s_read_state_file(const char *rel, char *out, size_t cap, size_t *len)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", opt.state_dir, rel);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n, got = 0;
+    while ((n = read(fd, out + got, cap - (size_t)got)) > 0 && (size_t)(got += n) < cap) {
+    }
+    close(fd);
+    if (n < 0 || (size_t)got >= cap)
+        return -1;
+    *len = (size_t)got;
+    return 0;
+}
+
+static int s_monitor(int fd)
+{
+    static char buf[PRIV_MAX + 1];
+    for (;;) {
+        char req[64];
+        ssize_t n = recv(fd, req, sizeof req - 1, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        req[n] = '\0';
+        char rel[128];
+        int ok = 0;
+        if (n == 1 && req[0] == 'M') {
+            snprintf(rel, sizeof rel, "kenneld.json");
+            ok = 1;
+        } else if (req[0] == 'C' && gwproto_is_uuid(req + 1)) {
+            snprintf(rel, sizeof rel, "sessions/%s/connection.json", req + 1);
+            ok = 1;
+        }
+        size_t len = 0;
+        buf[0] = '0';
+        if (ok && s_read_state_file(rel, buf + 1, PRIV_MAX, &len) == 0)
+            buf[0] = '1';
+        else
+            len = 0;
+        if (send(fd, buf, len + 1, MSG_NOSIGNAL) < 0 && errno != EINTR)
+            break;
+    }
+    int status = 0;
+    while (waitpid(s_child_pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+/*  A state file as JSON (new reference), through the monitor or directly. NULL on failure. */
+static json_t *s_priv_json(const char *req)
+{
+    static char buf[PRIV_MAX + 2];
+    size_t len = 0;
+    if (g.monitor_fd >= 0) {
+        if (send(g.monitor_fd, req, strlen(req), MSG_NOSIGNAL) < 0)
+            return NULL;
+        ssize_t n;
+        while ((n = recv(g.monitor_fd, buf, sizeof buf - 1, 0)) < 0 && errno == EINTR) {
+        }
+        if (n < 1 || buf[0] != '1')
+            return NULL;
+        len = (size_t)n - 1;
+        memmove(buf, buf + 1, len);
+    } else {
+        char rel[128];
+        if (req[0] == 'M')
+            snprintf(rel, sizeof rel, "kenneld.json");
+        else
+            snprintf(rel, sizeof rel, "sessions/%s/connection.json", req + 1);
+        if (s_read_state_file(rel, buf, PRIV_MAX, &len) < 0)
+            return NULL;
+    }
+    json_t *j = json_loadb(buf, len, 0, NULL);
+    sodium_memzero(buf, len);
+    return json_is_object(j) ? j : (json_decref(j), NULL);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* ZeroMQ sockets on libwebsockets' poll                                              */
+
+static void s_drain_kern(kern_t *k);
+static void s_drain_mgr(void);
+
+/*  Watch a ZeroMQ socket's descriptor (a dup: libwebsockets closes what it adopted, and the
+ *  original is libzmq's). libzmq's descriptor signals an edge, so every handler drains its
+ *  socket until ZMQ_EVENTS says no more, and every send is followed by a drain. */
+static struct lws *s_watch(zsock_t *sock, watch_t *w)
+{
+    int fd = dup(zsock_fd(sock));
+    if (fd < 0)
+        return NULL;
+    util_set_cloexec(fd, 1);
+    lws_sock_file_fd_type u;
+    u.filefd = fd;
+    struct lws *wsi = lws_adopt_descriptor_vhost(g.vh, LWS_ADOPT_RAW_FILE_DESC, u, "kennel-zmq",
+                                                 NULL);
+    if (!wsi) {
+        close(fd);
+        return NULL;
+    }
+    lws_set_opaque_user_data(wsi, w);
+    return wsi;
+}
+
+static void s_unwatch(struct lws **wsi_p)
+{
+    if (!*wsi_p)
+        return;
+    lws_set_opaque_user_data(*wsi_p, NULL);
+    lws_set_timeout(*wsi_p, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+    *wsi_p = NULL;
+}
+
+static int s_on_zmq(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                    size_t len)
+{
+    (void)user;
+    (void)in;
+    (void)len;
+    if (reason == LWS_CALLBACK_RAW_RX_FILE) {
+        watch_t *w = lws_get_opaque_user_data(wsi);
+        if (w && w->kern)
+            s_drain_kern(w->kern);
+        else if (w)
+            s_drain_mgr();
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Responses                                                                          */
+
+static void s_respond(conn_t *c, int status, const char *ctype, const char *body, size_t len)
+{
+    if (c->responded)
+        return;
+    free(c->resp);
+    c->resp = malloc(LWS_PRE + len + 1);
+    if (!c->resp) {
+        len = 0;
+        status = 500;
+        c->resp = malloc(LWS_PRE + 1);
+    }
+    if (c->resp && len)
+        memcpy(c->resp + LWS_PRE, body, len);
+    c->resp_len = c->resp ? len : 0;
+    c->status = status;
+    c->ctype = ctype;
+    c->responded = 1;
+    lws_callback_on_writable(c->wsi);
+}
+
+static void s_respond_json(conn_t *c, int status, json_t *j /* stolen */)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s) {
+        s_respond(c, 500, "application/json", "{\"message\":\"out of memory\"}", 27);
+        return;
+    }
+    s_respond(c, status, "application/json", s, strlen(s));
+    free(s);
+}
+
+static void s_respond_error(conn_t *c, int status, const char *message)
+{
+    s_respond_json(c, status, json_pack("{s:s, s:s}", "message", message, "reason", message));
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The manager                                                                        */
+
+static int s_mgr_connect(void)
+{
+    json_t *info = s_priv_json("M");
+    json_t *m = json_object_get(info, "manager");
+    const char *ep = json_string_value(json_object_get(m, "endpoint"));
+    const char *key = json_string_value(json_object_get(m, "key"));
+    if (!ep || !key) {
+        LOG_E("cannot read %s/kenneld.json (is kenneld running?)", opt.state_dir);
+        json_decref(info);
+        return -1;
+    }
+    if (g.monitor_fd >= 0 && strncmp(ep, "ipc://", 6) == 0) {
+        LOG_E("kenneld's manager is %s, in the state directory the unprivileged gateway cannot "
+              "enter: start kenneld with --manager tcp://127.0.0.1:PORT",
+              ep);
+        json_decref(info);
+        return -1;
+    }
+    s_unwatch(&g.mgr_wsi);
+    zsock_destroy(&g.mgr);
+    wire_destroy(&g.mgr_wire);
+    g.mgr = zsock_new(ZMQ_DEALER);
+    g.mgr_wire = wire_new(key, strlen(key), NULL);
+    int rc = -1;
+    if (g.mgr && g.mgr_wire) {
+        zsock_set_linger(g.mgr, 0);
+        if (zsock_connect(g.mgr, "%s", ep) == 0) {
+            g.mgr_watch.kern = NULL;
+            g.mgr_wsi = s_watch(g.mgr, &g.mgr_watch);
+            rc = g.mgr_wsi ? 0 : -1;
+        }
+    }
+    json_decref(info);
+    return rc;
+}
+
+/*  Send a manager request for conn (may be NULL) of kind; content stolen. 0 or -1. */
+static int s_mgr_call(conn_t *c, mp_kind_t kind, const char *msg_type, json_t *content)
+{
+    jmsg_t *m = jmsg_new(msg_type, g.mgr_session);
+    if (!m || !g.mgr) {
+        json_decref(content);
+        jmsg_destroy(&m);
+        return -1;
+    }
+    jmsg_set_json(m, JMSG_CONTENT, content);
+    mpend_t *p = calloc(1, sizeof *p);
+    zmsg_t *z = wire_encode(g.mgr_wire, m);
+    if (!p || !z || zmsg_send(&z, g.mgr) < 0) {
+        free(p);
+        zmsg_destroy(&z);
+        jmsg_destroy(&m);
+        return -1;
+    }
+    snprintf(p->msg_id, sizeof p->msg_id, "%s", jmsg_id(m));
+    jmsg_destroy(&m);
+    p->kind = kind;
+    p->conn = c;
+    p->deadline_ms = util_now_ms() + MGR_TIMEOUT_MS;
+    if (c)
+        c->pending = p;
+    zhashx_insert(g.mpend, p->msg_id, p);
+    s_drain_mgr();
+    return 0;
+}
+
+static int s_mgr_call_session(conn_t *c, mp_kind_t kind, const char *msg_type, const char *id)
+{
+    return s_mgr_call(c, kind, msg_type, json_pack("{s:s}", "session", id));
+}
+
+/*  The tenant a session name belongs to is its prefix before the first '.'. */
+static int s_owned(const char *tenant, const char *name)
+{
+    size_t n = strlen(tenant);
+    return name && strncmp(name, tenant, n) == 0 && name[n] == '.';
+}
+
+static const char *s_exec_state(const char *kennel_state)
+{
+    if (!kennel_state)
+        return "unknown";
+    if (!strcmp(kennel_state, "busy"))
+        return "busy";
+    if (!strcmp(kennel_state, "starting") || !strcmp(kennel_state, "restoring"))
+        return "starting";
+    if (!strcmp(kennel_state, "dead") || !strcmp(kennel_state, "ended"))
+        return "dead";
+    return "idle";
+}
+
+/*  A kernel model as Jupyter Server gives it, from a manager INFO. New reference. */
+static json_t *s_model(const json_t *info)
+{
+    const char *id = json_string_value(json_object_get(info, "id"));
+    const char *name = json_string_value(json_object_get(info, "name"));
+    kern_t *k = id ? zhashx_lookup(g.kerns, id) : NULL;
+    const char *dot = name ? strchr(name, '.') : NULL;
+    char now[UTIL_ISO_LEN];
+    util_iso_now(now);
+    return json_pack("{s:s, s:s, s:s, s:s, s:i, s:{s:s, s:s, s:O?, s:O?}}", "id", id ? id : "",
+                     "name", k && k->spec[0] ? k->spec : "kennel", "last_activity", now,
+                     "execution_state",
+                     s_exec_state(json_string_value(json_object_get(info, "state"))),
+                     "connections", k ? (int)zlistx_size(k->conns) : 0, "kennel", "session",
+                     dot ? dot + 1 : "", "state",
+                     json_string_value(json_object_get(info, "state"))
+                         ? json_string_value(json_object_get(info, "state"))
+                         : "",
+                     "cells", json_object_get(info, "cells"), "last_outcome",
+                     json_object_get(info, "last_outcome"));
+}
+
+static kern_t *s_kern_get(const char *id, const char *name, const char *tenant);
+static void s_attach(conn_t *c, kern_t *k);
+static void s_ws_close(conn_t *c, int code, const char *reason);
+static void s_kern_destroy(kern_t **k_p);
+static int s_kern_send(kern_t *k, int ch, jmsg_t **m_p);
+static void s_metrics(conn_t *c, json_t *sessions);
+static int s_forward(kern_t *k, gwproto_channel_t ch, jmsg_t **m_p);
+
+static void s_on_mgr_reply(mpend_t *p, jmsg_t *rep)
+{
+    json_t *content = jmsg_content(rep);
+    int ok = content && !strcmp(json_string_value(json_object_get(content, "status")) ?: "", "ok");
+    conn_t *c = p->conn;
+    if (!c)
+        return;
+    c->pending = NULL;
+    json_t *info = json_object_get(content, "session");
+    const char *name = json_string_value(json_object_get(info, "name"));
+    const char *id = json_string_value(json_object_get(info, "id"));
+    int owned = ok && s_owned(c->tenant, name) && id;
+    switch (p->kind) {
+    case MP_LIST:
+    case MP_SESSIONS: {
+        json_t *out = json_array();
+        size_t i;
+        json_t *s;
+        json_array_foreach(json_object_get(content, "sessions"), i, s)
+        {
+            if (!s_owned(c->tenant, json_string_value(json_object_get(s, "name"))))
+                continue;
+            json_t *model = s_model(s);
+            if (p->kind == MP_SESSIONS) {
+                const char *nm = json_string_value(json_object_get(s, "name"));
+                model = json_pack("{s:s, s:s, s:s, s:s, s:o}", "id",
+                                  json_string_value(json_object_get(model, "id")), "path",
+                                  strchr(nm, '.') + 1, "name", strchr(nm, '.') + 1, "type",
+                                  "notebook", "kernel", model);
+            }
+            json_array_append_new(out, model);
+        }
+        if (!ok)
+            s_respond_error(c, 503, "kenneld refused the request");
+        else
+            s_respond_json(c, 200, out), out = NULL;
+        json_decref(out);
+        break;
+    }
+    case MP_METRICS:
+        s_metrics(c, ok ? json_object_get(content, "sessions") : NULL);
+        break;
+    case MP_CREATE:
+        if (!owned) {
+            const char *e = json_string_value(json_object_get(content, "evalue"));
+            s_respond_error(c, 503, e ? e : "kenneld could not create the session");
+            break;
+        }
+        {
+            kern_t *k = s_kern_get(id, name, c->tenant);
+            if (k && c->body) {
+                json_t *b = json_loads(c->body, 0, NULL);
+                const char *spec = json_string_value(json_object_get(b, "name"));
+                snprintf(k->spec, sizeof k->spec, "%s", spec ? spec : "kennel");
+                json_decref(b);
+            }
+        }
+        s_respond_json(c, 201, s_model(info));
+        break;
+    case MP_GET:
+        if (!owned)
+            s_respond_error(c, 404, "no such kernel");
+        else
+            s_respond_json(c, 200, s_model(info));
+        break;
+    case MP_DELETE:
+        if (!owned) {
+            s_respond_error(c, 404, "no such kernel");
+        } else {
+            zhashx_delete(g.kerns, id); /* its WebSockets are closed: "kernel ended" */
+            if (s_mgr_call_session(c, MP_END, "end_request", id) < 0)
+                s_respond_error(c, 503, "kenneld is not reachable");
+        }
+        break;
+    case MP_END:
+        if (ok)
+            s_respond(c, 204, "application/json", "", 0);
+        else
+            s_respond_error(c, 404, "no such kernel");
+        break;
+    case MP_INTERRUPT:
+    case MP_RESTART: {
+        if (!owned) {
+            s_respond_error(c, 404, "no such kernel");
+            break;
+        }
+        kern_t *k = s_kern_get(id, name, c->tenant);
+        jmsg_t *m = k ? jmsg_new(p->kind == MP_INTERRUPT ? "interrupt_request" : "shutdown_request",
+                                 k->own)
+                      : NULL;
+        if (m && p->kind == MP_RESTART) {
+            jmsg_set_json(m, JMSG_CONTENT, json_pack("{s:b}", "restart", 1));
+            snprintf(k->restart_id, sizeof k->restart_id, "%s", jmsg_id(m));
+        }
+        if (m && p->kind == MP_RESTART) {
+            /* Before the send: sending drains the kernel's sockets, and the reply may be in. */
+            k->restart_conn = c;
+            c->kern = k;
+        }
+        if (!m || s_kern_send(k, GWPROTO_CONTROL, &m) < 0) {
+            if (k && k->restart_conn == c) {
+                k->restart_conn = NULL;
+                c->kern = NULL;
+            }
+            s_respond_error(c, 503, "the kernel is not reachable");
+            break;
+        }
+        if (p->kind == MP_INTERRUPT)
+            s_respond(c, 204, "application/json", "", 0);
+        break;
+    }
+    case MP_ATTACH:
+        if (!owned) {
+            s_ws_close(c, LWS_CLOSE_STATUS_POLICY_VIOLATION, "no such kernel");
+            break;
+        }
+        {
+            kern_t *k = s_kern_get(id, name, c->tenant);
+            if (!k)
+                s_ws_close(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "the kernel is not reachable");
+            else
+                s_attach(c, k);
+        }
+        break;
+    }
+}
+
+static void s_mgr_fail(mpend_t *p)
+{
+    conn_t *c = p->conn;
+    if (!c)
+        return;
+    c->pending = NULL;
+    if (c->is_ws)
+        s_ws_close(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "kenneld did not answer");
+    else
+        s_respond_error(c, 504, "kenneld did not answer");
+}
+
+static void s_drain_mgr(void)
+{
+    while (g.mgr && (zsock_events(g.mgr) & ZMQ_POLLIN)) {
+        zmsg_t *z = zmsg_recv(g.mgr);
+        if (!z)
+            break;
+        jmsg_t *rep = NULL;
+        if (wire_decode(g.mgr_wire, &z, &rep) < 0)
+            continue;
+        json_t *parent = jmsg_json(rep, JMSG_PARENT);
+        const char *pid = json_string_value(json_object_get(parent, "msg_id"));
+        mpend_t *p = pid ? zhashx_lookup(g.mpend, pid) : NULL;
+        if (p) {
+            char id[40];
+            snprintf(id, sizeof id, "%s", p->msg_id); /* the key must outlive the item */
+            s_on_mgr_reply(p, rep);
+            zhashx_delete(g.mpend, id);
+        }
+        jmsg_destroy(&rep);
+    }
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Kernels: one Jupyter client (shell, control, stdin DEALERs, an iopub SUB) per kennel   */
+/* session a WebSocket or a REST call needs, shared by all of that session's WebSockets.  */
+
+static kern_t *s_kern_get(const char *id, const char *name, const char *tenant)
+{
+    kern_t *k = zhashx_lookup(g.kerns, id);
+    if (k)
+        return strcmp(k->tenant, tenant) == 0 ? k : NULL;
+    char req[64];
+    snprintf(req, sizeof req, "C%s", id);
+    json_t *conn = s_priv_json(req);
+    const char *transport = json_string_value(json_object_get(conn, "transport"));
+    const char *ip = json_string_value(json_object_get(conn, "ip"));
+    const char *key = json_string_value(json_object_get(conn, "key"));
+    if (!transport || !ip || !key || (g.monitor_fd >= 0 && strcmp(transport, "tcp") != 0)) {
+        LOG_W("session=%s: no usable connection file (kenneld --transport tcp is needed "
+              "when the gateway drops privileges)",
+              id);
+        json_decref(conn);
+        return NULL;
+    }
+    k = calloc(1, sizeof *k);
+    if (!k)
+        goto fail;
+    snprintf(k->id, sizeof k->id, "%s", id);
+    snprintf(k->name, sizeof k->name, "%s", name);
+    snprintf(k->tenant, sizeof k->tenant, "%s", tenant);
+    snprintf(k->state, sizeof k->state, "unknown");
+    util_uuid(k->own);
+    k->conns = zlistx_new();
+    k->replay = zhashx_new();
+    wire_limits_t lim;
+    wire_limits_default(&lim);
+    lim.max_msg_bytes = (1u << 30);
+    k->wire = wire_new(key, strlen(key), &lim);
+    if (!k->conns || !k->replay || !k->wire)
+        goto fail;
+    static const char *ports[GWPROTO_NCHANNELS] = {"shell_port", "control_port", "stdin_port",
+                                                   "iopub_port"};
+    for (int i = 0; i < GWPROTO_NCHANNELS; i++) {
+        k->sock[i] = zsock_new(i == GWPROTO_IOPUB ? ZMQ_SUB : ZMQ_DEALER);
+        if (!k->sock[i])
+            goto fail;
+        zsock_set_linger(k->sock[i], 0);
+        if (i == GWPROTO_IOPUB)
+            zsock_set_subscribe(k->sock[i], "");
+        else
+            zsock_set_identity(k->sock[i], k->own);
+        int port = (int)json_integer_value(json_object_get(conn, ports[i]));
+        int rc = strcmp(transport, "ipc") == 0 ? zsock_connect(k->sock[i], "ipc://%s-%d", ip, port)
+                                               : zsock_connect(k->sock[i], "tcp://%s:%d", ip, port);
+        k->watch[i].kern = k;
+        k->watch[i].channel = i;
+        if (rc < 0 || !(k->watch_wsi[i] = s_watch(k->sock[i], &k->watch[i])))
+            goto fail;
+    }
+    json_decref(conn);
+    zhashx_insert(g.kerns, k->id, k);
+    return k;
+fail:
+    json_decref(conn);
+    s_kern_destroy(&k);
+    return NULL;
+}
+
+static void s_kern_destroy(kern_t **k_p)
+{
+    kern_t *k = *k_p;
+    if (!k)
+        return;
+    if (k->conns) {
+        for (conn_t *c = zlistx_first(k->conns); c; c = zlistx_next(k->conns)) {
+            c->kern = NULL;
+            s_ws_close(c, LWS_CLOSE_STATUS_GOINGAWAY, "kernel ended");
+        }
+        zlistx_destroy(&k->conns);
+    }
+    if (k->restart_conn) {
+        k->restart_conn->kern = NULL;
+        s_respond_error(k->restart_conn, 404, "kernel ended");
+    }
+    if (k->replay) {
+        for (gwqueue_t *q = zhashx_first(k->replay); q; q = zhashx_next(k->replay)) {
+            gwqueue_clear(q);
+            free(q);
+        }
+        zhashx_destroy(&k->replay);
+    }
+    for (int i = 0; i < GWPROTO_NCHANNELS; i++) {
+        s_unwatch(&k->watch_wsi[i]);
+        zsock_destroy(&k->sock[i]);
+    }
+    wire_destroy(&k->wire);
+    free(k);
+    *k_p = NULL;
+}
+
+/*  zhashx's destructor for plain malloc'd items (it is handed the item's address). */
+static void s_free_item(void **item)
+{
+    free(*item);
+    *item = NULL;
+}
+
+/*  zhashx's destructor for g.kerns. */
+static void s_kern_free(void **item)
+{
+    s_kern_destroy((kern_t **)item);
+}
+
+static int s_kern_send(kern_t *k, int ch, jmsg_t **m_p)
+{
+    zmsg_t *z = wire_encode(k->wire, *m_p);
+    jmsg_destroy(m_p);
+    int rc = z && zmsg_send(&z, k->sock[ch]) == 0 ? 0 : -1;
+    zmsg_destroy(&z);
+    s_drain_kern(k);
+    return rc;
+}
+
+/*  Ask the kernel for kernel_info until iopub delivers: a SUB that just connected misses
+ *  what is published before its subscription reaches kenneld (Jupyter Server's "nudge"). */
+static void s_nudge(kern_t *k)
+{
+    k->nudged_ms = util_now_ms();
+    jmsg_t *m = jmsg_new("kernel_info_request", k->own);
+    if (m)
+        s_kern_send(k, GWPROTO_SHELL, &m);
+}
+
+static void s_ws_queue(conn_t *c, gwproto_channel_t ch, const jmsg_t *m)
+{
+    if (!c->wsi || c->close_code)
+        return;
+    unsigned char *buf;
+    size_t len;
+    int bin;
+    if (gwproto_encode(c->mode, ch, m, LWS_PRE, &buf, &len, &bin) < 0)
+        return;
+    gwqueue_push_frame(&c->out, buf, len, bin);
+    if (c->out.bytes > MAX_OUT) {
+        /* A client that reads slower than its kernel writes is dropped, not buffered without
+         * end; what follows is kept for its return like any dropped client's. */
+        s_ws_close(c, LWS_CLOSE_STATUS_POLICY_VIOLATION, "client too slow");
+        return;
+    }
+    lws_callback_on_writable(c->wsi);
+}
+
+static size_t s_msg_bytes(const jmsg_t *m)
+{
+    size_t total = 0, n;
+    for (int i = 0; i < JMSG_NPARTS; i++)
+        if (jmsg_raw(m, (jmsg_part_t)i, &n))
+            total += n;
+    zmsg_t *b = jmsg_buffers(m);
+    return total + (b ? zmsg_content_size(b) : 0);
+}
+
+/*  Keep a copy of m for each dropped client it concerns: iopub for all, a reply for the one
+ *  it answers. */
+static void s_replay_keep(kern_t *k, const jmsg_t *m, gwproto_channel_t ch, const char *psess)
+{
+    for (gwqueue_t *q = zhashx_first(k->replay); q; q = zhashx_next(k->replay)) {
+        const char *key = zhashx_cursor(k->replay);
+        if (ch != GWPROTO_IOPUB && (!psess || strcmp(psess, key) != 0))
+            continue;
+        jmsg_t *copy = jmsg_new_empty();
+        if (!copy)
+            continue;
+        int ok = 1;
+        for (int i = 0; i < JMSG_NPARTS && ok; i++) {
+            size_t n;
+            const void *raw = jmsg_raw(m, (jmsg_part_t)i, &n);
+            ok = raw ? jmsg_set_raw_unparsed(copy, (jmsg_part_t)i, raw, n) == 0 : 1;
+        }
+        zmsg_t *b = jmsg_buffers(m);
+        for (zframe_t *f = b ? zmsg_first(b) : NULL; f && ok; f = zmsg_next(b))
+            ok = zmsg_addmem(jmsg_buffers(copy), zframe_data(f), zframe_size(f)) == 0;
+        if (!ok) {
+            jmsg_destroy(&copy);
+            continue;
+        }
+        gwqueue_push_msg(q, &copy, ch, s_msg_bytes(m));
+        size_t before = q->dropped;
+        gwqueue_trim(q, opt.replay_bytes);
+        g.replay_dropped += q->dropped - before;
+    }
+}
+
+/*  Send a client's message on to its kernel, timing execute requests for the metrics. */
+static int s_forward(kern_t *k, gwproto_channel_t ch, jmsg_t **m_p)
+{
+    if (ch == GWPROTO_SHELL && !strcmp(jmsg_type(*m_p), "execute_request") &&
+        zhashx_size(g.exec_start) < 100000) {
+        long long *t0 = malloc(sizeof *t0);
+        if (t0) {
+            *t0 = lws_now_usecs();
+            zhashx_update(g.exec_start, jmsg_id(*m_p), t0);
+        }
+        k->queued++;
+    }
+    return s_kern_send(k, ch, m_p);
+}
+
+static void s_on_kernel_msg(kern_t *k, gwproto_channel_t ch, jmsg_t *m)
+{
+    json_t *parent = jmsg_json(m, JMSG_PARENT);
+    const char *psess = jmsg_cstr(json_object_get(parent, "session"));
+    const char *pid = jmsg_cstr(json_object_get(parent, "msg_id"));
+    const char *type = jmsg_type(m);
+    if (ch == GWPROTO_IOPUB && !k->ready) {
+        k->ready = 1;
+        for (conn_t *c = zlistx_first(k->conns); c; c = zlistx_next(k->conns)) {
+            gwqueue_item_t *it;
+            while ((it = gwqueue_pop(&c->held))) {
+                s_forward(k, it->channel, &it->msg);
+                gwqueue_item_free(&it);
+            }
+        }
+    }
+    if (ch == GWPROTO_IOPUB && !strcmp(type, "status")) {
+        const char *st = jmsg_cstr(json_object_get(jmsg_content(m), "execution_state"));
+        if (st)
+            snprintf(k->state, sizeof k->state, "%s", st);
+    }
+    if (psess && !strcmp(psess, k->own)) {
+        /* The gateway's own requests: the nudge, and a REST restart's reply. */
+        if (ch == GWPROTO_CONTROL && pid && !strcmp(pid, k->restart_id) && k->restart_conn) {
+            conn_t *c = k->restart_conn;
+            k->restart_conn = NULL;
+            c->kern = NULL;
+            json_t *info = json_pack("{s:s, s:s, s:s}", "id", k->id, "name", k->name, "state",
+                                     "idle");
+            s_respond_json(c, 200, s_model(info));
+            json_decref(info);
+        }
+        return;
+    }
+    if (ch == GWPROTO_SHELL && !strcmp(type, "execute_reply")) {
+        const char *st = jmsg_cstr(json_object_get(jmsg_content(m), "status"));
+        if (st && !strcmp(st, "ok"))
+            g.cells_ok++;
+        else if (st && !strcmp(st, "aborted"))
+            g.cells_aborted++;
+        else
+            g.cells_error++;
+        if (k->queued > 0)
+            k->queued--;
+        long long *t0 = pid ? zhashx_lookup(g.exec_start, pid) : NULL;
+        if (t0) {
+            double s = (double)(lws_now_usecs() - *t0) / 1e6;
+            g.rtt_count++;
+            g.rtt_sum_s += s;
+            for (int i = 0; i < 12; i++)
+                if (s <= s_rtt_le[i])
+                    g.rtt_buckets[i]++;
+            zhashx_delete(g.exec_start, pid);
+        }
+    }
+    for (conn_t *c = zlistx_first(k->conns); c; c = zlistx_next(k->conns))
+        if (ch == GWPROTO_IOPUB || (psess && !strcmp(psess, c->session_id)))
+            s_ws_queue(c, ch, m);
+    s_replay_keep(k, m, ch, psess);
+}
+
+static void s_drain_kern(kern_t *k)
+{
+    for (int ch = 0; ch < GWPROTO_NCHANNELS && k; ch++) {
+        while (k->sock[ch] && (zsock_events(k->sock[ch]) & ZMQ_POLLIN)) {
+            zmsg_t *z = zmsg_recv(k->sock[ch]);
+            if (!z)
+                break;
+            jmsg_t *m = NULL;
+            int rc = wire_decode(k->wire, &z, &m);
+            if (rc < 0) {
+                LOG_W("session=%s: a %s message kennel-gateway cannot read: %s", k->id,
+                      gwproto_channel_name(ch), wire_strerror(rc));
+                continue;
+            }
+            s_on_kernel_msg(k, ch, m);
+            jmsg_destroy(&m);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* WebSockets                                                                         */
+
+static void s_ws_close(conn_t *c, int code, const char *reason)
+{
+    if (!c->wsi || c->close_code)
+        return;
+    c->close_code = code;
+    snprintf(c->close_reason, sizeof c->close_reason, "%s", reason);
+    lws_callback_on_writable(c->wsi);
+}
+
+static void s_attach(conn_t *c, kern_t *k)
+{
+    c->kern = k;
+    zlistx_add_end(k->conns, c);
+    gwqueue_t *q = c->session_id[0] ? zhashx_lookup(k->replay, c->session_id) : NULL;
+    if (q) {
+        /* The messages this client missed, in the order they came, before anything new. */
+        gwqueue_item_t *it;
+        while ((it = gwqueue_pop(q))) {
+            s_ws_queue(c, it->channel, it->msg);
+            g.replayed++;
+            gwqueue_item_free(&it);
+        }
+        free(q);
+        zhashx_delete(k->replay, c->session_id);
+    }
+    if (!k->ready) {
+        s_nudge(k);
+        return;
+    }
+    gwqueue_item_t *it;
+    while ((it = gwqueue_pop(&c->held))) {
+        s_forward(k, it->channel, &it->msg);
+        gwqueue_item_free(&it);
+    }
+}
+
+static void s_detach(conn_t *c)
+{
+    kern_t *k = c->kern;
+    if (!k)
+        return;
+    c->kern = NULL;
+    void *h = zlistx_find(k->conns, c);
+    if (h)
+        zlistx_delete(k->conns, h);
+    if (!c->session_id[0] || zhashx_lookup(k->replay, c->session_id) ||
+        zhashx_size(k->replay) >= MAX_REPLAYS)
+        return;
+    for (conn_t *o = zlistx_first(k->conns); o; o = zlistx_next(k->conns))
+        if (!strcmp(o->session_id, c->session_id))
+            return; /* another WebSocket of the same client is still there */
+    gwqueue_t *q = calloc(1, sizeof *q);
+    if (q) {
+        q->since_ms = util_now_ms();
+        zhashx_insert(k->replay, c->session_id, q);
+    }
+}
+
+static void s_ws_message(conn_t *c, const unsigned char *data, size_t len, int is_binary)
+{
+    lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, opt.idle_s);
+    gwproto_channel_t ch;
+    jmsg_t *m = NULL;
+    int rc = gwproto_decode(c->mode, is_binary, data, len, 64, &ch, &m);
+    if (rc < 0) {
+        g.frames_refused++;
+        s_ws_close(c, rc == GWPROTO_ECHANNEL ? LWS_CLOSE_STATUS_POLICY_VIOLATION
+                                             : LWS_CLOSE_STATUS_INVALID_PAYLOAD,
+                   gwproto_strerror(rc));
+        return;
+    }
+    const char *sess = jmsg_cstr(json_object_get(jmsg_header(m), "session"));
+    if (!c->session_id[0] && sess)
+        snprintf(c->session_id, sizeof c->session_id, "%s", sess);
+    kern_t *k = c->kern;
+    if (!k || !k->ready) {
+        if (c->held.count >= MAX_HELD) {
+            jmsg_destroy(&m);
+            s_ws_close(c, LWS_CLOSE_STATUS_POLICY_VIOLATION, "too many messages before ready");
+            return;
+        }
+        gwqueue_push_msg(&c->held, &m, ch, len);
+        return;
+    }
+    if (s_forward(k, ch, &m) < 0)
+        s_ws_close(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "the kernel is not reachable");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* HTTP                                                                               */
+
+static int s_header(struct lws *wsi, enum lws_token_indexes t, char *buf, int len)
+{
+    int n = lws_hdr_total_length(wsi, t);
+    if (n <= 0 || n >= len)
+        return -1;
+    return lws_hdr_copy(wsi, buf, len, t) < 0 ? -1 : n;
+}
+
+/*  The tenant of the request's token into tenant: 1, 0 without a token, -1 with a wrong one. */
+static int s_auth(struct lws *wsi, char *tenant, size_t tenant_len)
+{
+    char buf[512];
+    const char *tok = NULL;
+    if (s_header(wsi, WSI_TOKEN_HTTP_AUTHORIZATION, buf, sizeof buf) > 0) {
+        if (!strncasecmp(buf, "token ", 6))
+            tok = buf + 6;
+        else if (!strncasecmp(buf, "bearer ", 7))
+            tok = buf + 7;
+        else
+            return -1;
+    } else {
+        tok = lws_get_urlarg_by_name(wsi, "token=", buf, sizeof buf);
+    }
+    if (!tok)
+        return 0;
+    while (*tok == ' ')
+        tok++;
+    char key[GWPROTO_TOKEN_KEY_LEN];
+    gwproto_token_key(tok, strlen(tok), key);
+    sodium_memzero(buf, sizeof buf);
+    const char *t = json_string_value(json_object_get(g.tokens, key));
+    if (!t)
+        return -1;
+    snprintf(tenant, tenant_len, "%s", t);
+    return 1;
+}
+
+static int s_method(struct lws *wsi)
+{
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI))
+        return 'G';
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI))
+        return 'P';
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_DELETE_URI))
+        return 'D';
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_OPTIONS_URI))
+        return 'O';
+    return 0;
+}
+
+/*  A request from a browser page of another origin is refused unless --cors-origin names
+ *  it; as in Jupyter Server, an Origin naming the gateway's own host (what a WebSocket
+ *  client library sends by default) is the same origin. */
+static int s_origin_ok(struct lws *wsi)
+{
+    char o[256], host[256];
+    if (s_header(wsi, WSI_TOKEN_ORIGIN, o, sizeof o) < 0)
+        return 1;
+    if (opt.cors && (!strcmp(opt.cors, "*") || !strcmp(opt.cors, o)))
+        return 1;
+    const char *sep = strstr(o, "://");
+    return sep && s_header(wsi, WSI_TOKEN_HOST, host, sizeof host) > 0 && !strcmp(sep + 3, host);
+}
+
+static json_t *s_spec(const char *name)
+{
+    return json_pack("{s:s, s:{s:[], s:s, s:s, s:s, s:{}, s:{}}, s:{}}", "name", name, "spec",
+                     "argv", "display_name", "Python 3 (kennel)", "language", "python",
+                     "interrupt_mode", "message", "env", "metadata", "resources");
+}
+
+/*  The session name a POST /api/kernels body asks for: env.KERNEL_SESSION_NAME (or
+ *  KERNEL_KENNEL_SESSION), else a fresh one. Writes TENANT.NAME into out; -1 when invalid. */
+static int s_session_name(const conn_t *c, json_t *body, char *out, size_t out_len)
+{
+    json_t *env = json_object_get(body, "env");
+    const char *n = jmsg_cstr(json_object_get(env, "KERNEL_SESSION_NAME"));
+    if (!n)
+        n = jmsg_cstr(json_object_get(env, "KERNEL_KENNEL_SESSION"));
+    char fresh[40];
+    if (!n) {
+        char u[40];
+        util_uuid(u);
+        snprintf(fresh, sizeof fresh, "k-%.8s%.4s", u, u + 9);
+        n = fresh;
+    }
+    if (!gwproto_is_session_name(n))
+        return -1;
+    snprintf(out, out_len, "%s.%s", c->tenant, n);
+    return 0;
+}
+
+static void s_dispatch(conn_t *c)
+{
+    g.http_requests++;
+    const gwproto_route_t *r = &c->route;
+    int m = c->method;
+    switch (r->kind) {
+    case GWPROTO_R_API:
+        if (m == 'G')
+            return s_respond_json(c, 200, json_pack("{s:s, s:s}", "version", "2.0.0", "kennel",
+                                                    KENNEL_VERSION));
+        break;
+    case GWPROTO_R_KERNELSPECS:
+        if (m == 'G')
+            return s_respond_json(c, 200, json_pack("{s:s, s:{s:o, s:o}}", "default", "kennel",
+                                                    "kernelspecs", "kennel", s_spec("kennel"),
+                                                    "python3", s_spec("python3")));
+        break;
+    case GWPROTO_R_KERNELSPEC:
+        if (m == 'G') {
+            if (!strcmp(r->id, "kennel") || !strcmp(r->id, "python3"))
+                return s_respond_json(c, 200, s_spec(r->id));
+            return s_respond_error(c, 404, "no such kernel spec");
+        }
+        break;
+    case GWPROTO_R_KERNELS:
+        if (m == 'G') {
+            if (s_mgr_call(c, MP_LIST, "list_request", json_object()) < 0)
+                s_respond_error(c, 503, "kenneld is not reachable");
+            return;
+        }
+        if (m == 'P') {
+            json_t *body = c->body_len ? json_loadb(c->body, c->body_len, 0, NULL) : json_object();
+            if (!json_is_object(body)) {
+                json_decref(body);
+                return s_respond_error(c, 400, "the body is not a JSON object");
+            }
+            const char *spec = json_string_value(json_object_get(body, "name"));
+            char name[160];
+            if (spec && strcmp(spec, "kennel") && strcmp(spec, "python3")) {
+                json_decref(body);
+                return s_respond_error(c, 404, "no such kernel spec");
+            }
+            if (s_session_name(c, body, name, sizeof name) < 0) {
+                json_decref(body);
+                return s_respond_error(c, 400, "KERNEL_SESSION_NAME: 1 to 64 of A-Z a-z 0-9 . _ -");
+            }
+            json_decref(body);
+            if (s_mgr_call(c, MP_CREATE, "create_request", json_pack("{s:s}", "name", name)) < 0)
+                s_respond_error(c, 503, "kenneld is not reachable");
+            return;
+        }
+        break;
+    case GWPROTO_R_KERNEL:
+        if (m == 'G' || m == 'D') {
+            if (s_mgr_call_session(c, m == 'G' ? MP_GET : MP_DELETE, "info_request", r->id) < 0)
+                s_respond_error(c, 503, "kenneld is not reachable");
+            return;
+        }
+        break;
+    case GWPROTO_R_INTERRUPT:
+    case GWPROTO_R_RESTART:
+        if (m == 'P') {
+            if (s_mgr_call_session(c, r->kind == GWPROTO_R_INTERRUPT ? MP_INTERRUPT : MP_RESTART,
+                                   "info_request", r->id) < 0)
+                s_respond_error(c, 503, "kenneld is not reachable");
+            return;
+        }
+        break;
+    case GWPROTO_R_CHANNELS:
+        return s_respond_error(c, 400, "a WebSocket upgrade is needed");
+    case GWPROTO_R_SESSIONS:
+        if (m == 'G') {
+            if (s_mgr_call(c, MP_SESSIONS, "list_request", json_object()) < 0)
+                s_respond_error(c, 503, "kenneld is not reachable");
+            return;
+        }
+        break;
+    case GWPROTO_R_SESSION:
+        return s_respond_error(c, 404, "no such session");
+    case GWPROTO_R_METRICS:
+        if (m == 'G') {
+            if (s_mgr_call(c, MP_METRICS, "list_request", json_object()) < 0)
+                s_metrics(c, NULL);
+            return;
+        }
+        break;
+    case GWPROTO_R_NOTFOUND:
+        return s_respond_error(c, 404, "not found");
+    }
+    s_respond_error(c, 405, "method not allowed");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Metrics                                                                            */
+
+static void s_metrics(conn_t *c, json_t *sessions)
+{
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    char line[1024];
+#define OUT(...)                                                                                   \
+    do {                                                                                           \
+        int n_ = snprintf(line, sizeof line, __VA_ARGS__);                                         \
+        util_append(&buf, &len, &cap, line, (size_t)n_);                                           \
+    } while (0)
+    static const char *states[] = {"starting", "idle", "busy", "saving", "evicted", "restoring",
+                                   "dead"};
+    OUT("# HELP kennel_gateway_sessions Sessions of the gateway's tenants, by kennel state.\n"
+        "# TYPE kennel_gateway_sessions gauge\n");
+    for (size_t s = 0; s < sizeof states / sizeof *states; s++) {
+        int n = 0;
+        size_t i;
+        json_t *v;
+        json_array_foreach(sessions, i, v)
+        {
+            const char *nm = json_string_value(json_object_get(v, "name"));
+            const char *dot = nm ? strchr(nm, '.') : NULL;
+            const char *st = json_string_value(json_object_get(v, "state"));
+            if (!dot || !st || strcmp(st, states[s]))
+                continue;
+            char tn[40];
+            snprintf(tn, sizeof tn, "%.*s", (int)(dot - nm), nm);
+            if (gwproto_is_tenant(tn))
+                n++;
+        }
+        OUT("kennel_gateway_sessions{state=\"%s\"} %d\n", states[s], n);
+    }
+    OUT("# HELP kennel_gateway_cells_total Cells answered through the gateway, by outcome.\n"
+        "# TYPE kennel_gateway_cells_total counter\n"
+        "kennel_gateway_cells_total{outcome=\"ok\"} %llu\n"
+        "kennel_gateway_cells_total{outcome=\"error\"} %llu\n"
+        "kennel_gateway_cells_total{outcome=\"aborted\"} %llu\n",
+        g.cells_ok, g.cells_error, g.cells_aborted);
+    size_t queued = 0, out_bytes = 0, replay_msgs = 0, websockets = 0;
+    for (kern_t *k = zhashx_first(g.kerns); k; k = zhashx_next(g.kerns)) {
+        queued += (size_t)k->queued;
+        websockets += zlistx_size(k->conns);
+        for (conn_t *o = zlistx_first(k->conns); o; o = zlistx_next(k->conns))
+            out_bytes += o->out.bytes;
+        for (gwqueue_t *q = zhashx_first(k->replay); q; q = zhashx_next(k->replay))
+            replay_msgs += q->count;
+    }
+    OUT("# HELP kennel_gateway_queue_length What waits: execute requests for replies, "
+        "bytes for WebSockets, messages for dropped clients.\n"
+        "# TYPE kennel_gateway_queue_length gauge\n"
+        "kennel_gateway_queue_length{queue=\"execute\"} %zu\n"
+        "kennel_gateway_queue_length{queue=\"websocket_bytes\"} %zu\n"
+        "kennel_gateway_queue_length{queue=\"replay_messages\"} %zu\n",
+        queued, out_bytes, replay_msgs);
+    OUT("# TYPE kennel_gateway_websockets gauge\nkennel_gateway_websockets %zu\n", websockets);
+    OUT("# TYPE kennel_gateway_websockets_total counter\nkennel_gateway_websockets_total %llu\n",
+        g.ws_total);
+    OUT("# TYPE kennel_gateway_refused_total counter\n"
+        "kennel_gateway_refused_total{what=\"auth\"} %llu\n"
+        "kennel_gateway_refused_total{what=\"websocket\"} %llu\n"
+        "kennel_gateway_refused_total{what=\"frame\"} %llu\n",
+        g.auth_failed, g.ws_refused, g.frames_refused);
+    OUT("# TYPE kennel_gateway_replayed_messages_total counter\n"
+        "kennel_gateway_replayed_messages_total %llu\n"
+        "# TYPE kennel_gateway_replay_dropped_total counter\n"
+        "kennel_gateway_replay_dropped_total %llu\n",
+        g.replayed, g.replay_dropped);
+    OUT("# HELP kennel_gateway_execute_roundtrip_seconds From an execute_request leaving the "
+        "gateway to its execute_reply coming back.\n"
+        "# TYPE kennel_gateway_execute_roundtrip_seconds histogram\n");
+    for (int i = 0; i < 12; i++)
+        OUT("kennel_gateway_execute_roundtrip_seconds_bucket{le=\"%g\"} %llu\n", s_rtt_le[i],
+            g.rtt_buckets[i]);
+    OUT("kennel_gateway_execute_roundtrip_seconds_bucket{le=\"+Inf\"} %llu\n"
+        "kennel_gateway_execute_roundtrip_seconds_sum %.6f\n"
+        "kennel_gateway_execute_roundtrip_seconds_count %llu\n",
+        g.rtt_count, g.rtt_sum_s, g.rtt_count);
+#undef OUT
+    s_respond(c, 200, "text/plain; version=0.0.4", buf ? buf : "", len);
+    free(buf);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* libwebsockets' callback for HTTP and both WebSocket framings                       */
+
+static int s_write_response(struct lws *wsi, conn_t *c)
+{
+    unsigned char hb[LWS_PRE + 1024], *start = hb + LWS_PRE, *p = start, *end = hb + sizeof hb - 1;
+    if (lws_add_http_common_headers(wsi, (unsigned)c->status, c->ctype, c->resp_len, &p, end))
+        return -1;
+    if (c->status == 401 &&
+        lws_add_http_header_by_name(wsi, (const unsigned char *)"WWW-Authenticate:",
+                                    (const unsigned char *)"token", 5, &p, end))
+        return -1;
+    if (opt.cors) {
+        static const char *const h[][2] = {
+            {"Access-Control-Allow-Origin:", NULL},
+            {"Access-Control-Allow-Headers:", "Authorization, Content-Type"},
+            {"Access-Control-Allow-Methods:", "GET, POST, DELETE, OPTIONS"}};
+        for (int i = 0; i < 3; i++) {
+            const char *v = h[i][1] ? h[i][1] : opt.cors;
+            if (lws_add_http_header_by_name(wsi, (const unsigned char *)h[i][0],
+                                            (const unsigned char *)v, (int)strlen(v), &p, end))
+                return -1;
+        }
+    }
+    if (lws_finalize_write_http_header(wsi, start, &p, end))
+        return -1;
+    if (c->resp_len &&
+        lws_write(wsi, c->resp + LWS_PRE, c->resp_len, LWS_WRITE_HTTP_FINAL) != (int)c->resp_len)
+        return -1;
+    free(c->resp);
+    c->resp = NULL;
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+static void s_conn_free(conn_t *c)
+{
+    if (c->pending)
+        c->pending->conn = NULL;
+    if (c->kern && c->kern->restart_conn == c)
+        c->kern->restart_conn = NULL;
+    else
+        s_detach(c);
+    if (c->counted) {
+        json_t *n = json_object_get(g.tenant_conns, c->tenant);
+        json_integer_set(n, json_integer_value(n) - 1);
+    }
+    gwqueue_clear(&c->out);
+    gwqueue_clear(&c->held);
+    free(c->rx);
+    free(c->body);
+    free(c->resp);
+    free(c);
+}
+
+/*  A connection's state hangs on its wsi's opaque pointer, not in libwebsockets' per-session
+ *  data: that is freed and made anew when an upgrade binds the WebSocket to another protocol
+ *  (the v1 subprotocol), and the connection must outlive that. */
+static conn_t *s_conn_new(struct lws *wsi)
+{
+    conn_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->wsi = wsi;
+    lws_set_opaque_user_data(wsi, c);
+    return c;
+}
+
+static int s_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                      size_t len)
+{
+    conn_t *c = lws_get_opaque_user_data(wsi);
+    switch (reason) {
+    case LWS_CALLBACK_HTTP: {
+        if (!c && !(c = s_conn_new(wsi)))
+            return -1;
+        c->responded = 0;
+        free(c->body);
+        c->body = NULL;
+        c->body_len = 0;
+        c->method = s_method(wsi);
+        gwproto_route(in ? in : "", &c->route);
+        if (c->method == 'O') {
+            if (opt.cors && s_origin_ok(wsi))
+                s_respond(c, 204, "text/plain", "", 0);
+            else
+                s_respond_error(c, 403, "cross-origin requests are not allowed");
+            return 0;
+        }
+        if (!s_origin_ok(wsi)) {
+            s_respond_error(c, 403, "cross-origin requests are not allowed");
+            return 0;
+        }
+        int a = s_auth(wsi, c->tenant, sizeof c->tenant);
+        if (a <= 0) {
+            g.auth_failed++;
+            s_respond_error(c, a == 0 ? 401 : 403, a == 0 ? "a token is needed" : "bad token");
+            return 0;
+        }
+        if (c->method == 'P' && lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0) {
+            char cl[32];
+            if (s_header(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, cl, sizeof cl) > 0 && atol(cl) > 0)
+                return 0; /* the body comes next */
+        }
+        s_dispatch(c);
+        return 0;
+    }
+    case LWS_CALLBACK_HTTP_BODY:
+        if (!c)
+            return -1;
+        if (c->body_len + len > MAX_BODY) {
+            c->body_too_big = 1;
+            return 0;
+        }
+        {
+            char *b = realloc(c->body, c->body_len + len + 1);
+            if (!b)
+                return -1;
+            memcpy(b + c->body_len, in, len);
+            c->body = b;
+            c->body_len += len;
+            b[c->body_len] = '\0';
+        }
+        return 0;
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        if (!c)
+            return -1;
+        if (c->body_too_big)
+            s_respond_error(c, 413, "the body is too large");
+        else
+            s_dispatch(c);
+        return 0;
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+        if (c && c->responded && c->resp)
+            return s_write_response(wsi, c);
+        return 0;
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: {
+        if (!c && !(c = s_conn_new(wsi)))
+            return -1;
+        char uri[512];
+        gwproto_route_t r;
+        if (s_header(wsi, WSI_TOKEN_GET_URI, uri, sizeof uri) < 0)
+            uri[0] = '\0';
+        gwproto_route(uri, &r);
+        int a = s_auth(wsi, c->tenant, sizeof c->tenant);
+        int status = 0;
+        if (a <= 0) {
+            g.auth_failed++;
+            status = a == 0 ? 401 : 403;
+        } else if (!s_origin_ok(wsi)) {
+            status = 403;
+        } else if (r.kind != GWPROTO_R_CHANNELS) {
+            status = 404;
+        } else {
+            json_t *n = json_object_get(g.tenant_conns, c->tenant);
+            if (json_integer_value(n) >= opt.max_conns)
+                status = 429;
+        }
+        if (status) {
+            g.ws_refused++;
+            lws_return_http_status(wsi, (unsigned)status, NULL);
+            return 1;
+        }
+        snprintf(c->kernel_id, sizeof c->kernel_id, "%s", r.id);
+        char sid[80];
+        const char *s = lws_get_urlarg_by_name(wsi, "session_id=", sid, sizeof sid);
+        if (s)
+            snprintf(c->session_id, sizeof c->session_id, "%s", s);
+        return 0;
+    }
+    case LWS_CALLBACK_ESTABLISHED: {
+        if (!c)
+            return -1;
+        const struct lws_protocols *pr = lws_get_protocol(wsi);
+        c->is_ws = 1;
+        c->mode = pr && pr->id == 1 ? GWPROTO_WS_V1 : GWPROTO_WS_JSON;
+        json_t *n = json_object_get(g.tenant_conns, c->tenant);
+        if (!n)
+            json_object_set_new(g.tenant_conns, c->tenant, n = json_integer(0));
+        json_integer_set(n, json_integer_value(n) + 1);
+        c->counted = 1;
+        g.ws_total++;
+        lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, opt.idle_s);
+        kern_t *k = zhashx_lookup(g.kerns, c->kernel_id);
+        if (k && strcmp(k->tenant, c->tenant) == 0)
+            s_attach(c, k);
+        else if (s_mgr_call_session(c, MP_ATTACH, "info_request", c->kernel_id) < 0)
+            s_ws_close(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "kenneld is not reachable");
+        return 0;
+    }
+    case LWS_CALLBACK_RECEIVE: {
+        if (!c || c->close_code)
+            return 0;
+        int last = lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi);
+        int bin = lws_frame_is_binary(wsi);
+        if (c->rx_len + len > opt.max_frame) {
+            g.frames_refused++;
+            lws_close_reason(wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE,
+                             (unsigned char *)"message too big", 15);
+            return -1;
+        }
+        if (last && c->rx_len == 0) {
+            s_ws_message(c, in, len, bin);
+            return 0;
+        }
+        if (c->rx_len + len > c->rx_cap) {
+            size_t cap = c->rx_cap ? c->rx_cap : 4096;
+            while (cap < c->rx_len + len)
+                cap *= 2;
+            unsigned char *b = realloc(c->rx, cap);
+            if (!b)
+                return -1;
+            c->rx = b;
+            c->rx_cap = cap;
+        }
+        memcpy(c->rx + c->rx_len, in, len);
+        c->rx_len += len;
+        if (last) {
+            s_ws_message(c, c->rx, c->rx_len, bin);
+            c->rx_len = 0;
+        }
+        return 0;
+    }
+    case LWS_CALLBACK_SERVER_WRITEABLE: {
+        if (!c)
+            return 0;
+        if (c->close_code) {
+            lws_close_reason(wsi, (enum lws_close_status)c->close_code,
+                             (unsigned char *)c->close_reason, strlen(c->close_reason));
+            return -1;
+        }
+        gwqueue_item_t *it = gwqueue_pop(&c->out);
+        if (!it)
+            return 0;
+        int n = lws_write(wsi, it->buf + LWS_PRE, it->len,
+                          it->is_binary ? LWS_WRITE_BINARY : LWS_WRITE_TEXT);
+        size_t want = it->len;
+        gwqueue_item_free(&it);
+        if (n < (int)want)
+            return -1;
+        lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, opt.idle_s);
+        if (c->out.head)
+            lws_callback_on_writable(wsi);
+        return 0;
+    }
+    case LWS_CALLBACK_CLOSED:
+    case LWS_CALLBACK_CLOSED_HTTP:
+    case LWS_CALLBACK_WSI_DESTROY:
+        if (c) {
+            lws_set_opaque_user_data(wsi, NULL);
+            s_conn_free(c);
+        }
+        return 0;
+    default:
+        break;
+    }
+    return lws_callback_http_dummy(wsi, reason, user, in, len);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The sweep: once a second, what no event would do                                  */
+
+static void s_sweep(lws_sorted_usec_list_t *sul)
+{
+    long long now = util_now_ms();
+    s_drain_mgr();
+    /* Manager calls kenneld never answered: fail them, and read kenneld.json again (a
+     * restarted kenneld has a new key). */
+    zlistx_t *late = zlistx_new();
+    for (mpend_t *p = zhashx_first(g.mpend); p; p = zhashx_next(g.mpend))
+        if (p->deadline_ms < now)
+            zlistx_add_end(late, p->msg_id);
+    for (const char *id = zlistx_first(late); id; id = zlistx_next(late)) {
+        char key[40];
+        snprintf(key, sizeof key, "%s", id); /* the key must outlive the item */
+        s_mgr_fail(zhashx_lookup(g.mpend, key));
+        zhashx_delete(g.mpend, key);
+    }
+    if (zlistx_size(late))
+        s_mgr_connect();
+    zlistx_destroy(&late);
+    zlistx_t *idle = zlistx_new();
+    for (kern_t *k = zhashx_first(g.kerns); k; k = zhashx_next(g.kerns)) {
+        s_drain_kern(k);
+        if (!k->ready && zlistx_size(k->conns) && now - k->nudged_ms > 200)
+            s_nudge(k);
+        zlistx_t *expired = zlistx_new();
+        for (gwqueue_t *q = zhashx_first(k->replay); q; q = zhashx_next(k->replay))
+            if (now - q->since_ms > (long long)opt.replay_s * 1000)
+                zlistx_add_end(expired, (void *)zhashx_cursor(k->replay));
+        for (const char *kk = zlistx_first(expired); kk; kk = zlistx_next(expired)) {
+            char key[80];
+            snprintf(key, sizeof key, "%s", kk);
+            gwqueue_t *q = zhashx_lookup(k->replay, key);
+            g.replay_dropped += q->count;
+            gwqueue_clear(q);
+            free(q);
+            zhashx_delete(k->replay, key);
+        }
+        zlistx_destroy(&expired);
+        if (zlistx_size(k->conns) || zhashx_size(k->replay) || k->restart_conn)
+            k->unused_since_ms = 0;
+        else if (!k->unused_since_ms)
+            k->unused_since_ms = now;
+        else if (now - k->unused_since_ms > 60000)
+            zlistx_add_end(idle, k->id);
+    }
+    for (const char *id = zlistx_first(idle); id; id = zlistx_next(idle)) {
+        char key[40];
+        snprintf(key, sizeof key, "%s", id);
+        zhashx_delete(g.kerns, key);
+    }
+    zlistx_destroy(&idle);
+    lws_sul_schedule(g.ctx, 0, sul, s_sweep, LWS_US_PER_SEC);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Start-up                                                                           */
+
+static void s_on_signal(int sig)
+{
+    (void)sig;
+    g.stop = 1;
+    if (g.ctx)
+        lws_cancel_service(g.ctx);
+}
+
+static void s_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kennel-gateway --state-dir DIR --listen ADDR:PORT --tokens FILE\n"
+            "                      [--cert FILE --key FILE] [--user USER] [--cors-origin ORIGIN]\n"
+            "                      [--max-header BYTES] [--max-frame BYTES] [--max-conns N]\n"
+            "                      [--idle SECONDS] [--request-timeout SECONDS]\n"
+            "                      [--replay-bytes BYTES] [--replay-seconds SECONDS]\n"
+            "                      [--log-level LEVEL]\n"
+            "The Jupyter Server kernel API (REST and WebSocket) in front of kenneld: see "
+            "docs/gateway.md.\n");
+}
+
+static int s_parse_args(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"state-dir", required_argument, NULL, 's'}, {"listen", required_argument, NULL, 'l'},
+        {"tokens", required_argument, NULL, 't'},    {"cert", required_argument, NULL, 'c'},
+        {"key", required_argument, NULL, 'k'},       {"user", required_argument, NULL, 'u'},
+        {"cors-origin", required_argument, NULL, 'o'},
+        {"max-header", required_argument, NULL, 'H'}, {"max-frame", required_argument, NULL, 'F'},
+        {"max-conns", required_argument, NULL, 'C'}, {"idle", required_argument, NULL, 'i'},
+        {"request-timeout", required_argument, NULL, 'r'},
+        {"replay-bytes", required_argument, NULL, 'B'},
+        {"replay-seconds", required_argument, NULL, 'S'},
+        {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    int c, level = LOG_LEVEL_INFO;
+    const char *listen = NULL;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        long v = 0;
+        if (strchr("HFCirBS", c)) {
+            char *end;
+            v = strtol(optarg, &end, 10);
+            if (*end || v <= 0) {
+                fprintf(stderr, "kennel-gateway: %s is not a positive number\n", optarg);
+                return -1;
+            }
+        }
+        switch (c) {
+        case 's': snprintf(opt.state_dir, sizeof opt.state_dir, "%s", optarg); break;
+        case 'l': listen = optarg; break;
+        case 't': opt.tokens = optarg; break;
+        case 'c': opt.cert = optarg; break;
+        case 'k': opt.key = optarg; break;
+        case 'u': opt.user = optarg; break;
+        case 'o': opt.cors = optarg; break;
+        case 'H':
+            if (v < 1024 || v > 65535) {
+                fprintf(stderr, "kennel-gateway: --max-header is 1024 to 65535\n");
+                return -1;
+            }
+            opt.max_header = (unsigned)v;
+            break;
+        case 'F': opt.max_frame = (size_t)v; break;
+        case 'C': opt.max_conns = (int)v; break;
+        case 'i': opt.idle_s = (int)v; break;
+        case 'r': opt.request_s = (int)v; break;
+        case 'B': opt.replay_bytes = (size_t)v; break;
+        case 'S': opt.replay_s = (int)v; break;
+        case 'L':
+            if ((level = log_level_parse(optarg)) < 0) {
+                fprintf(stderr, "kennel-gateway: --log-level is error, warn, info or debug\n");
+                return -1;
+            }
+            break;
+        case 'h': s_usage(stdout); exit(0);
+        default: s_usage(stderr); return -1;
+        }
+    }
+    log_init("kennel-gateway", (log_level_t)level);
+    if (!opt.state_dir[0] || !listen || !opt.tokens || optind != argc ||
+        (!opt.cert != !opt.key)) {
+        s_usage(stderr);
+        return -1;
+    }
+    const char *colon = strrchr(listen, ':');
+    char *end;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || *end || port < 1 || port > 65535 ||
+        (size_t)(colon - listen) >= sizeof opt.listen_addr) {
+        fprintf(stderr, "kennel-gateway: --listen wants ADDR:PORT\n");
+        return -1;
+    }
+    snprintf(opt.listen_addr, sizeof opt.listen_addr, "%.*s", (int)(colon - listen), listen);
+    opt.port = (int)port;
+    return 0;
+}
+
+/*  The tokens file must be a regular file only its owner can read or write. */
+static json_t *s_load_tokens(void)
+{
+    int fd = open(opt.tokens, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        fprintf(stderr, "kennel-gateway: %s: %s\n", opt.tokens, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode) || (st.st_mode & 077)) {
+        fprintf(stderr, "kennel-gateway: %s must be a regular file of mode 0600 (it is %04o)\n",
+                opt.tokens, (unsigned)(st.st_mode & 07777));
+        close(fd);
+        return NULL;
+    }
+    close(fd);
+    size_t len;
+    char *text = util_read_file(opt.tokens, 1u << 20, &len);
+    if (!text) {
+        fprintf(stderr, "kennel-gateway: %s: %s\n", opt.tokens, strerror(errno));
+        return NULL;
+    }
+    char err[128];
+    json_t *t = gwproto_tokens_parse(text, len, err, sizeof err);
+    sodium_memzero(text, len);
+    free(text);
+    if (!t)
+        fprintf(stderr, "kennel-gateway: %s: %s\n", opt.tokens, err);
+    else if (json_object_size(t) == 0) {
+        fprintf(stderr, "kennel-gateway: %s holds no token\n", opt.tokens);
+        json_decref(t);
+        t = NULL;
+    }
+    return t;
+}
+
+/*  Become --user for good: groups, then gid, then uid (after setuid there is no right left
+ *  to change the others), then no_new_privs so nothing exec'd could regain any. */
+static int s_drop(const struct passwd *pw)
+{
+    if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0) {
+        PLOG_E("dropping to %s", pw->pw_name);
+        return -1;
+    }
+    if (setuid(0) == 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+        LOG_E("privileges could not be dropped for good");
+        return -1;
+    }
+    /* A parent-death signal is cleared by the credential change: set it now. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    return 0;
+}
+
+static const struct lws_protocols s_protocols[] = {
+    {"kennel-gateway", s_callback, 0, 0, 0, NULL, 0},
+    {"v1.kernel.websocket.jupyter.org", s_callback, 0, 0, 1, NULL, 0},
+    {"kennel-zmq", s_on_zmq, 0, 0, 2, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0}};
+
+int main(int argc, char **argv)
+{
+    if (s_parse_args(argc, argv) < 0)
+        return 2;
+    if (sodium_init() < 0)
+        return 1;
+    g.tokens = s_load_tokens();
+    if (!g.tokens)
+        return 2;
+    struct passwd *pw = NULL;
+    int privileged = geteuid() == 0;
+    if (privileged && !(pw = getpwnam(opt.user))) {
+        fprintf(stderr, "kennel-gateway: no user %s\n", opt.user);
+        return 2;
+    }
+    if (privileged && pw->pw_uid == 0) {
+        fprintf(stderr, "kennel-gateway: --user must not be root\n");
+        return 2;
+    }
+    if (privileged) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+            perror("kennel-gateway: socketpair");
+            return 1;
+        }
+        s_child_pid = fork();
+        if (s_child_pid < 0) {
+            perror("kennel-gateway: fork");
+            return 1;
+        }
+        if (s_child_pid > 0) {
+            close(sv[1]);
+            json_decref(g.tokens);
+            struct sigaction sa = {.sa_handler = s_forward_signal};
+            sigaction(SIGTERM, &sa, NULL);
+            sigaction(SIGINT, &sa, NULL);
+            sigaction(SIGHUP, &sa, NULL);
+            return s_monitor(sv[0]);
+        }
+        close(sv[0]);
+        g.monitor_fd = sv[1];
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+    }
+    struct sigaction sa = {.sa_handler = s_on_signal};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    lws_set_log_level(LLL_ERR, NULL);
+
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof info);
+    info.port = opt.port;
+    info.iface = opt.listen_addr;
+    info.protocols = s_protocols;
+    info.max_http_header_data = (unsigned short)opt.max_header;
+    info.timeout_secs = (unsigned)opt.request_s;
+    info.keepalive_timeout = opt.request_s;
+    info.alpn = "http/1.1";
+    info.uid = (uid_t)-1;
+    info.gid = (gid_t)-1;
+    info.options = LWS_SERVER_OPTION_VALIDATE_UTF8 | LWS_SERVER_OPTION_DISABLE_IPV6;
+    if (opt.cert) {
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        info.ssl_cert_filepath = opt.cert;
+        info.ssl_private_key_filepath = opt.key;
+    }
+    /* Binding and reading the key pair are the last things done with root's rights. */
+    g.ctx = lws_create_context(&info);
+    if (!g.ctx) {
+        LOG_E("cannot serve on %s:%d%s", opt.listen_addr, opt.port,
+              opt.cert ? " with that certificate and key" : "");
+        return 1;
+    }
+    g.vh = lws_get_vhost_by_name(g.ctx, "default");
+    if (privileged && s_drop(pw) < 0)
+        return 1;
+    /* From here on this process parses what the network sends. */
+    zsys_handler_set(NULL);
+    zsys_init();
+    util_uuid(g.mgr_session);
+    g.mpend = zhashx_new();
+    zhashx_set_destructor(g.mpend, s_free_item);
+    g.kerns = zhashx_new();
+    zhashx_set_destructor(g.kerns, s_kern_free);
+    g.exec_start = zhashx_new();
+    zhashx_set_destructor(g.exec_start, s_free_item);
+    g.tenant_conns = json_object();
+    if (!g.vh || s_mgr_connect() < 0)
+        return 1;
+    LOG_I("serving %s://%s:%d for %zu token(s)%s", opt.cert ? "https" : "http", opt.listen_addr,
+          opt.port, json_object_size(g.tokens), privileged ? ", as " : "");
+    if (privileged)
+        LOG_I("running as %s (uid %d)", opt.user, (int)getuid());
+    lws_sul_schedule(g.ctx, 0, &g.sul, s_sweep, LWS_US_PER_SEC);
+    while (!g.stop && lws_service(g.ctx, 0) >= 0) {
+    }
+    LOG_I("stopping");
+    zhashx_destroy(&g.kerns);
+    s_unwatch(&g.mgr_wsi);
+    lws_context_destroy(g.ctx);
+    zhashx_destroy(&g.mpend);
+    zhashx_destroy(&g.exec_start);
+    zsock_destroy(&g.mgr);
+    wire_destroy(&g.mgr_wire);
+    json_decref(g.tokens);
+    json_decref(g.tenant_conns);
+    return 0;
+}

@@ -1,0 +1,351 @@
+"""kennel-gateway at the protocol level, driven by clients nobody here wrote: urllib for its
+REST API and Debian's python3-websocket for its WebSockets (Jupyter Server's JSON frames and
+the v1.kernel.websocket.jupyter.org subprotocol), in front of a real kenneld whose manager
+is on tcp (the gateway drops to nobody and cannot enter the 0700 state directory)."""
+
+import json
+import os
+import socket
+import subprocess
+import time
+import uuid
+
+import pytest
+import websocket
+
+from .gateway_proc import (GATEWAY, TOKEN_A, TOKEN_B, Gateway, free_port, result_text,
+                           stream_text, write_tokens)
+
+MGR = f"tcp://127.0.0.1:{free_port()}"
+pytestmark = pytest.mark.parametrize("kenneld", [["--manager", MGR]], indirect=True)
+
+
+@pytest.fixture
+def gateway(kenneld, tmp_path):
+    """A kennel-gateway with two tenants (alice: TOKEN_A, bob: TOKEN_B); at teardown it must
+    still be running (no input in a test may end it), then it is ended by pid."""
+    started = []
+
+    def start(args=(), **kw):
+        d = tmp_path / f"gateway-{len(started)}"
+        d.mkdir()
+        gw = Gateway(kenneld, d, args, **kw)
+        started.append(gw)
+        return gw
+
+    yield start
+    try:
+        for gw in started:
+            assert gw.alive(), f"kennel-gateway died:\n{gw.log()}"
+    finally:
+        for gw in started:
+            gw.stop()
+
+
+@pytest.fixture
+def gw(gateway):
+    return gateway()
+
+
+def _closed_with(ch, timeout=10):
+    """(code, reason) of the close frame the gateway sends."""
+    ch.ws.settimeout(timeout)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            frame = ch.ws.recv_frame()
+        except (websocket.WebSocketConnectionClosedException, ConnectionError):
+            return None, None
+        if frame.opcode == websocket.ABNF.OPCODE_CLOSE:
+            data = frame.data
+            code = int.from_bytes(data[:2], "big") if len(data) >= 2 else None
+            return code, data[2:].decode(errors="replace")
+    raise AssertionError("the WebSocket was not closed")
+
+
+def _refused_upgrade(gw, kernel_id, **kw):
+    with pytest.raises(websocket.WebSocketBadStatusException) as e:
+        gw.connect(kernel_id, **kw)
+    return e.value.status_code
+
+
+def test_token_refused(gw):
+    assert gw.request("GET", "/api/kernels", token=None)[0] == 401
+    assert gw.request("GET", "/api/kernels", token="x" * 32)[0] == 403
+    assert gw.request("GET", "/metrics", token=None)[0] == 401
+    status, body = gw.request("GET", "/api/kernelspecs", token=None)
+    assert status == 401 and "kernelspecs" not in str(body)
+    # ?token= as Jupyter Server takes it
+    status, specs = gw.request("GET", f"/api/kernelspecs?token={TOKEN_A}", token=None)
+    assert status == 200 and {"kennel", "python3"} <= set(specs["kernelspecs"])
+    k = gw.start_kernel()
+    assert _refused_upgrade(gw, k["id"], token=None) == 401
+    assert _refused_upgrade(gw, k["id"], token="y" * 32) == 403
+
+
+def test_tokens_file_must_be_private(kenneld, tmp_path):
+    tokens = write_tokens(tmp_path / "tokens", mode=0o644)
+    r = subprocess.run([str(GATEWAY), "--state-dir", str(kenneld.state_dir), "--listen",
+                        f"127.0.0.1:{free_port()}", "--tokens", str(tokens)],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode != 0 and "0600" in r.stderr
+    write_tokens(tokens, "short alice\n")
+    r = subprocess.run([str(GATEWAY), "--state-dir", str(kenneld.state_dir), "--listen",
+                        f"127.0.0.1:{free_port()}", "--tokens", str(tokens)],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode != 0 and "line 1" in r.stderr
+
+
+def test_serves_unprivileged(gw):
+    """Started as root, what parses HTTP runs as nobody with no_new_privs."""
+    if os.geteuid() != 0:
+        pytest.skip("the gateway drops privileges only when started as root")
+    with open(f"/proc/{gw.proc.pid}/task/{gw.proc.pid}/children") as f:
+        kids = [int(p) for p in f.read().split()]
+    assert len(kids) == 1
+    status = open(f"/proc/{kids[0]}/status").read()
+    uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
+    assert set(uids) == {"65534"}, status
+    assert "NoNewPrivs:\t1" in status
+    assert gw.request("GET", "/api")[0] == 200
+
+
+def test_rest_lifecycle_and_names(gw):
+    status, specs = gw.request("GET", "/api/kernelspecs")
+    assert status == 200 and specs["default"] == "kennel"
+    assert gw.request("GET", "/api/kernelspecs/python3")[0] == 200
+    assert gw.request("GET", "/api/kernelspecs/R")[0] == 404
+    k = gw.start_kernel("work")
+    uuid.UUID(k["id"])
+    assert k["name"] == "python3" and k["kennel"]["session"] == "work"
+    # The same name is the same kernel: a client comes back to its session.
+    assert gw.start_kernel("work")["id"] == k["id"]
+    other = gw.start_kernel()
+    assert other["id"] != k["id"]
+    status, listed = gw.request("GET", "/api/kernels")
+    assert status == 200 and {k["id"], other["id"]} <= {m["id"] for m in listed}
+    status, got = gw.request("GET", f"/api/kernels/{k['id']}")
+    assert status == 200 and got["id"] == k["id"]
+    assert gw.request("POST", "/api/kernels", {"name": "R"})[0] == 404
+    assert gw.request("POST", "/api/kernels", {"env": {"KERNEL_SESSION_NAME": "../x"}})[0] == 400
+    assert gw.request("GET", "/api/kernels/not-a-uuid")[0] == 404
+    assert gw.request("DELETE", f"/api/kernels/{k['id']}")[0] == 204
+    assert gw.request("GET", f"/api/kernels/{k['id']}")[0] == 404
+    status, sessions = gw.request("GET", "/api/sessions")
+    assert status == 200 and [s["kernel"]["id"] for s in sessions] == [other["id"]]
+
+
+def test_websocket_runs_cells_keeping_state(gw):
+    k = gw.start_kernel()
+    ch = gw.connect(k["id"])
+    reply, iopub = ch.run("x = 41\nprint('hello')")
+    assert reply["content"]["status"] == "ok" and stream_text(iopub) == "hello\n"
+    reply, iopub = ch.run("x + 1")
+    assert result_text(iopub) == "42"
+    states = [m["content"]["execution_state"] for m in iopub
+              if m["header"]["msg_type"] == "status"]
+    assert states == ["busy", "idle"]
+    ch.close()
+
+
+def test_binary_subprotocol(gw):
+    k = gw.start_kernel()
+    ch = gw.connect(k["id"], v1=True)
+    assert ch.ws.getsubprotocol() == "v1.kernel.websocket.jupyter.org"
+    reply, iopub = ch.run("y = 6 * 7\ny")
+    assert reply["content"]["status"] == "ok" and result_text(iopub) == "42"
+    assert all(m["channel"] in ("shell", "iopub") for m in iopub + [reply])
+    ch.close()
+
+
+def test_bad_frames_close_that_websocket_only(gw):
+    k = gw.start_kernel()
+    good = gw.connect(k["id"])
+    cases = [
+        (lambda ch: ch.ws.send("{not json"), 1007, "malformed JSON"),
+        (lambda ch: ch.ws.send(json.dumps({**ch.message("execute_request", {}), "channel": "nope"})),
+         1008, "unknown channel"),
+        (lambda ch: ch.ws.send(json.dumps({**ch.message("execute_request", {}), "channel": "iopub"})),
+         1008, "unknown channel"),
+        (lambda ch: ch.ws.send(json.dumps({"channel": "shell", "header": {"msg_type": "x"}})),
+         1007, "bad header"),
+        (lambda ch: ch.ws.send_binary(b"\x01\x00\x00\x00\xff\xff\xff\xff"), 1007, "malformed frame"),
+        (lambda ch: ch.ws.send("[1, 2]"), 1007, "malformed JSON"),
+    ]
+    for send, code, reason in cases:
+        bad = gw.connect(k["id"])
+        send(bad)
+        assert _closed_with(bad) == (code, reason)
+    v1 = gw.connect(k["id"], v1=True)
+    v1.ws.send_binary(b"\x07" + b"\x00" * 7 + b"\x00" * 8)
+    assert _closed_with(v1) == (1007, "malformed frame")
+    reply, iopub = good.run("1 + 1")
+    assert result_text(iopub) == "2"
+    assert gw.request("GET", "/api")[0] == 200
+
+
+def test_reconnect_mid_cell_replays_once(gw):
+    k = gw.start_kernel()
+    sid = str(uuid.uuid4())
+    ch = gw.connect(k["id"], session_id=sid)
+    ch.run("import time")
+    code = "for i in range(12):\n    print(i, flush=True)\n    time.sleep(0.15)\n'done'"
+    msg_id = ch.execute(code)
+    seen = []
+    while len(seen) < 2:
+        m = ch.recv()
+        if m["parent_header"].get("msg_id") == msg_id:
+            seen.append(m)
+    ch.close()  # the client goes away while the cell runs
+    time.sleep(1.0)  # and the cell goes on printing, and ends, while it is gone
+    ch2 = gw.connect(k["id"], session_id=sid)
+    reply, rest = ch2.collect(msg_id)
+    got = seen + rest
+    assert reply["content"]["status"] == "ok"
+    assert stream_text(got) == "".join(f"{i}\n" for i in range(12))
+    idles = [m for m in got if m["header"]["msg_type"] == "status"
+             and m["content"]["execution_state"] == "idle"]
+    assert len(idles) == 1
+    assert result_text(got) == "'done'"
+    ids = [m["header"]["msg_id"] for m in got]
+    assert len(ids) == len(set(ids))
+    # Nothing more is replayed: the next cell's messages are its own.
+    reply, iopub = ch2.run("2 + 2")
+    assert result_text(iopub) == "4"
+    ch2.close()
+
+
+def test_tenants_are_apart(gw):
+    a = gw.start_kernel("mine", token=TOKEN_A)
+    b = gw.start_kernel("mine", token=TOKEN_B)
+    assert a["id"] != b["id"]
+    listed = gw.request("GET", "/api/kernels", token=TOKEN_B)[1]
+    assert [m["id"] for m in listed] == [b["id"]]
+    assert gw.request("GET", f"/api/kernels/{a['id']}", token=TOKEN_B)[0] == 404
+    assert gw.request("POST", f"/api/kernels/{a['id']}/interrupt", {}, token=TOKEN_B)[0] == 404
+    assert gw.request("POST", f"/api/kernels/{a['id']}/restart", {}, token=TOKEN_B)[0] == 404
+    assert gw.request("DELETE", f"/api/kernels/{a['id']}", token=TOKEN_B)[0] == 404
+    ch = gw.connect(a["id"], token=TOKEN_B)
+    assert _closed_with(ch) == (1008, "no such kernel")
+    # alice's kernel is untouched, and alice may attach to it
+    mine = gw.connect(a["id"], token=TOKEN_A)
+    assert result_text(mine.run("3 * 3")[1]) == "9"
+    # once alice is attached, bob still cannot
+    ch = gw.connect(a["id"], token=TOKEN_B)
+    assert _closed_with(ch) == (1008, "no such kernel")
+
+
+def test_interrupt_and_restart(gw):
+    k = gw.start_kernel()
+    ch = gw.connect(k["id"])
+    ch.run("import time\nz = 5")
+    msg_id = ch.execute("time.sleep(60)")
+    deadline = time.monotonic() + 20
+    while True:  # wait until it runs
+        m = ch.recv()
+        if m["parent_header"].get("msg_id") == msg_id and m["header"]["msg_type"] == "execute_input":
+            break
+        assert time.monotonic() < deadline
+    assert gw.request("POST", f"/api/kernels/{k['id']}/interrupt", {})[0] == 204
+    reply, _ = ch.collect(msg_id)
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "KeyboardInterrupt"
+    assert result_text(ch.run("z")[1]) == "5"
+    status, model = gw.request("POST", f"/api/kernels/{k['id']}/restart", {})
+    assert status == 200 and model["id"] == k["id"]
+    reply, _ = ch.run("z")
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "NameError"
+
+
+def test_metrics(gw):
+    k = gw.start_kernel()
+    ch = gw.connect(k["id"])
+    ch.run("1")
+    ch.run("1/0")
+    status, text = gw.request("GET", "/metrics")
+    assert status == 200
+    lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    assert int(lines['kennel_gateway_cells_total{outcome="ok"}']) >= 1
+    assert int(lines['kennel_gateway_cells_total{outcome="error"}']) >= 1
+    assert int(lines["kennel_gateway_execute_roundtrip_seconds_count"]) >= 2
+    assert int(lines['kennel_gateway_sessions{state="idle"}']) + \
+        int(lines['kennel_gateway_sessions{state="busy"}']) >= 1
+    assert int(lines["kennel_gateway_websockets"]) == 1
+
+
+# -- limits: each one hit ----------------------------------------------------------------
+
+def test_limit_frame_size(gateway):
+    gw = gateway(["--max-frame", "4096"])
+    k = gw.start_kernel()
+    ch = gw.connect(k["id"])
+    ch.execute("x = '" + "a" * 8000 + "'")
+    assert _closed_with(ch)[0] == 1009
+    assert result_text(gw.connect(k["id"]).run("'ok'")[1]) == "'ok'"
+
+
+def test_limit_connections_per_tenant(gateway):
+    gw = gateway(["--max-conns", "2"])
+    k = gw.start_kernel()
+    first, second = gw.connect(k["id"]), gw.connect(k["id"])
+    assert _refused_upgrade(gw, k["id"]) == 429
+    kb = gw.start_kernel(token=TOKEN_B)
+    gw.connect(kb["id"], token=TOKEN_B).close()  # another tenant is not counted against it
+    first.close()
+    deadline = time.monotonic() + 10
+    while True:  # the slot comes back once the gateway has seen the close
+        try:
+            third = gw.connect(k["id"])
+            break
+        except websocket.WebSocketBadStatusException:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    assert result_text(third.run("5")[1]) == "5"
+    second.close()
+
+
+def test_limit_header_size(gateway):
+    gw = gateway(["--max-header", "2048"])
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+        s.sendall(b"GET /api HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 4096 + b"\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    assert not data.startswith(b"HTTP/1.1 200")
+    assert gw.request("GET", "/api")[0] == 200
+
+
+def test_limit_body_size(gw):
+    status, _ = gw.request("POST", "/api/kernels", {"name": "kennel", "pad": "p" * 70000})
+    assert status == 413
+
+
+def test_limit_slow_request(gateway):
+    gw = gateway(["--request-timeout", "1"])
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=15) as s:
+        s.sendall(b"GET /api HTTP/1.1\r\nHost: x\r\n")  # and never the end of the headers
+        t0 = time.monotonic()
+        assert s.recv(4096) == b""  # the gateway hangs up
+        assert time.monotonic() - t0 < 14
+    assert gw.request("GET", "/api")[0] == 200
+
+
+def test_limit_idle_websocket(gateway):
+    gw = gateway(["--idle", "1"])
+    k = gw.start_kernel()
+    ch = gw.connect(k["id"])
+    ch.run("1")
+    code, _ = _closed_with(ch, timeout=15)  # closed with no traffic, not by the test
+    assert gw.request("GET", "/api")[0] == 200
+
+
+def test_cors_closed_unless_configured(gateway):
+    gw = gateway()
+    assert gw.request("GET", "/api", headers={"Origin": "https://evil.example"})[0] == 403
+    assert gw.request("OPTIONS", "/api/kernels", token=None)[0] == 403
+    gw2 = gateway(["--cors-origin", "https://lab.example"])
+    assert gw2.request("GET", "/api", headers={"Origin": "https://lab.example"})[0] == 200
+    assert gw2.request("GET", "/api", headers={"Origin": "https://evil.example"})[0] == 403
