@@ -69,9 +69,18 @@ static int s_segment(const char *p, char *out)
     return (int)n;
 }
 
+static void s_route(const char *path, gwproto_route_t *out);
+
 void gwproto_route(const char *path, gwproto_route_t *out)
 {
     memset(out, 0, sizeof *out);
+    s_route(path, out);
+    if (out->kind == GWPROTO_R_NOTFOUND)
+        out->id[0] = '\0'; /* a segment read on the way is no id */
+}
+
+static void s_route(const char *path, gwproto_route_t *out)
+{
     char buf[512];
     size_t n = strlen(path);
     if (n >= sizeof buf)
@@ -111,8 +120,6 @@ void gwproto_route(const char *path, gwproto_route_t *out)
         else if (strcmp(rest, "/channels") == 0)
             out->kind = GWPROTO_R_CHANNELS;
     }
-    if (out->kind == GWPROTO_R_NOTFOUND)
-        out->id[0] = '\0';
 }
 
 void gwproto_token_key(const char *token, size_t len, char *out)
