@@ -349,3 +349,35 @@ def test_cors_closed_unless_configured(gateway):
     gw2 = gateway(["--cors-origin", "https://lab.example"])
     assert gw2.request("GET", "/api", headers={"Origin": "https://lab.example"})[0] == 200
     assert gw2.request("GET", "/api", headers={"Origin": "https://evil.example"})[0] == 403
+
+
+def test_tls(gateway, tmp_path):
+    """https and wss with a self-signed pair, trusted by the client as its CA; a client that
+    does not trust it is refused."""
+    import ssl
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    os.chmod(key, 0o600)
+    gw = gateway(cert=cert, key=key)
+    ctx = ssl.create_default_context(cafile=str(cert))
+    status, api = gw.request("GET", "/api", context=ctx)
+    assert status == 200 and "version" in api
+    with pytest.raises(OSError):
+        gw.request("GET", "/api", context=ssl.create_default_context())
+    status, k = gw.request("POST", "/api/kernels", {"name": "kennel"}, context=ctx)
+    assert status == 201
+    ch = gw.connect(k["id"], sslopt={"ca_certs": str(cert)})
+    assert result_text(ch.run("'over tls'")[1]) == "'over tls'"
+    ch.close()
+    # plain http on the TLS port is not served
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+        s.sendall(b"GET /api HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.settimeout(10)
+        try:
+            data = s.recv(100)
+        except ConnectionResetError:
+            data = b""
+        assert not data.startswith(b"HTTP/1.1 200")
