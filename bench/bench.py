@@ -60,10 +60,17 @@ Measurements
      zygote's import time and PSS/RSS, a new session's first `1+1`, a new session's
      `import sklearn, seaborn`, and an idle session's PSS after IMPORT_CELL; ipykernel's
      `import sklearn, seaborn` in a new kernel beside them.
+  11. kennel-gateway (issue #25): a warm `1+1` round trip over its WebSocket (JSON frames,
+     websocket-client, until the execute_reply and status idle) against Debian's Notebook
+     server serving Debian's ipykernel over its own WebSocket, the same client; the gateway's
+     added latency: its p50 minus the lean Jupyter client's of measurement 3 on the same
+     session, in interleaved halves; and the gateway's memory (PSS of its serving process)
+     with BENCH_GW_IDLE_WS idle WebSockets open against none.
 
 Environment knobs (defaults in brackets; BENCH_QUICK=1 shrinks every N to a smoke-test size):
   BENCH_QUICK           1: tiny N's everywhere, for a smoke run (~1 min)                [0]
-  BENCH_ONLY            sections: starts, png, rtt, fleet, burst, flood, mcp, runtime   [all]
+  BENCH_ONLY            sections: starts, png, rtt, fleet, burst, flood, mcp, runtime,
+                        gateway                                                         [all]
   BENCH_STARTS          kennel starts per spawner (measurements 1 and 7)                [20]
   BENCH_IPY_STARTS      ipykernel starts                                                [8]
   BENCH_PLOTS           kennel new session -> first PNG                                 [10]
@@ -82,6 +89,8 @@ Environment knobs (defaults in brackets; BENCH_QUICK=1 shrinks every N to a smok
   BENCH_RUNTIME_N       sessions per package, and per preload, in measurement 10        [3]
   BENCH_RUNTIME_STARTS  new sessions per preload in measurement 10                      [10]
   BENCH_RUNTIME_PACKAGES  0: measurement 10 without its per-package part                [1]
+  BENCH_GW_TRIPS        warm 1+1 round trips over each WebSocket (measurement 11)       [500]
+  BENCH_GW_IDLE_WS      idle WebSockets held open on kennel-gateway (measurement 11)    [1000]
   BENCH_SANDBOX_N       kennel-init -- /usr/bin/true against /usr/bin/true (part of 7)  [50]
   BENCH_OUT             where the JSON goes                                  [bench/results.json]
 
@@ -154,7 +163,7 @@ def _long_cell(parts=12):
 
 LONG_CELL = _long_cell()
 
-SECTIONS = ("starts", "png", "rtt", "fleet", "burst", "flood", "mcp", "runtime")
+SECTIONS = ("starts", "png", "rtt", "fleet", "burst", "flood", "mcp", "runtime", "gateway")
 
 
 def knob(name, default, quick):
@@ -177,6 +186,8 @@ N = {
     "conc_seconds": knob("BENCH_CONC_SECONDS", 5, 1),
     "many": knob("BENCH_MANY", 500, 5),
     "create_timeout": knob("BENCH_CREATE_TIMEOUT", 420, 60),
+    "gw_trips": knob("BENCH_GW_TRIPS", 500, 40),
+    "gw_idle_ws": knob("BENCH_GW_IDLE_WS", 1000, 20),
     "burst": knob("BENCH_BURST", 20, 3),
     "sandbox_n": knob("BENCH_SANDBOX_N", 50, 5),
     "ipy_burst": knob("BENCH_IPY_BURST", 10, 2),
@@ -1656,6 +1667,225 @@ def bench_mcp(res):
         f"{statistics.median(lat['direct']):.2f} ms")
 
 
+# ---- kennel-gateway ------------------------------------------------------------------------------
+
+GATEWAY = os.path.join(ROOT, "bin", "kennel-gateway")
+GW_TOKEN = "bench-" + "t" * 26
+
+
+def _free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def _wait_http(url, proc, what, timeout=60):
+    import urllib.request
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise BenchError(f"{what} exited {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError as e:
+            if getattr(e, "code", None) in (401, 403):
+                return
+            if time.monotonic() > deadline:
+                raise BenchError(f"{what} did not answer in {timeout} s")
+            time.sleep(0.1)
+
+
+class Proc:
+    """A process started here (kennel-gateway, Notebook's server), ended by pid."""
+
+    def __init__(self, cmd, log_path, env=None):
+        self.log_path = log_path
+        with open(log_path, "wb") as logf:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf,
+                                         stderr=subprocess.STDOUT, env=env)
+        LIVE.append(self)
+
+    def stop(self):
+        if self in LIVE:
+            LIVE.remove(self)
+        tree = descendants(self.proc.pid)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        kill_tree(tree)
+
+
+class WsClient:
+    """A lean Jupyter client over one WebSocket (Jupyter Server's JSON frames)."""
+
+    def __init__(self, url, headers=()):
+        import websocket
+        self.ws = websocket.create_connection(url, timeout=EXEC_TIMEOUT, header=list(headers))
+        self.session = os.urandom(16).hex()
+        self.n = 0
+
+    def trip(self, code=ONE_PLUS_ONE):
+        self.n += 1
+        msg_id = f"{self.session}-{self.n}"
+        msg = json.dumps({"header": {"msg_id": msg_id, "msg_type": "execute_request",
+                                     "session": self.session, "username": "bench",
+                                     "version": "5.3", "date": "2026-01-01T00:00:00Z"},
+                          "parent_header": {}, "metadata": {}, "channel": "shell",
+                          "buffers": [], "content": {"code": code, "silent": False,
+                                                     "store_history": True,
+                                                     "user_expressions": {},
+                                                     "allow_stdin": False}})
+        t = time.perf_counter()
+        self.ws.send(msg)
+        reply = idle = False
+        while not (reply and idle):
+            m = json.loads(self.ws.recv())
+            if m["parent_header"].get("msg_id") != msg_id:
+                continue
+            if m["channel"] == "shell":
+                reply = True
+                if m["content"].get("status") != "ok":
+                    raise BenchError(f"execute over the WebSocket: {m['content']}")
+            elif m["header"]["msg_type"] == "status" and \
+                    m["content"]["execution_state"] == "idle":
+                idle = True
+        return ms_since(t)
+
+    def trips(self, n, warmup=0):
+        for _ in range(warmup):
+            self.trip()
+        gc.collect()
+        gc.disable()
+        try:
+            return [self.trip() for _ in range(n)]
+        finally:
+            gc.enable()
+
+    def close(self):
+        self.ws.close()
+
+
+def _post_json(url, body, headers=None):
+    import urllib.request
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers=dict(headers or {}, **{"Content-Type": "application/json"}))
+    with urllib.request.urlopen(req, timeout=CALL_TIMEOUT) as r:
+        return json.loads(r.read())
+
+
+def _serving_pid(gw):
+    """The process that serves: the gateway's child when it dropped privileges, else itself."""
+    try:
+        with open(f"/proc/{gw.proc.pid}/task/{gw.proc.pid}/children") as f:
+            kids = [int(p) for p in f.read().split()]
+    except OSError:
+        kids = []
+    return kids[0] if kids else gw.proc.pid
+
+
+def bench_gateway(res):
+    import websocket
+    n = N["gw_trips"]
+    log(f"gateway: {n} warm 1+1 round trips over kennel-gateway's WebSocket, over Notebook's "
+        f"(ipykernel), and direct; {N['gw_idle_ws']} idle WebSockets")
+    mgr_port, gw_port, nb_port = _free_port(), _free_port(), _free_port()
+    (k,) = start_kennelds([("gateway", ["--manager", f"tcp://127.0.0.1:{mgr_port}"])])
+    ctx = zmq.Context()
+    clients = []
+    try:
+        k.wait_pool()
+        tokens = os.path.join(k.root, "tokens")
+        with open(tokens, "w") as f:
+            f.write(f"{GW_TOKEN} bench\n")
+        os.chmod(tokens, 0o600)
+        gw = Proc([GATEWAY, "--state-dir", k.state, "--listen", f"127.0.0.1:{gw_port}",
+                   "--tokens", tokens, "--max-conns", str(N["gw_idle_ws"] + 10),
+                   "--log-level", "warn"], os.path.join(k.root, "gateway.log"))
+        _wait_http(f"http://127.0.0.1:{gw_port}/api", gw.proc, "kennel-gateway")
+        auth = {"Authorization": f"token {GW_TOKEN}"}
+        model = _post_json(f"http://127.0.0.1:{gw_port}/api/kernels",
+                           {"name": "python3", "env": {"KERNEL_SESSION_NAME": "rtt"}}, auth)
+        wsc = WsClient(f"ws://127.0.0.1:{gw_port}/api/kernels/{model['id']}/channels",
+                       [f"Authorization: token {GW_TOKEN}"])
+        clients.append(wsc)
+        kc = Raw(ctx, conn_of(k.info("bench.rtt")))
+        prime(kc)
+        wsc.trips(0, warmup=50)
+        half = max(1, n // 2)
+        lat = {"gateway": [], "direct": []}
+        for _ in range(2):
+            lat["gateway"] += wsc.trips(half)
+            lat["direct"] += round_trips(kc, half, warmup=10)[0]
+        kc.close()
+
+        # Notebook's server with its default kernel, Debian's ipykernel.
+        nb_token = os.urandom(16).hex()
+        nb_dir = os.path.join(k.root, "nb")
+        os.makedirs(nb_dir)
+        env = dict(os.environ, JUPYTER_CONFIG_DIR=os.path.join(nb_dir, "config"),
+                   JUPYTER_DATA_DIR=os.path.join(nb_dir, "data"))
+        nb = Proc([PY, "-m", "notebook", "--no-browser", "--allow-root", "--ip=127.0.0.1",
+                   f"--port={nb_port}", "--port-retries=0", f"--NotebookApp.token={nb_token}",
+                   f"--notebook-dir={nb_dir}"], os.path.join(k.root, "notebook.log"), env)
+        _wait_http(f"http://127.0.0.1:{nb_port}/api/status?token={nb_token}", nb.proc,
+                   "notebook")
+        nbk = _post_json(f"http://127.0.0.1:{nb_port}/api/kernels?token={nb_token}",
+                         {"name": "python3"})
+        nbc = WsClient(f"ws://127.0.0.1:{nb_port}/api/kernels/{nbk['id']}/channels"
+                       f"?token={nb_token}")
+        clients.append(nbc)
+        nbc.trips(0, warmup=50)
+        lat["notebook"] = nbc.trips(n)
+        nbc.close()
+        stop(nb)
+
+        # Memory of idle WebSockets: the serving process's PSS before and after.
+        pid = _serving_pid(gw)
+        time.sleep(0.5)
+        before = smaps(pid)
+        idle = []
+        for _ in range(N["gw_idle_ws"]):
+            idle.append(websocket.create_connection(
+                f"ws://127.0.0.1:{gw_port}/api/kernels/{model['id']}/channels",
+                timeout=EXEC_TIMEOUT, header=[f"Authorization: token {GW_TOKEN}"]))
+        clients.extend(idle)
+        time.sleep(1.0)
+        after = smaps(pid)
+        if gw.proc.poll() is not None or before is None or after is None:
+            raise BenchError("kennel-gateway went away while WebSockets were opened")
+        mem = {"websockets": len(idle), "pss_before_bytes": before["pss"],
+               "pss_after_bytes": after["pss"], "added_bytes": after["pss"] - before["pss"],
+               "rss_after_bytes": after["rss"]}
+    finally:
+        for c in clients:
+            try:
+                c.close()
+            except Exception:
+                pass
+        ctx.term()
+        for obj in [o for o in list(LIVE) if isinstance(o, Proc)]:
+            stop(obj)
+        stop(k)
+    g50, d50 = statistics.median(lat["gateway"]), statistics.median(lat["direct"])
+    res["gateway"] = {"what": "warm 1+1 round trip over a WebSocket (JSON frames, "
+                              "websocket-client), until execute_reply and status idle",
+                      "kennel_gateway": summary(lat["gateway"]),
+                      "notebook_ipykernel": summary(lat["notebook"]),
+                      "direct": dict(summary(lat["direct"]),
+                                     what="the lean ZeroMQ client on the same session, "
+                                          "interleaved"),
+                      "added_p50_ms": g50 - d50, "idle_websockets": mem}
+    log(f"  gateway p50 {g50:.2f} ms, direct {d50:.2f} ms, notebook "
+        f"{statistics.median(lat['notebook']):.2f} ms; {mem['websockets']} idle WebSockets: "
+        f"+{mem['added_bytes'] / MiB:.1f} MiB")
+
+
 # ---- report ------------------------------------------------------------------------------------
 
 def _rss_added(module):
@@ -1890,6 +2120,17 @@ def table(res):
                      f"{d['median']:.2f} / {d['p99']:.2f} ms", "", ""))
         rows.append(("  kennel mcp's share: its p50 minus the direct client's",
                      fmt_ms(km["median"] - d["median"]), "", ""))
+    gw = res.get("gateway")
+    if gw:
+        g, nb, d = gw["kennel_gateway"], gw["notebook_ipykernel"], gw["direct"]
+        for q in ("median", "p99"):
+            rows.append((f"warm `1+1` over a WebSocket: kennel-gateway vs Notebook (ipykernel): {q}",
+                         fmt_ms(g[q]), fmt_ms(nb[q]), ratio(nb[q], g[q])))
+        rows.append(("  the gateway's added p50 over kennel's ZeroMQ round trip "
+                     f"({d['median']:.2f} ms direct)", fmt_ms(gw["added_p50_ms"]), "", ""))
+        m = gw["idle_websockets"]
+        rows.append((f"  {m['websockets']} idle WebSockets: the gateway's added PSS",
+                     fmt_mib(m["added_bytes"]), "", ""))
     b = res.get("burst")
     if b:
         rows.append((f"burst: kennel {b['kennel']['sessions']} / ipykernel "
@@ -1964,6 +2205,16 @@ def targets(res):
         p50 = mc["kennel_mcp"]["median"]
         out.append(("kennel mcp: run_python('1+1') answered <= 5 ms p50 once warm (issue #25)",
                     fmt_ms(p50), p50 <= 5))
+    gw = res.get("gateway")
+    if gw:
+        g, nb = gw["kennel_gateway"]["median"], gw["notebook_ipykernel"]["median"]
+        out.append(("gateway WebSocket 1+1 >= 5x faster than Notebook's (ipykernel) at p50",
+                    f"{nb / g:.1f}x", nb / g >= 5))
+        out.append(("the gateway adds <= 0.3 ms p50 to kennel's ZeroMQ round trip",
+                    fmt_ms(gw["added_p50_ms"]), gw["added_p50_ms"] <= 0.3))
+        m = gw["idle_websockets"]
+        out.append((f"{m['websockets']} idle WebSockets cost the gateway <= 50 MiB",
+                    fmt_mib(m["added_bytes"]), m["added_bytes"] <= 50 * MiB))
     many = res.get("many_sessions")
     if many and "error" not in many:
         note = "" if many["sessions"] >= 500 else f" (only {many['sessions']} sessions)"
@@ -2036,7 +2287,7 @@ def main():
     try:
         steps = {"starts": bench_starts, "png": bench_png, "rtt": bench_rtt,
                  "fleet": bench_fleet, "burst": bench_burst, "flood": bench_flood,
-                 "mcp": bench_mcp, "runtime": bench_runtime}
+                 "mcp": bench_mcp, "runtime": bench_runtime, "gateway": bench_gateway}
         for name in SECTIONS:
             if name in ONLY:
                 machine.setdefault("loadavg_by_section", {})[name] = list(os.getloadavg())
