@@ -17,7 +17,7 @@ import websocket
 from .kenneld_proc import ROOT, end_process
 
 GATEWAY = ROOT / "bin" / "kennel-gateway"
-START_TIMEOUT_S = 10
+START_TIMEOUT_S = 30
 REPLY_TIMEOUT_S = 20
 V1 = "v1.kernel.websocket.jupyter.org"
 
@@ -48,6 +48,9 @@ class Gateway:
                *args]
         if cert:
             cmd += ["--cert", str(cert), "--key", str(key)]
+        if os.environ.get("KENNEL_TEST_GATEWAY_VALGRIND"):  # a debugging aid, off by default
+            cmd = ["valgrind", "-q", "--leak-check=full", "--errors-for-leak-kinds=definite",
+                   f"--log-file={tmp_path}/valgrind-%p.log"] + cmd
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT)

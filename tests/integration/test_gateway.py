@@ -189,15 +189,18 @@ def test_reconnect_mid_cell_replays_once(gw):
     sid = str(uuid.uuid4())
     ch = gw.connect(k["id"], session_id=sid)
     ch.run("import time")
-    code = "for i in range(12):\n    print(i, flush=True)\n    time.sleep(0.15)\n'done'"
+    # The pause after "0" is the client's time to go: what the gateway wrote to the old
+    # WebSocket before it closed is delivered as far as the gateway can know.
+    code = ("print(0, flush=True)\ntime.sleep(1.5)\n"
+            "for i in range(1, 12):\n    print(i, flush=True)\n    time.sleep(0.05)\n'done'")
     msg_id = ch.execute(code)
     seen = []
-    while len(seen) < 2:
+    while not any(m["header"]["msg_type"] == "stream" for m in seen):
         m = ch.recv()
         if m["parent_header"].get("msg_id") == msg_id:
             seen.append(m)
     ch.close()  # the client goes away while the cell runs
-    time.sleep(1.0)  # and the cell goes on printing, and ends, while it is gone
+    time.sleep(3.0)  # and the cell goes on printing, and ends, while it is gone
     ch2 = gw.connect(k["id"], session_id=sid)
     reply, rest = ch2.collect(msg_id)
     got = seen + rest
@@ -381,3 +384,53 @@ def test_tls(gateway, tmp_path):
         except ConnectionResetError:
             data = b""
         assert not data.startswith(b"HTTP/1.1 200")
+
+
+def _drop_mid_cell(gw, k, sid, code):
+    """Run code, go away at its first stream output, and come back after it ended."""
+    ch = gw.connect(k["id"], session_id=sid)
+    ch.run("import time")
+    msg_id = ch.execute(code)
+    while True:
+        m = ch.recv()
+        if m["parent_header"].get("msg_id") == msg_id and m["header"]["msg_type"] == "stream":
+            break
+    ch.close()
+    return msg_id
+
+
+def _metric(gw, name):
+    text = gw.request("GET", "/metrics")[1]
+    return int(next(line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith(name)))
+
+
+def test_limit_replay_age(gateway):
+    gw = gateway(["--replay-seconds", "1"])
+    k = gw.start_kernel()
+    sid = str(uuid.uuid4())
+    msg_id = _drop_mid_cell(gw, k, sid, "print(0, flush=True)\ntime.sleep(1.0)\nprint(1)")
+    time.sleep(4)  # past the buffer's age: it is dropped
+    ch = gw.connect(k["id"], session_id=sid)
+    ch.ws.settimeout(2)
+    got = []
+    with pytest.raises(websocket.WebSocketTimeoutException):
+        while True:
+            got.append(ch.recv(timeout=2))
+    assert not [m for m in got if m["parent_header"].get("msg_id") == msg_id]
+    assert _metric(gw, "kennel_gateway_replay_dropped_total") >= 1
+
+
+def test_limit_replay_bytes(gateway):
+    gw = gateway(["--replay-bytes", "3000"])
+    k = gw.start_kernel()
+    sid = str(uuid.uuid4())
+    code = ("print(0, flush=True)\ntime.sleep(1.0)\n"
+            "for i in range(1, 40):\n    print(str(i) * 50, flush=True)\n    time.sleep(0.02)")
+    msg_id = _drop_mid_cell(gw, k, sid, code)
+    time.sleep(3.5)
+    ch = gw.connect(k["id"], session_id=sid)
+    reply, rest = ch.collect(msg_id)  # the newest are kept: the reply and the idle come
+    texts = stream_text(rest).split()
+    assert texts and texts[-1] == "39" * 50
+    assert "1" * 50 not in texts  # the oldest went
+    assert _metric(gw, "kennel_gateway_replay_dropped_total") >= 1
