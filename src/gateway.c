@@ -36,11 +36,11 @@
 #include "wire.h"
 
 #define MGR_TIMEOUT_MS 10000
-#define MAX_BODY (64u << 10)   /* a REST request's body */
-#define MAX_HELD 64            /* a WebSocket's messages held until its kernel is ready */
-#define MAX_REPLAYS 16         /* replay buffers per kernel */
-#define MAX_OUT (64u << 20)    /* bytes waiting for one WebSocket before it is dropped */
-#define PRIV_MAX (128u << 10)  /* a file the monitor reads */
+#define MAX_BODY (64u << 10)  /* a REST request's body */
+#define MAX_HELD 64           /* a WebSocket's messages held until its kernel is ready */
+#define MAX_REPLAYS 16        /* replay buffers per kernel */
+#define MAX_OUT (64u << 20)   /* bytes waiting for one WebSocket before it is dropped */
+#define PRIV_MAX (128u << 10) /* a file the monitor reads */
 
 /* ---------------------------------------------------------------------------------- */
 /* Options                                                                            */
@@ -50,13 +50,13 @@ static struct {
     char listen_addr[256];
     int port;
     const char *tokens, *cert, *key, *user, *cors;
-    unsigned max_header;     /* bytes of a request's headers */
-    size_t max_frame;        /* bytes of one WebSocket message */
-    int max_conns;           /* WebSockets per tenant */
-    int idle_s;              /* a WebSocket with no traffic is closed after this */
-    int request_s;           /* a request's headers and body must arrive within this */
-    size_t replay_bytes;     /* per dropped client */
-    int replay_s;            /* how long a dropped client's messages are kept */
+    unsigned max_header; /* bytes of a request's headers */
+    size_t max_frame;    /* bytes of one WebSocket message */
+    int max_conns;       /* WebSockets per tenant */
+    int idle_s;          /* a WebSocket with no traffic is closed after this */
+    int request_s;       /* a request's headers and body must arrive within this */
+    size_t replay_bytes; /* per dropped client */
+    int replay_s;        /* how long a dropped client's messages are kept */
 } opt = {.user = "nobody",
          .max_header = 8192,
          .max_frame = 32u << 20,
@@ -73,39 +73,47 @@ typedef struct kern kern_t;
 typedef struct conn conn_t;
 
 typedef enum {
-    MP_LIST = 1, MP_SESSIONS, MP_CREATE, MP_GET, MP_DELETE, MP_END, MP_INTERRUPT, MP_RESTART,
-    MP_ATTACH, MP_METRICS
+    MP_LIST = 1,
+    MP_SESSIONS,
+    MP_CREATE,
+    MP_GET,
+    MP_DELETE,
+    MP_END,
+    MP_INTERRUPT,
+    MP_RESTART,
+    MP_ATTACH,
+    MP_METRICS
 } mp_kind_t;
 
 typedef struct {
     char msg_id[40];
     mp_kind_t kind;
-    conn_t *conn;   /* NULL once the connection is gone */
+    conn_t *conn; /* NULL once the connection is gone */
     long long deadline_ms;
 } mpend_t;
 
 typedef struct {
-    kern_t *kern;   /* NULL: the manager socket */
+    kern_t *kern; /* NULL: the manager socket */
     int channel;
 } watch_t;
 
 struct kern {
     char id[40];
-    char name[160];      /* the kennel session's name: TENANT.NAME */
+    char name[160]; /* the kennel session's name: TENANT.NAME */
     char tenant[40];
-    char spec[16];       /* the kernelspec name a client asked for */
-    char own[40];        /* the gateway's own Jupyter session id with this kernel */
+    char spec[16]; /* the kernelspec name a client asked for */
+    char own[40];  /* the gateway's own Jupyter session id with this kernel */
     zsock_t *sock[GWPROTO_NCHANNELS];
     struct lws *watch_wsi[GWPROTO_NCHANNELS];
     watch_t watch[GWPROTO_NCHANNELS];
     wire_t *wire;
-    int ready;           /* iopub has delivered: clients' messages go through */
+    int ready; /* iopub has delivered: clients' messages go through */
     long long nudged_ms;
-    zlistx_t *conns;     /* conn_t *, not owned */
-    zhashx_t *replay;    /* client session id -> gwqueue_t * */
-    char state[16];      /* Jupyter execution_state as iopub last said */
+    zlistx_t *conns;  /* conn_t *, not owned */
+    zhashx_t *replay; /* client session id -> gwqueue_t * */
+    char state[16];   /* Jupyter execution_state as iopub last said */
     long long unused_since_ms;
-    int queued;          /* execute requests sent, not answered */
+    int queued; /* execute requests sent, not answered */
     conn_t *restart_conn;
     char restart_id[40];
 };
@@ -115,14 +123,14 @@ struct conn {
     int is_ws;
     char tenant[40];
     /* HTTP */
-    int method;            /* 'G', 'P', 'D', 'O' */
+    int method; /* 'G', 'P', 'D', 'O' */
     gwproto_route_t route;
     char *body;
     size_t body_len;
     int body_too_big;
     mpend_t *pending;
     int status;
-    unsigned char *resp;   /* LWS_PRE + resp_len */
+    unsigned char *resp; /* LWS_PRE + resp_len */
     size_t resp_len;
     const char *ctype;
     int responded;
@@ -130,35 +138,36 @@ struct conn {
     gwproto_ws_mode_t mode;
     kern_t *kern;
     char kernel_id[GWPROTO_ID_MAX + 1];
-    char session_id[80];   /* from the URL, else the first header's session */
+    char session_id[80]; /* from the URL, else the first header's session */
     unsigned char *rx;
     size_t rx_len, rx_cap;
     gwqueue_t out;
-    gwqueue_t held;        /* decoded messages waiting for the kernel to be ready */
+    gwqueue_t held; /* decoded messages waiting for the kernel to be ready */
     int close_code;
     char close_reason[100];
-    int counted;           /* counted in its tenant's connections */
+    int counted; /* counted in its tenant's connections */
 };
 
 static struct {
     struct lws_context *ctx;
     struct lws_vhost *vh;
-    json_t *tokens;              /* token key -> tenant */
-    json_t *tenant_conns;        /* tenant -> WebSockets open */
+    json_t *tokens;       /* token key -> tenant */
+    json_t *tenants;      /* tenant -> true: the tenants the tokens name */
+    json_t *tenant_conns; /* tenant -> WebSockets open */
     zsock_t *mgr;
     wire_t *mgr_wire;
     char mgr_session[40];
     struct lws *mgr_wsi;
     watch_t mgr_watch;
-    zhashx_t *mpend;             /* msg_id -> mpend_t (owned) */
-    zhashx_t *kerns;             /* id -> kern_t (owned) */
-    zhashx_t *exec_start;        /* execute msg_id -> start time in µs (malloc'd) */
-    int monitor_fd;              /* -1: read files directly */
+    zhashx_t *mpend;      /* msg_id -> mpend_t (owned) */
+    zhashx_t *kerns;      /* id -> kern_t (owned) */
+    zhashx_t *exec_start; /* execute msg_id -> start time in µs (malloc'd) */
+    int monitor_fd;       /* -1: read files directly */
     lws_sorted_usec_list_t sul;
     volatile sig_atomic_t stop;
     /* metrics */
-    unsigned long long cells_ok, cells_error, cells_aborted, ws_total, ws_refused,
-        frames_refused, http_requests, auth_failed, replayed, replay_dropped;
+    unsigned long long cells_ok, cells_error, cells_aborted, ws_total, ws_refused, frames_refused,
+        http_requests, auth_failed, replayed, replay_dropped;
     unsigned long long rtt_buckets[12], rtt_count;
     double rtt_sum_s;
 } g = {.monitor_fd = -1};
@@ -277,8 +286,8 @@ static struct lws *s_watch(zsock_t *sock, watch_t *w)
     util_set_cloexec(fd, 1);
     lws_sock_file_fd_type u;
     u.filefd = fd;
-    struct lws *wsi = lws_adopt_descriptor_vhost(g.vh, LWS_ADOPT_RAW_FILE_DESC, u, "kennel-zmq",
-                                                 NULL);
+    struct lws *wsi =
+        lws_adopt_descriptor_vhost(g.vh, LWS_ADOPT_RAW_FILE_DESC, u, "kennel-zmq", NULL);
     if (!wsi) {
         close(fd);
         return NULL;
@@ -455,17 +464,16 @@ static json_t *s_model(const json_t *info)
     const char *dot = name ? strchr(name, '.') : NULL;
     char now[UTIL_ISO_LEN];
     util_iso_now(now);
-    return json_pack("{s:s, s:s, s:s, s:s, s:i, s:{s:s, s:s, s:O?, s:O?}}", "id", id ? id : "",
-                     "name", k && k->spec[0] ? k->spec : "kennel", "last_activity", now,
-                     "execution_state",
-                     s_exec_state(json_string_value(json_object_get(info, "state"))),
-                     "connections", k ? (int)zlistx_size(k->conns) : 0, "kennel", "session",
-                     dot ? dot + 1 : "", "state",
-                     json_string_value(json_object_get(info, "state"))
-                         ? json_string_value(json_object_get(info, "state"))
-                         : "",
-                     "cells", json_object_get(info, "cells"), "last_outcome",
-                     json_object_get(info, "last_outcome"));
+    return json_pack(
+        "{s:s, s:s, s:s, s:s, s:i, s:{s:s, s:s, s:O?, s:O?}}", "id", id ? id : "", "name",
+        k && k->spec[0] ? k->spec : "kennel", "last_activity", now, "execution_state",
+        s_exec_state(json_string_value(json_object_get(info, "state"))), "connections",
+        k ? (int)zlistx_size(k->conns) : 0, "kennel", "session", dot ? dot + 1 : "", "state",
+        json_string_value(json_object_get(info, "state"))
+            ? json_string_value(json_object_get(info, "state"))
+            : "",
+        "cells", json_object_get(info, "cells"), "last_outcome",
+        json_object_get(info, "last_outcome"));
 }
 
 static kern_t *s_kern_get(const char *id, const char *name, const char *tenant);
@@ -515,9 +523,7 @@ static void s_on_mgr_reply(mpend_t *p, jmsg_t *rep)
         json_decref(out);
         break;
     }
-    case MP_METRICS:
-        s_metrics(c, ok ? json_object_get(content, "sessions") : NULL);
-        break;
+    case MP_METRICS: s_metrics(c, ok ? json_object_get(content, "sessions") : NULL); break;
     case MP_CREATE:
         if (!owned) {
             const char *e = json_string_value(json_object_get(content, "evalue"));
@@ -563,9 +569,9 @@ static void s_on_mgr_reply(mpend_t *p, jmsg_t *rep)
             break;
         }
         kern_t *k = s_kern_get(id, name, c->tenant);
-        jmsg_t *m = k ? jmsg_new(p->kind == MP_INTERRUPT ? "interrupt_request" : "shutdown_request",
-                                 k->own)
-                      : NULL;
+        jmsg_t *m =
+            k ? jmsg_new(p->kind == MP_INTERRUPT ? "interrupt_request" : "shutdown_request", k->own)
+              : NULL;
         if (m && p->kind == MP_RESTART) {
             jmsg_set_json(m, JMSG_CONTENT, json_pack("{s:b}", "restart", 1));
             snprintf(k->restart_id, sizeof k->restart_id, "%s", jmsg_id(m));
@@ -870,8 +876,8 @@ static void s_on_kernel_msg(kern_t *k, gwproto_channel_t ch, jmsg_t *m)
             conn_t *c = k->restart_conn;
             k->restart_conn = NULL;
             c->kern = NULL;
-            json_t *info = json_pack("{s:s, s:s, s:s}", "id", k->id, "name", k->name, "state",
-                                     "idle");
+            json_t *info =
+                json_pack("{s:s, s:s, s:s}", "id", k->id, "name", k->name, "state", "idle");
             s_respond_json(c, 200, s_model(info));
             json_decref(info);
         }
@@ -993,8 +999,9 @@ static void s_ws_message(conn_t *c, const unsigned char *data, size_t len, int i
     int rc = gwproto_decode(c->mode, is_binary, data, len, 64, &ch, &m);
     if (rc < 0) {
         g.frames_refused++;
-        s_ws_close(c, rc == GWPROTO_ECHANNEL ? LWS_CLOSE_STATUS_POLICY_VIOLATION
-                                             : LWS_CLOSE_STATUS_INVALID_PAYLOAD,
+        s_ws_close(c,
+                   rc == GWPROTO_ECHANNEL ? LWS_CLOSE_STATUS_POLICY_VIOLATION
+                                          : LWS_CLOSE_STATUS_INVALID_PAYLOAD,
                    gwproto_strerror(rc));
         return;
     }
@@ -1118,14 +1125,15 @@ static void s_dispatch(conn_t *c)
     switch (r->kind) {
     case GWPROTO_R_API:
         if (m == 'G')
-            return s_respond_json(c, 200, json_pack("{s:s, s:s}", "version", "2.0.0", "kennel",
-                                                    KENNEL_VERSION));
+            return s_respond_json(
+                c, 200, json_pack("{s:s, s:s}", "version", "2.0.0", "kennel", KENNEL_VERSION));
         break;
     case GWPROTO_R_KERNELSPECS:
         if (m == 'G')
-            return s_respond_json(c, 200, json_pack("{s:s, s:{s:o, s:o}}", "default", "kennel",
-                                                    "kernelspecs", "kennel", s_spec("kennel"),
-                                                    "python3", s_spec("python3")));
+            return s_respond_json(c, 200,
+                                  json_pack("{s:s, s:{s:o, s:o}}", "default", "kennel",
+                                            "kernelspecs", "kennel", s_spec("kennel"), "python3",
+                                            s_spec("python3")));
         break;
     case GWPROTO_R_KERNELSPEC:
         if (m == 'G') {
@@ -1178,8 +1186,7 @@ static void s_dispatch(conn_t *c)
             return;
         }
         break;
-    case GWPROTO_R_CHANNELS:
-        return s_respond_error(c, 400, "a WebSocket upgrade is needed");
+    case GWPROTO_R_CHANNELS: return s_respond_error(c, 400, "a WebSocket upgrade is needed");
     case GWPROTO_R_SESSIONS:
         if (m == 'G') {
             if (s_mgr_call(c, MP_SESSIONS, "list_request", json_object()) < 0)
@@ -1187,8 +1194,7 @@ static void s_dispatch(conn_t *c)
             return;
         }
         break;
-    case GWPROTO_R_SESSION:
-        return s_respond_error(c, 404, "no such session");
+    case GWPROTO_R_SESSION: return s_respond_error(c, 404, "no such session");
     case GWPROTO_R_METRICS:
         if (m == 'G') {
             if (s_mgr_call(c, MP_METRICS, "list_request", json_object()) < 0)
@@ -1196,8 +1202,7 @@ static void s_dispatch(conn_t *c)
             return;
         }
         break;
-    case GWPROTO_R_NOTFOUND:
-        return s_respond_error(c, 404, "not found");
+    case GWPROTO_R_NOTFOUND: return s_respond_error(c, 404, "not found");
     }
     s_respond_error(c, 405, "method not allowed");
 }
@@ -1215,9 +1220,10 @@ static void s_metrics(conn_t *c, json_t *sessions)
         int n_ = snprintf(line, sizeof line, __VA_ARGS__);                                         \
         util_append(&buf, &len, &cap, line, (size_t)n_);                                           \
     } while (0)
-    static const char *states[] = {"starting", "idle", "busy", "saving", "evicted", "restoring",
-                                   "dead"};
-    OUT("# HELP kennel_gateway_sessions Sessions of the gateway's tenants, by kennel state.\n"
+    static const char *states[] = {"starting", "idle",      "busy", "saving",
+                                   "evicted",  "restoring", "dead"};
+    OUT("# HELP kennel_gateway_sessions Sessions of the tenants the tokens name, by kennel "
+        "state.\n"
         "# TYPE kennel_gateway_sessions gauge\n");
     for (size_t s = 0; s < sizeof states / sizeof *states; s++) {
         int n = 0;
@@ -1232,7 +1238,7 @@ static void s_metrics(conn_t *c, json_t *sessions)
                 continue;
             char tn[40];
             snprintf(tn, sizeof tn, "%.*s", (int)(dot - nm), nm);
-            if (gwproto_is_tenant(tn))
+            if (json_object_get(g.tenants, tn))
                 n++;
         }
         OUT("kennel_gateway_sessions{state=\"%s\"} %d\n", states[s], n);
@@ -1539,8 +1545,7 @@ static int s_callback(struct lws *wsi, enum lws_callback_reasons reason, void *u
             s_conn_free(c);
         }
         return 0;
-    default:
-        break;
+    default: break;
     }
     return lws_callback_http_dummy(wsi, reason, user, in, len);
 }
@@ -1628,18 +1633,23 @@ static void s_usage(FILE *f)
 
 static int s_parse_args(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"state-dir", required_argument, NULL, 's'}, {"listen", required_argument, NULL, 'l'},
-        {"tokens", required_argument, NULL, 't'},    {"cert", required_argument, NULL, 'c'},
-        {"key", required_argument, NULL, 'k'},       {"user", required_argument, NULL, 'u'},
-        {"cors-origin", required_argument, NULL, 'o'},
-        {"max-header", required_argument, NULL, 'H'}, {"max-frame", required_argument, NULL, 'F'},
-        {"max-conns", required_argument, NULL, 'C'}, {"idle", required_argument, NULL, 'i'},
-        {"request-timeout", required_argument, NULL, 'r'},
-        {"replay-bytes", required_argument, NULL, 'B'},
-        {"replay-seconds", required_argument, NULL, 'S'},
-        {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"state-dir", required_argument, NULL, 's'},
+                                         {"listen", required_argument, NULL, 'l'},
+                                         {"tokens", required_argument, NULL, 't'},
+                                         {"cert", required_argument, NULL, 'c'},
+                                         {"key", required_argument, NULL, 'k'},
+                                         {"user", required_argument, NULL, 'u'},
+                                         {"cors-origin", required_argument, NULL, 'o'},
+                                         {"max-header", required_argument, NULL, 'H'},
+                                         {"max-frame", required_argument, NULL, 'F'},
+                                         {"max-conns", required_argument, NULL, 'C'},
+                                         {"idle", required_argument, NULL, 'i'},
+                                         {"request-timeout", required_argument, NULL, 'r'},
+                                         {"replay-bytes", required_argument, NULL, 'B'},
+                                         {"replay-seconds", required_argument, NULL, 'S'},
+                                         {"log-level", required_argument, NULL, 'L'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
     int c, level = LOG_LEVEL_INFO;
     const char *listen = NULL;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -1684,8 +1694,7 @@ static int s_parse_args(int argc, char **argv)
         }
     }
     log_init("kennel-gateway", (log_level_t)level);
-    if (!opt.state_dir[0] || !listen || !opt.tokens || optind != argc ||
-        (!opt.cert != !opt.key)) {
+    if (!opt.state_dir[0] || !listen || !opt.tokens || optind != argc || (!opt.cert != !opt.key)) {
         s_usage(stderr);
         return -1;
     }
@@ -1850,6 +1859,11 @@ int main(int argc, char **argv)
     g.exec_start = zhashx_new();
     zhashx_set_destructor(g.exec_start, s_free_item);
     g.tenant_conns = json_object();
+    g.tenants = json_object();
+    const char *tk;
+    json_t *tv;
+    json_object_foreach(g.tokens, tk, tv)
+        json_object_set_new(g.tenants, json_string_value(tv), json_true());
     if (!g.vh || s_mgr_connect() < 0)
         return 1;
     LOG_I("serving %s://%s:%d for %zu token(s)%s", opt.cert ? "https" : "http", opt.listen_addr,
@@ -1869,5 +1883,6 @@ int main(int argc, char **argv)
     wire_destroy(&g.mgr_wire);
     json_decref(g.tokens);
     json_decref(g.tenant_conns);
+    json_decref(g.tenants);
     return 0;
 }

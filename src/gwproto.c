@@ -35,8 +35,8 @@ int gwproto_is_uuid(const char *s)
 
 static int s_name_char(char c, int dot)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-' || (dot && c == '.');
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || (dot && c == '.');
 }
 
 int gwproto_is_tenant(const char *s)
@@ -510,8 +510,8 @@ int gwproto_encode(gwproto_ws_mode_t mode, gwproto_channel_t channel, const jmsg
         free(types);
         goto done;
     }
-    static const char *const names[JMSG_NPARTS] = {"{\"header\":", ",\"parent_header\":",
-                                                   ",\"metadata\":", ",\"content\":"};
+    static const char *const names[JMSG_NPARTS] = {
+        "{\"header\":", ",\"parent_header\":", ",\"metadata\":", ",\"content\":"};
     char tail[96];
     int tl = snprintf(tail, sizeof tail, ",\"buffers\":[],\"channel\":\"%s\",\"msg_id\":", chname);
     size_t text = (size_t)tl + strlen(ids) + strlen(",\"msg_type\":") + strlen(types) + 1;

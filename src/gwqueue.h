@@ -20,7 +20,7 @@ typedef struct gwqueue_item {
 typedef struct {
     gwqueue_item_t *head, *tail;
     size_t bytes, count;
-    size_t dropped; /* items dropped from the front to stay under a cap */
+    size_t dropped;     /* items dropped from the front to stay under a cap */
     long long since_ms; /* monotonic: when the queue was started (replay buffers' age) */
 } gwqueue_t;
 

@@ -36,9 +36,7 @@ static void s_mutate(blob_t *b)
             if (b->len)
                 b->data[s_rand((unsigned)b->len)] ^= (unsigned char)(1 + s_rand(255));
             break;
-        case 1: /* truncate */
-            b->len = s_rand((unsigned)b->len + 1);
-            break;
+        case 1: /* truncate */ b->len = s_rand((unsigned)b->len + 1); break;
         case 2: { /* duplicate a slice */
             if (!b->len)
                 break;
@@ -77,9 +75,8 @@ static void s_decode_all(const blob_t *b, long *accepted)
                     unsigned char *enc = NULL;
                     size_t len;
                     int is_bin;
-                    CHECK_EQ_INT(gwproto_encode((gwproto_ws_mode_t)out, ch, m, 16, &enc, &len,
-                                                &is_bin),
-                                 0);
+                    CHECK_EQ_INT(
+                        gwproto_encode((gwproto_ws_mode_t)out, ch, m, 16, &enc, &len, &is_bin), 0);
                     free(enc);
                 }
                 jmsg_destroy(&m);

@@ -75,8 +75,10 @@ TEST(tokens_file)
     CHECK_STR(json_string_value(json_object_get(t, key)), "bob");
     CHECK_EQ_INT(json_object_size(t), 2);
     json_decref(t);
-    static const char *bad[] = {"short alice\n", "0123456789abcdef\n",
-                                "0123456789abcdef alice extra\n", "0123456789abcdef a.b\n",
+    static const char *bad[] = {"short alice\n",
+                                "0123456789abcdef\n",
+                                "0123456789abcdef alice extra\n",
+                                "0123456789abcdef a.b\n",
                                 "0123456789abcdef alice\n0123456789abcdef bob\n",
                                 "0123456789abcdef al\x01ice\n"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -131,8 +133,7 @@ TEST(decode_text_malformed)
     CHECK_EQ_INT(s_bad_text("{\"channel\":\"shell\",\"header\":{\"msg_id\":\"m\",\"msg_type\":"
                             "\"x\",\"session\":1}}"),
                  GWPROTO_EHEADER);
-    CHECK_EQ_INT(s_bad_text("{\"channel\":\"shell\",\"header\":[],\"content\":{}}"),
-                 GWPROTO_EJSON);
+    CHECK_EQ_INT(s_bad_text("{\"channel\":\"shell\",\"header\":[],\"content\":{}}"), GWPROTO_EJSON);
     CHECK_EQ_INT(s_bad_text("{\"channel\":\"shell\",\"header\":{\"msg_id\":\"m\",\"msg_type\":"
                             "\"x\",\"session\":\"s\"},\"content\":3}"),
                  GWPROTO_EJSON);
@@ -164,7 +165,10 @@ TEST(v1_round_trip)
 {
     const char *parts[] = {"stdin",
                            "{\"msg_id\":\"m2\",\"msg_type\":\"input_reply\",\"session\":\"s\"}",
-                           "{}", "{}", "{\"value\":\"x\"}", "BUF"};
+                           "{}",
+                           "{}",
+                           "{\"value\":\"x\"}",
+                           "BUF"};
     size_t len;
     unsigned char *f = s_v1(parts, 6, &len);
     gwproto_channel_t ch;
