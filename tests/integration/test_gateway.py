@@ -242,11 +242,11 @@ def test_interrupt_and_restart(gw):
     k = gw.start_kernel()
     ch = gw.connect(k["id"])
     ch.run("import time\nz = 5")
-    msg_id = ch.execute("time.sleep(60)")
+    msg_id = ch.execute("print('sleeping', flush=True)\ntime.sleep(60)")
     deadline = time.monotonic() + 20
-    while True:  # wait until it runs
+    while True:  # wait until the cell's own code runs (execute_input comes before that)
         m = ch.recv()
-        if m["parent_header"].get("msg_id") == msg_id and m["header"]["msg_type"] == "execute_input":
+        if m["parent_header"].get("msg_id") == msg_id and m["header"]["msg_type"] == "stream":
             break
         assert time.monotonic() < deadline
     assert gw.request("POST", f"/api/kernels/{k['id']}/interrupt", {})[0] == 204

@@ -157,8 +157,8 @@ def test_notebook_with_gateway_url_runs_cells(kenneld, gw, server):
     assert pngs and pngs[0]["content"]["data"]["image/png"].startswith("iVBORw0KGgo")
     # interrupt, through Notebook's REST API
     ch.run("import time")
-    msg_id = ch.send("time.sleep(60)")
-    ch.collect(msg_id, until=lambda m: m["header"]["msg_type"] == "execute_input")
+    msg_id = ch.send("print('sleeping', flush=True)\ntime.sleep(60)")
+    ch.collect(msg_id, until=lambda m: m["header"]["msg_type"] == "stream")
     assert server.request("POST", f"api/kernels/{k['id']}/interrupt")[0] == 204
     reply, _ = ch.collect(msg_id)
     assert reply["content"]["ename"] == "KeyboardInterrupt"
