@@ -1523,15 +1523,20 @@ static int s_callback(struct lws *wsi, enum lws_callback_reasons reason, void *u
                              (unsigned char *)c->close_reason, strlen(c->close_reason));
             return -1;
         }
-        gwqueue_item_t *it = gwqueue_pop(&c->out);
-        if (!it)
-            return 0;
-        int n = lws_write(wsi, it->buf + LWS_PRE, it->len,
-                          it->is_binary ? LWS_WRITE_BINARY : LWS_WRITE_TEXT);
-        size_t want = it->len;
-        gwqueue_item_free(&it);
-        if (n < (int)want)
-            return -1;
+        /* A cell's messages come in bursts (busy, input, result, reply, idle): write while
+         * the socket takes them whole rather than one a turn of the loop, a few at most so
+         * that other WebSockets get their turn. */
+        for (int i = 0; i < 16 && c->out.head; i++) {
+            if (i > 0 && lws_send_pipe_choked(wsi))
+                break;
+            gwqueue_item_t *it = gwqueue_pop(&c->out);
+            int n = lws_write(wsi, it->buf + LWS_PRE, it->len,
+                              it->is_binary ? LWS_WRITE_BINARY : LWS_WRITE_TEXT);
+            size_t want = it->len;
+            gwqueue_item_free(&it);
+            if (n < (int)want)
+                return -1;
+        }
         lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, opt.idle_s);
         if (c->out.head)
             lws_callback_on_writable(wsi);
