@@ -54,16 +54,21 @@ class Gateway:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            assert self.proc.poll() is None, \
-                f"kennel-gateway exited with {self.proc.returncode}:\n{self.log()}"
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, f"kennel-gateway did not listen:\n{self.log()}"
-                time.sleep(0.05)
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while True:
+                assert self.proc.poll() is None, \
+                    f"kennel-gateway exited with {self.proc.returncode}:\n{self.log()}"
+                try:
+                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                        break
+                except OSError:
+                    assert time.monotonic() < deadline, \
+                        f"kennel-gateway did not listen:\n{self.log()}"
+                    time.sleep(0.05)
+        except BaseException:
+            self.stop()  # it is not handed to the test: end it here
+            raise
 
     def log(self):
         try:
