@@ -158,6 +158,7 @@ static struct {
     wire_t *mgr_wire;
     char mgr_session[40];
     struct lws *mgr_wsi;
+    int mgr_stale; /* the last s_mgr_connect failed: the sweep tries again */
     watch_t mgr_watch;
     zhashx_t *mpend;      /* msg_id -> mpend_t (owned) */
     zhashx_t *kerns;      /* id -> kern_t (owned) */
@@ -423,8 +424,12 @@ static int s_mgr_call(conn_t *c, mp_kind_t kind, const char *msg_type, json_t *c
     p->kind = kind;
     p->conn = c;
     p->deadline_ms = util_now_ms() + MGR_TIMEOUT_MS;
-    if (c)
+    if (c) {
         c->pending = p;
+        /* libwebsockets' own request timeout must not end the connection before the
+         * manager's: the client is owed an answer (a 504 at worst). */
+        lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, MGR_TIMEOUT_MS / 1000 + 5);
+    }
     zhashx_insert(g.mpend, p->msg_id, p);
     s_drain_mgr();
     return 0;
@@ -492,6 +497,8 @@ static void s_on_mgr_reply(mpend_t *p, jmsg_t *rep)
     if (!c)
         return;
     c->pending = NULL;
+    if (c->is_ws) /* back from the manager call's timeout to the idle one */
+        lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, opt.idle_s);
     json_t *info = json_object_get(content, "session");
     const char *name = json_string_value(json_object_get(info, "name"));
     const char *id = json_string_value(json_object_get(info, "id"));
@@ -1574,8 +1581,10 @@ static void s_sweep(lws_sorted_usec_list_t *sul)
         s_mgr_fail(zhashx_lookup(g.mpend, key));
         zhashx_delete(g.mpend, key);
     }
-    if (zlistx_size(late))
-        s_mgr_connect();
+    /* A kenneld that restarted has a new key; one that is starting has no kenneld.json yet:
+     * try again each sweep until the file reads. */
+    if (zlistx_size(late) || g.mgr_stale)
+        g.mgr_stale = s_mgr_connect() < 0;
     zlistx_destroy(&late);
     zlistx_t *idle = zlistx_new();
     for (kern_t *k = zhashx_first(g.kerns); k; k = zhashx_next(g.kerns)) {
