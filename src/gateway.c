@@ -39,7 +39,6 @@
 #define MAX_BODY (64u << 10)  /* a REST request's body */
 #define MAX_HELD 64           /* a WebSocket's messages held until its kernel is ready */
 #define MAX_REPLAYS 16        /* replay buffers per kernel */
-#define MAX_OUT (64u << 20)   /* bytes waiting for one WebSocket before it is dropped */
 #define PRIV_MAX (128u << 10) /* a file the monitor reads */
 
 /* ---------------------------------------------------------------------------------- */
@@ -56,6 +55,7 @@ static struct {
     int idle_s;          /* a WebSocket with no traffic is closed after this */
     int request_s;       /* a request's headers and body must arrive within this */
     size_t replay_bytes; /* per dropped client */
+    size_t max_pending;  /* bytes waiting for one WebSocket before it is dropped */
     int replay_s;        /* how long a dropped client's messages are kept */
 } opt = {.user = "nobody",
          .max_header = 8192,
@@ -64,7 +64,8 @@ static struct {
          .idle_s = 3600,
          .request_s = 10,
          .replay_bytes = 32u << 20,
-         .replay_s = 120};
+         .replay_s = 120,
+         .max_pending = 64u << 20};
 
 /* ---------------------------------------------------------------------------------- */
 /* Types                                                                              */
@@ -791,7 +792,7 @@ static void s_ws_queue(conn_t *c, gwproto_channel_t ch, const jmsg_t *m)
     if (gwproto_encode(c->mode, ch, m, LWS_PRE, &buf, &len, &bin) < 0)
         return;
     gwqueue_push_frame(&c->out, buf, len, bin);
-    if (c->out.bytes > MAX_OUT) {
+    if (c->out.bytes > opt.max_pending) {
         /* A client that reads slower than its kernel writes is dropped, not buffered without
          * end; what follows is kept for its return like any dropped client's. */
         s_ws_close(c, LWS_CLOSE_STATUS_POLICY_VIOLATION, "client too slow");
@@ -1534,7 +1535,9 @@ static int s_callback(struct lws *wsi, enum lws_callback_reasons reason, void *u
          * the socket takes them whole rather than one a turn of the loop, a few at most so
          * that other WebSockets get their turn. */
         for (int i = 0; i < 16 && c->out.head; i++) {
-            if (i > 0 && lws_send_pipe_choked(wsi))
+            /* Both checks: lws_send_pipe_choked() asks the socket only, and a write lws
+             * partly buffered must be done before the next frame, or the frames mix. */
+            if (i > 0 && (lws_partial_buffered(wsi) || lws_send_pipe_choked(wsi)))
                 break;
             gwqueue_item_t *it = gwqueue_pop(&c->out);
             int n = lws_write(wsi, it->buf + LWS_PRE, it->len,
@@ -1640,6 +1643,7 @@ static void s_usage(FILE *f)
             "                      [--max-header BYTES] [--max-frame BYTES] [--max-conns N]\n"
             "                      [--idle SECONDS] [--request-timeout SECONDS]\n"
             "                      [--replay-bytes BYTES] [--replay-seconds SECONDS]\n"
+            "                      [--max-pending BYTES]\n"
             "                      [--log-level LEVEL]\n"
             "The Jupyter Server kernel API (REST and WebSocket) in front of kenneld: see "
             "docs/gateway.md.\n");
@@ -1661,6 +1665,7 @@ static int s_parse_args(int argc, char **argv)
                                          {"request-timeout", required_argument, NULL, 'r'},
                                          {"replay-bytes", required_argument, NULL, 'B'},
                                          {"replay-seconds", required_argument, NULL, 'S'},
+                                         {"max-pending", required_argument, NULL, 'P'},
                                          {"log-level", required_argument, NULL, 'L'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
@@ -1668,7 +1673,7 @@ static int s_parse_args(int argc, char **argv)
     const char *listen = NULL;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         long v = 0;
-        if (strchr("HFCirBS", c)) {
+        if (strchr("HFCirBSP", c)) {
             char *end;
             v = strtol(optarg, &end, 10);
             if (*end || v <= 0) {
@@ -1697,6 +1702,7 @@ static int s_parse_args(int argc, char **argv)
         case 'r': opt.request_s = (int)v; break;
         case 'B': opt.replay_bytes = (size_t)v; break;
         case 'S': opt.replay_s = (int)v; break;
+        case 'P': opt.max_pending = (size_t)v; break;
         case 'L':
             if ((level = log_level_parse(optarg)) < 0) {
                 fprintf(stderr, "kennel-gateway: --log-level is error, warn, info or debug\n");

@@ -434,3 +434,4 @@ def test_limit_replay_bytes(gateway):
     assert texts and texts[-1] == "39" * 50
     assert "1" * 50 not in texts  # the oldest went
     assert _metric(gw, "kennel_gateway_replay_dropped_total") >= 1
+
