@@ -948,6 +948,9 @@ static void s_ws_close(conn_t *c, int code, const char *reason)
     c->close_code = code;
     snprintf(c->close_reason, sizeof c->close_reason, "%s", reason);
     lws_callback_on_writable(c->wsi);
+    /* The close frame goes out when the socket takes it; a client that reads nothing (the
+     * one dropped as too slow) never lets it, so it is hung up on after a few seconds. */
+    lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, 5);
 }
 
 static void s_attach(conn_t *c, kern_t *k)

@@ -435,3 +435,28 @@ def test_limit_replay_bytes(gateway):
     assert "1" * 50 not in texts  # the oldest went
     assert _metric(gw, "kennel_gateway_replay_dropped_total") >= 1
 
+
+
+@pytest.mark.timeout_s(120)
+def test_limit_slow_websocket(gateway):
+    """A WebSocket that reads nothing while its kernel writes is dropped once more than
+    --max-pending bytes wait for it (hung up on, as it takes no close frame either); what
+    waits for it stays bounded meanwhile, and the reading client goes on."""
+    # A reading client has a cell's burst (8 MB here) waiting at times: the bound is above
+    # that, and what the non-reader is sent (40 MB) is above the bound and the sockets'
+    # buffers.
+    gw = gateway(["--max-pending", str(16 << 20)])
+    k = gw.start_kernel()
+    slow = gw.connect(k["id"])
+    slow.ws.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    fast = gw.connect(k["id"])
+    for _ in range(5):
+        reply, _ = fast.run("for _ in range(8):\n    print('x' * 1000000)", timeout=60)
+        assert reply["content"]["status"] == "ok"
+    assert _metric(gw, 'kennel_gateway_queue_length{queue="websocket_bytes"}') <= (17 << 20)
+    deadline = time.monotonic() + 30
+    while _metric(gw, "kennel_gateway_websockets ") != 1:
+        assert time.monotonic() < deadline, "the slow WebSocket was not dropped"
+        time.sleep(0.5)
+    assert result_text(fast.run("'still served'")[1]) == "'still served'"
+    slow.ws.close()
