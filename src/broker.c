@@ -959,7 +959,8 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     char key[40], ipc_prefix[PATH_MAX];
     channels_cfg_t cc = {.transport = self->cfg.transport, .ip = self->cfg.ip,
                          .key = util_uuid(key), .max_unread = self->cfg.max_unread,
-                         .signer = self->signer};
+                         .signer = self->signer, .gate = self->cfg.gate,
+                         .max_clients = self->cfg.max_clients};
     if (connection &&
         connection_parse(connection, &cc, !id, &err->ename, err->evalue, sizeof err->evalue) < 0)
         goto fail;
@@ -1121,6 +1122,17 @@ static json_t *s_info(sess_t *s)
     json_object_set_new(info, "sandboxed", json_boolean(s->broker->cfg.sandbox));
     json_object_set_new(info, "unread_bytes", json_integer(s->ch ? (json_int_t)channels_unread(s->ch) : 0));
     json_object_set_new(info, "unread_dropped", json_integer(s->ch ? (json_int_t)channels_dropped(s->ch) : 0));
+    if (s->ch) {
+        static const char *names[CHANNELS_N] = {"shell", "iopub", "stdin", "control", "hb"};
+        size_t n[CHANNELS_N];
+        channels_connections(s->ch, n);
+        json_t *clients = json_object();
+        for (int i = 0; i < CHANNELS_N; i++)
+            json_object_set_new(clients, names[i], json_integer((json_int_t)n[i]));
+        json_object_set_new(info, "connections", clients);
+    }
+    json_object_set_new(info, "clients_refused",
+                        json_integer(s->ch ? (json_int_t)channels_refused(s->ch) : 0));
     return info;
 }
 
@@ -1293,6 +1305,7 @@ json_t *broker_stats(const broker_t *self)
     json_object_set_new(limits, "max_message",
                         json_integer((json_int_t)self->cfg.wire_limits.max_msg_bytes));
     json_object_set_new(limits, "max_unread", json_integer((json_int_t)self->cfg.max_unread));
+    json_object_set_new(limits, "max_clients", json_integer((json_int_t)self->cfg.max_clients));
     json_t *lost = json_array();
     for (size_t i = 0; self->cfg.lost && self->cfg.lost[i]; i++)
         json_array_append_new(lost, json_string(self->cfg.lost[i]));

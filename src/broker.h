@@ -13,6 +13,7 @@
 #include <czmq.h>
 #include <jansson.h>
 
+#include "gate.h"
 #include "loop.h"
 #include "reslimits.h"
 #include "session.h"
@@ -46,6 +47,9 @@ typedef struct {
     size_t max_unread;            /* bytes a session's iopub holds for clients that lag */
     size_t max_memory;            /* kenneld's heap in use past which every client is cut;
                                      0: no guard */
+    gate_t *gate;                 /* kenneld's ZAP handler, guarding every session's sockets
+                                     (borrowed; outlives the broker), or NULL */
+    size_t max_clients;           /* connections each session socket admits; 0: no bound */
     session_limits_t session_limits;
     wire_limits_t wire_limits;
 } broker_cfg_t;

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -20,6 +21,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "util.h"
 #include "worker.h"
 
@@ -99,6 +101,9 @@ struct channels {
     size_t queued_iopub; /* how many of them go to iopub */
     channels_flushed_fn *flushed;
     void *flushed_arg;
+    gate_t *gate;       /* asks s_admit about each handshake, or NULL */
+    size_t max_clients; /* connections per socket (0: no bound) */
+    size_t refused;     /* handshakes refused past it */
 };
 
 static void s_account_release(unread_account_t *a)
@@ -162,6 +167,8 @@ static void s_unread_free(void *data, void *hint)
 
 #define PEERS_SWEEP_MIN 64 /* client accounts kept before idle ones are looked for */
 
+#define CHANNELS_HANDSHAKE_MS 10000 /* for a peer to finish its ZMTP handshake */
+
 #define HB_MAX_MSG 1024 /* bytes of one heartbeat ping */
 #define HB_HWM 16        /* pings queued for a peer that does not read */
 #define HB_MAX_FRAMES 8  /* of one ping: its routing id and the ping itself, as sent */
@@ -190,6 +197,9 @@ static zsock_t *s_socket(channels_index_t i, size_t max_msg)
     if (!s)
         return NULL;
     zsock_set_linger(s, 0);
+    /* A peer that connects and never finishes its handshake holds a place (--max-clients)
+     * until libzmq drops it: 10 s, not its default 30. */
+    zsock_set_handshake_ivl(s, CHANNELS_HANDSHAKE_MS);
     /* The heartbeat echoes what it gets: small pings only (jupyter_client's are 4 bytes), and
      * few of them queued for a peer that does not read, or anyone who can connect could make
      * kenneld hold a thousand messages of --max-message each. iopub takes in subscriptions
@@ -238,6 +248,78 @@ static int s_ipc_path(const channels_t *self, int i, char *path, size_t size)
     return snprintf(path, size, "%s-%d", self->ip, self->ports[i]) < (int)size;
 }
 
+/*  How many connections socket i has accepted and not yet closed, as the kernel lists them:
+ *  TCP ones on its address and port, established (/proc/net/tcp and tcp6), or Unix ones on
+ *  its path, connected (/proc/net/unix: an accepted socket shows its listener's path, a
+ *  client's none). libzmq keeps no count of a bound socket's peers, and a socket monitor for
+ *  each of a session's sockets would cost a socket and a loop reader more each; the table
+ *  is read only when a peer knocks. Counts a peer that has not finished its handshake, or
+ *  never will: libzmq drops those after ZMQ_HANDSHAKE_IVL (s_socket). */
+static size_t s_count(const channels_t *self, int i)
+{
+    size_t n = 0;
+    char line[512];
+    if (strcmp(self->transport, "ipc") == 0) {
+        char path[PATH_MAX];
+        FILE *f = s_ipc_path(self, i, path, sizeof path) ? fopen("/proc/net/unix", "re") : NULL;
+        if (!f)
+            return 0;
+        size_t plen = strlen(path);
+        while (fgets(line, sizeof line, f)) {
+            unsigned flags = 0, st = 0;
+            int end = 0;
+            /* Num RefCount Protocol Flags Type St Inode Path */
+            if (sscanf(line, "%*s %*x %*x %x %*x %x %*u %n", &flags, &st, &end) < 2 || !end)
+                continue;
+            const char *p = line + end;
+            if (st == 3 && !(flags & 0x10000) && strncmp(p, path, plen) == 0 &&
+                (p[plen] == '\n' || p[plen] == '\0'))
+                n++;
+        }
+        fclose(f);
+        return n;
+    }
+    struct in_addr ours;
+    int v4 = inet_pton(AF_INET, self->ip, &ours) == 1 && ours.s_addr != INADDR_ANY;
+    const char *tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    for (size_t t = 0; t < 2; t++) {
+        FILE *f = fopen(tables[t], "re");
+        if (!f)
+            continue;
+        while (fgets(line, sizeof line, f)) {
+            char addr[40];
+            unsigned port = 0, st = 0;
+            /* sl local_address rem_address st …; addresses in hex as the kernel stores them */
+            if (sscanf(line, " %*[0-9]: %39[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x", addr, &port,
+                       &st) != 3 ||
+                st != 1 || (int)port != self->ports[i])
+                continue;
+            if (v4 && (t != 0 || (uint32_t)strtoul(addr, NULL, 16) != ours.s_addr))
+                continue;
+            n++;
+        }
+        fclose(f);
+    }
+    return n;
+}
+
+/*  The gate's question for socket i (gate.h): a peer comes in while the socket has room. */
+static int s_admit(void *arg, int i, const gate_request_t *req, const char **why)
+{
+    (void)req;
+    channels_t *self = arg;
+    if (self->max_clients && s_count(self, i) > self->max_clients) {
+        /* The count includes the peer asking: it is accepted, handshaking. */
+        if (!self->refused++)
+            LOG_W("%s %s port %d: more than --max-clients (%zu) connections; refusing the "
+                  "next ones (logged once per session; kennel info counts them)",
+                  self->transport, self->ip, self->ports[i], self->max_clients);
+        *why = "too many clients (--max-clients)";
+        return 0;
+    }
+    return 1;
+}
+
 channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
 {
     channels_t *self = calloc(1, sizeof *self);
@@ -263,10 +345,13 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     self->max_msg = lim.max_msg_bytes;
     self->max_msgs = cfg->max_unread_msgs ? cfg->max_unread_msgs : CHANNELS_IOPUB_MAX_MSGS;
     self->signer = cfg->signer;
+    self->gate = cfg->gate;
+    self->max_clients = cfg->max_clients;
     int is_ipc = strcmp(cfg->transport, "ipc") == 0;
     for (int i = 0; i < CHANNELS_N; i++) {
         self->sock[i] = s_socket((channels_index_t)i, lim.max_msg_bytes);
-        if (!self->sock[i])
+        if (!self->sock[i] ||
+            (self->gate && gate_guard(self->gate, self->sock[i], s_admit, self, i) < 0))
             goto fail;
         int port = cfg->ports[i];
         int rc;
@@ -300,6 +385,7 @@ void channels_destroy(channels_t **self_p)
     channels_t *self = *self_p;
     int is_ipc = self->transport && strcmp(self->transport, "ipc") == 0;
     for (int i = 0; i < CHANNELS_N; i++) {
+        gate_unguard(self->gate, self->sock[i]);
         zsock_destroy(&self->sock[i]);
         /* libzmq leaves the socket file of an ipc endpoint it bound (a client's own path,
          * outside the session's directory, once stayed behind); only one bound here goes. */
@@ -808,6 +894,17 @@ int channels_read_subscription(channels_t *self)
         }
     }
     return rc;
+}
+
+void channels_connections(const channels_t *self, size_t out[CHANNELS_N])
+{
+    for (int i = 0; i < CHANNELS_N; i++)
+        out[i] = s_count(self, i);
+}
+
+size_t channels_refused(const channels_t *self)
+{
+    return self->refused;
 }
 
 size_t channels_cuts(const channels_t *self)

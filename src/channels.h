@@ -8,6 +8,7 @@
 #include <czmq.h>
 #include <jansson.h>
 
+#include "gate.h"
 #include "jmsg.h"
 #include "wire.h"
 #include "worker.h"
@@ -25,6 +26,8 @@ typedef struct {
     size_t max_unread_msgs;  /* messages iopub holds for them (0: CHANNELS_IOPUB_MAX_MSGS) */
     worker_t *signer;        /* a thread for signing large messages (see channels_send; it
                               * must outlive the channels' loop), or NULL: all on the loop */
+    gate_t *gate;            /* asked about every handshake (gate.h), or NULL: anyone in */
+    size_t max_clients;      /* with a gate: connections each socket admits (0: no bound) */
 } channels_cfg_t;
 
 typedef struct channels channels_t;
@@ -74,6 +77,11 @@ size_t channels_dropped(const channels_t *self);
 /*  How many clients of shell, control and stdin have an account now (one that lags keeps
  *  its own; the others are forgotten as more arrive). */
 size_t channels_clients(const channels_t *self);
+/*  Connections each socket has now (accepted and not yet closed, admitted or not: what the
+ *  kernel's table of sockets says), and handshakes the gate refused, in all, for being past
+ *  max_clients. */
+void channels_connections(const channels_t *self, size_t out[CHANNELS_N]);
+size_t channels_refused(const channels_t *self);
 /*  Read what iopub received (subscriptions, up to a bound per call). Call whenever the
  *  socket is readable: libzmq keeps what is not read. Once libzmq has taken 16 KiB of new
  *  topics since the last cut (a Jupyter client takes one, "", when it joins), every

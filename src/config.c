@@ -32,6 +32,8 @@ static const char s_usage[] =
     "  --max-unread SIZE   output a session's iopub holds for clients that have not read it,\n"
     "                      and replies its sockets hold for one client; past it, they are\n"
     "                      dropped until the readers catch up (default 64M)\n"
+    "  --max-clients N     connections each of a session's five sockets admits; past it a\n"
+    "                      peer's handshake is refused (default 64; 0: no bound)\n"
     "  --max-memory SIZE   kenneld's own heap in use past which it cuts every client\n"
     "                      connection of every session (they reconnect); 0: never\n"
     "                      (default 2G)\n"
@@ -151,6 +153,7 @@ int config_load(config_t *cfg, int argc, char **argv)
     cfg->max_file = 32u << 20;
     cfg->max_unread = 64u << 20;
     cfg->max_memory = (size_t)2 << 30;
+    cfg->max_clients = 64;
     strcpy(cfg->spawner, "zygote");
     strcpy(cfg->zygote_dir, KENNEL_ZYGOTE_DIR);
     strcpy(cfg->preload, DEFAULT_PRELOAD);
@@ -186,6 +189,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"ttl", required_argument, NULL, 'L'},       {"max-unread", required_argument, NULL, 'B'}, {"max-memory", required_argument, NULL, 'Y'},
         {"spawner", required_argument, NULL, 'Z'},   {"preload", required_argument, NULL, 'R'},
         {"pool", required_argument, NULL, 'W'},      {"merge-pages", no_argument, NULL, 'K'},
+        {"max-clients", required_argument, NULL, 'C'},
         {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
@@ -290,6 +294,7 @@ int config_load(config_t *cfg, int argc, char **argv)
                                          : s_size(optarg, 64u << 20, (size_t)1 << 40,
                                                   &cfg->max_memory, "--max-memory");
             break;
+        case 'C': rc = s_size(optarg, 0, 100000, &cfg->max_clients, "--max-clients"); break;
         case 'Z': rc = s_spawner(cfg, optarg); break;
         case 'R': rc = s_copy(cfg->preload, sizeof cfg->preload, optarg, "--preload"); break;
         case 'W': rc = s_size(optarg, 0, 64, &cfg->pool, "--pool"); break;

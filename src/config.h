@@ -42,6 +42,7 @@ typedef struct {
     size_t journal_bytes;       /* a session's journal of its last cells' iopub; 0: none */
     double journal_age_s;       /* a cell ended longer ago leaves the journal */
     size_t max_unread;          /* bytes a session's iopub holds for clients that lag */
+    size_t max_clients;         /* connections per session socket; 0: no bound */
     size_t max_memory;          /* kenneld's heap in use past which clients are cut; 0: off */
     size_t max_file;            /* largest file put into or got from a workspace */
     size_t uid_base;            /* kernels run as host uids uid_base .. uid_base+max_sessions */

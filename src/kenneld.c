@@ -275,6 +275,14 @@ int main(int argc, char **argv)
         snprintf(manager_ep, sizeof manager_ep, "tcp://127.0.0.1:*");
 
     loop_t *loop = loop_new();
+    /* Every session's sockets are guarded: the gate admits at most --max-clients connections
+     * on each. */
+    gate_t *gate = loop ? gate_new(loop) : NULL;
+    if (loop && !gate) {
+        PLOG_E("cannot serve ZAP (the gate)");
+        loop_destroy(&loop);
+        return 1;
+    }
     broker_cfg_t bcfg = {
         .state_dir = state_dir,
         .transport = cfg.transport,
@@ -308,6 +316,8 @@ int main(int argc, char **argv)
         .ttl_ms = (long long)(cfg.ttl_s * 1000),
         .max_unread = cfg.max_unread,
         .max_memory = cfg.max_memory,
+        .gate = gate,
+        .max_clients = cfg.max_clients,
         .session_limits = {.max_queued = cfg.max_queued,
                            .grace_ms = (long long)(cfg.grace_s * 1000),
                            .max_output = cfg.max_output,
@@ -324,6 +334,7 @@ int main(int argc, char **argv)
     if (!manager) {
         PLOG_E("cannot serve the manager on %s", manager_ep);
         broker_destroy(&broker);
+        gate_destroy(&gate);
         loop_destroy(&loop);
         return 1;
     }
@@ -331,6 +342,7 @@ int main(int argc, char **argv)
         PLOG_E("cannot watch the signalfd");
         manager_destroy(&manager);
         broker_destroy(&broker);
+        gate_destroy(&gate);
         loop_destroy(&loop);
         return 1;
     }
@@ -349,6 +361,7 @@ int main(int argc, char **argv)
         json_decref(info);
         manager_destroy(&manager);
         broker_destroy(&broker);
+        gate_destroy(&gate);
         loop_destroy(&loop);
         return 1;
     }
@@ -362,6 +375,7 @@ int main(int argc, char **argv)
     unlink(info_path);
     manager_destroy(&manager);
     broker_destroy(&broker);
+    gate_destroy(&gate);
     loop_fd_end(loop, sfd);
     loop_destroy(&loop);
     close(sfd);
