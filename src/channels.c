@@ -21,6 +21,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "log.h"
 #include "util.h"
 #include "worker.h"
@@ -102,8 +104,12 @@ struct channels {
     channels_flushed_fn *flushed;
     void *flushed_arg;
     gate_t *gate;       /* asks s_admit about each handshake, or NULL */
+    char curve_secret[41];  /* Z85; "" without CURVE (wiped on destroy) */
+    char curve_public[41];  /* Z85, derived from it */
+    unsigned char curve_key[32]; /* curve_public, decoded: the one client key admitted */
     size_t max_clients; /* connections per socket (0: no bound) */
     size_t refused;     /* handshakes refused past it */
+    size_t denied;      /* handshakes refused for their key (CURVE) */
 };
 
 static void s_account_release(unread_account_t *a)
@@ -188,7 +194,7 @@ static void s_unread_free(void *data, void *hint)
 static const char *s_port_names[CHANNELS_N] = {"shell_port", "iopub_port", "stdin_port",
                                                "control_port", "hb_port"};
 
-static zsock_t *s_socket(channels_index_t i, size_t max_msg)
+static zsock_t *s_socket(channels_index_t i, size_t max_msg, const char *curve_secret)
 {
     /* An XPUB publishes as a PUB does (dropping for subscribers that lag) and also hands us
      * each new subscription, once libzmq has recorded it: what we publish after reading one
@@ -197,6 +203,12 @@ static zsock_t *s_socket(channels_index_t i, size_t max_msg)
     if (!s)
         return NULL;
     zsock_set_linger(s, 0);
+    if (*curve_secret) {
+        /* A CURVE server: a peer completes the handshake only if it knows the public key;
+         * the gate then admits only the session's own key pair (s_admit). */
+        zsock_set_curve_server(s, 1);
+        zsock_set_curve_secretkey(s, curve_secret);
+    }
     /* A peer that connects and never finishes its handshake holds a place (--max-clients)
      * until libzmq drops it: 10 s, not its default 30. */
     zsock_set_handshake_ivl(s, CHANNELS_HANDSHAKE_MS);
@@ -303,11 +315,42 @@ static size_t s_count(const channels_t *self, int i)
     return n;
 }
 
-/*  The gate's question for socket i (gate.h): a peer comes in while the socket has room. */
+/*  Take secret (Z85) as the sockets' CURVE key: its public key is derived. 0, or -1 with
+ *  errno EINVAL. With no gate nothing would check the client's key: refused too. */
+static int s_set_curve(channels_t *self, const char *secret)
+{
+    char pub[41];
+    if (!self->gate || strlen(secret) != 40 || zmq_curve_public(pub, secret) < 0 ||
+        !zmq_z85_decode(self->curve_key, pub)) {
+        errno = EINVAL;
+        return -1;
+    }
+    memcpy(self->curve_secret, secret, 41);
+    memcpy(self->curve_public, pub, 41);
+    return 0;
+}
+
+/*  The gate's question for socket i (gate.h). With CURVE, the handshake got this far only
+ *  if the peer knows the sockets' public key; it must also hold the session's key pair as
+ *  its own (as JEP 145's clients do with the connection file's), proving it read the secret
+ *  key, which a public key printed somewhere does not give. The heartbeat takes any client
+ *  key: upstream jupyter_client's makes a fresh pair for it, and it only echoes. Then a
+ *  peer comes in while the socket has room. */
 static int s_admit(void *arg, int i, const gate_request_t *req, const char **why)
 {
-    (void)req;
     channels_t *self = arg;
+    if (self->curve_secret[0]) {
+        if (strcmp(req->mechanism, "CURVE") != 0 || !req->client_key) {
+            *why = "CURVE required";
+            self->denied++;
+            return 0;
+        }
+        if (i != CHANNELS_HB && sodium_memcmp(req->client_key, self->curve_key, 32) != 0) {
+            *why = "not this session's key";
+            self->denied++;
+            return 0;
+        }
+    }
     if (self->max_clients && s_count(self, i) > self->max_clients) {
         /* The count includes the peer asking: it is accepted, handshaking. */
         if (!self->refused++)
@@ -347,9 +390,11 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     self->signer = cfg->signer;
     self->gate = cfg->gate;
     self->max_clients = cfg->max_clients;
+    if (cfg->curve_secret && s_set_curve(self, cfg->curve_secret) < 0)
+        goto fail;
     int is_ipc = strcmp(cfg->transport, "ipc") == 0;
     for (int i = 0; i < CHANNELS_N; i++) {
-        self->sock[i] = s_socket((channels_index_t)i, lim.max_msg_bytes);
+        self->sock[i] = s_socket((channels_index_t)i, lim.max_msg_bytes, self->curve_secret);
         if (!self->sock[i] ||
             (self->gate && gate_guard(self->gate, self->sock[i], s_admit, self, i) < 0))
             goto fail;
@@ -415,6 +460,7 @@ void channels_destroy(channels_t **self_p)
         memset(self->key, 0, strlen(self->key));
         free(self->key);
     }
+    sodium_memzero(self->curve_secret, sizeof self->curve_secret);
     free(self->transport);
     free(self->ip);
     free(self);
@@ -902,9 +948,50 @@ void channels_connections(const channels_t *self, size_t out[CHANNELS_N])
         out[i] = s_count(self, i);
 }
 
+int channels_curve(const channels_t *self)
+{
+    return self->curve_secret[0] != '\0';
+}
+
+int channels_rekey(channels_t *self, const char *curve_secret)
+{
+    if (!self->curve_secret[0] || s_set_curve(self, curve_secret) < 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    int is_ipc = strcmp(self->transport, "ipc") == 0;
+    int rc = 0;
+    for (int i = 0; i < CHANNELS_N; i++) {
+        char ep[PATH_MAX + 16];
+        if (is_ipc)
+            snprintf(ep, sizeof ep, "ipc://%s-%d", self->ip, self->ports[i]);
+        else
+            snprintf(ep, sizeof ep, "tcp://%s:%d", self->ip, self->ports[i]);
+        /* libzmq copies a socket's options into each listener when it binds, and a
+         * listener's connections end with it: unbinding cuts every client that holds the
+         * old key, and the new listener takes the new one. */
+        zmq_unbind(zsock_resolve(self->sock[i]), ep);
+        zsock_set_curve_secretkey(self->sock[i], self->curve_secret);
+        /* The old listener closes on libzmq's I/O thread, a moment later. */
+        int bound = -1;
+        for (int tries = 0; tries < 200 && (bound = zmq_bind(zsock_resolve(self->sock[i]), ep)) < 0 &&
+                            errno == EADDRINUSE;
+             tries++)
+            usleep(5000);
+        if (bound < 0)
+            rc = -1;
+    }
+    return rc;
+}
+
 size_t channels_refused(const channels_t *self)
 {
     return self->refused;
+}
+
+size_t channels_denied(const channels_t *self)
+{
+    return self->denied;
 }
 
 size_t channels_cuts(const channels_t *self)
@@ -927,5 +1014,9 @@ json_t *channels_connection(const channels_t *self)
                           "kernel_name", "kennel");
     for (int i = 0; i < CHANNELS_N; i++)
         json_object_set_new(c, s_port_names[i], json_integer(self->ports[i]));
+    if (self->curve_secret[0]) {
+        json_object_set_new(c, "curve_publickey", json_string(self->curve_public));
+        json_object_set_new(c, "curve_secretkey", json_string(self->curve_secret));
+    }
     return c;
 }

@@ -32,6 +32,9 @@ static const char s_usage[] =
     "  --max-unread SIZE   output a session's iopub holds for clients that have not read it,\n"
     "                      and replies its sockets hold for one client; past it, they are\n"
     "                      dropped until the readers catch up (default 64M)\n"
+    "  --curve             every session's sockets, and the manager's, are CURVE servers: only\n"
+    "                      clients holding the session's key pair (its connection file's\n"
+    "                      curve_publickey and curve_secretkey) get in; traffic is encrypted\n"
     "  --max-clients N     connections each of a session's five sockets admits; past it a\n"
     "                      peer's handshake is refused (default 64; 0: no bound)\n"
     "  --max-memory SIZE   kenneld's own heap in use past which it cuts every client\n"
@@ -189,7 +192,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"ttl", required_argument, NULL, 'L'},       {"max-unread", required_argument, NULL, 'B'}, {"max-memory", required_argument, NULL, 'Y'},
         {"spawner", required_argument, NULL, 'Z'},   {"preload", required_argument, NULL, 'R'},
         {"pool", required_argument, NULL, 'W'},      {"merge-pages", no_argument, NULL, 'K'},
-        {"max-clients", required_argument, NULL, 'C'},
+        {"max-clients", required_argument, NULL, 'C'}, {"curve", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
@@ -252,6 +255,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         case 'U': rc = s_size(optarg, 1000, 4000000000u, &cfg->uid_base, "--uid-base"); break;
         case 'I': cfg->insecure_no_sandbox = 1; break;
         case 'K': cfg->merge_pages = 1; break;
+        case 'V': cfg->curve = 1; break;
         case 'o':
         case 'g':
         case 'd':

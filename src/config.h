@@ -23,6 +23,7 @@ typedef struct {
     size_t max_message_bytes;   /* client messages and kernel-pipe frames */
     int insecure_no_sandbox;    /* run kernels without the sandbox (debugging only) */
     int merge_pages;            /* the zygote's kernels offer their pages to KSM */
+    int curve;                  /* sessions and the manager are CURVE servers */
     char spawner[8];            /* "zygote" (fork a warm Python) or "exec" (a cold start each) */
     char zygote_dir[PATH_MAX];  /* where the zygote's C part (_kennel_zygote.so) is */
     char preload[1024];         /* modules the zygote imports once, comma-separated */

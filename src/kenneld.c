@@ -318,6 +318,7 @@ int main(int argc, char **argv)
         .max_memory = cfg.max_memory,
         .gate = gate,
         .max_clients = cfg.max_clients,
+        .curve = cfg.curve,
         .session_limits = {.max_queued = cfg.max_queued,
                            .grace_ms = (long long)(cfg.grace_s * 1000),
                            .max_output = cfg.max_output,
@@ -330,7 +331,19 @@ int main(int argc, char **argv)
     broker_t *broker = loop ? broker_new(loop, &bcfg) : NULL;
     char key[40];
     util_uuid(key);
-    manager_t *manager = loop && broker ? manager_new(loop, broker, manager_ep, key, cfg.max_file, NULL) : NULL;
+    /* Under --curve the manager's key pair goes into kenneld.json (0600, in the 0700 state
+     * directory), beside the HMAC key: whoever may read one may read the other. */
+    char curve_pub[41] = "", curve_sec[41] = "";
+    if (cfg.curve && zmq_curve_keypair(curve_pub, curve_sec) < 0) {
+        PLOG_E("cannot make a CURVE key pair (libzmq without libsodium?)");
+        broker_destroy(&broker);
+        gate_destroy(&gate);
+        loop_destroy(&loop);
+        return 1;
+    }
+    manager_t *manager = loop && broker ? manager_new(loop, broker, manager_ep, key, cfg.max_file,
+                                                      NULL, gate, cfg.curve ? curve_sec : NULL)
+                                        : NULL;
     if (!manager) {
         PLOG_E("cannot serve the manager on %s", manager_ep);
         broker_destroy(&broker);
@@ -356,6 +369,12 @@ int main(int argc, char **argv)
                              "hmac-sha256", "pid", (json_int_t)getpid(), "start",
                              (json_int_t)started, "version", KENNEL_VERSION, "state_dir",
                              state_dir);
+    if (cfg.curve) {
+        json_t *m = json_object_get(info, "manager");
+        json_object_set_new(m, "curve_publickey", json_string(curve_pub));
+        json_object_set_new(m, "curve_secretkey", json_string(curve_sec));
+    }
+    sodium_memzero(curve_sec, sizeof curve_sec);
     if (statedir_write_json(info_path, info, STATEDIR_DURABLE) < 0) {
         PLOG_E("write %s", info_path);
         json_decref(info);
