@@ -330,6 +330,92 @@ static int s_set_curve(channels_t *self, const char *secret)
     return 0;
 }
 
+/*  Whether uid may use kenneld's sessions without a key: kenneld's own user, and root. */
+static int s_owner(uid_t uid)
+{
+    return uid == 0 || uid == geteuid();
+}
+
+/*  A peer seen in the kernel's table of TCP sockets: its address (as the kernel stores an
+ *  IPv4 address) and port. */
+typedef struct {
+    uint32_t addr;
+    unsigned port;
+} peer_t;
+
+#define FOREIGN_MAX 64 /* foreign peers cut per handshake, at most */
+
+/*  Cut every connection to socket i (TCP) whose other end is a socket of a user who may
+ *  not (s_owner): the kernel's table lists the client's end of a local connection with its
+ *  owner's uid (/proc/net/tcp, tcp6 for v4-mapped ends), and /proc/self/fd finds the end
+ *  kenneld accepted, which is aborted as s_cut does. Ends in any state count, a half-closed
+ *  one too (it still reads). How many were cut. */
+static size_t s_cut_foreign(const channels_t *self, int i)
+{
+    struct in_addr ours;
+    if (inet_pton(AF_INET, self->ip, &ours) != 1)
+        return 0;
+    peer_t foreign[FOREIGN_MAX];
+    size_t n = 0;
+    char line[512];
+    const char *tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    for (size_t t = 0; t < 2 && n < FOREIGN_MAX; t++) {
+        FILE *f = fopen(tables[t], "re");
+        if (!f)
+            continue;
+        while (n < FOREIGN_MAX && fgets(line, sizeof line, f)) {
+            char laddr[40], raddr[40];
+            unsigned lport = 0, rport = 0, st = 0, uid = 0;
+            /* sl local rem st tx:rx tr:when retrnsmt uid */
+            if (sscanf(line, " %*[0-9]: %39[0-9A-Fa-f]:%x %39[0-9A-Fa-f]:%x %x %*x:%*x %*x:%*x %*x %u",
+                       laddr, &lport, raddr, &rport, &st, &uid) != 6 ||
+                (int)rport != self->ports[i] || s_owner((uid_t)uid))
+                continue;
+            /* tcp6: only v4-mapped ends, ::ffff:a.b.c.d (the last 8 hex digits) */
+            size_t skip = t ? 24 : 0;
+            if (strlen(raddr) != skip + 8 || strlen(laddr) != skip + 8 ||
+                (t && (strncmp(raddr, "0000000000000000FFFF0000", 24) != 0 ||
+                       strncmp(laddr, "0000000000000000FFFF0000", 24) != 0)) ||
+                (uint32_t)strtoul(raddr + skip, NULL, 16) != ours.s_addr)
+                continue;
+            foreign[n++] = (peer_t){(uint32_t)strtoul(laddr + skip, NULL, 16), lport};
+        }
+        fclose(f);
+    }
+    if (n == 0)
+        return 0;
+    size_t cut = 0;
+    DIR *d = opendir("/proc/self/fd");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        if (*end || end == e->d_name || fd < 0 || fd == dirfd(d))
+            continue;
+        int copy = fcntl((int)fd, F_DUPFD_CLOEXEC, 0); /* as in s_cut */
+        if (copy < 0)
+            continue;
+        struct sockaddr_in local, peer;
+        socklen_t llen = sizeof local, plen = sizeof peer;
+        if (getsockname(copy, (struct sockaddr *)&local, &llen) == 0 &&
+            local.sin_family == AF_INET && ntohs(local.sin_port) == self->ports[i] &&
+            getpeername(copy, (struct sockaddr *)&peer, &plen) == 0 &&
+            peer.sin_family == AF_INET) {
+            for (size_t k = 0; k < n; k++)
+                if (foreign[k].addr == peer.sin_addr.s_addr &&
+                    foreign[k].port == ntohs(peer.sin_port)) {
+                    struct sockaddr unspec = {.sa_family = AF_UNSPEC};
+                    connect(copy, &unspec, sizeof unspec);
+                    cut++;
+                    break;
+                }
+        }
+        close(copy);
+    }
+    if (d)
+        closedir(d);
+    return cut;
+}
+
 /*  The gate's question for socket i (gate.h). With CURVE, the handshake got this far only
  *  if the peer knows the sockets' public key; it must also hold the session's key pair as
  *  its own (as JEP 145's clients do with the connection file's), proving it read the secret
@@ -350,6 +436,24 @@ static int s_admit(void *arg, int i, const gate_request_t *req, const char **why
             self->denied++;
             return 0;
         }
+    } else if (strcmp(self->transport, "ipc") == 0) {
+        /* libzmq gives an ipc peer's credentials (SO_PEERCRED) as "HOST:uid:gid:pid". The
+         * state directory is 0700 and the sockets' files are not writable by others anyway;
+         * this holds if those modes are ever loosened. */
+        const char *colon = strchr(req->address, ':');
+        char *end = NULL;
+        unsigned long uid = colon ? strtoul(colon + 1, &end, 10) : 0;
+        if (!colon || end == colon + 1 || *end != ':' || !s_owner((uid_t)uid)) {
+            *why = "not the sessions' owner";
+            self->denied++;
+            return 0;
+        }
+    } else {
+        /* Without CURVE, only kenneld's user and root: a connection from another user is
+         * cut before its handshake ends, so it never gets a frame. The peer asking may be
+         * it, or one of the owner's, which must not be refused (a refused libzmq socket
+         * never retries): the answer is yes, and a cut connection takes nothing of it. */
+        self->denied += s_cut_foreign(self, i);
     }
     if (self->max_clients && s_count(self, i) > self->max_clients) {
         /* The count includes the peer asking: it is accepted, handshaking. */

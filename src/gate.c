@@ -75,6 +75,8 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
     }
     if (!ok)
         self->refused++;
+    LOG_D("zap: %s from %s (%s): %s", domain ? domain : "?", address ? address : "?",
+          mechanism ? mechanism : "?", ok ? "admitted" : why);
     s_reply(self, request_id, ok ? "200" : "400", ok ? "OK" : why);
     zstr_free(&version);
     zstr_free(&domain);

@@ -13,7 +13,7 @@ typedef struct gate gate_t;
 /*  One handshake, as libzmq tells it. */
 typedef struct {
     const char *address;   /* the peer's: an IP address (tcp; no port), or, on ipc,
-                            * ":uid:gid:pid" from SO_PEERCRED */
+                            * "HOST:uid:gid:pid" from SO_PEERCRED */
     const char *mechanism; /* "NULL" or "CURVE" */
     const unsigned char *client_key; /* CURVE: the client's 32-byte public key; else NULL */
 } gate_request_t;

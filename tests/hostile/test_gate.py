@@ -1,6 +1,12 @@
 """What gets into a session's sockets at all: kenneld's ZAP handler (the gate, src/gate.c)
 decides every handshake. --max-clients: each socket admits that many connections."""
+import concurrent.futures
 import json
+import os
+import socket
+import struct
+import subprocess
+import sys
 import time
 
 import pytest
@@ -105,3 +111,230 @@ def test_a_socket_past_max_clients_refuses_the_next_connection(kenneld, client):
         for s in socks:
             s.close()
         bystander.close()
+
+
+# Run as another user: subscribe to iopub and ask shell for kernel_info, with the session's
+# key (as if it had leaked); print what came, as JSON, after `wait` seconds.
+_INTRUDER = r"""
+import json, sys, time, zmq
+from jupyter_client.session import Session
+conn = json.loads(sys.argv[1])
+def ep(name):
+    if conn["transport"] == "ipc":
+        return f"ipc://{conn['ip']}-{conn[name + '_port']}"
+    return f"tcp://{conn['ip']}:{conn[name + '_port']}"
+ctx = zmq.Context()
+sub = ctx.socket(zmq.SUB); sub.linger = 0; sub.setsockopt(zmq.SUBSCRIBE, b"")
+sub.connect(ep("iopub"))
+shell = ctx.socket(zmq.DEALER); shell.linger = 0
+shell.connect(ep("shell"))
+session = Session(key=conn["key"].encode(), signature_scheme="hmac-sha256")
+session.send(shell, "kernel_info_request", {})
+got = {"iopub": 0, "shell": 0}
+print("ready", flush=True)
+deadline = time.monotonic() + float(sys.argv[2])
+poller = zmq.Poller(); poller.register(sub, zmq.POLLIN); poller.register(shell, zmq.POLLIN)
+while time.monotonic() < deadline:
+    for s, _ in poller.poll(100):
+        s.recv_multipart()
+        got["iopub" if s is sub else "shell"] += 1
+print(json.dumps(got), flush=True)
+"""
+
+
+def test_another_user_can_neither_subscribe_nor_connect(kenneld, client):
+    """Without CURVE, a session's sockets admit only kenneld's user and root: a process of
+    another user (nobody), even holding the HMAC key, reads nothing on iopub and gets no
+    reply on shell, while the owner's client runs a cell that prints. The same program as
+    root gets both (so the test can fail)."""
+    def intruder(as_nobody):
+        prefix = ["runuser", "-u", "nobody", "--"] if as_nobody else []
+        return subprocess.Popen([*prefix, "/usr/bin/python3", "-c", _INTRUDER,
+                                 json.dumps(client.conn), "4"],
+                                stdout=subprocess.PIPE, text=True, cwd="/")
+
+    results = {}
+    for as_nobody in (True, False):
+        p = intruder(as_nobody)
+        try:
+            assert p.stdout.readline().strip() == "ready"
+            time.sleep(1)  # its sockets have had their chance to join
+            r = client.execute("print('the owner\\'s secret')")
+            assert r is not None and r["content"]["status"] == "ok", r
+            out, _ = p.communicate(timeout=20)
+            results[as_nobody] = json.loads(out.strip().splitlines()[-1])
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert results[True] == {"iopub": 0, "shell": 0}, results
+    assert results[False]["iopub"] > 0 and results[False]["shell"] > 0, results
+    info = kenneld.call("info_request", {"session": "victim"})["session"]
+    assert info["clients_denied"] >= 2, info
+    assert_healthy(client, kenneld, "1 + 1")
+
+
+def _intruder(conn, as_nobody, seconds):
+    prefix = ["runuser", "-u", "nobody", "--"] if as_nobody else []
+    return subprocess.Popen([*prefix, "/usr/bin/python3", "-c", _INTRUDER, json.dumps(conn),
+                             str(seconds)], stdout=subprocess.PIPE, text=True, cwd="/")
+
+
+@pytest.mark.parametrize("kenneld", [("--transport", "ipc")], indirect=True)
+def test_ipc_sockets_admit_only_the_owner_even_when_their_files_are_open(kenneld):
+    """On ipc the 0700 state directory and the sockets' modes keep other users out; the
+    gate checks the peer's uid too (SO_PEERCRED), so loosening those modes lets no one in.
+    Here they are opened to everyone: nobody connects and gets nothing, while root's
+    identical client, at the same time, gets its reply and the status messages."""
+    reply = kenneld.call("create_request", {"name": "victim"})
+    assert reply["status"] == "ok", reply
+    path = reply["session"]["connection_file"]
+    with open(path) as f:
+        conn = json.load(f)
+    assert conn["transport"] == "ipc"
+    d = os.path.dirname(path)
+    top = os.path.dirname(os.path.dirname(kenneld.state_dir))  # above the test's own directory
+    while d != top:  # the session's directory up to the test's (mkdtemp's 0700)
+        os.chmod(d, 0o711)
+        d = os.path.dirname(d)
+    for name in ("shell", "iopub", "stdin", "control", "hb"):
+        os.chmod(f"{conn['ip']}-{conn[name + '_port']}", 0o777)
+    procs = []
+    try:
+        nobody = _intruder(conn, True, 5)
+        procs.append(nobody)
+        assert nobody.stdout.readline().strip() == "ready"
+        time.sleep(1)
+        root = _intruder(conn, False, 3)
+        procs.append(root)
+        assert root.stdout.readline().strip() == "ready"
+        got = {}
+        for who, p in (("root", root), ("nobody", nobody)):
+            out, _ = p.communicate(timeout=20)
+            got[who] = json.loads(out.strip().splitlines()[-1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert got["nobody"] == {"iopub": 0, "shell": 0}, got
+    assert got["root"]["iopub"] > 0 and got["root"]["shell"] > 0, got
+    info = kenneld.call("info_request", {"session": "victim"})["session"]
+    assert info["clients_denied"] >= 2, info
+
+
+def _peak_rss_from_now(pid):
+    """Start pid's peak RSS again from its current RSS (clear_refs 5); returns it (bytes)."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+    return _peak_rss(pid)
+
+
+def _peak_rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM:"))
+
+
+def _greeting(mechanism):
+    return (b"\xff" + b"\0" * 8 + b"\x7f" + bytes([3, 0]) + mechanism.ljust(20, b"\0")
+            + b"\0" * 32)
+
+
+def _frame(body_len, command=False, more=False):
+    """A ZMTP frame's header for a body of body_len bytes (the body follows)."""
+    flags = (0x04 if command else 0) | (0x01 if more else 0)
+    return bytes([flags | 0x02]) + struct.pack(">Q", body_len)
+
+
+def _flood_one(addr, kind, budget):
+    """One unauthenticated peer: connect to addr and send, as kind says, up to budget bytes.
+    How many bytes went before kenneld hung up (or the budget ran out)."""
+    sent = 0
+    try:
+        s = socket.create_connection(addr, timeout=10)
+    except OSError:
+        return 0
+    try:
+        if kind == "garbage":
+            chunk = os.urandom(64 << 10)
+            while sent < budget:
+                s.sendall(chunk)
+                sent += len(chunk)
+            return sent
+        s.sendall(_greeting(b"NULL" if kind == "null" else b"CURVE"))
+        got = b""
+        while len(got) < 64:  # libzmq drops a peer that sends on before its greeting is read
+            more = s.recv(64 - len(got))
+            if not more:
+                return sent
+            got += more
+        if kind == "null":  # as a DEALER would, then one message of endless frames
+            s.sendall(bytes([0x04, 27]) + b"\x05READY\x0bSocket-Type" + struct.pack(">I", 6)
+                      + b"DEALER")
+            header = _frame(64 << 10, more=True)
+        else:  # a HELLO command as large as kenneld takes a frame
+            header = _frame(budget - 9, command=True)
+            s.sendall(header)
+            header = b""
+        chunk = header + b"\0" * (64 << 10)
+        while sent < budget:
+            s.sendall(chunk)
+            sent += len(chunk)
+    except OSError:
+        pass
+    finally:
+        s.close()
+    return sent
+
+
+@pytest.mark.parametrize("kenneld", [("--curve", "--max-message", "8M", "--max-clients", "8")],
+                         indirect=True)
+def test_nothing_before_authentication(kenneld):
+    """With CURVE, a peer without the session's keys gets nothing in: garbage and a NULL
+    greeting are dropped at once, the message of endless frames that made kenneld hold 2 GiB
+    without CURVE (test_a_message_that_never_ends_is_cut_at_max_memory) never starts, and a
+    CURVE HELLO as large as a frame may be (--max-message) is held only while it comes.
+    kenneld's peak RSS stays within what --max-clients connections of one frame each can
+    hold, the session's own client and another session's client keep their connections and
+    their answers."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "clients"))
+    import kennel_curve
+    clients, paths = {}, {}
+    try:
+        for name in ("victim", "bystander"):
+            reply = kenneld.call("create_request", {"name": name})
+            assert reply["status"] == "ok", reply
+            path = paths[name] = reply["session"]["connection_file"]
+            kc = kennel_curve.client(path)
+            clients[name] = kc
+            kc.wait_for_ready(timeout=20)
+        conn = kennel_curve.load(paths["victim"])
+        before = {n: kenneld.call("info_request", {"session": n})["session"]["connections"]
+                  for n in clients}
+        pid = kenneld.proc.pid
+        base = _peak_rss_from_now(pid)
+        ports = [conn[f"{c}_port"] for c in ("shell", "control", "stdin", "iopub", "hb")]
+        sent = {}
+        for kind, budget in (("garbage", 4 << 20), ("null", 256 << 20), ("curve", 8 << 20)):
+            with concurrent.futures.ThreadPoolExecutor(16) as pool:
+                jobs = [pool.submit(_flood_one, (conn["ip"], p), kind, budget)
+                        for p in ports for _ in range(4)]
+                sent[kind] = [j.result(timeout=120) for j in jobs]
+        grown = _peak_rss(pid) - base
+        # An endless message needs a finished handshake: not one got a few MiB in.
+        assert max(sent["null"]) < 16 << 20, sent["null"]
+        # One frame of at most --max-message per connection, 4 connections on each of the
+        # three sockets that take frames that large: 96 MiB, and libzmq's own slack.
+        assert grown < (3 * 4 * 8 << 20) + (64 << 20), f"peak RSS grew by {grown >> 20} MiB"
+        for name, kc in clients.items():
+            r = kc.execute_interactive("print('still here')", timeout=20)
+            assert r["content"]["status"] == "ok", r["content"]
+        after = {n: kenneld.call("info_request", {"session": n})["session"]["connections"]
+                 for n in clients}
+        assert after == before, (before, after)  # nobody's client was cut or reconnected
+        with open(kenneld.log_path, "rb") as f:
+            assert b"past --max-memory" not in f.read()
+    finally:
+        for kc in clients.values():
+            kc.stop_channels()
