@@ -1145,6 +1145,18 @@ static json_t *s_info(sess_t *s)
     json_object_set_new(info, "sandboxed", json_boolean(s->broker->cfg.sandbox));
     json_object_set_new(info, "unread_bytes", json_integer(s->ch ? (json_int_t)channels_unread(s->ch) : 0));
     json_object_set_new(info, "unread_dropped", json_integer(s->ch ? (json_int_t)channels_dropped(s->ch) : 0));
+    json_object_set_new(info, "clients_refused",
+                        json_integer(s->ch ? (json_int_t)channels_refused(s->ch) : 0));
+    json_object_set_new(info, "curve", json_boolean(s->ch && channels_curve(s->ch)));
+    json_object_set_new(info, "clients_denied",
+                        json_integer(s->ch ? (json_int_t)channels_denied(s->ch) : 0));
+    return info;
+}
+
+/*  info with each socket's connections now: read from the kernel's socket tables, so one
+ *  session's info has them, not a listing of hundreds. */
+static json_t *s_info_connections(sess_t *s, json_t *info)
+{
     if (s->ch) {
         static const char *names[CHANNELS_N] = {"shell", "iopub", "stdin", "control", "hb"};
         size_t n[CHANNELS_N];
@@ -1154,11 +1166,6 @@ static json_t *s_info(sess_t *s)
             json_object_set_new(clients, names[i], json_integer((json_int_t)n[i]));
         json_object_set_new(info, "connections", clients);
     }
-    json_object_set_new(info, "clients_refused",
-                        json_integer(s->ch ? (json_int_t)channels_refused(s->ch) : 0));
-    json_object_set_new(info, "curve", json_boolean(s->ch && channels_curve(s->ch)));
-    json_object_set_new(info, "clients_denied",
-                        json_integer(s->ch ? (json_int_t)channels_denied(s->ch) : 0));
     return info;
 }
 
@@ -1301,7 +1308,7 @@ json_t *broker_info(broker_t *self, const char *id_or_name, int *pending)
         *pending = 1;
         return NULL;
     }
-    return s_info(s);
+    return s_info_connections(s, s_info(s));
 }
 
 json_t *broker_list(broker_t *self, int *pending)

@@ -260,36 +260,40 @@ static int s_ipc_path(const channels_t *self, int i, char *path, size_t size)
     return snprintf(path, size, "%s-%d", self->ip, self->ports[i]) < (int)size;
 }
 
-/*  How many connections socket i has accepted and not yet closed, as the kernel lists them:
+/*  How many connections each socket has accepted and not yet closed, as the kernel lists them:
  *  TCP ones on its address and port, established (/proc/net/tcp and tcp6), or Unix ones on
  *  its path, connected (/proc/net/unix: an accepted socket shows its listener's path, a
  *  client's none). libzmq keeps no count of a bound socket's peers, and a socket monitor for
  *  each of a session's sockets would cost a socket and a loop reader more each; the table
- *  is read only when a peer knocks. Counts a peer that has not finished its handshake, or
+ *  is read only when a peer knocks. Counts a peer  that has not finished its handshake, or
  *  never will: libzmq drops those after ZMQ_HANDSHAKE_IVL (s_socket). */
-static size_t s_count(const channels_t *self, int i)
+static void s_counts(const channels_t *self, size_t n[CHANNELS_N])
 {
-    size_t n = 0;
+    memset(n, 0, CHANNELS_N * sizeof n[0]);
     char line[512];
     if (strcmp(self->transport, "ipc") == 0) {
-        char path[PATH_MAX];
-        FILE *f = s_ipc_path(self, i, path, sizeof path) ? fopen("/proc/net/unix", "re") : NULL;
+        char paths[CHANNELS_N][PATH_MAX];
+        for (int i = 0; i < CHANNELS_N; i++)
+            if (!s_ipc_path(self, i, paths[i], sizeof paths[i]))
+                return;
+        FILE *f = fopen("/proc/net/unix", "re");
         if (!f)
-            return 0;
-        size_t plen = strlen(path);
+            return;
         while (fgets(line, sizeof line, f)) {
             unsigned flags = 0, st = 0;
             int end = 0;
             /* Num RefCount Protocol Flags Type St Inode Path */
-            if (sscanf(line, "%*s %*x %*x %x %*x %x %*u %n", &flags, &st, &end) < 2 || !end)
+            if (sscanf(line, "%*s %*x %*x %x %*x %x %*u %n", &flags, &st, &end) < 2 || !end ||
+                st != 3 || (flags & 0x10000))
                 continue;
-            const char *p = line + end;
-            if (st == 3 && !(flags & 0x10000) && strncmp(p, path, plen) == 0 &&
-                (p[plen] == '\n' || p[plen] == '\0'))
-                n++;
+            char *p = line + end;
+            p[strcspn(p, "\n")] = '\0';
+            for (int i = 0; i < CHANNELS_N; i++)
+                if (strcmp(p, paths[i]) == 0)
+                    n[i]++;
         }
         fclose(f);
-        return n;
+        return;
     }
     struct in_addr ours;
     int v4 = inet_pton(AF_INET, self->ip, &ours) == 1 && ours.s_addr != INADDR_ANY;
@@ -304,15 +308,16 @@ static size_t s_count(const channels_t *self, int i)
             /* sl local_address rem_address st …; addresses in hex as the kernel stores them */
             if (sscanf(line, " %*[0-9]: %39[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x", addr, &port,
                        &st) != 3 ||
-                st != 1 || (int)port != self->ports[i])
+                st != 1)
                 continue;
             if (v4 && (t != 0 || (uint32_t)strtoul(addr, NULL, 16) != ours.s_addr))
                 continue;
-            n++;
+            for (int i = 0; i < CHANNELS_N; i++)
+                if ((int)port == self->ports[i])
+                    n[i]++;
         }
         fclose(f);
     }
-    return n;
 }
 
 /*  Take secret (Z85) as the sockets' CURVE key: its public key is derived. 0, or -1 with
@@ -455,7 +460,10 @@ static int s_admit(void *arg, int i, const gate_request_t *req, const char **why
          * never retries): the answer is yes, and a cut connection takes nothing of it. */
         self->denied += s_cut_foreign(self, i);
     }
-    if (self->max_clients && s_count(self, i) > self->max_clients) {
+    size_t counts[CHANNELS_N];
+    if (self->max_clients)
+        s_counts(self, counts);
+    if (self->max_clients && counts[i] > self->max_clients) {
         /* The count includes the peer asking: it is accepted, handshaking. */
         if (!self->refused++)
             LOG_W("%s %s port %d: more than --max-clients (%zu) connections; refusing the "
@@ -1048,8 +1056,7 @@ int channels_read_subscription(channels_t *self)
 
 void channels_connections(const channels_t *self, size_t out[CHANNELS_N])
 {
-    for (int i = 0; i < CHANNELS_N; i++)
-        out[i] = s_count(self, i);
+    s_counts(self, out);
 }
 
 int channels_curve(const channels_t *self)

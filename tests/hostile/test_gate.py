@@ -192,6 +192,10 @@ def test_ipc_sockets_admit_only_the_owner_even_when_their_files_are_open(kenneld
     with open(path) as f:
         conn = json.load(f)
     assert conn["transport"] == "ipc"
+    deadline = time.monotonic() + 60  # its kernel is up: kernel_info is answered at once
+    while kenneld.call("info_request", {"session": "victim"})["session"]["state"] != "idle":
+        assert time.monotonic() < deadline, "the session never became idle"
+        time.sleep(0.1)
     d = os.path.dirname(path)
     top = os.path.dirname(os.path.dirname(kenneld.state_dir))  # above the test's own directory
     while d != top:  # the session's directory up to the test's (mkdtemp's 0700)
@@ -201,11 +205,11 @@ def test_ipc_sockets_admit_only_the_owner_even_when_their_files_are_open(kenneld
         os.chmod(f"{conn['ip']}-{conn[name + '_port']}", 0o777)
     procs = []
     try:
-        nobody = _intruder(conn, True, 5)
+        nobody = _intruder(conn, True, 8)
         procs.append(nobody)
         assert nobody.stdout.readline().strip() == "ready"
         time.sleep(1)
-        root = _intruder(conn, False, 3)
+        root = _intruder(conn, False, 5)
         procs.append(root)
         assert root.stdout.readline().strip() == "ready"
         got = {}
