@@ -348,27 +348,31 @@ typedef struct {
     unsigned port;
 } peer_t;
 
-#define FOREIGN_MAX 64 /* foreign peers cut per handshake, at most */
-
 /*  Cut every connection to socket i (TCP) whose other end is a socket of a user who may
  *  not (s_owner): the kernel's table lists the client's end of a local connection with its
  *  owner's uid (/proc/net/tcp, tcp6 for v4-mapped ends), and /proc/self/fd finds the end
  *  kenneld accepted, which is aborted as s_cut does. Ends in any state count, a half-closed
- *  one too (it still reads). How many were cut. */
-static size_t s_cut_foreign(const channels_t *self, int i)
+ *  one too (it still reads). How many were cut, or -1 when they could not be looked for
+ *  among kenneld's descriptors (then nothing may in). */
+static long s_cut_foreign(const channels_t *self, int i)
 {
     struct in_addr ours;
     if (inet_pton(AF_INET, self->ip, &ours) != 1)
         return 0;
-    peer_t foreign[FOREIGN_MAX];
-    size_t n = 0;
+    /* All of them, however many: the one asking must not be left out. */
+    peer_t *foreign = NULL;
+    size_t n = 0, cap = 0;
     char line[512];
     const char *tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
-    for (size_t t = 0; t < 2 && n < FOREIGN_MAX; t++) {
+    for (size_t t = 0; t < 2; t++) {
         FILE *f = fopen(tables[t], "re");
+        if (!f && t == 0) {
+            PLOG_E("cannot tell whose connections these are (/proc/net/tcp)");
+            return -1;
+        }
         if (!f)
             continue;
-        while (n < FOREIGN_MAX && fgets(line, sizeof line, f)) {
+        while (fgets(line, sizeof line, f)) {
             char laddr[40], raddr[40];
             unsigned lport = 0, rport = 0, st = 0, uid = 0;
             /* sl local rem st tx:rx tr:when retrnsmt uid */
@@ -383,15 +387,28 @@ static size_t s_cut_foreign(const channels_t *self, int i)
                        strncmp(laddr, "0000000000000000FFFF0000", 24) != 0)) ||
                 (uint32_t)strtoul(raddr + skip, NULL, 16) != ours.s_addr)
                 continue;
+            if (n == cap) {
+                peer_t *grown = realloc(foreign, (cap = cap ? 2 * cap : 16) * sizeof *foreign);
+                if (!grown) {
+                    LOG_E("out of memory");
+                    exit(1);
+                }
+                foreign = grown;
+            }
             foreign[n++] = (peer_t){(uint32_t)strtoul(laddr + skip, NULL, 16), lport};
         }
         fclose(f);
     }
     if (n == 0)
         return 0;
-    size_t cut = 0;
+    long cut = 0;
     DIR *d = opendir("/proc/self/fd");
-    for (struct dirent *e; d && (e = readdir(d));) {
+    if (!d) {
+        PLOG_E("cannot look for other users' connections to cut (/proc/self/fd)");
+        free(foreign);
+        return -1;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
         char *end;
         long fd = strtol(e->d_name, &end, 10);
         if (*end || end == e->d_name || fd < 0 || fd == dirfd(d))
@@ -416,8 +433,8 @@ static size_t s_cut_foreign(const channels_t *self, int i)
         }
         close(copy);
     }
-    if (d)
-        closedir(d);
+    closedir(d);
+    free(foreign);
     return cut;
 }
 
@@ -458,7 +475,12 @@ static int s_admit(void *arg, int i, const gate_request_t *req, const char **why
          * cut before its handshake ends, so it never gets a frame. The peer asking may be
          * it, or one of the owner's, which must not be refused (a refused libzmq socket
          * never retries): the answer is yes, and a cut connection takes nothing of it. */
-        self->denied += s_cut_foreign(self, i);
+        long cut = s_cut_foreign(self, i);
+        if (cut < 0) {
+            *why = "cannot tell whose connections these are";
+            return 0;
+        }
+        self->denied += (size_t)cut;
     }
     size_t counts[CHANNELS_N];
     if (self->max_clients)
