@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@
 #include <sodium.h>
 
 #include "log.h"
+#include "sockdiag.h"
 #include "util.h"
 #include "worker.h"
 
@@ -109,6 +111,10 @@ struct channels {
     unsigned char curve_key[32]; /* curve_public, decoded: the one client key admitted */
     size_t max_clients; /* connections per socket (0: no bound) */
     size_t refused;     /* handshakes refused past it */
+    size_t seen[CHANNELS_N];   /* each socket's connections when last counted … */
+    size_t since[CHANNELS_N];  /* … and handshakes admitted since: at most seen + since
+                                * connections now, so none is counted while that is under
+                                * max_clients (a count walks the kernel's whole table) */
     size_t denied;      /* handshakes refused for their key (CURVE) */
 };
 
@@ -260,6 +266,122 @@ static int s_ipc_path(const channels_t *self, int i, char *path, size_t size)
     return snprintf(path, size, "%s-%d", self->ip, self->ports[i]) < (int)size;
 }
 
+/*  A peer seen in the kernel's table of TCP sockets: its IPv4 address (network order) and
+ *  port. */
+typedef struct {
+    uint32_t addr;
+    unsigned port;
+} peer_t;
+
+/*  A growable list of peers. */
+typedef struct {
+    peer_t *v;
+    uid_t *uid;
+    size_t n, cap;
+} peers_t;
+
+static void s_peers_add(peers_t *p, uint32_t addr, unsigned port, uid_t uid)
+{
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 16;
+        peer_t *v = realloc(p->v, p->cap * sizeof *v);
+        uid_t *u = v ? realloc(p->uid, p->cap * sizeof *u) : NULL;
+        if (!v || !u) {
+            LOG_E("out of memory");
+            exit(1);
+        }
+        p->v = v;
+        p->uid = u;
+    }
+    p->v[p->n] = (peer_t){addr, port};
+    p->uid[p->n++] = uid;
+}
+
+static void s_peers_free(peers_t *p)
+{
+    free(p->v);
+    free(p->uid);
+    *p = (peers_t){0};
+}
+
+/*  One walk of the kernel's TCP sockets (sockdiag.h) for s_scan_tcp. */
+typedef struct {
+    const channels_t *self;
+    uint32_t ours;      /* the sockets' address (network order); 0: any */
+    size_t *counts;     /* per socket: the ends kenneld accepted, established */
+    int only;           /* the socket whose connections' client ends are looked at, or -1 */
+    peers_t accepted;   /* its connections, as kenneld's ends see them: the peers */
+    peers_t clients;    /* the client ends of connections to it, with their owners */
+} scan_t;
+
+/*  Whether uid may use kenneld's sessions without a key: kenneld's own user, and root. */
+static int s_owner(uid_t uid)
+{
+    return uid == 0 || uid == geteuid();
+}
+
+static void s_on_sock(void *arg, const sockdiag_t *d)
+{
+    scan_t *sc = arg;
+    const channels_t *self = sc->self;
+    int ours = !sc->ours || d->src == sc->ours;
+    if (d->state == TCP_ESTABLISHED && ours)
+        for (int i = 0; i < CHANNELS_N; i++)
+            if ((int)d->sport == self->ports[i])
+                sc->counts[i]++;
+    if (sc->only < 0)
+        return;
+    int port = self->ports[sc->only];
+    /* kenneld's end of a live connection (a half-closed one still reads) */
+    if (ours && (int)d->sport == port && d->state != TCP_LISTEN && d->state != TCP_TIME_WAIT &&
+        d->state != TCP_CLOSE)
+        s_peers_add(&sc->accepted, d->dst, d->dport, 0);
+    /* the client's end of a local one */
+    if ((int)d->dport == port && d->dst == sc->ours && d->state != TCP_TIME_WAIT)
+        s_peers_add(&sc->clients, d->src, d->sport, d->uid);
+}
+
+/*  Count each socket's established connections into counts (TCP), and, for only >= 0, list
+ *  into *foreign the peers of socket only's connections whose client end belongs to another
+ *  user (or cannot be found: a client that is not local, which 127.0.0.1 rules out, or one
+ *  gone). One walk of the kernel's table, which lists a local client's end with its owner's
+ *  uid; a client end that is not there is an AF_INET6 socket that reached 127.0.0.1 as
+ *  ::ffff:127.0.0.1, looked up alone. 0, or -1 when the kernel could not be asked. */
+static int s_scan_tcp(const channels_t *self, size_t counts[CHANNELS_N], int only,
+                      peers_t *foreign)
+{
+    struct in_addr ours;
+    scan_t sc = {.self = self, .counts = counts, .only = only};
+    if (inet_pton(AF_INET, self->ip, &ours) == 1)
+        sc.ours = ours.s_addr;
+    memset(counts, 0, CHANNELS_N * sizeof counts[0]);
+    int rc = sockdiag_tcp(AF_INET, 0, s_on_sock, &sc);
+    for (size_t k = 0; rc == 0 && k < sc.accepted.n; k++) {
+        peer_t p = sc.accepted.v[k];
+        size_t c = 0;
+        while (c < sc.clients.n && (sc.clients.v[c].addr != p.addr || sc.clients.v[c].port != p.port))
+            c++;
+        uid_t uid;
+        if (c < sc.clients.n) {
+            uid = sc.clients.uid[c];
+        } else {
+            sockdiag_t d;
+            int found = sockdiag_tcp_find(AF_INET6, p.addr, p.port, sc.ours,
+                                          (unsigned)self->ports[only], &d);
+            if (found < 0) {
+                rc = -1;
+                break;
+            }
+            uid = found ? d.uid : (uid_t)-1;
+        }
+        if (!s_owner(uid))
+            s_peers_add(foreign, p.addr, p.port, uid);
+    }
+    s_peers_free(&sc.accepted);
+    s_peers_free(&sc.clients);
+    return rc;
+}
+
 /*  How many connections each socket has accepted and not yet closed, as the kernel lists them:
  *  TCP ones on its address and port, established (/proc/net/tcp and tcp6), or Unix ones on
  *  its path, connected (/proc/net/unix: an accepted socket shows its listener's path, a
@@ -295,29 +417,8 @@ static void s_counts(const channels_t *self, size_t n[CHANNELS_N])
         fclose(f);
         return;
     }
-    struct in_addr ours;
-    int v4 = inet_pton(AF_INET, self->ip, &ours) == 1 && ours.s_addr != INADDR_ANY;
-    const char *tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
-    for (size_t t = 0; t < 2; t++) {
-        FILE *f = fopen(tables[t], "re");
-        if (!f)
-            continue;
-        while (fgets(line, sizeof line, f)) {
-            char addr[40];
-            unsigned port = 0, st = 0;
-            /* sl local_address rem_address st …; addresses in hex as the kernel stores them */
-            if (sscanf(line, " %*[0-9]: %39[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x", addr, &port,
-                       &st) != 3 ||
-                st != 1)
-                continue;
-            if (v4 && (t != 0 || (uint32_t)strtoul(addr, NULL, 16) != ours.s_addr))
-                continue;
-            for (int i = 0; i < CHANNELS_N; i++)
-                if ((int)port == self->ports[i])
-                    n[i]++;
-        }
-        fclose(f);
-    }
+    if (s_scan_tcp(self, n, -1, NULL) < 0)
+        PLOG_W("cannot count connections (sock_diag)");
 }
 
 /*  Take secret (Z85) as the sockets' CURVE key: its public key is derived. 0, or -1 with
@@ -335,77 +436,26 @@ static int s_set_curve(channels_t *self, const char *secret)
     return 0;
 }
 
-/*  Whether uid may use kenneld's sessions without a key: kenneld's own user, and root. */
-static int s_owner(uid_t uid)
-{
-    return uid == 0 || uid == geteuid();
-}
-
-/*  A peer seen in the kernel's table of TCP sockets: its address (as the kernel stores an
- *  IPv4 address) and port. */
-typedef struct {
-    uint32_t addr;
-    unsigned port;
-} peer_t;
-
 /*  Cut every connection to socket i (TCP) whose other end is a socket of a user who may
- *  not (s_owner): the kernel's table lists the client's end of a local connection with its
- *  owner's uid (/proc/net/tcp, tcp6 for v4-mapped ends), and /proc/self/fd finds the end
- *  kenneld accepted, which is aborted as s_cut does. Ends in any state count, a half-closed
- *  one too (it still reads). How many were cut, or -1 when they could not be looked for
- *  among kenneld's descriptors (then nothing may in). */
-static long s_cut_foreign(const channels_t *self, int i)
+ *  not (s_owner): the kernel lists the client's end of a local connection with its owner's
+ *  uid (s_scan_tcp), and /proc/self/fd finds the end kenneld accepted, which is aborted as
+ *  s_cut does. Each socket's established connections into counts, as s_counts, less those
+ *  cut. How many were cut, or -1 when kenneld could not look (then nothing may in). */
+static long s_cut_foreign(const channels_t *self, int i, size_t counts[CHANNELS_N])
 {
-    struct in_addr ours;
-    if (inet_pton(AF_INET, self->ip, &ours) != 1)
-        return 0;
-    /* All of them, however many: the one asking must not be left out. */
-    peer_t *foreign = NULL;
-    size_t n = 0, cap = 0;
-    char line[512];
-    const char *tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
-    for (size_t t = 0; t < 2; t++) {
-        FILE *f = fopen(tables[t], "re");
-        if (!f && t == 0) {
-            PLOG_E("cannot tell whose connections these are (/proc/net/tcp)");
-            return -1;
-        }
-        if (!f)
-            continue;
-        while (fgets(line, sizeof line, f)) {
-            char laddr[40], raddr[40];
-            unsigned lport = 0, rport = 0, st = 0, uid = 0;
-            /* sl local rem st tx:rx tr:when retrnsmt uid */
-            if (sscanf(line, " %*[0-9]: %39[0-9A-Fa-f]:%x %39[0-9A-Fa-f]:%x %x %*x:%*x %*x:%*x %*x %u",
-                       laddr, &lport, raddr, &rport, &st, &uid) != 6 ||
-                (int)rport != self->ports[i] || s_owner((uid_t)uid))
-                continue;
-            /* tcp6: only v4-mapped ends, ::ffff:a.b.c.d (the last 8 hex digits) */
-            size_t skip = t ? 24 : 0;
-            if (strlen(raddr) != skip + 8 || strlen(laddr) != skip + 8 ||
-                (t && (strncmp(raddr, "0000000000000000FFFF0000", 24) != 0 ||
-                       strncmp(laddr, "0000000000000000FFFF0000", 24) != 0)) ||
-                (uint32_t)strtoul(raddr + skip, NULL, 16) != ours.s_addr)
-                continue;
-            if (n == cap) {
-                peer_t *grown = realloc(foreign, (cap = cap ? 2 * cap : 16) * sizeof *foreign);
-                if (!grown) {
-                    LOG_E("out of memory");
-                    exit(1);
-                }
-                foreign = grown;
-            }
-            foreign[n++] = (peer_t){(uint32_t)strtoul(laddr + skip, NULL, 16), lport};
-        }
-        fclose(f);
+    peers_t foreign = {0};
+    if (s_scan_tcp(self, counts, i, &foreign) < 0) {
+        PLOG_E("cannot tell whose connections these are (sock_diag)");
+        s_peers_free(&foreign);
+        return -1;
     }
-    if (n == 0)
+    if (foreign.n == 0)
         return 0;
     long cut = 0;
     DIR *d = opendir("/proc/self/fd");
     if (!d) {
         PLOG_E("cannot look for other users' connections to cut (/proc/self/fd)");
-        free(foreign);
+        s_peers_free(&foreign);
         return -1;
     }
     for (struct dirent *e; (e = readdir(d));) {
@@ -422,9 +472,9 @@ static long s_cut_foreign(const channels_t *self, int i)
             local.sin_family == AF_INET && ntohs(local.sin_port) == self->ports[i] &&
             getpeername(copy, (struct sockaddr *)&peer, &plen) == 0 &&
             peer.sin_family == AF_INET) {
-            for (size_t k = 0; k < n; k++)
-                if (foreign[k].addr == peer.sin_addr.s_addr &&
-                    foreign[k].port == ntohs(peer.sin_port)) {
+            for (size_t k = 0; k < foreign.n; k++)
+                if (foreign.v[k].addr == peer.sin_addr.s_addr &&
+                    foreign.v[k].port == ntohs(peer.sin_port)) {
                     struct sockaddr unspec = {.sa_family = AF_UNSPEC};
                     connect(copy, &unspec, sizeof unspec);
                     cut++;
@@ -434,7 +484,8 @@ static long s_cut_foreign(const channels_t *self, int i)
         close(copy);
     }
     closedir(d);
-    free(foreign);
+    s_peers_free(&foreign);
+    counts[i] -= (size_t)cut < counts[i] ? (size_t)cut : counts[i];
     return cut;
 }
 
@@ -447,6 +498,8 @@ static long s_cut_foreign(const channels_t *self, int i)
 static int s_admit(void *arg, int i, const gate_request_t *req, const char **why)
 {
     channels_t *self = arg;
+    size_t counts[CHANNELS_N];
+    int counted = 0;
     if (self->curve_secret[0]) {
         if (strcmp(req->mechanism, "CURVE") != 0 || !req->client_key) {
             *why = "CURVE required";
@@ -475,16 +528,24 @@ static int s_admit(void *arg, int i, const gate_request_t *req, const char **why
          * cut before its handshake ends, so it never gets a frame. The peer asking may be
          * it, or one of the owner's, which must not be refused (a refused libzmq socket
          * never retries): the answer is yes, and a cut connection takes nothing of it. */
-        long cut = s_cut_foreign(self, i);
+        long cut = s_cut_foreign(self, i, counts);
         if (cut < 0) {
             *why = "cannot tell whose connections these are";
             return 0;
         }
         self->denied += (size_t)cut;
+        counted = 1;
     }
-    size_t counts[CHANNELS_N];
-    if (self->max_clients)
+    if (self->max_clients && !counted && self->seen[i] + self->since[i] < self->max_clients) {
+        self->since[i]++; /* the one asking; the others can only have left */
+        return 1;
+    }
+    if (self->max_clients && !counted)
         s_counts(self, counts);
+    if (self->max_clients) {
+        self->seen[i] = counts[i];
+        self->since[i] = 0;
+    }
     if (self->max_clients && counts[i] > self->max_clients) {
         /* The count includes the peer asking: it is accepted, handshaking. */
         if (!self->refused++)
