@@ -306,7 +306,7 @@ static void s_peers_free(peers_t *p)
 
 /*  One walk of the kernel's TCP sockets (sockdiag.h) for s_scan_tcp. */
 typedef struct {
-    const channels_t *self;
+    const int *ports;   /* the session's five */
     uint32_t ours;      /* the sockets' address (network order); 0: any */
     size_t *counts;     /* per socket: the ends kenneld accepted, established */
     int only;           /* the socket whose connections' client ends are looked at, or -1 */
@@ -323,15 +323,14 @@ static int s_owner(uid_t uid)
 static void s_on_sock(void *arg, const sockdiag_t *d)
 {
     scan_t *sc = arg;
-    const channels_t *self = sc->self;
     int ours = !sc->ours || d->src == sc->ours;
     if (d->state == TCP_ESTABLISHED && ours)
         for (int i = 0; i < CHANNELS_N; i++)
-            if ((int)d->sport == self->ports[i])
+            if ((int)d->sport == sc->ports[i])
                 sc->counts[i]++;
     if (sc->only < 0)
         return;
-    int port = self->ports[sc->only];
+    int port = sc->ports[sc->only];
     /* kenneld's end of a live connection (a half-closed one still reads) */
     if (ours && (int)d->sport == port && d->state != TCP_LISTEN && d->state != TCP_TIME_WAIT &&
         d->state != TCP_CLOSE)
@@ -347,12 +346,12 @@ static void s_on_sock(void *arg, const sockdiag_t *d)
  *  gone). One walk of the kernel's table, which lists a local client's end with its owner's
  *  uid; a client end that is not there is an AF_INET6 socket that reached 127.0.0.1 as
  *  ::ffff:127.0.0.1, looked up alone. 0, or -1 when the kernel could not be asked. */
-static int s_scan_tcp(const channels_t *self, size_t counts[CHANNELS_N], int only,
-                      peers_t *foreign)
+static int s_scan_tcp(const char *ip, const int ports[CHANNELS_N], size_t counts[CHANNELS_N],
+                      int only, peers_t *foreign)
 {
     struct in_addr ours;
-    scan_t sc = {.self = self, .counts = counts, .only = only};
-    if (inet_pton(AF_INET, self->ip, &ours) == 1)
+    scan_t sc = {.ports = ports, .counts = counts, .only = only};
+    if (inet_pton(AF_INET, ip, &ours) == 1)
         sc.ours = ours.s_addr;
     memset(counts, 0, CHANNELS_N * sizeof counts[0]);
     int rc = sockdiag_tcp(AF_INET, 0, s_on_sock, &sc);
@@ -367,7 +366,7 @@ static int s_scan_tcp(const channels_t *self, size_t counts[CHANNELS_N], int onl
         } else {
             sockdiag_t d;
             int found = sockdiag_tcp_find(AF_INET6, p.addr, p.port, sc.ours,
-                                          (unsigned)self->ports[only], &d);
+                                          (unsigned)ports[only], &d);
             if (found < 0) {
                 rc = -1;
                 break;
@@ -417,7 +416,7 @@ static void s_counts(const channels_t *self, size_t n[CHANNELS_N])
         fclose(f);
         return;
     }
-    if (s_scan_tcp(self, n, -1, NULL) < 0)
+    if (s_scan_tcp(self->ip, self->ports, n, -1, NULL) < 0)
         PLOG_W("cannot count connections (sock_diag)");
 }
 
@@ -441,10 +440,11 @@ static int s_set_curve(channels_t *self, const char *secret)
  *  uid (s_scan_tcp), and /proc/self/fd finds the end kenneld accepted, which is aborted as
  *  s_cut does. Each socket's established connections into counts, as s_counts, less those
  *  cut. How many were cut, or -1 when kenneld could not look (then nothing may in). */
-static long s_cut_foreign(const channels_t *self, int i, size_t counts[CHANNELS_N])
+static long s_cut_foreign(const char *ip, const int ports[CHANNELS_N], int i,
+                          size_t counts[CHANNELS_N])
 {
     peers_t foreign = {0};
-    if (s_scan_tcp(self, counts, i, &foreign) < 0) {
+    if (s_scan_tcp(ip, ports, counts, i, &foreign) < 0) {
         PLOG_E("cannot tell whose connections these are (sock_diag)");
         s_peers_free(&foreign);
         return -1;
@@ -469,7 +469,7 @@ static long s_cut_foreign(const channels_t *self, int i, size_t counts[CHANNELS_
         struct sockaddr_in local, peer;
         socklen_t llen = sizeof local, plen = sizeof peer;
         if (getsockname(copy, (struct sockaddr *)&local, &llen) == 0 &&
-            local.sin_family == AF_INET && ntohs(local.sin_port) == self->ports[i] &&
+            local.sin_family == AF_INET && ntohs(local.sin_port) == ports[i] &&
             getpeername(copy, (struct sockaddr *)&peer, &plen) == 0 &&
             peer.sin_family == AF_INET) {
             for (size_t k = 0; k < foreign.n; k++)
@@ -495,11 +495,69 @@ static long s_cut_foreign(const channels_t *self, int i, size_t counts[CHANNELS_
  *  key, which a public key printed somewhere does not give. The heartbeat takes any client
  *  key: upstream jupyter_client's makes a fresh pair for it, and it only echoes. Then a
  *  peer comes in while the socket has room. */
-static int s_admit(void *arg, int i, const gate_request_t *req, const char **why)
+/*  What the gate's thread works out for s_admit (TCP): a copy of what it needs, and the
+ *  answer. */
+typedef struct {
+    char ip[64];
+    int ports[CHANNELS_N];
+    int which;
+    int owners_only;     /* cut other users' connections first */
+    long cut;            /* how many were, or -1: kenneld could not look */
+    size_t counts[CHANNELS_N];
+    int counted;
+} probe_t;
+
+static void s_probe_run(void *job)
+{
+    probe_t *p = job;
+    if (p->owners_only)
+        p->cut = s_cut_foreign(p->ip, p->ports, p->which, p->counts);
+    else if (s_scan_tcp(p->ip, p->ports, p->counts, -1, NULL) < 0)
+        p->cut = -1;
+    p->counted = p->cut >= 0;
+}
+
+/*  The count's part of the answer: a peer comes in while the socket has room. */
+static int s_room(channels_t *self, int i, const size_t counts[CHANNELS_N], const char **why)
+{
+    self->seen[i] = counts[i];
+    self->since[i] = 0;
+    if (counts[i] > self->max_clients) {
+        /* The count includes the peer asking: it is accepted, handshaking. */
+        if (!self->refused++)
+            LOG_W("%s %s port %d: more than --max-clients (%zu) connections; refusing the "
+                  "next ones (logged once per session; kennel info counts them)",
+                  self->transport, self->ip, self->ports[i], self->max_clients);
+        *why = "too many clients (--max-clients)";
+        return 0;
+    }
+    return 1;
+}
+
+static int s_probe_finish(void *arg, int i, void *job, const char **why)
 {
     channels_t *self = arg;
-    size_t counts[CHANNELS_N];
-    int counted = 0;
+    probe_t *p = job;
+    if (p->cut < 0) {
+        *why = "cannot tell whose connections these are";
+        return 0;
+    }
+    self->denied += (size_t)p->cut;
+    return self->max_clients ? s_room(self, i, p->counts, why) : 1;
+}
+
+/*  The gate's question for socket i (gate.h). With CURVE, the handshake got this far only
+ *  if the peer knows the sockets' public key; it must also hold the session's key pair as
+ *  its own (as JEP 145's clients do with the connection file's), proving it read the secret
+ *  key, which a public key printed somewhere does not give. The heartbeat takes any client
+ *  key: upstream jupyter_client's makes a fresh pair for it, and it only echoes. Then a
+ *  peer comes in while the socket has room. What needs a walk of the kernel's socket table
+ *  (milliseconds on a large one) is worked out on the gate's thread, off kenneld's loop. */
+static int s_admit(void *arg, int i, const gate_request_t *req, void **job, const char **why)
+{
+    channels_t *self = arg;
+    int is_ipc = strcmp(self->transport, "ipc") == 0;
+    int owners_only = 0;
     if (self->curve_secret[0]) {
         if (strcmp(req->mechanism, "CURVE") != 0 || !req->client_key) {
             *why = "CURVE required";
@@ -511,7 +569,7 @@ static int s_admit(void *arg, int i, const gate_request_t *req, const char **why
             self->denied++;
             return 0;
         }
-    } else if (strcmp(self->transport, "ipc") == 0) {
+    } else if (is_ipc) {
         /* libzmq gives an ipc peer's credentials (SO_PEERCRED) as "HOST:uid:gid:pid". The
          * state directory is 0700 and the sockets' files are not writable by others anyway;
          * this holds if those modes are ever loosened. */
@@ -528,34 +586,32 @@ static int s_admit(void *arg, int i, const gate_request_t *req, const char **why
          * cut before its handshake ends, so it never gets a frame. The peer asking may be
          * it, or one of the owner's, which must not be refused (a refused libzmq socket
          * never retries): the answer is yes, and a cut connection takes nothing of it. */
-        long cut = s_cut_foreign(self, i, counts);
-        if (cut < 0) {
-            *why = "cannot tell whose connections these are";
-            return 0;
+        owners_only = 1;
+    }
+    if (!owners_only) {
+        if (!self->max_clients)
+            return 1;
+        if (self->seen[i] + self->since[i] < self->max_clients) {
+            self->since[i]++; /* the one asking; the others can only have left */
+            return 1;
         }
-        self->denied += (size_t)cut;
-        counted = 1;
+        if (is_ipc) { /* /proc/net/unix is quick */
+            size_t counts[CHANNELS_N];
+            s_counts(self, counts);
+            return s_room(self, i, counts, why);
+        }
     }
-    if (self->max_clients && !counted && self->seen[i] + self->since[i] < self->max_clients) {
-        self->since[i]++; /* the one asking; the others can only have left */
-        return 1;
-    }
-    if (self->max_clients && !counted)
-        s_counts(self, counts);
-    if (self->max_clients) {
-        self->seen[i] = counts[i];
-        self->since[i] = 0;
-    }
-    if (self->max_clients && counts[i] > self->max_clients) {
-        /* The count includes the peer asking: it is accepted, handshaking. */
-        if (!self->refused++)
-            LOG_W("%s %s port %d: more than --max-clients (%zu) connections; refusing the "
-                  "next ones (logged once per session; kennel info counts them)",
-                  self->transport, self->ip, self->ports[i], self->max_clients);
-        *why = "too many clients (--max-clients)";
+    probe_t *p = calloc(1, sizeof *p);
+    if (!p || snprintf(p->ip, sizeof p->ip, "%s", self->ip) >= (int)sizeof p->ip) {
+        free(p);
+        *why = "kenneld is out of memory";
         return 0;
     }
-    return 1;
+    memcpy(p->ports, self->ports, sizeof p->ports);
+    p->which = i;
+    p->owners_only = owners_only;
+    *job = p;
+    return GATE_LATER;
 }
 
 channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
@@ -591,7 +647,8 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     for (int i = 0; i < CHANNELS_N; i++) {
         self->sock[i] = s_socket((channels_index_t)i, lim.max_msg_bytes, self->curve_secret);
         if (!self->sock[i] ||
-            (self->gate && gate_guard(self->gate, self->sock[i], s_admit, self, i) < 0))
+            (self->gate && gate_guard(self->gate, self->sock[i], s_admit, s_probe_run,
+                                      s_probe_finish, self, i) < 0))
             goto fail;
         int port = cfg->ports[i];
         int rc;

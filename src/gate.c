@@ -12,14 +12,26 @@
 #include <string.h>
 
 #include "log.h"
+#include "worker.h"
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"
 
 typedef struct {
     gate_fn *fn;
+    gate_run_fn *run;
+    gate_finish_fn *finish;
     void *arg;
     int which;
 } guard_t;
+
+/*  A handshake whose answer is being worked out on the gate's thread. */
+typedef struct {
+    gate_t *gate;
+    char *domain;
+    zframe_t *request_id;
+    gate_run_fn *run;
+    void *job;
+} later_t;
 
 struct gate {
     loop_t *loop;
@@ -27,7 +39,11 @@ struct gate {
     zhashx_t *guards;    /* guard_t by ZAP domain */
     unsigned long next;  /* the next domain's number */
     size_t refused;
+    worker_t *worker;    /* the guards' slow work */
+    int waiting;         /* a request's answer is on the worker: the socket is not read */
 };
+
+static int s_on_request(loop_t *loop, zsock_t *sock, void *arg);
 
 /*  Answer the request z (taken): ZAP's reply frames. */
 static void s_reply(gate_t *self, zframe_t *request_id, const char *code, const char *text)
@@ -44,6 +60,35 @@ static void s_reply(gate_t *self, zframe_t *request_id, const char *code, const 
     zmsg_addmem(r, NULL, 0); /* metadata */
     if (zmsg_send(&r, self->sock) < 0)
         zmsg_destroy(&r);
+}
+
+static void s_later_run(void *arg)
+{
+    later_t *l = arg;
+    l->run(l->job);
+}
+
+/*  On the loop: the guard (if its socket is still guarded) gives the answer; the socket is
+ *  read again. */
+static void s_later_done(void *arg)
+{
+    later_t *l = arg;
+    gate_t *self = l->gate;
+    guard_t *g = zhashx_lookup(self->guards, l->domain);
+    const char *why = "the socket is gone";
+    int ok = g ? g->finish(g->arg, g->which, l->job, &why) == 1 : 0;
+    if (!ok)
+        self->refused++;
+    LOG_D("zap: %s (worked out): %s", l->domain, ok ? "admitted" : why);
+    s_reply(self, l->request_id, ok ? "200" : "400", ok ? "OK" : why);
+    free(l->job);
+    free(l->domain);
+    free(l);
+    self->waiting = 0;
+    if (self->sock && loop_reader(self->loop, self->sock, s_on_request, self) < 0) {
+        LOG_E("out of memory");
+        exit(1);
+    }
 }
 
 static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
@@ -63,6 +108,7 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
     zframe_t *credential = zmsg_pop(z);
     const char *why = "not admitted";
     int ok = 0;
+    void *job = NULL;
     guard_t *g = domain ? zhashx_lookup(self->guards, domain) : NULL;
     if (version && strcmp(version, "1.0") == 0 && g && address && mechanism) {
         gate_request_t req = {.address = address, .mechanism = mechanism};
@@ -71,13 +117,39 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
                 req.client_key = zframe_data(credential);
         }
         if (strcmp(mechanism, "CURVE") != 0 || req.client_key)
-            ok = g->fn(g->arg, g->which, &req, &why);
+            ok = g->fn(g->arg, g->which, &req, &job, &why);
+        if (ok == GATE_LATER && (!g->run || !g->finish || !job)) {
+            free(job);
+            job = NULL;
+            ok = 0;
+        }
+    }
+    if (ok == GATE_LATER) {
+        later_t *l = calloc(1, sizeof *l);
+        if (l && (l->domain = strdup(domain))) {
+            *l = (later_t){self, l->domain, request_id, g->run, job};
+            request_id = NULL;
+            job = NULL;
+            if (worker_submit(self->worker, s_later_run, s_later_done, l) == 0) {
+                self->waiting = 1;
+                loop_reader_end(self->loop, self->sock); /* a REP takes one at a time */
+                goto done;
+            }
+            job = l->job;
+            request_id = l->request_id;
+            free(l->domain);
+        }
+        free(l);
+        ok = 0;
+        why = "kenneld is out of memory";
     }
     if (!ok)
         self->refused++;
     LOG_D("zap: %s from %s (%s): %s", domain ? domain : "?", address ? address : "?",
           mechanism ? mechanism : "?", ok ? "admitted" : why);
     s_reply(self, request_id, ok ? "200" : "400", ok ? "OK" : why);
+done:
+    free(job);
     zstr_free(&version);
     zstr_free(&domain);
     zstr_free(&address);
@@ -96,7 +168,8 @@ gate_t *gate_new(loop_t *loop)
     self->loop = loop;
     self->guards = zhashx_new();
     self->sock = zsock_new(ZMQ_REP);
-    if (!self->guards || !self->sock)
+    self->worker = worker_new(loop);
+    if (!self->guards || !self->sock || !self->worker)
         goto fail;
     zhashx_set_destructor(self->guards, (zhashx_destructor_fn *)zstr_free);
     zsock_set_linger(self->sock, 0);
@@ -110,6 +183,7 @@ gate_t *gate_new(loop_t *loop)
     return self;
 fail:;
     int saved = errno;
+    worker_destroy(&self->worker);
     zsock_destroy(&self->sock);
     zhashx_destroy(&self->guards);
     free(self);
@@ -122,6 +196,7 @@ void gate_destroy(gate_t **self_p)
     if (!self_p || !*self_p)
         return;
     gate_t *self = *self_p;
+    worker_destroy(&self->worker); /* answers what it was working out (refused: unguarded) */
     loop_reader_end(self->loop, self->sock);
     zsock_destroy(&self->sock);
     zhashx_destroy(&self->guards);
@@ -129,14 +204,15 @@ void gate_destroy(gate_t **self_p)
     *self_p = NULL;
 }
 
-int gate_guard(gate_t *self, zsock_t *sock, gate_fn *fn, void *arg, int which)
+int gate_guard(gate_t *self, zsock_t *sock, gate_fn *fn, gate_run_fn *run,
+               gate_finish_fn *finish, void *arg, int which)
 {
     char domain[32];
     snprintf(domain, sizeof domain, "g%lu", ++self->next);
     guard_t *g = malloc(sizeof *g);
     if (!g)
         return -1;
-    *g = (guard_t){fn, arg, which};
+    *g = (guard_t){fn, run, finish, arg, which};
     if (zhashx_insert(self->guards, domain, g) < 0) {
         free(g);
         errno = EEXIST;

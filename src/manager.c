@@ -291,9 +291,10 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg);
 
 /*  The gate's question under CURVE: the peer knew the public key (or its handshake would
  *  have failed) and holds the pair itself, as the kennel CLI does with kenneld.json's. */
-static int s_admit(void *arg, int which, const gate_request_t *req, const char **why)
+static int s_admit(void *arg, int which, const gate_request_t *req, void **job, const char **why)
 {
     (void)which;
+    (void)job;
     manager_t *self = arg;
     if (!req->client_key || sodium_memcmp(req->client_key, self->curve_key, 32) != 0) {
         *why = "not kenneld's manager key";
@@ -401,7 +402,7 @@ manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, con
         char pub[41];
         if (!gate || zmq_curve_public(pub, curve_secret) < 0 ||
             !zmq_z85_decode(self->curve_key, pub) ||
-            gate_guard(gate, self->sock, s_admit, self, 0) < 0) {
+            gate_guard(gate, self->sock, s_admit, NULL, NULL, self, 0) < 0) {
             errno = EINVAL;
             goto fail;
         }
