@@ -38,7 +38,6 @@ struct gate {
     zsock_t *sock;       /* REP: one request, one reply, in order */
     zhashx_t *guards;    /* guard_t by ZAP domain */
     unsigned long next;  /* the next domain's number */
-    size_t refused;
     worker_t *worker;    /* the guards' slow work */
     int waiting;         /* a request's answer is on the worker: the socket is not read */
 };
@@ -77,8 +76,6 @@ static void s_later_done(void *arg)
     guard_t *g = zhashx_lookup(self->guards, l->domain);
     const char *why = "the socket is gone";
     int ok = g ? g->finish(g->arg, g->which, l->job, &why) == 1 : 0;
-    if (!ok)
-        self->refused++;
     LOG_D("zap: %s (worked out): %s", l->domain, ok ? "admitted" : why);
     s_reply(self, l->request_id, ok ? "200" : "400", ok ? "OK" : why);
     free(l->job);
@@ -143,8 +140,6 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
         ok = 0;
         why = "kenneld is out of memory";
     }
-    if (!ok)
-        self->refused++;
     LOG_D("zap: %s from %s (%s): %s", domain ? domain : "?", address ? address : "?",
           mechanism ? mechanism : "?", ok ? "admitted" : why);
     s_reply(self, request_id, ok ? "200" : "400", ok ? "OK" : why);
@@ -196,7 +191,7 @@ void gate_destroy(gate_t **self_p)
     if (!self_p || !*self_p)
         return;
     gate_t *self = *self_p;
-    worker_destroy(&self->worker); /* answers what it was working out (refused: unguarded) */
+    worker_destroy(&self->worker); /* answers what it was working out (no guard: refused) */
     loop_reader_end(self->loop, self->sock);
     zsock_destroy(&self->sock);
     zhashx_destroy(&self->guards);
@@ -231,9 +226,4 @@ void gate_unguard(gate_t *self, zsock_t *sock)
     if (domain && *domain)
         zhashx_delete(self->guards, domain);
     zstr_free(&domain);
-}
-
-size_t gate_refused(const gate_t *self)
-{
-    return self ? self->refused : 0;
 }

@@ -33,8 +33,8 @@ typedef int(gate_finish_fn)(void *arg, int which, void *job, const char **why);
  *  thread of its own for the guards' slow work. Handshakes are answered one at a time, in
  *  order. NULL with errno (EADDRINUSE: another handler is there already). */
 gate_t *gate_new(loop_t *loop);
-/*  Stop serving; sockets still guarded are refused from then on (libzmq finds no handler).
- *  No-op on NULL. */
+/*  Stop serving. Only once every guarded socket is gone: with no handler, libzmq (without
+ *  its draft ZMQ_ZAP_ENFORCE_DOMAIN) lets every peer in. No-op on NULL. */
 void gate_destroy(gate_t **self_p);
 /*  Ask fn(arg, which, …) about every handshake on sock from now on (sock's ZAP domain is set;
  *  call before it binds); run and finish as gate_fn says (NULL when fn never answers
@@ -43,7 +43,5 @@ int gate_guard(gate_t *self, zsock_t *sock, gate_fn *fn, gate_run_fn *run,
                gate_finish_fn *finish, void *arg, int which);
 /*  Forget sock (before destroying it): handshakes still in flight on it are refused. */
 void gate_unguard(gate_t *self, zsock_t *sock);
-/*  Handshakes refused so far, of all guarded sockets. */
-size_t gate_refused(const gate_t *self);
 
 #endif
