@@ -342,3 +342,41 @@ def test_nothing_before_authentication(kenneld):
     finally:
         for kc in clients.values():
             kc.stop_channels()
+
+
+@pytest.mark.parametrize("kenneld", [("--curve", "--max-clients", "2")], indirect=True)
+def test_a_curve_sessions_sockets_past_max_clients_refuse_too(kenneld):
+    """On a CURVE session the gate counts only when the connections admitted since its last
+    count could have reached --max-clients (a count walks the kernel's table): the third
+    client of shell, holding the keys, is refused all the same, and the first still runs
+    cells."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "clients"))
+    import kennel_curve
+    reply = kenneld.call("create_request", {"name": "victim"})
+    assert reply["status"] == "ok", reply
+    path = reply["session"]["connection_file"]
+    conn = kennel_curve.load(path)
+    kc = kennel_curve.client(path)
+    socks = []
+    try:
+        kc.wait_for_ready(timeout=20)
+        session = kc.session
+        for expect in (True, False):
+            s = kennel_curve.curve_socket(kenneld.ctx, zmq.DEALER, conn, "shell")
+            socks.append(s)
+            msg = session.send(s, "kernel_info_request", {})
+            got = s.poll(5000 if expect else 2000)
+            assert bool(got) == expect, f"client {len(socks) + 1} of shell: reply {bool(got)}"
+            if got:
+                _, frames = session.feed_identities(s.recv_multipart())
+                assert session.deserialize(frames)["parent_header"]["msg_id"] == \
+                    msg["header"]["msg_id"]
+        info = kenneld.call("info_request", {"session": "victim"})["session"]
+        assert info["clients_refused"] >= 1 and info["curve"], info
+        r = kc.execute_interactive("print('still here')", timeout=20)
+        assert r["content"]["status"] == "ok", r["content"]
+    finally:
+        for s in socks:
+            s.close()
+        kc.stop_channels()
