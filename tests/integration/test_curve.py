@@ -228,3 +228,32 @@ def test_kernelspec_launcher_applies_the_front_ends_keys(kenneld, tmp_path):
     r = subprocess.run([str(KENNEL), "--state-dir", str(kenneld.state_dir), "kernel", "-f", bare],
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20)
     assert r.returncode != 0 and "CURVE" in r.stderr, r.stderr
+
+
+@pytest.mark.own_kenneld
+def test_a_curve_session_keeps_its_keys_across_a_restart(kenneld):
+    """A CURVE session restored by the next kenneld binds with the keys of its connection
+    file (rekeyed ones included): the same file still works, and the namespace is back."""
+    info = kenneld.create("durable", curve=True)
+    assert kenneld.cli("rekey", "durable").returncode == 0
+    keys = _load(info["connection_file"])["curve_publickey"]
+    kc = _curve_client(info["connection_file"])
+    try:
+        _output(kc, "kept = 'across restarts'")
+    finally:
+        kc.stop_channels()
+    kenneld.stop()
+    assert kenneld.proc.returncode == 0
+    second = kenneld.successor()
+    second.start()
+    try:
+        back = second.ok("info_request", {"session": "durable"})["session"]
+        assert back["curve"] is True, back
+        assert _load(info["connection_file"])["curve_publickey"] == keys
+        kc2 = _curve_client(info["connection_file"])
+        try:
+            assert "across restarts" in _output(kc2, "print(kept)")
+        finally:
+            kc2.stop_channels()
+    finally:
+        second.stop()
