@@ -66,11 +66,14 @@ Measurements
      added latency: its p50 minus the lean Jupyter client's of measurement 3 on the same
      session, in interleaved halves; and the gateway's memory (PSS of its serving process)
      with BENCH_GW_IDLE_WS idle WebSockets open against none.
+  12. CURVE (issue #28; BENCH_ONLY=curve): warm `1+1` round trips of a CURVE session against
+     one without, on one kenneld, in interleaved halves; and handshakes (connect to the first
+     answer) of each, beside a bare pyzmq ROUTER with and without CURVE for the floor.
 
 Environment knobs (defaults in brackets; BENCH_QUICK=1 shrinks every N to a smoke-test size):
   BENCH_QUICK           1: tiny N's everywhere, for a smoke run (~1 min)                [0]
   BENCH_ONLY            sections: starts, png, rtt, fleet, burst, flood, mcp, runtime,
-                        gateway                                                         [all]
+                        gateway, curve                                                  [all]
   BENCH_STARTS          kennel starts per spawner (measurements 1 and 7)                [20]
   BENCH_IPY_STARTS      ipykernel starts                                                [8]
   BENCH_PLOTS           kennel new session -> first PNG                                 [10]
@@ -91,6 +94,8 @@ Environment knobs (defaults in brackets; BENCH_QUICK=1 shrinks every N to a smok
   BENCH_RUNTIME_PACKAGES  0: measurement 10 without its per-package part                [1]
   BENCH_GW_TRIPS        warm 1+1 round trips over each WebSocket (measurement 11)       [500]
   BENCH_GW_IDLE_WS      idle WebSockets held open on kennel-gateway (measurement 11)    [1000]
+  BENCH_CURVE_TRIPS     warm round trips per session, with and without CURVE (12)       [500]
+  BENCH_HANDSHAKES      handshakes timed per kind (12)                                  [200]
   BENCH_SANDBOX_N       kennel-init -- /usr/bin/true against /usr/bin/true (part of 7)  [50]
   BENCH_OUT             where the JSON goes                                  [bench/results.json]
 
@@ -163,7 +168,8 @@ def _long_cell(parts=12):
 
 LONG_CELL = _long_cell()
 
-SECTIONS = ("starts", "png", "rtt", "fleet", "burst", "flood", "mcp", "runtime", "gateway")
+SECTIONS = ("starts", "png", "rtt", "fleet", "burst", "flood", "mcp", "runtime", "gateway",
+            "curve")
 
 
 def knob(name, default, quick):
@@ -195,6 +201,8 @@ N = {
     "mcp_trips": knob("BENCH_MCP_TRIPS", 500, 40),
     "runtime_n": knob("BENCH_RUNTIME_N", 3, 1),
     "runtime_starts": knob("BENCH_RUNTIME_STARTS", 10, 2),
+    "curve_trips": knob("BENCH_CURVE_TRIPS", 500, 40),
+    "handshakes": knob("BENCH_HANDSHAKES", 200, 20),
 }
 # The packages of issue #29's runtime (docs/runtime.md), as a cell imports them.
 AGENT_IMPORTS = ("scipy", "sklearn", "seaborn", "statsmodels.api", "sympy", "networkx",
@@ -354,6 +362,13 @@ def _url(conn, port):
     return f"tcp://{conn['ip']}:{conn[port]}"
 
 
+def _curve_keys(sock, conn):
+    """A CURVE session's (JEP 145) key pair on sock, as its clients hold it."""
+    if conn.get("curve_publickey"):
+        sock.curve_serverkey = sock.curve_publickey = conn["curve_publickey"].encode()
+        sock.curve_secretkey = conn["curve_secretkey"].encode()
+
+
 def _headers(frames):
     """header, parent_header, metadata, content (bytes) of a received message."""
     i = frames.index(DELIM)
@@ -372,11 +387,13 @@ class Raw:
                                username="bench")
         self.shell = ctx.socket(zmq.DEALER)
         self.shell.linger = 0
+        _curve_keys(self.shell, conn)
         self.shell.connect(_url(conn, "shell_port"))
         self.iopub = None
         if iopub:
             self.iopub = ctx.socket(zmq.SUB)
             self.iopub.linger = 0
+            _curve_keys(self.iopub, conn)
             self.iopub.setsockopt(zmq.SUBSCRIBE, b"")
             self.iopub.connect(_url(conn, "iopub_port"))
         self.pending = None
@@ -1799,7 +1816,7 @@ def bench_gateway(res):
     log(f"gateway: {n} warm 1+1 round trips over kennel-gateway's WebSocket, over Notebook's "
         f"(ipykernel), and direct; {N['gw_idle_ws']} idle WebSockets")
     mgr_port, gw_port, nb_port = _free_port(), _free_port(), _free_port()
-    (k,) = start_kennelds([("gateway", ["--manager", f"tcp://127.0.0.1:{mgr_port}"])])
+    (k,) = start_kennelds([("gateway", ["--manager", f"tcp://127.0.0.1:{mgr_port}", "--admit-user", "nobody"])])
     ctx = zmq.Context()
     clients = []
     try:
@@ -2037,6 +2054,97 @@ def ratio(ipy, kennel):
     return f"{ipy / kennel:.1f}x" if kennel else "-"
 
 
+# ---- 10: CURVE ----------------------------------------------------------------------------------
+
+def handshake_times(ctx, conn, n):
+    """n fresh connections to conn's shell, each timed from its connect() to libzmq's
+    HANDSHAKE_SUCCEEDED event (ZAP answered included): ms."""
+    times = []
+    for _ in range(n):
+        s = ctx.socket(zmq.DEALER)
+        s.linger = 0
+        _curve_keys(s, conn)
+        mon = s.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        t0 = time.perf_counter()
+        s.connect(_url(conn, "shell_port"))
+        if not mon.poll(EXEC_TIMEOUT * 1000):
+            raise BenchError("a handshake did not finish")
+        times.append(ms_since(t0))
+        s.disable_monitor()
+        mon.close(0)
+        s.close(0)
+    return times
+
+
+class _Closer:
+    """A bare socket in a list of clients to close."""
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def close(self):
+        self.sock.close(0)
+
+
+def bench_curve(res):
+    log("curve: warm 1+1 round trips and handshakes, a CURVE session against one without")
+    (k,) = start_kennelds([("curve", [])])
+    ctx = zmq.Context()
+    clients = []
+    try:
+        k.wait_pool()
+        conns = {"plain": conn_of(k.create("plain")),
+                 "curve": conn_of(k.call("create_request", {"name": "sealed", "curve": True})
+                                  ["session"])}
+        if not conns["curve"].get("curve_publickey"):
+            raise BenchError("the CURVE session's connection file has no keys")
+        raw = {label: Raw(ctx, c) for label, c in conns.items()}
+        clients += raw.values()
+        for c in raw.values():
+            prime(c)
+        # The floor: the same handshakes with a bare ROUTER of this process's own (no ZAP).
+        pub, sec = zmq.curve_keypair()
+        bare = {}
+        for label in ("plain", "curve"):
+            r = ctx.socket(zmq.ROUTER)
+            r.linger = 0
+            if label == "curve":
+                r.curve_server = True
+                r.curve_secretkey = sec
+            clients.append(_Closer(r))
+            bare[label] = {"ip": "127.0.0.1",
+                           "shell_port": r.bind_to_random_port("tcp://127.0.0.1")}
+            if label == "curve":
+                bare[label].update(curve_publickey=pub.decode(), curve_secretkey=sec.decode())
+        half = max(1, N["curve_trips"] // 2)
+        lat = {"plain": [], "curve": []}
+        hs = {"plain": [], "curve": [], "bare_plain": [], "bare_curve": []}
+        hs_half = max(1, N["handshakes"] // 2)
+        for _ in range(2):  # halves, alternating, so a load change hits both
+            for label in ("plain", "curve"):
+                times, _ = round_trips(raw[label], half)
+                lat[label] += times
+                hs[label] += handshake_times(ctx, conns[label], hs_half)
+                hs["bare_" + label] += handshake_times(ctx, bare[label], hs_half)
+    finally:
+        for c in clients:
+            c.close()
+        ctx.term()
+        stop(k)
+    res["curve_ms"] = {
+        "what": "warm execute 1+1 (execute_reply and idle; lean client) and connect-to-"
+                "HANDSHAKE_SUCCEEDED on shell, in one kenneld: a session with CURVE "
+                "(kennel new --curve) against one without (NULL, through the same ZAP gate)",
+        "rtt_plain": summary(lat["plain"]), "rtt_curve": summary(lat["curve"]),
+        "rtt_ratio_p50": statistics.median(lat["curve"]) / statistics.median(lat["plain"]),
+        "handshake_plain": summary(hs["plain"]), "handshake_curve": summary(hs["curve"]),
+        "handshake_bare_plain": dict(summary(hs["bare_plain"]),
+                                     what="the same to a bare pyzmq ROUTER, no ZAP"),
+        "handshake_bare_curve": dict(summary(hs["bare_curve"]),
+                                     what="the same to a bare pyzmq CURVE ROUTER, no ZAP"),
+    }
+
+
 def table(res):
     """[(label, kennel, ipykernel, ratio)] of what was measured."""
     rows = []
@@ -2171,13 +2279,29 @@ def table(res):
             k = rt[key]["new_session_import_sklearn_seaborn_ms"]["median"]
             rows.append((f"new session -> `import sklearn, seaborn`, {what}: median",
                          fmt_ms(k), fmt_ms(ipy), ratio(ipy, k)))
+    cv = res.get("curve_ms")
+    if cv:
+        for q, lbl in (("median", "p50"), ("p99", "p99")):
+            rows.append((f"warm `1+1` with CURVE (without: {fmt_ms(cv['rtt_plain'][q])}): {lbl}",
+                         fmt_ms(cv["rtt_curve"][q]), "", ""))
+            rows.append((f"a CURVE handshake, connect to ready (NULL: "
+                         f"{fmt_ms(cv['handshake_plain'][q])}; a bare pyzmq CURVE ROUTER: "
+                         f"{fmt_ms(cv['handshake_bare_curve'][q])}): {lbl}",
+                         fmt_ms(cv["handshake_curve"][q]), "", ""))
     return rows
 
 
 def targets(res):
-    """The issues' targets (#6's; #30's for the flood, #25's for kennel mcp) against what was
-    measured: [(target, measured, met)]."""
+    """The issues' targets (#6's; #30's for the flood, #25's for kennel mcp, #28's for
+    CURVE) against what was measured: [(target, measured, met)]."""
     out = []
+    cv = res.get("curve_ms")
+    if cv:
+        ratio_ = cv["rtt_ratio_p50"]
+        out.append(("warm round trip with CURVE <= 1.2x without (p50; issue #28)",
+                    f"{ratio_:.2f}x", ratio_ <= 1.2))
+        h = cv["handshake_curve"]["median"]
+        out.append(("a CURVE handshake <= 2 ms (p50; issue #28)", fmt_ms(h), h <= 2))
     s = res.get("start_first_result_ms")
     if s:
         k, i = s["kennel_pool"]["median"], s["ipykernel"]["median"]
@@ -2302,7 +2426,8 @@ def main():
     try:
         steps = {"starts": bench_starts, "png": bench_png, "rtt": bench_rtt,
                  "fleet": bench_fleet, "burst": bench_burst, "flood": bench_flood,
-                 "mcp": bench_mcp, "runtime": bench_runtime, "gateway": bench_gateway}
+                 "mcp": bench_mcp, "runtime": bench_runtime, "gateway": bench_gateway,
+                 "curve": bench_curve}
         for name in SECTIONS:
             if name in ONLY:
                 machine.setdefault("loadavg_by_section", {})[name] = list(os.getloadavg())

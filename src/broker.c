@@ -23,6 +23,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "channels.h"
 #include "connection.h"
 #include "disk.h"
@@ -946,7 +948,7 @@ static int s_pid_known(void *ctx, pid_t pid)
  *  session is restored. launched: NULL, or the launcher of a kernelspec's session (pid 0 when
  *  not known). NULL with *err on failure (nothing is left behind for a new session). */
 static sess_t *s_make(broker_t *self, const char *id, const char *name, const json_t *connection,
-                      const reslimits_t *limits, const launcher_t *launched, long slot,
+                      int curve, const reslimits_t *limits, const launcher_t *launched, long slot,
                       int disk_ready, broker_error_t *err)
 {
     /* A pooled kernel's session is new to its client: only a restored one's connection is
@@ -984,11 +986,32 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     char key[40], ipc_prefix[PATH_MAX];
     channels_cfg_t cc = {.transport = self->cfg.transport, .ip = self->cfg.ip,
                          .key = util_uuid(key), .max_unread = self->cfg.max_unread,
-                         .signer = self->signer};
+                         .signer = self->signer, .gate = self->cfg.gate,
+                         .max_clients = self->cfg.max_clients};
+    char curve_pub[41], curve_sec[41];
     if (connection &&
         connection_parse(connection, &cc, !restoring, &err->ename, err->evalue,
                          sizeof err->evalue) < 0)
         goto fail;
+    if (connection && curve && !cc.curve_secret) {
+        /* A front end's connection file without keys, under kenneld --curve: binding its
+         * sockets without CURVE would break the promise; with keys of kenneld's own, the
+         * front end could not connect. */
+        err->ename = "BadRequest";
+        snprintf(err->evalue, sizeof err->evalue,
+                 "sessions here need CURVE: the connection needs curve_publickey and "
+                 "curve_secretkey (JEP 145; jupyter_client's transport_encryption)");
+        goto fail;
+    }
+    if (!connection && curve) {
+        if (zmq_curve_keypair(curve_pub, curve_sec) < 0) {
+            err->ename = "SpawnFailed";
+            snprintf(err->evalue, sizeof err->evalue, "cannot make a CURVE key pair: %s",
+                     strerror(errno));
+            goto fail;
+        }
+        cc.curve_secret = curve_sec;
+    }
     if (statedir_session_create(self->cfg.state_dir, s->id, s->dir, sizeof s->dir) < 0 ||
         snprintf(s->conn_path, sizeof s->conn_path, "%s/connection.json", s->dir) >= PATH_MAX ||
         snprintf(s->workspace, sizeof s->workspace, "%s/workspace", s->dir) >= PATH_MAX) {
@@ -1026,6 +1049,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
         cc.ip = ipc_prefix;
     }
     s->ch = channels_new(&cc, &self->cfg.wire_limits);
+    sodium_memzero(curve_sec, sizeof curve_sec);
     if (!s->ch) {
         err->ename = errno == EADDRINUSE ? "AddressInUse" : "SpawnFailed";
         snprintf(err->evalue, sizeof err->evalue, "cannot bind the session's sockets: %s",
@@ -1147,6 +1171,27 @@ static json_t *s_info(sess_t *s)
     json_object_set_new(info, "sandboxed", json_boolean(s->broker->cfg.sandbox));
     json_object_set_new(info, "unread_bytes", json_integer(s->ch ? (json_int_t)channels_unread(s->ch) : 0));
     json_object_set_new(info, "unread_dropped", json_integer(s->ch ? (json_int_t)channels_dropped(s->ch) : 0));
+    json_object_set_new(info, "clients_refused",
+                        json_integer(s->ch ? (json_int_t)channels_refused(s->ch) : 0));
+    json_object_set_new(info, "curve", json_boolean(s->ch && channels_curve(s->ch)));
+    json_object_set_new(info, "clients_denied",
+                        json_integer(s->ch ? (json_int_t)channels_denied(s->ch) : 0));
+    return info;
+}
+
+/*  info with each socket's connections now: read from the kernel's socket tables, so one
+ *  session's info has them, not a listing of hundreds. */
+static json_t *s_info_connections(sess_t *s, json_t *info)
+{
+    if (s->ch) {
+        static const char *names[CHANNELS_N] = {"shell", "iopub", "stdin", "control", "hb"};
+        size_t n[CHANNELS_N];
+        channels_connections(s->ch, n);
+        json_t *clients = json_object();
+        for (int i = 0; i < CHANNELS_N; i++)
+            json_object_set_new(clients, names[i], json_integer((json_int_t)n[i]));
+        json_object_set_new(info, "connections", clients);
+    }
     return info;
 }
 
@@ -1161,7 +1206,7 @@ static int s_by_mem_at(const void *a, const void *b)
 /*  A new session, its kernel starting (from the pool when one fits), not served yet. NULL
  *  with err. */
 static sess_t *s_create(broker_t *self, const char *name, const json_t *connection,
-                        const reslimits_t *limits, const launcher_t *launched,
+                        int curve, const reslimits_t *limits, const launcher_t *launched,
                         broker_error_t *err)
 {
     if (zlistx_size(self->sessions) >= self->cfg.max_sessions) {
@@ -1176,8 +1221,8 @@ static sess_t *s_create(broker_t *self, const char *name, const json_t *connecti
         /* The session takes the pooled kernel's id, directory, uid slot and cgroup. */
         size_t slot = pool_kernel_slot(k);
         launch_slot_free(self->launch, slot);
-        s = s_make(self, pool_kernel_id(k), name, connection, limits, launched, (long)slot, 1,
-                   err);
+        s = s_make(self, pool_kernel_id(k), name, connection, curve, limits, launched, (long)slot,
+                   1, err);
         if (!s) {
             (void)launch_slot_take(self->launch, (long)slot, &slot); /* the pool's again */
             pool_kernel_drop(self->pool, &k);
@@ -1189,7 +1234,7 @@ static sess_t *s_create(broker_t *self, const char *name, const json_t *connecti
         if (s->cg && cgroup_set_background(s->cg, 0) < 0)
             PLOG_W("session=%s: its kernel keeps the pool's small CPU share", s->id);
     } else {
-        s = s_make(self, NULL, name, connection, limits, launched, -1, 0, err);
+        s = s_make(self, NULL, name, connection, curve, limits, launched, -1, 0, err);
         if (!s)
             return NULL;
     }
@@ -1205,7 +1250,7 @@ static sess_t *s_create(broker_t *self, const char *name, const json_t *connecti
     return s;
 }
 
-json_t *broker_create(broker_t *self, const char *name, const json_t *connection,
+json_t *broker_create(broker_t *self, const char *name, const json_t *connection, int curve,
                       const reslimits_t *limits, int launched, pid_t launcher, int *created,
                       broker_error_t *err)
 {
@@ -1224,7 +1269,8 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
                  strerror(errno));
         return NULL;
     }
-    sess_t *s = s_create(self, name, connection, limits, launched ? &l : NULL, err);
+    sess_t *s = s_create(self, name, connection, curve || self->cfg.curve, limits,
+                         launched ? &l : NULL, err);
     if (!s) {
         if (launcher_fd >= 0)
             close(launcher_fd);
@@ -1235,6 +1281,36 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
         s_watch_launcher(s, launcher_fd);
     LOG_I("session=%s: created (name %s)", s->id, session_name(s->core));
     *created = 1;
+    return s_info(s);
+}
+
+json_t *broker_rekey(broker_t *self, const char *id_or_name, broker_error_t *err)
+{
+    sess_t *s = s_find(self, id_or_name);
+    if (!s) {
+        err->ename = "NoSuchSession";
+        snprintf(err->evalue, sizeof err->evalue, "no session has that id or name");
+        return NULL;
+    }
+    if (!s->ch || !channels_curve(s->ch)) {
+        err->ename = "BadRequest";
+        snprintf(err->evalue, sizeof err->evalue, "the session has no CURVE keys (kennel new --curve)");
+        return NULL;
+    }
+    char pub[41], sec[41];
+    int rc = zmq_curve_keypair(pub, sec) < 0 ? -1 : channels_rekey(s->ch, sec);
+    sodium_memzero(sec, sizeof sec);
+    json_t *conn = rc == 0 ? channels_connection(s->ch) : NULL;
+    /* The old connection file goes: whoever read it holds keys no socket takes now. */
+    if (!conn || statedir_write_json(s->conn_path, conn, STATEDIR_ATOMIC) < 0) {
+        json_decref(conn);
+        err->ename = "SpawnFailed";
+        snprintf(err->evalue, sizeof err->evalue, "cannot issue new keys: %s", strerror(errno));
+        LOG_E("session=%s: rekeying failed: %s", s->id, strerror(errno));
+        return NULL;
+    }
+    json_decref(conn);
+    LOG_I("session=%s: new CURVE keys; the old ones are refused and their connections cut", s->id);
     return s_info(s);
 }
 
@@ -1258,7 +1334,7 @@ json_t *broker_info(broker_t *self, const char *id_or_name, int *pending)
         *pending = 1;
         return NULL;
     }
-    return s_info(s);
+    return s_info_connections(s, s_info(s));
 }
 
 json_t *broker_list(broker_t *self, int *pending)
@@ -1319,6 +1395,7 @@ json_t *broker_stats(const broker_t *self)
     json_object_set_new(limits, "max_message",
                         json_integer((json_int_t)self->cfg.wire_limits.max_msg_bytes));
     json_object_set_new(limits, "max_unread", json_integer((json_int_t)self->cfg.max_unread));
+    json_object_set_new(limits, "max_clients", json_integer((json_int_t)self->cfg.max_clients));
     json_t *lost = json_array();
     for (size_t i = 0; self->cfg.lost && self->cfg.lost[i]; i++)
         json_array_append_new(lost, json_string(self->cfg.lost[i]));
@@ -1491,7 +1568,7 @@ static void s_restore_one(broker_t *self, const char *dir)
     else if (id)
         why = s_restore_slot(self, rec.slot, &slot);
     if (!why && id && name && conn && rec.has_limits)
-        s = s_make(self, id, name, conn, &rec.limits, launched ? &launcher : NULL, (long)slot, 0,
+        s = s_make(self, id, name, conn, 0, &rec.limits, launched ? &launcher : NULL, (long)slot, 0,
                    &err);
     if (s) {
         snprintf(path, sizeof path, "%s/snapshot", dir);

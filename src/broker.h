@@ -13,6 +13,7 @@
 #include <czmq.h>
 #include <jansson.h>
 
+#include "gate.h"
 #include "loop.h"
 #include "reslimits.h"
 #include "sandbox.h"
@@ -52,6 +53,10 @@ typedef struct {
     size_t max_unread;            /* bytes a session's iopub holds for clients that lag */
     size_t max_memory;            /* kenneld's heap in use past which every client is cut;
                                      0: no guard */
+    gate_t *gate;                 /* kenneld's ZAP handler, guarding every session's sockets
+                                     (borrowed; outlives the broker), or NULL */
+    size_t max_clients;           /* connections each session socket admits; 0: no bound */
+    int curve;                    /* every session's sockets are CURVE servers (--curve) */
     session_limits_t session_limits;
     wire_limits_t wire_limits;
 } broker_cfg_t;
@@ -76,10 +81,17 @@ typedef struct {
  *  limits (may be NULL) replaces the defaults.
  *  launched: the session belongs to a kernelspec launcher, so any shutdown ends it; launcher
  *  (0: unknown) is that launcher's pid, and the session ends when that process does.
+ *  curve: the session's sockets are CURVE servers with keys of their own (a connection's
+ *  curve_publickey/curve_secretkey are used as they are; one without them is refused under
+ *  cfg.curve).
  *  Returns a new reference to the session's info, or NULL with *err filled. */
-json_t *broker_create(broker_t *self, const char *name, const json_t *connection,
+json_t *broker_create(broker_t *self, const char *name, const json_t *connection, int curve,
                       const reslimits_t *limits, int launched, pid_t launcher,
                       int *created, broker_error_t *err);
+/*  Give the session new CURVE keys: its sockets refuse the old ones and cut the connections
+ *  made with them; its connection file is written again. Its info, or NULL with *err
+ *  (NoSuchSession; BadRequest: not a CURVE session). */
+json_t *broker_rekey(broker_t *self, const char *id_or_name, broker_error_t *err);
 /*  Bring back the sessions an earlier kenneld left in the state directory. Call once, before
  *  serving. */
 void broker_restore(broker_t *self);

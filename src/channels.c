@@ -9,7 +9,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,6 +22,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
+#include "log.h"
+#include "sockdiag.h"
 #include "util.h"
 #include "worker.h"
 
@@ -99,6 +105,17 @@ struct channels {
     size_t queued_iopub; /* how many of them go to iopub */
     channels_flushed_fn *flushed;
     void *flushed_arg;
+    gate_t *gate;       /* asks s_admit about each handshake, or NULL */
+    char curve_secret[41];  /* Z85; "" without CURVE (wiped on destroy) */
+    char curve_public[41];  /* Z85, derived from it */
+    unsigned char curve_key[32]; /* curve_public, decoded: the one client key admitted */
+    size_t max_clients; /* connections per socket (0: no bound) */
+    size_t refused;     /* handshakes refused past it */
+    size_t seen[CHANNELS_N];   /* each socket's connections when last counted … */
+    size_t since[CHANNELS_N];  /* … and handshakes admitted since: at most seen + since
+                                * connections now, so none is counted while that is under
+                                * max_clients (a count walks the kernel's whole table) */
+    size_t denied;      /* handshakes refused for their key (CURVE) */
 };
 
 static void s_account_release(unread_account_t *a)
@@ -162,6 +179,8 @@ static void s_unread_free(void *data, void *hint)
 
 #define PEERS_SWEEP_MIN 64 /* client accounts kept before idle ones are looked for */
 
+#define CHANNELS_HANDSHAKE_MS 10000 /* for a peer to finish its ZMTP handshake */
+
 #define HB_MAX_MSG 1024 /* bytes of one heartbeat ping */
 #define HB_HWM 16        /* pings queued for a peer that does not read */
 #define HB_MAX_FRAMES 8  /* of one ping: its routing id and the ping itself, as sent */
@@ -181,7 +200,7 @@ static void s_unread_free(void *data, void *hint)
 static const char *s_port_names[CHANNELS_N] = {"shell_port", "iopub_port", "stdin_port",
                                                "control_port", "hb_port"};
 
-static zsock_t *s_socket(channels_index_t i, size_t max_msg)
+static zsock_t *s_socket(channels_index_t i, size_t max_msg, const char *curve_secret)
 {
     /* An XPUB publishes as a PUB does (dropping for subscribers that lag) and also hands us
      * each new subscription, once libzmq has recorded it: what we publish after reading one
@@ -190,6 +209,15 @@ static zsock_t *s_socket(channels_index_t i, size_t max_msg)
     if (!s)
         return NULL;
     zsock_set_linger(s, 0);
+    if (*curve_secret) {
+        /* A CURVE server: a peer completes the handshake only if it knows the public key;
+         * the gate then admits only the session's own key pair (s_admit). */
+        zsock_set_curve_server(s, 1);
+        zsock_set_curve_secretkey(s, curve_secret);
+    }
+    /* A peer that connects and never finishes its handshake holds a place (--max-clients)
+     * until libzmq drops it: 10 s, not its default 30. */
+    zsock_set_handshake_ivl(s, CHANNELS_HANDSHAKE_MS);
     /* The heartbeat echoes what it gets: small pings only (jupyter_client's are 4 bytes), and
      * few of them queued for a peer that does not read, or anyone who can connect could make
      * kenneld hold a thousand messages of --max-message each. iopub takes in subscriptions
@@ -238,6 +266,373 @@ static int s_ipc_path(const channels_t *self, int i, char *path, size_t size)
     return snprintf(path, size, "%s-%d", self->ip, self->ports[i]) < (int)size;
 }
 
+/*  A peer seen in the kernel's table of TCP sockets: its IPv4 address (network order) and
+ *  port. */
+typedef struct {
+    uint32_t addr;
+    unsigned port;
+} peer_t;
+
+/*  A growable list of peers. */
+typedef struct {
+    peer_t *v;
+    uid_t *uid;
+    size_t n, cap;
+} peers_t;
+
+static void s_peers_add(peers_t *p, uint32_t addr, unsigned port, uid_t uid)
+{
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 16;
+        peer_t *v = realloc(p->v, p->cap * sizeof *v);
+        uid_t *u = v ? realloc(p->uid, p->cap * sizeof *u) : NULL;
+        if (!v || !u) {
+            LOG_E("out of memory");
+            exit(1);
+        }
+        p->v = v;
+        p->uid = u;
+    }
+    p->v[p->n] = (peer_t){addr, port};
+    p->uid[p->n++] = uid;
+}
+
+static void s_peers_free(peers_t *p)
+{
+    free(p->v);
+    free(p->uid);
+    *p = (peers_t){0};
+}
+
+/*  One walk of the kernel's TCP sockets (sockdiag.h) for s_scan_tcp. */
+typedef struct {
+    const int *ports;   /* the session's five */
+    uint32_t ours;      /* the sockets' address (network order); 0: any */
+    size_t *counts;     /* per socket: the ends kenneld accepted, established */
+    int only;           /* the socket whose connections' client ends are looked at, or -1 */
+    peers_t accepted;   /* its connections, as kenneld's ends see them: the peers */
+    peers_t clients;    /* the client ends of connections to it, with their owners */
+} scan_t;
+
+/*  Users admitted besides kenneld's own and root: set once, before any session, then only
+ *  read (on the loop and the gate's thread). */
+static uid_t s_admitted[CHANNELS_MAX_ADMITTED];
+static size_t s_nadmitted;
+
+int channels_admit_user(uid_t uid)
+{
+    if (s_nadmitted == CHANNELS_MAX_ADMITTED)
+        return -1;
+    s_admitted[s_nadmitted++] = uid;
+    return 0;
+}
+
+/*  Whether uid may use kenneld's sessions without a key: kenneld's own user, root, and the
+ *  users admitted (--admit-user). */
+static int s_owner(uid_t uid)
+{
+    if (uid == 0 || uid == geteuid())
+        return 1;
+    for (size_t i = 0; i < s_nadmitted; i++)
+        if (s_admitted[i] == uid)
+            return 1;
+    return 0;
+}
+
+static void s_on_sock(void *arg, const sockdiag_t *d)
+{
+    scan_t *sc = arg;
+    int ours = !sc->ours || d->src == sc->ours;
+    if (d->state == TCP_ESTABLISHED && ours)
+        for (int i = 0; i < CHANNELS_N; i++)
+            if ((int)d->sport == sc->ports[i])
+                sc->counts[i]++;
+    if (sc->only < 0)
+        return;
+    int port = sc->ports[sc->only];
+    /* kenneld's end of a live connection (a half-closed one still reads) */
+    if (ours && (int)d->sport == port && d->state != TCP_LISTEN && d->state != TCP_TIME_WAIT &&
+        d->state != TCP_CLOSE)
+        s_peers_add(&sc->accepted, d->dst, d->dport, 0);
+    /* the client's end of a local one */
+    if ((int)d->dport == port && d->dst == sc->ours && d->state != TCP_TIME_WAIT)
+        s_peers_add(&sc->clients, d->src, d->sport, d->uid);
+}
+
+/*  Count each socket's established connections into counts (TCP), and, for only >= 0, list
+ *  into *foreign the peers of socket only's connections whose client end belongs to another
+ *  user (or cannot be found: a client that is not local, which 127.0.0.1 rules out, or one
+ *  gone). One walk of the kernel's table, which lists a local client's end with its owner's
+ *  uid; a client end that is not there is an AF_INET6 socket that reached 127.0.0.1 as
+ *  ::ffff:127.0.0.1, looked up alone. 0, or -1 when the kernel could not be asked. */
+static int s_scan_tcp(const char *ip, const int ports[CHANNELS_N], size_t counts[CHANNELS_N],
+                      int only, peers_t *foreign)
+{
+    struct in_addr ours;
+    scan_t sc = {.ports = ports, .counts = counts, .only = only};
+    if (inet_pton(AF_INET, ip, &ours) == 1)
+        sc.ours = ours.s_addr;
+    memset(counts, 0, CHANNELS_N * sizeof counts[0]);
+    int rc = sockdiag_tcp(AF_INET, 0, s_on_sock, &sc);
+    for (size_t k = 0; rc == 0 && k < sc.accepted.n; k++) {
+        peer_t p = sc.accepted.v[k];
+        size_t c = 0;
+        while (c < sc.clients.n && (sc.clients.v[c].addr != p.addr || sc.clients.v[c].port != p.port))
+            c++;
+        uid_t uid;
+        if (c < sc.clients.n) {
+            uid = sc.clients.uid[c];
+        } else {
+            sockdiag_t d;
+            int found = sockdiag_tcp_find(AF_INET6, p.addr, p.port, sc.ours,
+                                          (unsigned)ports[only], &d);
+            if (found < 0) {
+                rc = -1;
+                break;
+            }
+            uid = found ? d.uid : (uid_t)-1;
+        }
+        if (!s_owner(uid))
+            s_peers_add(foreign, p.addr, p.port, uid);
+    }
+    s_peers_free(&sc.accepted);
+    s_peers_free(&sc.clients);
+    return rc;
+}
+
+/*  How many connections each socket has accepted and not yet closed, as the kernel lists them:
+ *  TCP ones on its address and port, established (/proc/net/tcp and tcp6), or Unix ones on
+ *  its path, connected (/proc/net/unix: an accepted socket shows its listener's path, a
+ *  client's none). libzmq keeps no count of a bound socket's peers, and a socket monitor for
+ *  each of a session's sockets would cost a socket and a loop reader more each; the table
+ *  is read only when a peer knocks. Counts a peer  that has not finished its handshake, or
+ *  never will: libzmq drops those after ZMQ_HANDSHAKE_IVL (s_socket). */
+static void s_counts(const channels_t *self, size_t n[CHANNELS_N])
+{
+    memset(n, 0, CHANNELS_N * sizeof n[0]);
+    char line[512];
+    if (strcmp(self->transport, "ipc") == 0) {
+        char paths[CHANNELS_N][PATH_MAX];
+        for (int i = 0; i < CHANNELS_N; i++)
+            if (!s_ipc_path(self, i, paths[i], sizeof paths[i]))
+                return;
+        FILE *f = fopen("/proc/net/unix", "re");
+        if (!f)
+            return;
+        while (fgets(line, sizeof line, f)) {
+            unsigned flags = 0, st = 0;
+            int end = 0;
+            /* Num RefCount Protocol Flags Type St Inode Path */
+            if (sscanf(line, "%*s %*x %*x %x %*x %x %*u %n", &flags, &st, &end) < 2 || !end ||
+                st != 3 || (flags & 0x10000))
+                continue;
+            char *p = line + end;
+            p[strcspn(p, "\n")] = '\0';
+            for (int i = 0; i < CHANNELS_N; i++)
+                if (strcmp(p, paths[i]) == 0)
+                    n[i]++;
+        }
+        fclose(f);
+        return;
+    }
+    if (s_scan_tcp(self->ip, self->ports, n, -1, NULL) < 0)
+        PLOG_W("cannot count connections (sock_diag)");
+}
+
+/*  Take secret (Z85) as the sockets' CURVE key: its public key is derived. 0, or -1 with
+ *  errno EINVAL. With no gate nothing would check the client's key: refused too. */
+static int s_set_curve(channels_t *self, const char *secret)
+{
+    char pub[41];
+    if (!self->gate || strlen(secret) != 40 || zmq_curve_public(pub, secret) < 0 ||
+        !zmq_z85_decode(self->curve_key, pub)) {
+        errno = EINVAL;
+        return -1;
+    }
+    memcpy(self->curve_secret, secret, 41);
+    memcpy(self->curve_public, pub, 41);
+    return 0;
+}
+
+/*  Cut every connection to socket i (TCP) whose other end is a socket of a user who may
+ *  not (s_owner): the kernel lists the client's end of a local connection with its owner's
+ *  uid (s_scan_tcp), and /proc/self/fd finds the end kenneld accepted, which is aborted as
+ *  s_cut does. Each socket's established connections into counts, as s_counts, less those
+ *  cut. How many were cut, or -1 when kenneld could not look (then nothing may in). */
+static long s_cut_foreign(const char *ip, const int ports[CHANNELS_N], int i,
+                          size_t counts[CHANNELS_N])
+{
+    peers_t foreign = {0};
+    if (s_scan_tcp(ip, ports, counts, i, &foreign) < 0) {
+        PLOG_E("cannot tell whose connections these are (sock_diag)");
+        s_peers_free(&foreign);
+        return -1;
+    }
+    if (foreign.n == 0)
+        return 0;
+    long cut = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) {
+        PLOG_E("cannot look for other users' connections to cut (/proc/self/fd)");
+        s_peers_free(&foreign);
+        return -1;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        if (*end || end == e->d_name || fd < 0 || fd == dirfd(d))
+            continue;
+        int copy = fcntl((int)fd, F_DUPFD_CLOEXEC, 0); /* as in s_cut */
+        if (copy < 0)
+            continue;
+        struct sockaddr_in local, peer;
+        socklen_t llen = sizeof local, plen = sizeof peer;
+        if (getsockname(copy, (struct sockaddr *)&local, &llen) == 0 &&
+            local.sin_family == AF_INET && ntohs(local.sin_port) == ports[i] &&
+            getpeername(copy, (struct sockaddr *)&peer, &plen) == 0 &&
+            peer.sin_family == AF_INET) {
+            for (size_t k = 0; k < foreign.n; k++)
+                if (foreign.v[k].addr == peer.sin_addr.s_addr &&
+                    foreign.v[k].port == ntohs(peer.sin_port)) {
+                    struct sockaddr unspec = {.sa_family = AF_UNSPEC};
+                    connect(copy, &unspec, sizeof unspec);
+                    cut++;
+                    break;
+                }
+        }
+        close(copy);
+    }
+    closedir(d);
+    s_peers_free(&foreign);
+    counts[i] -= (size_t)cut < counts[i] ? (size_t)cut : counts[i];
+    return cut;
+}
+
+/*  The gate's question for socket i (gate.h). With CURVE, the handshake got this far only
+ *  if the peer knows the sockets' public key; it must also hold the session's key pair as
+ *  its own (as JEP 145's clients do with the connection file's), proving it read the secret
+ *  key, which a public key printed somewhere does not give. The heartbeat takes any client
+ *  key: upstream jupyter_client's makes a fresh pair for it, and it only echoes. Then a
+ *  peer comes in while the socket has room. */
+/*  What the gate's thread works out for s_admit (TCP): a copy of what it needs, and the
+ *  answer. */
+typedef struct {
+    char ip[64];
+    int ports[CHANNELS_N];
+    int which;
+    int owners_only;     /* cut other users' connections first */
+    long cut;            /* how many were, or -1: kenneld could not look */
+    size_t counts[CHANNELS_N];
+    int counted;
+} probe_t;
+
+static void s_probe_run(void *job)
+{
+    probe_t *p = job;
+    if (p->owners_only)
+        p->cut = s_cut_foreign(p->ip, p->ports, p->which, p->counts);
+    else if (s_scan_tcp(p->ip, p->ports, p->counts, -1, NULL) < 0)
+        p->cut = -1;
+    p->counted = p->cut >= 0;
+}
+
+/*  The count's part of the answer: a peer comes in while the socket has room. */
+static int s_room(channels_t *self, int i, const size_t counts[CHANNELS_N], const char **why)
+{
+    self->seen[i] = counts[i];
+    self->since[i] = 0;
+    if (counts[i] > self->max_clients) {
+        /* The count includes the peer asking: it is accepted, handshaking. */
+        if (!self->refused++)
+            LOG_W("%s %s port %d: more than --max-clients (%zu) connections; refusing the "
+                  "next ones (logged once per session; kennel info counts them)",
+                  self->transport, self->ip, self->ports[i], self->max_clients);
+        *why = "too many clients (--max-clients)";
+        return 0;
+    }
+    return 1;
+}
+
+static int s_probe_finish(void *arg, int i, void *job, const char **why)
+{
+    channels_t *self = arg;
+    probe_t *p = job;
+    if (p->cut < 0) {
+        *why = "cannot tell whose connections these are";
+        return 0;
+    }
+    self->denied += (size_t)p->cut;
+    return self->max_clients ? s_room(self, i, p->counts, why) : 1;
+}
+
+/*  The gate's question for socket i (gate.h). With CURVE, the handshake got this far only
+ *  if the peer knows the sockets' public key; it must also hold the session's key pair as
+ *  its own (as JEP 145's clients do with the connection file's), proving it read the secret
+ *  key, which a public key printed somewhere does not give. The heartbeat takes any client
+ *  key: upstream jupyter_client's makes a fresh pair for it, and it only echoes. Then a
+ *  peer comes in while the socket has room. What needs a walk of the kernel's socket table
+ *  (milliseconds on a large one) is worked out on the gate's thread, off kenneld's loop. */
+static int s_admit(void *arg, int i, const gate_request_t *req, void **job, const char **why)
+{
+    channels_t *self = arg;
+    int is_ipc = strcmp(self->transport, "ipc") == 0;
+    int owners_only = 0;
+    if (self->curve_secret[0]) {
+        if (strcmp(req->mechanism, "CURVE") != 0 || !req->client_key) {
+            *why = "CURVE required";
+            self->denied++;
+            return 0;
+        }
+        if (i != CHANNELS_HB && sodium_memcmp(req->client_key, self->curve_key, 32) != 0) {
+            *why = "not this session's key";
+            self->denied++;
+            return 0;
+        }
+    } else if (is_ipc) {
+        /* libzmq gives an ipc peer's credentials (SO_PEERCRED) as "HOST:uid:gid:pid". The
+         * state directory is 0700 and the sockets' files are not writable by others anyway;
+         * this holds if those modes are ever loosened. */
+        const char *colon = strchr(req->address, ':');
+        char *end = NULL;
+        unsigned long uid = colon ? strtoul(colon + 1, &end, 10) : 0;
+        if (!colon || end == colon + 1 || *end != ':' || !s_owner((uid_t)uid)) {
+            *why = "not the sessions' owner";
+            self->denied++;
+            return 0;
+        }
+    } else {
+        /* Without CURVE, only kenneld's user and root: a connection from another user is
+         * cut before its handshake ends, so it never gets a frame. The peer asking may be
+         * it, or one of the owner's, which must not be refused (a refused libzmq socket
+         * never retries): the answer is yes, and a cut connection takes nothing of it. */
+        owners_only = 1;
+    }
+    if (!owners_only) {
+        if (!self->max_clients)
+            return 1;
+        if (self->seen[i] + self->since[i] < self->max_clients) {
+            self->since[i]++; /* the one asking; the others can only have left */
+            return 1;
+        }
+        if (is_ipc) { /* /proc/net/unix is quick */
+            size_t counts[CHANNELS_N];
+            s_counts(self, counts);
+            return s_room(self, i, counts, why);
+        }
+    }
+    probe_t *p = calloc(1, sizeof *p);
+    if (!p || snprintf(p->ip, sizeof p->ip, "%s", self->ip) >= (int)sizeof p->ip) {
+        free(p);
+        *why = "kenneld is out of memory";
+        return 0;
+    }
+    memcpy(p->ports, self->ports, sizeof p->ports);
+    p->which = i;
+    p->owners_only = owners_only;
+    *job = p;
+    return GATE_LATER;
+}
+
 channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
 {
     channels_t *self = calloc(1, sizeof *self);
@@ -263,10 +658,16 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     self->max_msg = lim.max_msg_bytes;
     self->max_msgs = cfg->max_unread_msgs ? cfg->max_unread_msgs : CHANNELS_IOPUB_MAX_MSGS;
     self->signer = cfg->signer;
+    self->gate = cfg->gate;
+    self->max_clients = cfg->max_clients;
+    if (cfg->curve_secret && s_set_curve(self, cfg->curve_secret) < 0)
+        goto fail;
     int is_ipc = strcmp(cfg->transport, "ipc") == 0;
     for (int i = 0; i < CHANNELS_N; i++) {
-        self->sock[i] = s_socket((channels_index_t)i, lim.max_msg_bytes);
-        if (!self->sock[i])
+        self->sock[i] = s_socket((channels_index_t)i, lim.max_msg_bytes, self->curve_secret);
+        if (!self->sock[i] ||
+            (self->gate && gate_guard(self->gate, self->sock[i], s_admit, s_probe_run,
+                                      s_probe_finish, self, i) < 0))
             goto fail;
         int port = cfg->ports[i];
         int rc;
@@ -300,6 +701,7 @@ void channels_destroy(channels_t **self_p)
     channels_t *self = *self_p;
     int is_ipc = self->transport && strcmp(self->transport, "ipc") == 0;
     for (int i = 0; i < CHANNELS_N; i++) {
+        gate_unguard(self->gate, self->sock[i]);
         zsock_destroy(&self->sock[i]);
         /* libzmq leaves the socket file of an ipc endpoint it bound (a client's own path,
          * outside the session's directory, once stayed behind); only one bound here goes. */
@@ -329,6 +731,7 @@ void channels_destroy(channels_t **self_p)
         memset(self->key, 0, strlen(self->key));
         free(self->key);
     }
+    sodium_memzero(self->curve_secret, sizeof self->curve_secret);
     free(self->transport);
     free(self->ip);
     free(self);
@@ -810,6 +1213,57 @@ int channels_read_subscription(channels_t *self)
     return rc;
 }
 
+void channels_connections(const channels_t *self, size_t out[CHANNELS_N])
+{
+    s_counts(self, out);
+}
+
+int channels_curve(const channels_t *self)
+{
+    return self->curve_secret[0] != '\0';
+}
+
+int channels_rekey(channels_t *self, const char *curve_secret)
+{
+    if (!self->curve_secret[0] || s_set_curve(self, curve_secret) < 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    int is_ipc = strcmp(self->transport, "ipc") == 0;
+    int rc = 0;
+    for (int i = 0; i < CHANNELS_N; i++) {
+        char ep[PATH_MAX + 16];
+        if (is_ipc)
+            snprintf(ep, sizeof ep, "ipc://%s-%d", self->ip, self->ports[i]);
+        else
+            snprintf(ep, sizeof ep, "tcp://%s:%d", self->ip, self->ports[i]);
+        /* libzmq copies a socket's options into each listener when it binds, and a
+         * listener's connections end with it: unbinding cuts every client that holds the
+         * old key, and the new listener takes the new one. */
+        zmq_unbind(zsock_resolve(self->sock[i]), ep);
+        zsock_set_curve_secretkey(self->sock[i], self->curve_secret);
+        /* The old listener closes on libzmq's I/O thread, a moment later. */
+        int bound = -1;
+        for (int tries = 0; tries < 200 && (bound = zmq_bind(zsock_resolve(self->sock[i]), ep)) < 0 &&
+                            errno == EADDRINUSE;
+             tries++)
+            usleep(5000);
+        if (bound < 0)
+            rc = -1;
+    }
+    return rc;
+}
+
+size_t channels_refused(const channels_t *self)
+{
+    return self->refused;
+}
+
+size_t channels_denied(const channels_t *self)
+{
+    return self->denied;
+}
+
 size_t channels_cuts(const channels_t *self)
 {
     return self->cuts;
@@ -830,5 +1284,9 @@ json_t *channels_connection(const channels_t *self)
                           "kernel_name", "kennel");
     for (int i = 0; i < CHANNELS_N; i++)
         json_object_set_new(c, s_port_names[i], json_integer(self->ports[i]));
+    if (self->curve_secret[0]) {
+        json_object_set_new(c, "curve_publickey", json_string(self->curve_public));
+        json_object_set_new(c, "curve_secretkey", json_string(self->curve_secret));
+    }
     return c;
 }

@@ -8,6 +8,7 @@
 #include <czmq.h>
 #include <jansson.h>
 
+#include "gate.h"
 #include "jmsg.h"
 #include "wire.h"
 #include "worker.h"
@@ -25,6 +26,11 @@ typedef struct {
     size_t max_unread_msgs;  /* messages iopub holds for them (0: CHANNELS_IOPUB_MAX_MSGS) */
     worker_t *signer;        /* a thread for signing large messages (see channels_send; it
                               * must outlive the channels' loop), or NULL: all on the loop */
+    const char *curve_secret; /* the sockets' CURVE secret key (Z85, 40 characters), or NULL:
+                              * no CURVE. Needs a gate: only the matching public key's
+                              * holders are admitted (s_admit) */
+    gate_t *gate;            /* asked about every handshake (gate.h), or NULL: anyone in */
+    size_t max_clients;      /* with a gate: connections each socket admits (0: no bound) */
 } channels_cfg_t;
 
 typedef struct channels channels_t;
@@ -74,6 +80,25 @@ size_t channels_dropped(const channels_t *self);
 /*  How many clients of shell, control and stdin have an account now (one that lags keeps
  *  its own; the others are forgotten as more arrive). */
 size_t channels_clients(const channels_t *self);
+/*  Give the sockets a new CURVE secret key (Z85): each is unbound, which ends every
+ *  connection made with the old key, and bound again on the same endpoint. 0, or -1 with
+ *  errno (EINVAL: not a CURVE session or a bad key; a socket that could not be bound again
+ *  stays unbound). */
+int channels_rekey(channels_t *self, const char *curve_secret);
+/*  Admit uid's connections to every session without CURVE, as kenneld's own user's and
+ *  root's are (kenneld --admit-user: kennel-gateway's unprivileged user). Call before any
+ *  session is made; at most CHANNELS_MAX_ADMITTED users. 0, or -1 when full. */
+#define CHANNELS_MAX_ADMITTED 8
+int channels_admit_user(uid_t uid);
+/*  Whether the sockets are CURVE servers. */
+int channels_curve(const channels_t *self);
+/*  Connections each socket has now (accepted and not yet closed, admitted or not: what the
+ *  kernel's table of sockets says), and handshakes the gate refused, in all, for being past
+ *  max_clients. */
+void channels_connections(const channels_t *self, size_t out[CHANNELS_N]);
+size_t channels_refused(const channels_t *self);
+/*  Handshakes refused for their key: no CURVE, or not the session's key pair. */
+size_t channels_denied(const channels_t *self);
 /*  Read what iopub received (subscriptions, up to a bound per call). Call whenever the
  *  socket is readable: libzmq keeps what is not read. Once libzmq has taken 16 KiB of new
  *  topics since the last cut (a Jupyter client takes one, "", when it joins), every
@@ -92,7 +117,8 @@ size_t channels_cut_clients(channels_t *const *chs, size_t n);
 /*  Echo one heartbeat message. */
 void channels_hb_echo(channels_t *self);
 /*  A new JSON object: the standard connection file (ports, ip, transport, key,
- *  signature_scheme, kernel_name "kennel"). */
+ *  signature_scheme, kernel_name "kennel"), and with CURVE the sockets' key pair as JEP 145
+ *  has it: curve_publickey and curve_secretkey, Z85. */
 json_t *channels_connection(const channels_t *self);
 
 #endif

@@ -23,6 +23,20 @@ static void s_trusting_limits(wire_limits_t *lim)
     lim->parse_max = SIZE_MAX;
 }
 
+/*  Make sock a CURVE client of the key pair holder (a connection object, or kenneld.json's
+ *  manager) names, if it names one: JEP 145's clients hold the server's own pair, and kenneld
+ *  admits no other (see s_admit in channels.c). Before connecting. */
+static void s_curve_client(zsock_t *sock, const json_t *holder)
+{
+    const char *pub = json_string_value(json_object_get(holder, "curve_publickey"));
+    const char *sec = json_string_value(json_object_get(holder, "curve_secretkey"));
+    if (!pub || !sec)
+        return;
+    zsock_set_curve_serverkey(sock, pub);
+    zsock_set_curve_publickey(sock, pub);
+    zsock_set_curve_secretkey(sock, sec);
+}
+
 json_t *client_manager_call(const char *state_dir, const char *msg_type, json_t *content,
                             int timeout_ms, char *err, size_t err_len)
 {
@@ -62,6 +76,8 @@ json_t *client_manager_call_data(const char *state_dir, const char *msg_type, js
     s_trusting_limits(&lim);
     wire = wire_new(key, strlen(key), &lim);
     sock = zsock_new(ZMQ_DEALER);
+    if (sock)
+        s_curve_client(sock, json_object_get(info, "manager"));
     if (!wire || !sock || zsock_connect(sock, "%s", endpoint) < 0) {
         snprintf(err, err_len, "cannot connect to %s", endpoint);
         goto done;
@@ -147,6 +163,7 @@ client_t *client_connect(const json_t *conn)
             zsock_set_subscribe(self->sock[i], "");
         else
             zsock_set_identity(self->sock[i], self->session);
+        s_curve_client(self->sock[i], conn);
         int port = (int)json_integer_value(json_object_get(conn, ports[i]));
         int rc = strcmp(transport, "ipc") == 0 ? zsock_connect(self->sock[i], "ipc://%s-%d", ip, port)
                                                : zsock_connect(self->sock[i], "tcp://%s:%d", ip, port);

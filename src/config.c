@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,14 @@ static const char s_usage[] =
     "  --max-unread SIZE   output a session's iopub holds for clients that have not read it,\n"
     "                      and replies its sockets hold for one client; past it, they are\n"
     "                      dropped until the readers catch up (default 64M)\n"
+    "  --curve             every session's sockets, and the manager's, are CURVE servers: only\n"
+    "                      clients holding the session's key pair (its connection file's\n"
+    "                      curve_publickey and curve_secretkey) get in; traffic is encrypted\n"
+    "  --max-clients N     connections each of a session's five sockets admits; past it a\n"
+    "                      peer's handshake is refused (default 64; 0: no bound)\n"
+    "  --admit-user USER   a user (name or uid) whose connections sessions without CURVE\n"
+    "                      admit, besides kenneld's own and root: kennel-gateway's --user\n"
+    "                      (repeatable, at most 8)\n"
     "  --max-memory SIZE   kenneld's own heap in use past which it cuts every client\n"
     "                      connection of every session (they reconnect); 0: never\n"
     "                      (default 2G)\n"
@@ -154,6 +163,29 @@ static int s_spawner(config_t *cfg, const char *name)
     return 0;
 }
 
+/*  --admit-user USER: a name, or a uid in digits. */
+static int s_admit(config_t *cfg, const char *text)
+{
+    if (cfg->nadmit == KENNEL_MAX_ADMIT) {
+        fprintf(stderr, "kenneld: at most %d --admit-user\n", KENNEL_MAX_ADMIT);
+        return -1;
+    }
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(text, &end, 10);
+    if (*text >= '0' && *text <= '9' && !*end && errno == 0 && n < (uid_t)-1) {
+        cfg->admit[cfg->nadmit++] = (uid_t)n;
+        return 0;
+    }
+    const struct passwd *pw = getpwnam(text);
+    if (!pw) {
+        fprintf(stderr, "kenneld: --admit-user %s: no such user\n", text);
+        return -1;
+    }
+    cfg->admit[cfg->nadmit++] = pw->pw_uid;
+    return 0;
+}
+
 static int s_size(const char *text, size_t min, size_t max, size_t *out, const char *what)
 {
     char *end;
@@ -205,6 +237,7 @@ int config_load(config_t *cfg, int argc, char **argv)
     cfg->max_file = 32u << 20;
     cfg->max_unread = 64u << 20;
     cfg->max_memory = (size_t)2 << 30;
+    cfg->max_clients = 64;
     strcpy(cfg->spawner, "zygote");
     strcpy(cfg->zygote_dir, KENNEL_ZYGOTE_DIR);
     strcpy(cfg->preload, DEFAULT_PRELOAD);
@@ -243,6 +276,8 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"pool", required_argument, NULL, 'W'},      {"merge-pages", no_argument, NULL, 'K'},
         {"site", required_argument, NULL, 'E'},      {"data", required_argument, NULL, 'G'},
         {"runs-keep", required_argument, NULL, 'H'}, {"record-code", no_argument, NULL, 'C'},
+        {"max-clients", required_argument, NULL, 'a'}, {"curve", no_argument, NULL, 'V'},
+        {"admit-user", required_argument, NULL, 'b'},
         {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
@@ -305,6 +340,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         case 'U': rc = s_size(optarg, 1000, 4000000000u, &cfg->uid_base, "--uid-base"); break;
         case 'I': cfg->insecure_no_sandbox = 1; break;
         case 'K': cfg->merge_pages = 1; break;
+        case 'V': cfg->curve = 1; break;
         case 'o':
         case 'g':
         case 'd':
@@ -347,11 +383,13 @@ int config_load(config_t *cfg, int argc, char **argv)
                                          : s_size(optarg, 64u << 20, (size_t)1 << 40,
                                                   &cfg->max_memory, "--max-memory");
             break;
+        case 'a': rc = s_size(optarg, 0, 100000, &cfg->max_clients, "--max-clients"); break;
         case 'Z': rc = s_spawner(cfg, optarg); break;
         case 'R': rc = s_copy(cfg->preload, sizeof cfg->preload, optarg, "--preload"); break;
         case 'W': rc = s_size(optarg, 0, 64, &cfg->pool, "--pool"); break;
         case 'E': rc = s_dir(cfg->site, sizeof cfg->site, optarg, "--site"); break;
         case 'G': rc = s_data(cfg, optarg); break;
+        case 'b': rc = s_admit(cfg, optarg); break;
         case 'H': rc = s_size(optarg, 0, 36500, &cfg->runs_keep_days, "--runs-keep"); break;
         case 'C': cfg->record_code = 1; break;
         case 'h': fputs(s_usage, stdout); return 1;

@@ -5,6 +5,7 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /*  The smallest memory limit a session may have, kenneld's default or its own: a kernel's
  *  address space alone (the zygote's mappings) is over 224 MiB, and below this every start
@@ -13,6 +14,7 @@
 
 /*  Datasets kenneld --data may mount, and the longest NAME of one. */
 #define KENNEL_MAX_DATA 16
+#define KENNEL_MAX_ADMIT 8
 #define KENNEL_DATA_NAME_MAX 64
 
 typedef struct {
@@ -27,6 +29,7 @@ typedef struct {
     size_t max_message_bytes;   /* client messages and kernel-pipe frames */
     int insecure_no_sandbox;    /* run kernels without the sandbox (debugging only) */
     int merge_pages;            /* the zygote's kernels offer their pages to KSM */
+    int curve;                  /* sessions and the manager are CURVE servers */
     char spawner[8];            /* "zygote" (fork a warm Python) or "exec" (a cold start each) */
     char zygote_dir[PATH_MAX];  /* where the zygote's C part (_kennel_zygote.so) is */
     char preload[1024];         /* modules the zygote imports once, comma-separated */
@@ -54,6 +57,9 @@ typedef struct {
     size_t journal_bytes;       /* a session's journal of its last cells' iopub; 0: none */
     double journal_age_s;       /* a cell ended longer ago leaves the journal */
     size_t max_unread;          /* bytes a session's iopub holds for clients that lag */
+    size_t max_clients;         /* connections per session socket; 0: no bound */
+    size_t nadmit;              /* --admit-user: users admitted without CURVE, besides */
+    uid_t admit[KENNEL_MAX_ADMIT]; /* kenneld's own and root (kennel-gateway's --user) */
     size_t max_memory;          /* kenneld's heap in use past which clients are cut; 0: off */
     size_t max_file;            /* largest file put into or got from a workspace */
     size_t uid_base;            /* kernels run as host uids uid_base .. uid_base+max_sessions */

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <zmq.h>
+
 #include "jmsg.h"
 
 /*  One ipc endpoint a client named: absent, or a stale socket (no one accepts on it). kenneld
@@ -97,6 +99,22 @@ int connection_parse(const json_t *conn, channels_cfg_t *cfg, int check_ipc, con
         for (int i = 0; i < CHANNELS_N; i++)
             if (s_check_ipc_path(ip, cfg->ports[i], ename, evalue, evalue_len) < 0)
                 return -1;
+    }
+    /* JEP 145: the kernel's CURVE key pair, both halves or neither; the public key must be
+     * the secret key's. */
+    const json_t *jpub = json_object_get(conn, "curve_publickey");
+    const json_t *jsec = json_object_get(conn, "curve_secretkey");
+    const char *pub = jmsg_cstr(jpub), *sec = jmsg_cstr(jsec);
+    cfg->curve_secret = NULL;
+    if ((jpub && !json_is_null(jpub)) || (jsec && !json_is_null(jsec))) {
+        char derived[41];
+        if (!pub || !sec || strlen(pub) != 40 || strlen(sec) != 40 ||
+            zmq_curve_public(derived, sec) < 0 || strcmp(derived, pub) != 0) {
+            snprintf(evalue, evalue_len,
+                     "curve_publickey and curve_secretkey must be a CURVE key pair (Z85)");
+            return -1;
+        }
+        cfg->curve_secret = sec;
     }
     cfg->transport = transport;
     cfg->ip = strcmp(ip, "localhost") == 0 ? "127.0.0.1" : ip;

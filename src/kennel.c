@@ -37,11 +37,14 @@
 static const char s_usage[] =
     "usage: kennel [--state-dir DIR] COMMAND [ARGS]\n"
     "  new [--name N] [--memory SIZE] [--pids N] [--cpu N] [--tmp SIZE] [--disk SIZE|0]\n"
-    "      [--timeout S] [--idle S] [--network none]\n"
+    "      [--timeout S] [--idle S] [--network none] [--curve]\n"
     "                          create a session (or find the one named N); print its connection file\n"
+    "                          (--curve: its sockets are CURVE servers; the file holds the keys)\n"
     "  ls                      list sessions\n"
     "  info N                  one session's details as JSON\n"
     "  rm N                    end a session\n"
+    "  rekey N                 new CURVE keys for session N: the old ones are refused and\n"
+    "                          their connections cut; print its connection file\n"
     "  stats                   kenneld's sandbox layers, the walls it lost, default limits\n"
     "                          and session count\n"
     "  runtime [--json]        the kernels' Python packages and versions, and the runtime\n"
@@ -205,7 +208,8 @@ static int s_session_options(int argc, char **argv, json_t *content, mcp_limits_
         {"disk", required_argument, NULL, 'd'},
         {"timeout", required_argument, NULL, 'T'}, {"idle", required_argument, NULL, 'i'},
         {"session", required_argument, NULL, 's'}, {"max-request", required_argument, NULL, 'R'},
-        {"max-result", required_argument, NULL, 'r'}, {NULL, 0, NULL, 0}};
+        {"max-result", required_argument, NULL, 'r'}, {"curve", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, mcp ? "+" : "+n:", opts, NULL)) != -1) {
         /* --name is new's, --session and the bounds mcp's */
@@ -214,6 +218,10 @@ static int s_session_options(int argc, char **argv, json_t *content, mcp_limits_
                     c == 'n' ? "name" : c == 's' ? "session" : c == 'R' ? "max-request"
                                                                         : "max-result");
             goto bad;
+        }
+        if (c == 'V') {
+            json_object_set_new(content, "curve", json_true());
+            continue;
         }
         int is_name = c == 'n' || c == 's';
         double v = optarg && !is_name && c != 'N'
@@ -1678,10 +1686,13 @@ static int s_cmd_kernelspec(int argc, char **argv)
             *p = '/';
         }
     mkdir(dir, 0755);
-    json_t *spec = json_pack("{s:[s,s,s,s,s,s], s:s, s:s, s:s, s:{s:b}}", "argv", self_path,
-                             "--state-dir", s_state_dir, "kernel", "-f", "{connection_file}",
-                             "display_name", "Python 3 (kennel)", "language", "python",
-                             "interrupt_mode", "message", "metadata", "debugger", 0);
+    /* supported_encryption (JEP 145): a front end with transport_encryption on puts a CURVE
+     * key pair in the connection file, and `kennel kernel -f` has kenneld bind with it. */
+    json_t *spec = json_pack("{s:[s,s,s,s,s,s], s:s, s:s, s:s, s:{s:b, s:[s]}}", "argv",
+                             self_path, "--state-dir", s_state_dir, "kernel", "-f",
+                             "{connection_file}", "display_name", "Python 3 (kennel)", "language",
+                             "python", "interrupt_mode", "message", "metadata", "debugger", 0,
+                             "supported_encryption", "curve");
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/kernel.json", dir);
     int rc = json_dump_file(spec, path, JSON_INDENT(1));
@@ -1787,6 +1798,14 @@ int main(int argc, char **argv)
         }
         if (!bad)
             return s_cmd_runs(n, since, as_json);
+    }
+    if (strcmp(cmd, "rekey") == 0 && nargs == 2) {
+        json_t *r = s_call("rekey_request", json_pack("{s:s}", "session", args[1]));
+        if (!r)
+            return 1;
+        printf("%s\n", json_string_value(json_object_get(json_object_get(r, "session"), "connection_file")));
+        json_decref(r);
+        return 0;
     }
     if (strcmp(cmd, "exec") == 0) {
         /* --out DIR anywhere after exec; the code itself may start with '-'. */

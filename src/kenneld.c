@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 
 #include "broker.h"
+#include "channels.h"
 #include "cgroup.h"
 #include "config.h"
 #include "disk.h"
@@ -286,7 +287,17 @@ int main(int argc, char **argv)
     }
     char runs_dir[PATH_MAX];
     snprintf(runs_dir, sizeof runs_dir, "%s/runs", state_dir);
+    for (size_t i = 0; i < cfg.nadmit; i++)
+        (void)channels_admit_user(cfg.admit[i]); /* config_load allows no more than fit */
     loop_t *loop = loop_new();
+    /* Every session's sockets are guarded: the gate admits at most --max-clients connections
+     * on each. */
+    gate_t *gate = loop ? gate_new(loop) : NULL;
+    if (loop && !gate) {
+        PLOG_E("cannot serve ZAP (the gate)");
+        loop_destroy(&loop);
+        return 1;
+    }
     broker_cfg_t bcfg = {
         .state_dir = state_dir,
         .transport = cfg.transport,
@@ -325,6 +336,9 @@ int main(int argc, char **argv)
         .ttl_ms = (long long)(cfg.ttl_s * 1000),
         .max_unread = cfg.max_unread,
         .max_memory = cfg.max_memory,
+        .gate = gate,
+        .max_clients = cfg.max_clients,
+        .curve = cfg.curve,
         .session_limits = {.max_queued = cfg.max_queued,
                            .grace_ms = (long long)(cfg.grace_s * 1000),
                            .max_output = cfg.max_output,
@@ -337,10 +351,23 @@ int main(int argc, char **argv)
     broker_t *broker = loop ? broker_new(loop, &bcfg) : NULL;
     char key[40];
     util_uuid(key);
-    manager_t *manager = loop && broker ? manager_new(loop, broker, manager_ep, key, cfg.max_file, NULL) : NULL;
+    /* Under --curve the manager's key pair goes into kenneld.json (0600, in the 0700 state
+     * directory), beside the HMAC key: whoever may read one may read the other. */
+    char curve_pub[41] = "", curve_sec[41] = "";
+    if (cfg.curve && zmq_curve_keypair(curve_pub, curve_sec) < 0) {
+        PLOG_E("cannot make a CURVE key pair (libzmq without libsodium?)");
+        broker_destroy(&broker);
+        gate_destroy(&gate);
+        loop_destroy(&loop);
+        return 1;
+    }
+    manager_t *manager = loop && broker ? manager_new(loop, broker, manager_ep, key, cfg.max_file,
+                                                      NULL, gate, cfg.curve ? curve_sec : NULL)
+                                        : NULL;
     if (!manager) {
         PLOG_E("cannot serve the manager on %s", manager_ep);
         broker_destroy(&broker);
+        gate_destroy(&gate);
         loop_destroy(&loop);
         return 1;
     }
@@ -348,6 +375,7 @@ int main(int argc, char **argv)
         PLOG_E("cannot watch the signalfd");
         manager_destroy(&manager);
         broker_destroy(&broker);
+        gate_destroy(&gate);
         loop_destroy(&loop);
         return 1;
     }
@@ -368,11 +396,18 @@ int main(int argc, char **argv)
     json_object_set_new(info, "runtime", json_pack("{s:s, s:s, s:s, s:o}", "python", cfg.python,
                                                    "kernel_dir", cfg.kernel_dir, "site",
                                                    cfg.site, "data", data));
+    if (cfg.curve) {
+        json_t *m = json_object_get(info, "manager");
+        json_object_set_new(m, "curve_publickey", json_string(curve_pub));
+        json_object_set_new(m, "curve_secretkey", json_string(curve_sec));
+    }
+    sodium_memzero(curve_sec, sizeof curve_sec);
     if (statedir_write_json(info_path, info, STATEDIR_DURABLE) < 0) {
         PLOG_E("write %s", info_path);
         json_decref(info);
         manager_destroy(&manager);
         broker_destroy(&broker);
+        gate_destroy(&gate);
         loop_destroy(&loop);
         return 1;
     }
@@ -386,6 +421,7 @@ int main(int argc, char **argv)
     unlink(info_path);
     manager_destroy(&manager);
     broker_destroy(&broker);
+    gate_destroy(&gate);
     loop_fd_end(loop, sfd);
     loop_destroy(&loop);
     close(sfd);

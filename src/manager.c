@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "config.h"
 #include "log.h"
 #include "route.h"
@@ -25,6 +27,8 @@ struct manager {
     jmsg_t *parked;       /* a file request waiting for its session's new workspace image;
                            * the socket is not read meanwhile, so requests keep their order */
     int park_timer;       /* retries the parked request, or -1 */
+    gate_t *gate;         /* guards the socket under CURVE, or NULL */
+    unsigned char curve_key[32]; /* under CURVE: the one client key admitted (the pair's own) */
 };
 
 #define MANAGER_SNDHWM 8   /* replies queued for one client that does not read */
@@ -164,10 +168,14 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
                  json_integer_value(jpid) > INT_MAX || !launched))
         return s_error("BadRequest", "launcher_pid must be a positive pid, with launched");
     pid_t launcher = jpid ? (pid_t)json_integer_value(jpid) : 0;
+    json_t *jcurve = json_object_get(content, "curve");
+    if (jcurve && !json_is_boolean(jcurve))
+        return s_error("BadRequest", "curve must be true or false");
     int created = 0;
     broker_error_t err = {0};
     json_t *info = broker_create(self->broker, name, json_is_object(conn) ? conn : NULL,
-                                 &limits, launched, launcher, &created, &err);
+                                 json_is_true(jcurve), &limits, launched, launcher, &created,
+                                 &err);
     if (!info)
         return s_error(err.ename, err.evalue);
     json_t *reply = s_ok_session(info);
@@ -259,6 +267,10 @@ static int s_handle(manager_t *self, jmsg_t *req)
             jmsg_destroy(&req);
             return 0;
         }
+    } else if (strcmp(type, "rekey_request") == 0) {
+        broker_error_t err = {0};
+        json_t *info = broker_rekey(self->broker, sess, &err);
+        content = info ? s_ok_session(info) : s_error(err.ename, err.evalue);
     } else if (strcmp(type, "info_request") == 0) {
         int pending;
         json_t *info = broker_info(self->broker, sess, &pending);
@@ -276,6 +288,21 @@ static int s_handle(manager_t *self, jmsg_t *req)
 }
 
 static int s_on_request(loop_t *loop, zsock_t *sock, void *arg);
+
+/*  The gate's question under CURVE: the peer knew the public key (or its handshake would
+ *  have failed) and holds the pair itself, as the kennel CLI does with kenneld.json's. */
+static int s_admit(void *arg, int which, const gate_request_t *req, void **job, const char **why)
+{
+    (void)which;
+    (void)job;
+    manager_t *self = arg;
+    if (!req->client_key || sodium_memcmp(req->client_key, self->curve_key, 32) != 0) {
+        *why = "not kenneld's manager key";
+        return 0;
+    }
+    return 1;
+}
+
 static int s_on_park_timer(loop_t *loop, int timer_id, void *arg);
 
 /*  (Re)arm the one retry of the parked request, in ms. */
@@ -348,7 +375,8 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
 }
 
 manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, const char *key,
-                       size_t max_file, const wire_limits_t *limits)
+                       size_t max_file, const wire_limits_t *limits, gate_t *gate,
+                       const char *curve_secret)
 {
     manager_t *self = calloc(1, sizeof *self);
     if (!self)
@@ -370,6 +398,18 @@ manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, con
     self->sock = zsock_new(ZMQ_ROUTER);
     if (!self->wire || !self->sock)
         goto fail;
+    if (curve_secret) {
+        char pub[41];
+        if (!gate || zmq_curve_public(pub, curve_secret) < 0 ||
+            !zmq_z85_decode(self->curve_key, pub) ||
+            gate_guard(gate, self->sock, s_admit, NULL, NULL, self, 0) < 0) {
+            errno = EINVAL;
+            goto fail;
+        }
+        self->gate = gate;
+        zsock_set_curve_server(self->sock, 1);
+        zsock_set_curve_secretkey(self->sock, curve_secret);
+    }
     zsock_set_linger(self->sock, 0);
     self->max_file = max_file;
     /* Requests are small but for file_put's bytes. */
@@ -405,6 +445,7 @@ void manager_destroy(manager_t **self_p)
     jmsg_destroy(&self->parked);
     if (self->sock)
         loop_reader_end(self->loop, self->sock);
+    gate_unguard(self->gate, self->sock);
     zsock_destroy(&self->sock);
     wire_destroy(&self->wire);
     free(self->endpoint);

@@ -7,15 +7,19 @@
 #include <czmq.h>
 
 #include "broker.h"
+#include "gate.h"
 #include "loop.h"
 #include "wire.h"
 
 typedef struct manager manager_t;
 
 /*  Bind a ROUTER on endpoint (tcp "…:*" picks a port) and serve it in loop; files moved by
- *  the file API are at most max_file bytes. NULL with errno. */
+ *  the file API are at most max_file bytes. curve_secret (Z85, or NULL): the socket is a
+ *  CURVE server with that key, and gate admits only clients holding the same key pair.
+ *  NULL with errno. */
 manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, const char *key,
-                       size_t max_file, const wire_limits_t *limits);
+                       size_t max_file, const wire_limits_t *limits, gate_t *gate,
+                       const char *curve_secret);
 void manager_destroy(manager_t **self_p);
 /*  The endpoint clients connect to (with the real port). Borrowed. */
 const char *manager_endpoint(const manager_t *self);

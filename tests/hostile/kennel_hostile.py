@@ -47,6 +47,10 @@ class Kenneld:
         self.ctx = zmq.Context()
         self.mgr = self.ctx.socket(zmq.DEALER)
         self.mgr.linger = 0
+        if info.get("curve_publickey"):  # kenneld --curve: its manager admits this pair only
+            self.mgr.curve_serverkey = info["curve_publickey"].encode()
+            self.mgr.curve_publickey = info["curve_publickey"].encode()
+            self.mgr.curve_secretkey = info["curve_secretkey"].encode()
         self.mgr.connect(info["endpoint"])
         self.mgr_session = Session(key=info["key"].encode(), signature_scheme="hmac-sha256")
         self.kernels = set()  # every kernel_pid a manager reply named: {(pid, starttime)}

@@ -162,6 +162,10 @@ class Kenneld:
                                 username="itest")
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.linger = 0
+        if mgr.get("curve_publickey"):  # kenneld --curve: its manager admits this pair only
+            self._sock.curve_serverkey = mgr["curve_publickey"].encode()
+            self._sock.curve_publickey = mgr["curve_publickey"].encode()
+            self._sock.curve_secretkey = mgr["curve_secretkey"].encode()
         self._sock.connect(mgr["endpoint"])
 
     def log(self, tail=4000):

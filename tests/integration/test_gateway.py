@@ -17,7 +17,7 @@ from .gateway_proc import (GATEWAY, TOKEN_A, TOKEN_B, Gateway, free_port, result
                            stream_text, write_tokens)
 
 MGR = f"tcp://127.0.0.1:{free_port()}"
-pytestmark = pytest.mark.parametrize("kenneld", [["--manager", MGR]], indirect=True)
+pytestmark = pytest.mark.parametrize("kenneld", [["--manager", MGR, "--admit-user", "nobody"]], indirect=True)
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from .kenneld_proc import PYTHON, end_process
 from .test_notebook_browser import _drive
 
 MGR = f"tcp://127.0.0.1:{free_port()}"
-pytestmark = pytest.mark.parametrize("kenneld", [["--manager", MGR]], indirect=True)
+pytestmark = pytest.mark.parametrize("kenneld", [["--manager", MGR, "--admit-user", "nobody"]], indirect=True)
 SERVER_START_S = 30
 REPLY_TIMEOUT_S = 30
 

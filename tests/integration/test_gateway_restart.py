@@ -9,7 +9,7 @@ import pytest
 from .gateway_proc import Gateway, free_port, result_text
 
 MGR = f"tcp://127.0.0.1:{free_port()}"
-pytestmark = pytest.mark.parametrize("kenneld", [["--manager", MGR]], indirect=True)
+pytestmark = pytest.mark.parametrize("kenneld", [["--manager", MGR, "--admit-user", "nobody"]], indirect=True)
 
 
 @pytest.mark.own_kenneld
@@ -23,7 +23,7 @@ def test_gateway_follows_a_kenneld_restart(kenneld, tmp_path):
         ch.close()
         kenneld.stop()
         assert kenneld.proc.returncode == 0
-        second = kenneld.successor(["--manager", MGR])
+        second = kenneld.successor(["--manager", MGR, "--admit-user", "nobody"])
         second.start()
         try:
             deadline = time.monotonic() + 60

@@ -3,13 +3,15 @@
  *  missing or NUL-holding strings, another transport, another scheme or an empty key, an
  *  address other than 127.0.0.1, a bad port; a client's ipc paths must be absolute and free
  *  (a stale socket is free, a file or a live socket is not), a restored session's are not
- *  checked. */
+ *  checked. A CURVE key pair (JEP 145) is taken whole and matching, or refused. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include <zmq.h>
 
 #include "../harness.h"
 #include "connection.h"
@@ -89,6 +91,38 @@ TEST(each_bad_member_has_its_reason)
     json_decref(notobj);
 }
 
+TEST(a_curve_key_pair_is_taken_whole_and_matching)
+{
+    char pub[41], sec[41], pub2[41], sec2[41];
+    CHECK_EQ_INT(zmq_curve_keypair(pub, sec), 0);
+    CHECK_EQ_INT(zmq_curve_keypair(pub2, sec2), 0);
+    const char *ename = NULL;
+    const char *bad = "curve_publickey and curve_secretkey must be a CURVE key pair (Z85)";
+    json_t *c = s_conn("tcp", "127.0.0.1");
+    channels_cfg_t cfg = {0};
+    char evalue[256];
+    CHECK_EQ_INT(connection_parse(c, &cfg, 1, &ename, evalue, sizeof evalue), 0);
+    CHECK(cfg.curve_secret == NULL);
+    json_object_set_new(c, "curve_publickey", json_string(pub));
+    json_object_set_new(c, "curve_secretkey", json_string(sec));
+    CHECK_EQ_INT(connection_parse(c, &cfg, 1, &ename, evalue, sizeof evalue), 0);
+    CHECK_STR(cfg.curve_secret, sec);
+    json_object_set_new(c, "curve_publickey", json_string(pub2)); /* another pair's */
+    CHECK_STR(s_refusal(c, 1, &ename), bad);
+    CHECK_STR(ename, "BadRequest");
+    json_object_del(c, "curve_publickey"); /* half a pair */
+    CHECK_STR(s_refusal(c, 1, &ename), bad);
+    json_object_set_new(c, "curve_publickey", json_string(pub));
+    json_object_set_new(c, "curve_secretkey", json_string("short"));
+    CHECK_STR(s_refusal(c, 1, &ename), bad);
+    json_object_set_new(c, "curve_secretkey", json_integer(1));
+    CHECK_STR(s_refusal(c, 1, &ename), bad);
+    json_object_set_new(c, "curve_publickey", json_null()); /* null: none, both */
+    json_object_set_new(c, "curve_secretkey", json_null());
+    CHECK_STR(s_refusal(c, 1, &ename), "");
+    json_decref(c);
+}
+
 /*  A listening socket at path; its fd. */
 static int s_listen(const char *path)
 {
@@ -149,6 +183,7 @@ int main(void)
     }
     RUN(a_good_connection_is_read);
     RUN(each_bad_member_has_its_reason);
+    RUN(a_curve_key_pair_is_taken_whole_and_matching);
     RUN(a_clients_ipc_paths_must_be_absolute_and_free);
     statedir_remove_tree(s_root);
     return harness_done();
