@@ -110,7 +110,7 @@ integration: all
 # Then, alone, the tests marked `quiet` (tests/conftest.py): they compare wall times, a
 # bystander's round trip against a stall or a deadline's margin, which the parallel phase's
 # load would make them measure instead. check fails if any part failed.
-PYTEST     := $(PY) -m pytest -q -p no:cacheprovider
+PYTEST     := $(PY) -m pytest -q -p no:cacheprovider --durations=12
 WORKERS    ?= 3
 EXEC_TESTS := tests/integration/test_lifecycle.py tests/integration/test_files.py
 check: all unit
