@@ -53,7 +53,9 @@ def test_a_matplotlib_figure_is_png_bytes(sdk):
 
 def test_an_error_is_an_execution_with_a_clean_traceback(sdk):
     s = sdk()
-    ex = s.run("def f():\n    return 1 / 0\nf()")
+    seen = []
+    ex = s.run("def f():\n    return 1 / 0\nf()", on_output=seen.append)
+    assert [(o.kind, o.text) for o in seen] == [("error", ex.error.traceback)]
     assert ex.outcome == "error" and not ex.ok
     assert ex.error.name == "ZeroDivisionError" and ex.error.value == "division by zero"
     assert "\x1b" not in ex.error.traceback
