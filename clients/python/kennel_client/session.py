@@ -293,7 +293,8 @@ class Session:
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise KennelError("NoReply", f"no execute_reply in {limit + DEADLINE_GRACE_S:g} s")
+                    raise KennelError("NoReply",
+                                      f"no execute_reply in {limit + DEADLINE_GRACE_S:g} s")
                 wait = int(left * 1000) + 1
             if reply is not None and not idle:
                 # The reply is in; the idle that closes the cell's output follows at once,
