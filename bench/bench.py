@@ -70,10 +70,16 @@ Measurements
      one without, on one kenneld, in interleaved halves; and handshakes (connect to the first
      answer) of each, beside a bare pyzmq ROUTER with and without CURVE for the floor.
 
+  13. the Python SDK (issue #29; BENCH_ONLY=sdk): kennel_client's Session.run('1+1') on a
+     warm session of a default kenneld, BENCH_SDK_TRIPS calls timed from the call to its
+     return (an Execution built: reply and idle received), in halves alternating with the
+     lean Jupyter client of measurement 3 on the same session: the SDK's share is its p50
+     minus that client's.
+
 Environment knobs (defaults in brackets; BENCH_QUICK=1 shrinks every N to a smoke-test size):
   BENCH_QUICK           1: tiny N's everywhere, for a smoke run (~1 min)                [0]
   BENCH_ONLY            sections: starts, png, rtt, fleet, burst, flood, mcp, runtime,
-                        gateway, curve                                                  [all]
+                        gateway, curve, sdk                                             [all]
   BENCH_STARTS          kennel starts per spawner (measurements 1 and 7)                [20]
   BENCH_IPY_STARTS      ipykernel starts                                                [8]
   BENCH_PLOTS           kennel new session -> first PNG                                 [10]
@@ -169,7 +175,7 @@ def _long_cell(parts=12):
 LONG_CELL = _long_cell()
 
 SECTIONS = ("starts", "png", "rtt", "fleet", "burst", "flood", "mcp", "runtime", "gateway",
-            "curve")
+            "curve", "sdk")
 
 
 def knob(name, default, quick):
@@ -199,6 +205,7 @@ N = {
     "ipy_burst": knob("BENCH_IPY_BURST", 10, 2),
     "flood_trips": knob("BENCH_FLOOD_TRIPS", 200, 20),
     "mcp_trips": knob("BENCH_MCP_TRIPS", 500, 40),
+    "sdk_trips": knob("BENCH_SDK_TRIPS", 500, 40),
     "runtime_n": knob("BENCH_RUNTIME_N", 3, 1),
     "runtime_starts": knob("BENCH_RUNTIME_STARTS", 10, 2),
     "curve_trips": knob("BENCH_CURVE_TRIPS", 500, 40),
@@ -1918,6 +1925,51 @@ def bench_gateway(res):
         f"+{mem['added_bytes'] / MiB:.1f} MiB")
 
 
+def bench_sdk(res):
+    log(f"sdk: {N['sdk_trips']} Session.run('1+1') calls through kennel_client, warm, against "
+        "a direct client of the same session")
+    sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+    from kennel_client import Session as SdkSession
+    (k,) = start_kennelds([("sdk", [])])
+    ctx = zmq.Context()
+    s, kc = None, None
+    try:
+        k.wait_pool()
+        s = SdkSession("sdk", state_dir=k.state)
+        for _ in range(50):
+            s.run(ONE_PLUS_ONE)
+        kc = Raw(ctx, conn_of(k.create("sdk")))  # the same session, found by name
+        prime(kc)
+        half = max(1, N["sdk_trips"] // 2)
+        lat = {"sdk": [], "direct": []}
+        for _ in range(2):
+            gc.collect()
+            gc.disable()
+            try:
+                for _ in range(half):
+                    t = time.perf_counter()
+                    s.run(ONE_PLUS_ONE)
+                    lat["sdk"].append(ms_since(t))
+            finally:
+                gc.enable()
+            lat["direct"] += round_trips(kc, half, warmup=10)[0]
+    finally:
+        if kc is not None:
+            kc.close()
+        ctx.term()
+        if s is not None:
+            s.detach()
+        stop(k)
+    res["sdk_ms"] = {"what": "kennel_client Session.run('1+1') on a warm session, from the call "
+                             "to its Execution",
+                     "kennel_sdk": summary(lat["sdk"]),
+                     "direct": dict(summary(lat["direct"]),
+                                    what="the lean Jupyter client's 1+1 round trip on the same "
+                                         "session, interleaved")}
+    log(f"  Session.run p50 {statistics.median(lat['sdk']):.2f} ms, direct "
+        f"{statistics.median(lat['direct']):.2f} ms")
+
+
 # ---- report ------------------------------------------------------------------------------------
 
 def _rss_added(module):
@@ -2254,6 +2306,15 @@ def table(res):
         m = gw["idle_websockets"]
         rows.append((f"  {m['websockets']} idle WebSockets: the gateway's added PSS",
                      fmt_mib(m["added_bytes"]), "", ""))
+    sd = res.get("sdk_ms")
+    if sd:
+        ks, d = sd["kennel_sdk"], sd["direct"]
+        rows.append(("Python SDK: Session.run('1+1'), warm: p50 / p99",
+                     f"{ks['median']:.2f} / {ks['p99']:.2f} ms", "", ""))
+        rows.append(("  same session, a direct Jupyter client's round trip: p50 / p99",
+                     f"{d['median']:.2f} / {d['p99']:.2f} ms", "", ""))
+        rows.append(("  the SDK's share: its p50 minus the direct client's",
+                     fmt_ms(ks["median"] - d["median"]), "", ""))
     b = res.get("burst")
     if b:
         rows.append((f"burst: kennel {b['kennel']['sessions']} / ipykernel "
@@ -2366,6 +2427,11 @@ def targets(res):
         out.append(("a neighbour's p50 during a tiny-message flood within 3x of quiet",
                     f"{worst:.1f}x", worst <= 3))
     rt = res.get("runtime")
+    sd = res.get("sdk_ms")
+    if sd:
+        p50 = sd["kennel_sdk"]["median"]
+        out.append(("Python SDK: Session.run('1+1') warm p50 <= 1.5 ms (issue #29)",
+                    fmt_ms(p50), p50 <= 1.5))
     if rt:  # issue #29, with the default preload (docs/runtime.md says why)
         k = rt["default"]["new_session_import_sklearn_seaborn_ms"]["median"]
         i = rt["ipykernel_new_session_import_sklearn_seaborn_ms"]["median"]
@@ -2427,7 +2493,7 @@ def main():
         steps = {"starts": bench_starts, "png": bench_png, "rtt": bench_rtt,
                  "fleet": bench_fleet, "burst": bench_burst, "flood": bench_flood,
                  "mcp": bench_mcp, "runtime": bench_runtime, "gateway": bench_gateway,
-                 "curve": bench_curve}
+                 "curve": bench_curve, "sdk": bench_sdk}
         for name in SECTIONS:
             if name in ONLY:
                 machine.setdefault("loadavg_by_section", {})[name] = list(os.getloadavg())
