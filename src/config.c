@@ -72,6 +72,11 @@ static const char s_usage[] =
     "                      0: never)\n"
     "  --ttl SECONDS       end an evicted session unused this long, files and all (default\n"
     "                      86400; 0: never)\n"
+    "  --budget-cpu SECONDS    a session's budget of kernel CPU time over all its cells; once\n"
+    "                      spent, a cell is refused (BudgetExhausted) (default 0: none)\n"
+    "  --budget-wall SECONDS   ... of its cells' wall time (default 0: none)\n"
+    "  --budget-cells N    ... of cells (default 0: none)\n"
+    "  --budget-output SIZE    ... of output bytes (default 0: none)\n"
     "  --grace SECONDS     how long a cell may run past its deadline before the kernel is\n"
     "                      killed and restarted (default 2)\n"
     "  --max-output SIZE   output a cell may publish before it is cut off, each message\n"
@@ -243,6 +248,9 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"pool", required_argument, NULL, 'W'},      {"merge-pages", no_argument, NULL, 'K'},
         {"site", required_argument, NULL, 'E'},      {"data", required_argument, NULL, 'G'},
         {"runs-keep", required_argument, NULL, 'H'}, {"record-code", no_argument, NULL, 'C'},
+        {"budget-cpu", required_argument, NULL, 0x100}, {"budget-wall", required_argument, NULL, 0x101},
+        {"budget-cells", required_argument, NULL, 0x102},
+        {"budget-output", required_argument, NULL, 0x103},
         {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
@@ -354,6 +362,24 @@ int config_load(config_t *cfg, int argc, char **argv)
         case 'G': rc = s_data(cfg, optarg); break;
         case 'H': rc = s_size(optarg, 0, 36500, &cfg->runs_keep_days, "--runs-keep"); break;
         case 'C': cfg->record_code = 1; break;
+        case 0x100:
+        case 0x101: {
+            char *end;
+            double v = strtod(optarg, &end);
+            const char *opt = c == 0x100 ? "budget-cpu" : "budget-wall";
+            if (*end || end == optarg || !(v >= 0) || v > 365 * 86400) {
+                fprintf(stderr, "kenneld: --%s must be seconds between 0 and a year\n", opt);
+                return -1;
+            }
+            *(c == 0x100 ? &cfg->budget_cpu_s : &cfg->budget_wall_s) = v;
+            break;
+        }
+        case 0x102:
+            rc = s_size(optarg, 0, 1000000000000ULL, &cfg->budget_cells, "--budget-cells");
+            break;
+        case 0x103:
+            rc = s_size(optarg, 0, (size_t)1 << 50, &cfg->budget_output, "--budget-output");
+            break;
         case 'h': fputs(s_usage, stdout); return 1;
         default: fputs(s_usage, stderr); return -1;
         }
