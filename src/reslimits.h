@@ -17,9 +17,9 @@ typedef struct {
     long long idle_ms;               /* evict after this long without a client message; 0: never */
     unsigned long long disk_bytes;   /* workspace size cap (an ext4 image); 0: none */
     /* Budgets over all of the session's cells (session_limits_t.budget_*); 0: none. */
-    long long budget_cpu_ms;         /* the kernel's CPU time */
-    long long budget_wall_ms;        /* cells' wall time */
-    long long budget_cells;          /* cells run */
+    long long budget_cpu_ms;          /* the kernel's CPU time */
+    long long budget_wall_ms;         /* cells' wall time */
+    long long budget_cells;           /* cells run */
     unsigned long long budget_output; /* output bytes */
 } reslimits_t;
 

@@ -190,19 +190,18 @@ static json_t *s_budget_json(long long limit, long long spent, int ms)
 {
     long long left = spent < limit ? limit - spent : 0;
     if (!ms)
-        return json_pack("{s:I, s:I, s:o}", "limit", (json_int_t)limit, "spent",
-                         (json_int_t)spent, "left",
-                         limit > 0 ? json_integer((json_int_t)left) : json_null());
-    return json_pack("{s:f, s:f, s:o}", "limit", limit / 1000.0, "spent", spent / 1000.0,
-                     "left", limit > 0 ? json_real(left / 1000.0) : json_null());
+        return json_pack("{s:I, s:I, s:o}", "limit", (json_int_t)limit, "spent", (json_int_t)spent,
+                         "left", limit > 0 ? json_integer((json_int_t)left) : json_null());
+    return json_pack("{s:f, s:f, s:o}", "limit", limit / 1000.0, "spent", spent / 1000.0, "left",
+                     limit > 0 ? json_real(left / 1000.0) : json_null());
 }
 
 json_t *session_info(const session_t *self)
 {
     const session_limits_t *l = &self->limits;
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:{s:o, s:o, s:o, s:o}}",
-                     "id", self->id, "name", self->name, "state",
-                     session_state_name(self->state), "created", self->created, "idle_ms",
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:{s:o, s:o, s:o, s:o}}", "id",
+                     self->id, "name", self->name, "state", session_state_name(self->state),
+                     "created", self->created, "idle_ms",
                      (json_int_t)(util_now_ms() - self->active_ms), "cells",
                      (json_int_t)self->cells, "queued", (json_int_t)zlistx_size(self->queue),
                      "restarts", (json_int_t)self->restarts, "last_outcome", self->last_outcome,
@@ -250,12 +249,11 @@ json_t *session_history(const session_t *self)
     if (h && self->last_outcome[0])
         json_object_set_new(h, "last_outcome", json_string(self->last_outcome));
     if (h)
-        json_object_set_new(h, "spent",
-                            json_pack("{s:I, s:I, s:I, s:I}", "cpu_ms",
-                                      (json_int_t)self->spent_cpu_ms, "wall_ms",
-                                      (json_int_t)self->spent_wall_ms, "cells",
-                                      (json_int_t)self->spent_cells, "output",
-                                      (json_int_t)self->spent_output));
+        json_object_set_new(
+            h, "spent",
+            json_pack("{s:I, s:I, s:I, s:I}", "cpu_ms", (json_int_t)self->spent_cpu_ms, "wall_ms",
+                      (json_int_t)self->spent_wall_ms, "cells", (json_int_t)self->spent_cells,
+                      "output", (json_int_t)self->spent_output));
     /* A kernel alive when kenneld stopped, which had run cells, and whose state was not
      * saved (a cell ran, the save failed or ran out of time): the next kenneld tells the
      * first cell, should it find no snapshot (one still being written now is found). */
@@ -466,7 +464,8 @@ static void s_cell_done(session_t *self, const jmsg_t *request, const json_t *me
     self->spent_cells++;
     self->spent_wall_ms += wall;
     if (cpu > 0)
-        self->spent_cpu_ms += cpu < 1024.0 * (wall + 1) ? (long long)(cpu + 0.5) : 1024 * (wall + 1);
+        self->spent_cpu_ms +=
+            cpu < 1024.0 * (wall + 1) ? (long long)(cpu + 0.5) : 1024 * (wall + 1);
     self->spent_output += self->cell_output;
     if (self->ops->cell_done)
         self->ops->cell_done(self->ctx, request, metadata, ename, self->ran, self->cell_output);

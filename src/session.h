@@ -89,9 +89,9 @@ typedef struct {
     /* Budgets, summed over the session's cells that reached a kernel (also across restarts,
      * evictions and kenneld restarts, through session_history); once one is spent, an
      * execute_request is refused with BudgetExhausted, outcome "budget". 0: none. */
-    long long budget_cpu_ms;    /* the kernel's CPU time (the replies' metrics.cpu_ms) */
-    long long budget_wall_ms;   /* cells' wall time, as kenneld measured it (wall_ms) */
-    long long budget_cells;     /* cells */
+    long long budget_cpu_ms;          /* the kernel's CPU time (the replies' metrics.cpu_ms) */
+    long long budget_wall_ms;         /* cells' wall time, as kenneld measured it (wall_ms) */
+    long long budget_cells;           /* cells */
     unsigned long long budget_output; /* output bytes, as the output cap counts them */
 } session_limits_t;
 
