@@ -1061,6 +1061,10 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     lim.end_on_shutdown = s->launched;
     lim.timeout_ms = s->limits.timeout_ms;
     lim.idle_timeout_ms = s->limits.idle_ms;
+    lim.budget_cpu_ms = s->limits.budget_cpu_ms;
+    lim.budget_wall_ms = s->limits.budget_wall_ms;
+    lim.budget_cells = s->limits.budget_cells;
+    lim.budget_output = s->limits.budget_output;
     lim.ttl_ms = self->cfg.ttl_ms;
     s->core = session_new(s->id, name ? name : s->id, &lim, &self->ops, s);
     if (!s->core) {

@@ -81,6 +81,11 @@ static const char s_usage[] =
     "                      0: never)\n"
     "  --ttl SECONDS       end an evicted session unused this long, files and all (default\n"
     "                      86400; 0: never)\n"
+    "  --budget-cpu SECONDS  kernel CPU time a session's cells may use in all; past it, a\n"
+    "                      cell is refused (BudgetExhausted) (default 0: none)\n"
+    "  --budget-wall SECONDS  cells' wall time in all, likewise (default 0: none)\n"
+    "  --budget-cells N    cells in all, likewise (default 0: none)\n"
+    "  --budget-output SIZE  output bytes in all, likewise (default 0: none)\n"
     "  --grace SECONDS     how long a cell may run past its deadline before the kernel is\n"
     "                      killed and restarted (default 2)\n"
     "  --max-output SIZE   output a cell may publish before it is cut off, each message\n"
@@ -278,6 +283,9 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"runs-keep", required_argument, NULL, 'H'}, {"record-code", no_argument, NULL, 'C'},
         {"max-clients", required_argument, NULL, 'a'}, {"curve", no_argument, NULL, 'V'},
         {"admit-user", required_argument, NULL, 'b'},
+        {"budget-cpu", required_argument, NULL, 0x100}, {"budget-wall", required_argument, NULL, 0x101},
+        {"budget-cells", required_argument, NULL, 0x102},
+        {"budget-output", required_argument, NULL, 0x103},
         {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
@@ -392,6 +400,24 @@ int config_load(config_t *cfg, int argc, char **argv)
         case 'b': rc = s_admit(cfg, optarg); break;
         case 'H': rc = s_size(optarg, 0, 36500, &cfg->runs_keep_days, "--runs-keep"); break;
         case 'C': cfg->record_code = 1; break;
+        case 0x100:
+        case 0x101: {
+            char *end;
+            double v = strtod(optarg, &end);
+            const char *opt = c == 0x100 ? "budget-cpu" : "budget-wall";
+            if (*end || end == optarg || !(v >= 0) || v > 365 * 86400) {
+                fprintf(stderr, "kenneld: --%s must be seconds between 0 and a year\n", opt);
+                return -1;
+            }
+            *(c == 0x100 ? &cfg->budget_cpu_s : &cfg->budget_wall_s) = v;
+            break;
+        }
+        case 0x102:
+            rc = s_size(optarg, 0, 1000000000000ULL, &cfg->budget_cells, "--budget-cells");
+            break;
+        case 0x103:
+            rc = s_size(optarg, 0, (size_t)1 << 50, &cfg->budget_output, "--budget-output");
+            break;
         case 'h': fputs(s_usage, stdout); return 1;
         default: fputs(s_usage, stderr); return -1;
         }

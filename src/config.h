@@ -51,6 +51,10 @@ typedef struct {
     double timeout_s;           /* a cell's default deadline; 0: none */
     double idle_s;              /* evict a session idle this long; 0: never */
     double ttl_s;               /* end an evicted session unused this long; 0: never */
+    double budget_cpu_s;        /* a session's budgets, over all its cells; 0: none */
+    double budget_wall_s;
+    size_t budget_cells;
+    size_t budget_output;
     double grace_s;             /* after the deadline, how long before the kernel is killed */
     size_t max_output;          /* output bytes per cell */
     size_t max_output_msgs;     /* output messages per cell; 0: no bound */

@@ -37,7 +37,8 @@
 static const char s_usage[] =
     "usage: kennel [--state-dir DIR] COMMAND [ARGS]\n"
     "  new [--name N] [--memory SIZE] [--pids N] [--cpu N] [--tmp SIZE] [--disk SIZE|0]\n"
-    "      [--timeout S] [--idle S] [--network none] [--curve]\n"
+    "      [--timeout S] [--idle S] [--network none] [--curve] [--budget-cpu S]\n"
+    "      [--budget-wall S] [--budget-cells N] [--budget-output SIZE]\n"
     "                          create a session (or find the one named N); print its connection file\n"
     "                          (--curve: its sockets are CURVE servers; the file holds the keys)\n"
     "  ls                      list sessions\n"
@@ -209,7 +210,9 @@ static int s_session_options(int argc, char **argv, json_t *content, mcp_limits_
         {"timeout", required_argument, NULL, 'T'}, {"idle", required_argument, NULL, 'i'},
         {"session", required_argument, NULL, 's'}, {"max-request", required_argument, NULL, 'R'},
         {"max-result", required_argument, NULL, 'r'}, {"curve", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0}};
+        {"budget-cpu", required_argument, NULL, 'U'}, {"budget-wall", required_argument, NULL, 'W'},
+        {"budget-cells", required_argument, NULL, 'L'},
+        {"budget-output", required_argument, NULL, 'O'}, {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, mcp ? "+" : "+n:", opts, NULL)) != -1) {
         /* --name is new's, --session and the bounds mcp's */
@@ -225,8 +228,10 @@ static int s_session_options(int argc, char **argv, json_t *content, mcp_limits_
         }
         int is_name = c == 'n' || c == 's';
         double v = optarg && !is_name && c != 'N'
-                       ? (c == 'p' || c == 'c' || c == 'T' || c == 'i' ? s_number(optarg)
-                                                                       : s_bytes(optarg))
+                       ? (c == 'p' || c == 'c' || c == 'T' || c == 'i' || c == 'U' ||
+                                  c == 'W' || c == 'L'
+                              ? s_number(optarg)
+                              : s_bytes(optarg))
                        : 0;
         json_t *jname = is_name ? json_string(optarg) : NULL;
         if (is_name && !jname) {
@@ -237,9 +242,19 @@ static int s_session_options(int argc, char **argv, json_t *content, mcp_limits_
             json_object_set_new(content, "name", jname);
         else if (c == 'N' && strcmp(optarg, "none") == 0)
             ; /* the only network a kernel has: none */
-        else if ((c == 'd' || c == 'T' || c == 'i') && optarg && strcmp(optarg, "0") == 0)
-            json_object_set_new(limits, c == 'd' ? "disk" : c == 'T' ? "timeout" : "idle",
-                                json_integer(0)); /* no cap, no deadline, never evicted */
+        else if ((c == 'd' || c == 'T' || c == 'i' || c == 'U' || c == 'W' || c == 'L' ||
+                  c == 'O') &&
+                 optarg && strcmp(optarg, "0") == 0)
+            json_object_set_new(limits,
+                                c == 'd'   ? "disk"
+                                : c == 'T' ? "timeout"
+                                : c == 'i' ? "idle"
+                                : c == 'U' ? "budget_cpu"
+                                : c == 'W' ? "budget_wall"
+                                : c == 'L' ? "budget_cells"
+                                           : "budget_output",
+                                json_integer(0)); /* no cap, no deadline, never evicted, no
+                                                   * budget */
         else if ((c == 'R' || c == 'r') && v >= 1 && v <= (double)(1u << 30))
             *(c == 'R' ? &mcp->max_request : &mcp->max_result) = (size_t)v;
         else if (c != 'N' && c != '?' && c != 'R' && c != 'r' && v > 0)
@@ -250,6 +265,10 @@ static int s_session_options(int argc, char **argv, json_t *content, mcp_limits_
                                 : c == 'T' ? "timeout"
                                 : c == 'i' ? "idle"
                                 : c == 'd' ? "disk"
+                                : c == 'U' ? "budget_cpu"
+                                : c == 'W' ? "budget_wall"
+                                : c == 'L' ? "budget_cells"
+                                : c == 'O' ? "budget_output"
                                            : "tmp",
                                 json_real(v));
         else {

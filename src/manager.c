@@ -82,8 +82,10 @@ static const char *s_session_arg(const jmsg_t *req)
 }
 
 /*  Per-session limits over the defaults: {"memory": bytes, "pids": n, "cpu": cpus,
- *  "tmp": bytes, "disk": bytes, "timeout": seconds, "idle": seconds}; 0 for disk, timeout
- *  and idle: none, as kenneld's own options. NULL on success, else the reason. */
+ *  "tmp": bytes, "disk": bytes, "timeout": seconds, "idle": seconds, "budget_cpu": seconds,
+ *  "budget_wall": seconds, "budget_cells": n, "budget_output": bytes}; 0 for disk, timeout,
+ *  idle and the budgets: none, as kenneld's own options. NULL on success, else the
+ *  reason. */
 static const char *s_parse_limits(const json_t *obj, reslimits_t *lim)
 {
     if (!obj || json_is_null(obj))
@@ -96,9 +98,9 @@ static const char *s_parse_limits(const json_t *obj, reslimits_t *lim)
         double x = json_number_value(v);
         if (!json_is_number(v) || x < 0 ||
             (x == 0 && strcmp(key, "disk") != 0 && strcmp(key, "idle") != 0 &&
-             strcmp(key, "timeout") != 0))
-            return "limits must be positive numbers (disk, idle and timeout may be 0: no cap, "
-                   "never evicted, no deadline)";
+             strcmp(key, "timeout") != 0 && strncmp(key, "budget_", 7) != 0))
+            return "limits must be positive numbers (disk, idle, timeout and the budgets may be "
+                   "0: no cap, never evicted, no deadline, no budget)";
         if (strcmp(key, "memory") == 0) {
             if (x < KENNEL_MEMORY_MIN || x > 1e12)
                 return "memory must be between 256 MiB (what a kernel needs to start) and 1 TB";
@@ -127,8 +129,22 @@ static const char *s_parse_limits(const json_t *obj, reslimits_t *lim)
             if ((x != 0 && x < (16 << 20)) || x > 1e12)
                 return "disk must be 0 (no cap) or between 16 MiB and 1 TB";
             lim->disk_bytes = (unsigned long long)x;
+        } else if (strcmp(key, "budget_cpu") == 0 || strcmp(key, "budget_wall") == 0) {
+            if (x > 365 * 86400)
+                return "budget_cpu and budget_wall must be at most a year (seconds)";
+            *(key[7] == 'c' ? &lim->budget_cpu_ms : &lim->budget_wall_ms) =
+                x == 0 ? 0 : util_seconds_ms(x);
+        } else if (strcmp(key, "budget_cells") == 0) {
+            if (x != (long long)x || x > 1e12)
+                return "budget_cells must be a whole number of cells, at most 10^12";
+            lim->budget_cells = (long long)x;
+        } else if (strcmp(key, "budget_output") == 0) {
+            if (x > 1e15)
+                return "budget_output must be at most 10^15 bytes";
+            lim->budget_output = (unsigned long long)x;
         } else {
-            return "limits takes memory, pids, cpu, tmp, disk, timeout and idle";
+            return "limits takes memory, pids, cpu, tmp, disk, timeout, idle, budget_cpu, "
+                   "budget_wall, budget_cells and budget_output";
         }
     }
     return NULL;

@@ -237,7 +237,7 @@ static const char s_tools_json[] =
     " and stderr), the value of its last expression, each matplotlib figure or other PNG/JPEG"
     " shown as an image, and an error's traceback. structuredContent says how the cell ended"
     " (outcome: ok, error, timeout, interrupted, memory, crashed, killed, output_truncated,"
-    " aborted), what it cost (metrics) and which workspace files it created, changed or"
+    " aborted, budget), what it cost (metrics) and which workspace files it created, changed or"
     " deleted. IPython syntax works (!shell commands, %magics). The working directory is the"
     " session's workspace.\","
     " \"inputSchema\": {\"type\": \"object\", \"properties\": {"

@@ -26,6 +26,13 @@ int record_write(const char *dir, const record_t *r)
                              l->cg.cpus, "tmp", (json_int_t)l->tmp_bytes, "nofile",
                              (json_int_t)l->nofile, "timeout_ms", (json_int_t)l->timeout_ms,
                              "idle_ms", (json_int_t)l->idle_ms, "disk", (json_int_t)l->disk_bytes);
+    json_t *jl = meta ? json_object_get(meta, "limits") : NULL;
+    if (jl && (l->budget_cpu_ms || l->budget_wall_ms || l->budget_cells || l->budget_output)) {
+        json_object_set_new(jl, "budget_cpu_ms", json_integer((json_int_t)l->budget_cpu_ms));
+        json_object_set_new(jl, "budget_wall_ms", json_integer((json_int_t)l->budget_wall_ms));
+        json_object_set_new(jl, "budget_cells", json_integer((json_int_t)l->budget_cells));
+        json_object_set_new(jl, "budget_output", json_integer((json_int_t)l->budget_output));
+    }
     if (meta && r->history)
         json_object_set(meta, "history", r->history);
     if (meta && r->launcher_pid > 0)
@@ -66,7 +73,11 @@ int record_read(const char *dir, record_t *r)
             (unsigned long)json_integer_value(json_object_get(l, "nofile")),
             json_integer_value(json_object_get(l, "timeout_ms")),
             json_integer_value(json_object_get(l, "idle_ms")),
-            (unsigned long long)json_integer_value(json_object_get(l, "disk"))};
+            (unsigned long long)json_integer_value(json_object_get(l, "disk")),
+            json_integer_value(json_object_get(l, "budget_cpu_ms")),
+            json_integer_value(json_object_get(l, "budget_wall_ms")),
+            json_integer_value(json_object_get(l, "budget_cells")),
+            (unsigned long long)json_integer_value(json_object_get(l, "budget_output"))};
     const json_t *jl = json_object_get(meta, "launcher");
     r->launcher_pid = (pid_t)json_integer_value(json_object_get(jl, "pid"));
     r->launcher_start = (unsigned long long)json_integer_value(json_object_get(jl, "start"));

@@ -92,6 +92,12 @@ struct session {
     long long ran;             /* execute_requests that reached a kernel, those it died in
                                 * too: the run records' cell numbers (from cells at a restore) */
     long long restarts;
+    /* What the budgets count (session_limits_t.budget_*), over every cell that reached a
+     * kernel: */
+    long long spent_cpu_ms;
+    long long spent_wall_ms;
+    long long spent_cells;
+    unsigned long long spent_output;
     log_limit_t warn_limit;
 };
 
@@ -178,14 +184,31 @@ const char *session_name(const session_t *self)
     return self->name;
 }
 
+/*  One budget as info shows it: {limit, spent, left}, in seconds for one counted in
+ *  milliseconds (ms), else as counted; limit 0 and left null for none. */
+static json_t *s_budget_json(long long limit, long long spent, int ms)
+{
+    long long left = spent < limit ? limit - spent : 0;
+    if (!ms)
+        return json_pack("{s:I, s:I, s:o}", "limit", (json_int_t)limit, "spent", (json_int_t)spent,
+                         "left", limit > 0 ? json_integer((json_int_t)left) : json_null());
+    return json_pack("{s:f, s:f, s:o}", "limit", limit / 1000.0, "spent", spent / 1000.0, "left",
+                     limit > 0 ? json_real(left / 1000.0) : json_null());
+}
+
 json_t *session_info(const session_t *self)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:s}", "id", self->id, "name",
-                     self->name, "state", session_state_name(self->state), "created",
-                     self->created, "idle_ms", (json_int_t)(util_now_ms() - self->active_ms),
-                     "cells", (json_int_t)self->cells, "queued",
-                     (json_int_t)zlistx_size(self->queue), "restarts",
-                     (json_int_t)self->restarts, "last_outcome", self->last_outcome);
+    const session_limits_t *l = &self->limits;
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:{s:o, s:o, s:o, s:o}}", "id",
+                     self->id, "name", self->name, "state", session_state_name(self->state),
+                     "created", self->created, "idle_ms",
+                     (json_int_t)(util_now_ms() - self->active_ms), "cells",
+                     (json_int_t)self->cells, "queued", (json_int_t)zlistx_size(self->queue),
+                     "restarts", (json_int_t)self->restarts, "last_outcome", self->last_outcome,
+                     "budgets", "cpu", s_budget_json(l->budget_cpu_ms, self->spent_cpu_ms, 1),
+                     "wall", s_budget_json(l->budget_wall_ms, self->spent_wall_ms, 1), "cells",
+                     s_budget_json(l->budget_cells, self->spent_cells, 0), "output",
+                     s_budget_json((long long)l->budget_output, (long long)self->spent_output, 0));
 }
 
 #define HISTORY_MAX_NAMES 256 /* unsaved names a record keeps: the notice shows ~1 KiB */
@@ -225,6 +248,12 @@ json_t *session_history(const session_t *self)
         json_object_set_new(h, "notice", json_string(self->notice));
     if (h && self->last_outcome[0])
         json_object_set_new(h, "last_outcome", json_string(self->last_outcome));
+    if (h)
+        json_object_set_new(
+            h, "spent",
+            json_pack("{s:I, s:I, s:I, s:I}", "cpu_ms", (json_int_t)self->spent_cpu_ms, "wall_ms",
+                      (json_int_t)self->spent_wall_ms, "cells", (json_int_t)self->spent_cells,
+                      "output", (json_int_t)self->spent_output));
     /* A kernel alive when kenneld stopped, which had run cells, and whose state was not
      * saved (a cell ran, the save failed or ran out of time): the next kenneld tells the
      * first cell, should it find no snapshot (one still being written now is found). */
@@ -264,6 +293,17 @@ void session_history_restore(session_t *self, const json_t *h)
     if (outcome && strlen(outcome) < sizeof self->last_outcome &&
         strspn(outcome, "abcdefghijklmnopqrstuvwxyz_") == strlen(outcome))
         snprintf(self->last_outcome, sizeof self->last_outcome, "%s", outcome);
+    const json_t *spent = json_object_get(h, "spent");
+    long long *counts[] = {&self->spent_cpu_ms, &self->spent_wall_ms, &self->spent_cells};
+    const char *keys[] = {"cpu_ms", "wall_ms", "cells"};
+    for (int i = 0; i < 3; i++) {
+        const json_t *v = json_object_get(spent, keys[i]);
+        if (json_is_integer(v) && json_integer_value(v) >= 0)
+            *counts[i] = json_integer_value(v);
+    }
+    const json_t *out = json_object_get(spent, "output");
+    if (json_is_integer(out) && json_integer_value(out) >= 0)
+        self->spent_output = (unsigned long long)json_integer_value(out);
 }
 
 /* ---- sending ---------------------------------------------------------------------------- */
@@ -413,6 +453,20 @@ static void s_cell_done(session_t *self, const jmsg_t *request, const json_t *me
                         const char *ename)
 {
     self->ran++;
+    /* The budgets' spend: cells, wall time and output as kenneld counted them; CPU time as
+     * the kernel reported it (absent when it died, and code in the cell could make its
+     * kernel under-report it: the wall budget is the one a cell cannot talk down). At most
+     * 1024 CPUs' worth of the wall time, so no figure overflows the sum. */
+    const json_t *metrics = json_object_get(metadata, "metrics");
+    long long wall = json_integer_value(json_object_get(metrics, "wall_ms"));
+    double cpu = json_number_value(json_object_get(metrics, "cpu_ms"));
+    wall = wall > 0 ? wall : 0;
+    self->spent_cells++;
+    self->spent_wall_ms += wall;
+    if (cpu > 0)
+        self->spent_cpu_ms +=
+            cpu < 1024.0 * (wall + 1) ? (long long)(cpu + 0.5) : 1024 * (wall + 1);
+    self->spent_output += self->cell_output;
     if (self->ops->cell_done)
         self->ops->cell_done(self->ctx, request, metadata, ename, self->ran, self->cell_output);
 }
@@ -769,13 +823,39 @@ static void s_abort_queued_executes(session_t *self);
 /*  Answer a shell request that will not reach the kernel with an error, inside the busy
  *  s_pump published for it, then idle; as a failed cell, it aborts the executes queued
  *  behind it. Takes *req_p. */
-static void s_refuse(session_t *self, jmsg_t **req_p, const char *ename, const char *evalue)
+static void s_refuse(session_t *self, jmsg_t **req_p, const char *ename, const char *evalue,
+                     const char *outcome)
 {
-    s_fail(self, ROUTE_SHELL, *req_p, ename, evalue, "error", FAIL_UNRUN);
+    s_fail(self, ROUTE_SHELL, *req_p, ename, evalue, outcome, FAIL_UNRUN);
     s_publish_status(self, *req_p, "idle");
-    if (s_stops_on_error(*req_p))
+    /* A cell refused for a budget aborts none: each one behind it is refused for the same
+     * reason, which says more than `aborted`. */
+    if (s_stops_on_error(*req_p) && strcmp(outcome, "budget") != 0)
         s_abort_queued_executes(self);
     jmsg_destroy(req_p);
+}
+
+/*  Whether one of the session's budgets is spent: 1 with a line naming it and its numbers
+ *  in why, else 0. */
+static int s_budget_spent(const session_t *self, char *why, size_t len)
+{
+    const session_limits_t *l = &self->limits;
+    if (l->budget_cells > 0 && self->spent_cells >= l->budget_cells)
+        snprintf(why, len, "the session's cells budget is spent: %lld of %lld cells run",
+                 self->spent_cells, l->budget_cells);
+    else if (l->budget_cpu_ms > 0 && self->spent_cpu_ms >= l->budget_cpu_ms)
+        snprintf(why, len, "the session's cpu budget is spent: %.3f of %.3f seconds of CPU",
+                 self->spent_cpu_ms / 1000.0, l->budget_cpu_ms / 1000.0);
+    else if (l->budget_wall_ms > 0 && self->spent_wall_ms >= l->budget_wall_ms)
+        snprintf(why, len,
+                 "the session's wall budget is spent: %.3f of %.3f seconds of cells' wall time",
+                 self->spent_wall_ms / 1000.0, l->budget_wall_ms / 1000.0);
+    else if (l->budget_output > 0 && self->spent_output >= l->budget_output)
+        snprintf(why, len, "the session's output budget is spent: %llu of %llu bytes of output",
+                 self->spent_output, l->budget_output);
+    else
+        return 0;
+    return 1;
 }
 
 /*  Send the next queued request to the kernel while it is idle. A comm message (comm_open,
@@ -796,7 +876,14 @@ static void s_pump(session_t *self)
         if (strcmp(r->msg_type, "execute_request") == 0 && s_own_timeout(req, &own) < 0) {
             /* Run without the deadline it asked for, it could run for ever. */
             s_refuse(self, &req, "BadRequest",
-                     "metadata kennel.timeout must be a number of seconds, 0 for no deadline");
+                     "metadata kennel.timeout must be a number of seconds, 0 for no deadline",
+                     "error");
+            continue;
+        }
+        char spent[160];
+        if (strcmp(r->msg_type, "execute_request") == 0 &&
+            s_budget_spent(self, spent, sizeof spent)) {
+            s_refuse(self, &req, "BudgetExhausted", spent, "budget");
             continue;
         }
         /* Every buffer goes (the wire allows 64): past the pipe's parts, the frame cannot be
@@ -829,7 +916,7 @@ static void s_pump(session_t *self)
         if (rc == SESSION_TOO_LARGE) {
             /* It never will fit: refused rather than hold the queue behind it. */
             s_refuse(self, &req, "RequestTooLarge",
-                     "the request does not fit in a frame to the kernel");
+                     "the request does not fit in a frame to the kernel", "error");
             continue;
         }
         s_publish_status(self, req, "idle");

@@ -86,6 +86,13 @@ typedef struct {
     long long journal_age_ms; /* a cell ended longer ago is forgotten; 0: kept while room */
     long long idle_timeout_ms; /* evict after this long without a client message; 0: never */
     long long ttl_ms;      /* an evicted session unused this long (in all) ends; 0: never */
+    /* Budgets, summed over the session's cells that reached a kernel (also across restarts,
+     * evictions and kenneld restarts, through session_history); once one is spent, an
+     * execute_request is refused with BudgetExhausted, outcome "budget". 0: none. */
+    long long budget_cpu_ms;          /* the kernel's CPU time (the replies' metrics.cpu_ms) */
+    long long budget_wall_ms;         /* cells' wall time, as kenneld measured it (wall_ms) */
+    long long budget_cells;           /* cells */
+    unsigned long long budget_output; /* output bytes, as the output cap counts them */
 } session_limits_t;
 
 typedef struct session session_t;
@@ -141,12 +148,14 @@ const char *session_state_name(session_state_t state);
 const char *session_id(const session_t *self);
 const char *session_name(const session_t *self);
 /*  A new JSON object: id, name, state, created, idle_ms, cells, queued, restarts,
- *  last_outcome. */
+ *  last_outcome, budgets ({cpu, wall, cells, output}: each {limit, spent, left}; seconds for
+ *  cpu and wall, bytes for output; limit 0 and left null for none). */
 json_t *session_info(const session_t *self);
 /*  What the session's record keeps for the next kenneld (meta.json's "history"), a new JSON
  *  object: created, cells, restarts, used_at (wall-clock ms of its last use, which its time
- *  to live counts from), unsaved (names its last save could not keep, told to the cell after
- *  its revival) and notice (a line not yet told to a cell), or NULL. */
+ *  to live counts from), spent (what its budgets counted: {cpu_ms, wall_ms, cells,
+ *  output}), unsaved (names its last save could not keep, told to the cell after its
+ *  revival) and notice (a line not yet told to a cell), or NULL. */
 json_t *session_history(const session_t *self);
 /*  Take back what session_history gave an earlier kenneld. Members missing or out of range
  *  leave the session's own values. Before session_start_restored, whose time to live counts

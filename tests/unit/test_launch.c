@@ -100,7 +100,7 @@ static size_t s_argc(char *const *argv)
 TEST(cold_start_sandboxed_goes_through_kennel_init)
 {
     launch_t *l = launch_new(&SANDBOXED, 8);
-    reslimits_t lim = {{512ull << 20, 64, 1.0}, 32ull << 20, 256, 0, 0, 0};
+    reslimits_t lim = {{512ull << 20, 64, 1.0}, 32ull << 20, 256, 0, 0, 0, 0, 0, 0, 0};
     launch_cmd_t cmd;
     launch_cold(l, "/s/a/workspace", "/s/a", 5, &lim, &cmd);
     const char *want[] = {"/k/init", "--workspace", "/s/a/workspace", "--kernel-dir", "/k/python",
@@ -120,7 +120,7 @@ TEST(cold_start_sandboxed_goes_through_kennel_init)
 TEST(cold_start_passes_site_and_data_to_kennel_init)
 {
     launch_t *l = launch_new(&WITH_BINDS, 8);
-    reslimits_t lim = {{1u << 29, 64, 1}, 32u << 20, 256, 0, 0, 0};
+    reslimits_t lim = {{1u << 29, 64, 1}, 32u << 20, 256, 0, 0, 0, 0, 0, 0, 0};
     launch_cmd_t cmd;
     launch_cold(l, "/s/a/workspace", "/s/a", 5, &lim, &cmd);
     const char *want[] = {"--nofile", "256", "--ro-bind", "/opt/site=/srv/venv/site-packages",
@@ -136,7 +136,7 @@ TEST(cold_start_passes_site_and_data_to_kennel_init)
 TEST(cold_start_unsandboxed_runs_python_directly)
 {
     launch_t *l = launch_new(&BARE, 8);
-    reslimits_t lim = {{0, 0, 0}, 0, 0, 0, 0, 0};
+    reslimits_t lim = {{0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     launch_cmd_t cmd;
     launch_cold(l, "/s/a/workspace", "/s/a", 5, &lim, &cmd);
     const char *want[] = {"/usr/bin/python3", "-I", "/k/python/kennel_kernel.py", "--pipe-fd",

@@ -4,7 +4,7 @@
 #include "reslimits.h"
 
 static const reslimits_t BASE = {{1ull << 30, 512, 1.5}, 64ull << 20, 1024, 30000, 600000,
-                                 2ull << 30};
+                                 2ull << 30, 90000, 120500, 40, 1ull << 20};
 
 TEST(json_in_the_manager_api_units)
 {
@@ -17,7 +17,11 @@ TEST(json_in_the_manager_api_units)
     CHECK(json_real_value(json_object_get(j, "idle")) == 600.0);
     CHECK_EQ_INT(json_integer_value(json_object_get(j, "disk")), 2ll << 30);
     CHECK(json_object_get(j, "nofile") == NULL); /* stats adds it for kenneld's defaults */
-    CHECK_EQ_INT(json_object_size(j), 7);
+    CHECK(json_real_value(json_object_get(j, "budget_cpu")) == 90.0);
+    CHECK(json_real_value(json_object_get(j, "budget_wall")) == 120.5);
+    CHECK_EQ_INT(json_integer_value(json_object_get(j, "budget_cells")), 40);
+    CHECK_EQ_INT(json_integer_value(json_object_get(j, "budget_output")), 1ll << 20);
+    CHECK_EQ_INT(json_object_size(j), 11);
     json_decref(j);
 }
 
@@ -27,6 +31,8 @@ TEST(same_walls_ignores_deadline_and_idle)
     CHECK(reslimits_same_walls(&BASE, &other));
     other.timeout_ms = 1;
     other.idle_ms = 0;
+    other.budget_cells = 1; /* budgets are kenneld's to count, not the kernel's */
+    other.budget_wall_ms = 0;
     CHECK(reslimits_same_walls(&BASE, &other));
     reslimits_t changed[6];
     for (int i = 0; i < 6; i++)

@@ -1640,6 +1640,177 @@ TEST(a_comm_message_past_its_deadline_or_with_a_dying_kernel)
     s_rec_free(r);
 }
 
+/*  Run one cell to its ok reply, with the kernel's metrics (a JSON object's text). */
+static void s_cell_ok(session_t *s, const char *code, const char *metrics_md)
+{
+    char id[40], op[200];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", code), id);
+    snprintf(op, sizeof op, "{\"op\":\"reply\",\"msg_type\":\"execute_reply\",\"parent_msg_id\":\"%s\",\"status\":\"ok\"}", id);
+    const char *parts[] = {op, metrics_md, "{\"status\":\"ok\"}"};
+    CHECK_EQ_INT(s_kernel(s, 3, parts), 0);
+}
+
+/*  Send one more cell, which the spent budget must refuse without the kernel: its error on
+ *  iopub inside busy/idle, its execute_reply (BudgetExhausted, outcome budget, wall_ms 0),
+ *  and no run record. The reply's evalue must hold each of `words`. */
+static void s_check_refused(rec_t *r, session_t *s, const char *word1, const char *word2)
+{
+    int before = r->nsent, nk = r->nk, ndone = r->ndone;
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "more"), id);
+    CHECK_EQ_INT(r->nk, nk); /* never reached the kernel */
+    CHECK_EQ_INT(r->ndone, ndone);
+    int busy = s_find(r, before, "status"), err = s_find(r, before, "error");
+    int rep = s_find(r, before, "execute_reply");
+    CHECK(busy >= 0 && err > busy && rep > err);
+    if (busy < 0 || err < 0 || rep < 0)
+        return;
+    CHECK_STR(s_status(r, busy), "busy");
+    CHECK_STR(r->sent[err].parent_id, id);
+    CHECK_STR(json_string_value(json_object_get(r->sent[err].content, "ename")), "BudgetExhausted");
+    const json_t *c = r->sent[rep].content;
+    CHECK_STR(json_string_value(json_object_get(c, "status")), "error");
+    CHECK_STR(json_string_value(json_object_get(c, "ename")), "BudgetExhausted");
+    const char *evalue = json_string_value(json_object_get(c, "evalue"));
+    CHECK(evalue && strstr(evalue, word1) && strstr(evalue, word2));
+    CHECK_STR(s_outcome(r, rep), "budget");
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(r->metadata[rep], "metrics"), "wall_ms")), 0);
+    int idle = s_find(r, rep, "status");
+    CHECK(idle > rep && strcmp(s_status(r, idle), "idle") == 0);
+    CHECK_EQ_INT(session_state(s), SESSION_IDLE);
+}
+
+TEST(cells_budget_refuses_the_cell_past_it)
+{
+    rec_t *r = s_rec_new();
+    session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
+                            .budget_cells = 2};
+    session_t *s = s_session_ready(r, &lim);
+    s_cell_ok(s, "a", "{}");
+    json_t *info = session_info(s);
+    json_t *cells = json_object_get(json_object_get(info, "budgets"), "cells");
+    CHECK_EQ_INT(json_integer_value(json_object_get(cells, "left")), 1);
+    json_decref(info);
+    s_cell_ok(s, "b", "{}");
+    CHECK_EQ_INT(r->ndone, 2);
+    s_check_refused(r, s, "cells budget", "2 of 2 cells");
+    /* Another cell is refused for the budget too, not aborted behind the refused one. */
+    s_check_refused(r, s, "cells budget", "2 of 2 cells");
+    /* What is not a cell is still served. */
+    int before = r->nsent;
+    s_request(s, ROUTE_SHELL, "kernel_info_request", NULL, NULL);
+    int rep = s_find(r, before, "kernel_info_reply");
+    CHECK(rep >= 0 && strcmp(json_string_value(json_object_get(r->sent[rep].content, "status")), "ok") == 0);
+    info = session_info(s);
+    json_t *b = json_object_get(info, "budgets");
+    cells = json_object_get(b, "cells");
+    CHECK_EQ_INT(json_integer_value(json_object_get(cells, "limit")), 2);
+    CHECK_EQ_INT(json_integer_value(json_object_get(cells, "spent")), 2);
+    CHECK_EQ_INT(json_integer_value(json_object_get(cells, "left")), 0);
+    CHECK(json_real_value(json_object_get(json_object_get(b, "cpu"), "limit")) == 0);
+    CHECK(json_is_null(json_object_get(json_object_get(b, "cpu"), "left"))); /* none */
+    CHECK(json_is_null(json_object_get(json_object_get(b, "output"), "left")));
+    json_decref(info);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(cpu_budget_counts_the_kernels_cpu_ms_and_lets_the_crossing_cell_end)
+{
+    rec_t *r = s_rec_new();
+    session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
+                            .budget_cpu_ms = 10};
+    session_t *s = s_session_ready(r, &lim);
+    s_cell_ok(s, "a", "{\"metrics\":{\"cpu_ms\":6.0}}");
+    s_cell_ok(s, "b", "{\"metrics\":{\"cpu_ms\":6.0}}"); /* crosses the budget: runs to its end */
+    CHECK_EQ_INT(r->ndone, 2);
+    CHECK_STR(r->done[1].outcome, "ok");
+    s_check_refused(r, s, "cpu budget", "0.012 of 0.010 seconds of CPU");
+    json_t *info = session_info(s);
+    json_t *cpu = json_object_get(json_object_get(info, "budgets"), "cpu");
+    CHECK(json_real_value(json_object_get(cpu, "spent")) == 0.012);
+    CHECK(json_real_value(json_object_get(cpu, "left")) == 0);
+    json_decref(info);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(wall_budget_counts_kennelds_wall_time)
+{
+    rec_t *r = s_rec_new();
+    session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
+                            .budget_wall_ms = 5};
+    session_t *s = s_session_ready(r, &lim);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "sleep"), id);
+    usleep(20000); /* the cell runs 20 ms by kenneld's clock, whatever the kernel says */
+    char op[200];
+    snprintf(op, sizeof op, "{\"op\":\"reply\",\"msg_type\":\"execute_reply\",\"parent_msg_id\":\"%s\",\"status\":\"ok\"}", id);
+    const char *parts[] = {op, "{\"metrics\":{\"wall_ms\":0}}", "{\"status\":\"ok\"}"};
+    CHECK_EQ_INT(s_kernel(s, 3, parts), 0);
+    s_check_refused(r, s, "wall budget", "of 0.005 seconds of cells' wall time");
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(output_budget_counts_what_cells_published)
+{
+    rec_t *r = s_rec_new();
+    session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
+                            .budget_output = 150};
+    session_t *s = s_session_ready(r, &lim);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "print"), id);
+    const char *out[] = {"{\"op\":\"iopub\",\"msg_type\":\"stream\"}", "{}",
+                         "{\"name\":\"stdout\",\"text\":\"0123456789\"}"};
+    CHECK_EQ_INT(s_kernel(s, 3, out), 0); /* 40 bytes and 64 a message: 104, under 150 */
+    s_reply(s, "execute_reply", id, "{\"status\":\"ok\"}");
+    json_t *info = session_info(s);
+    json_t *o = json_object_get(json_object_get(info, "budgets"), "output");
+    long long spent = json_integer_value(json_object_get(o, "spent"));
+    CHECK(spent > 64 && spent < 150);
+    CHECK_EQ_INT(json_integer_value(json_object_get(o, "left")), 150 - spent);
+    json_decref(info);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "print"), id);
+    CHECK_EQ_INT(s_kernel(s, 3, out), 0);
+    s_reply(s, "execute_reply", id, "{\"status\":\"ok\"}");
+    s_check_refused(r, s, "output budget", "of 150 bytes of output");
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(budgets_spend_survives_the_record)
+{
+    rec_t *r = s_rec_new();
+    session_limits_t lim = {.max_queued = 8, .grace_ms = 2000, .max_output = 1 << 20,
+                            .budget_cells = 1};
+    session_t *s = s_session_ready(r, &lim);
+    s_cell_ok(s, "a", "{\"metrics\":{\"cpu_ms\":3.4}}");
+    json_t *h = session_history(s);
+    json_t *spent = json_object_get(h, "spent");
+    CHECK_EQ_INT(json_integer_value(json_object_get(spent, "cells")), 1);
+    CHECK_EQ_INT(json_integer_value(json_object_get(spent, "cpu_ms")), 3);
+    session_destroy(&s);
+    /* The next kenneld's session, from the record: its budget is still spent. */
+    s = session_new("id1", "name1", &lim, &s_ops, r);
+    session_history_restore(s, h);
+    json_decref(h);
+    CHECK_EQ_INT(session_start(s), 0);
+    s_hello(s);
+    s_check_refused(r, s, "cells budget", "1 of 1 cells");
+    /* A record's spend that is not a count is ignored. */
+    session_destroy(&s);
+    h = json_pack("{s:{s:i, s:s}}", "spent", "cells", -5, "cpu_ms", "x");
+    s = session_new("id1", "name1", &lim, &s_ops, r);
+    session_history_restore(s, h);
+    json_decref(h);
+    json_t *info = session_info(s);
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(json_object_get(info, "budgets"), "cells"), "spent")), 0);
+    json_decref(info);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 int main(void)
 {
     zsys_handler_set(NULL);
@@ -1682,5 +1853,10 @@ int main(void)
     RUN(kenneld_replies_keep_the_last_count_known);
     RUN(kernel_info_error_reply_has_the_specs_fields);
     RUN(restart_aborts_queued_executes);
+    RUN(cells_budget_refuses_the_cell_past_it);
+    RUN(cpu_budget_counts_the_kernels_cpu_ms_and_lets_the_crossing_cell_end);
+    RUN(wall_budget_counts_kennelds_wall_time);
+    RUN(output_budget_counts_what_cells_published);
+    RUN(budgets_spend_survives_the_record);
     return harness_done();
 }
