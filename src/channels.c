@@ -6,6 +6,7 @@
 #include "channels.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -339,6 +340,26 @@ static int s_owner(uid_t uid)
     return 0;
 }
 
+/*  Say, once per uid, why another user's connections find nothing: otherwise a client (or a
+ *  kennel-gateway running as a user not admitted) just waits, with nothing in any log. */
+static void s_warn_foreign(uid_t uid)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static uid_t warned[16];
+    static size_t nwarned;
+    pthread_mutex_lock(&lock);
+    int seen = 0;
+    for (size_t i = 0; i < nwarned && !seen; i++)
+        seen = warned[i] == uid;
+    if (!seen && nwarned < sizeof warned / sizeof warned[0])
+        warned[nwarned++] = uid;
+    pthread_mutex_unlock(&lock);
+    if (!seen)
+        LOG_W("connections of uid %ld to sessions are cut: without CURVE only kenneld's user, "
+              "root and --admit-user users get in (kennel-gateway's --user needs "
+              "--admit-user); said once per uid", (long)uid);
+}
+
 static void s_on_sock(void *arg, const sockdiag_t *d)
 {
     scan_t *sc = arg;
@@ -392,8 +413,11 @@ static int s_scan_tcp(const char *ip, const int ports[CHANNELS_N], size_t counts
             }
             uid = found ? d.uid : (uid_t)-1;
         }
-        if (!s_owner(uid))
+        if (!s_owner(uid)) {
             s_peers_add(foreign, p.addr, p.port, uid);
+            if (uid != (uid_t)-1)
+                s_warn_foreign(uid);
+        }
     }
     s_peers_free(&sc.accepted);
     s_peers_free(&sc.clients);
@@ -596,6 +620,8 @@ static int s_admit(void *arg, int i, const gate_request_t *req, void **job, cons
         char *end = NULL;
         unsigned long uid = colon ? strtoul(colon + 1, &end, 10) : 0;
         if (!colon || end == colon + 1 || *end != ':' || !s_owner((uid_t)uid)) {
+            if (colon && end != colon + 1 && *end == ':')
+                s_warn_foreign((uid_t)uid);
             *why = "not the sessions' owner";
             self->denied++;
             return 0;

@@ -1889,10 +1889,11 @@ int main(int argc, char **argv)
         json_object_set_new(g.tenants, json_string_value(tv), json_true());
     if (!g.vh || s_mgr_connect() < 0)
         return 1;
-    LOG_I("serving %s://%s:%d for %zu token(s)%s", opt.cert ? "https" : "http", opt.listen_addr,
-          opt.port, json_object_size(g.tokens), privileged ? ", as " : "");
+    LOG_I("serving %s://%s:%d for %zu token(s)", opt.cert ? "https" : "http", opt.listen_addr,
+          opt.port, json_object_size(g.tokens));
     if (privileged)
-        LOG_I("running as %s (uid %d)", opt.user, (int)getuid());
+        LOG_I("running as %s (uid %d): kenneld must admit it (kenneld --admit-user %s)",
+              opt.user, (int)getuid(), opt.user);
     lws_sul_schedule(g.ctx, 0, &g.sul, s_sweep, LWS_US_PER_SEC);
     while (!g.stop && lws_service(g.ctx, 0) >= 0) {
     }

@@ -3,6 +3,7 @@ decides every handshake. --max-clients: each socket admits that many connections
 import concurrent.futures
 import json
 import os
+import pwd
 import socket
 import struct
 import subprocess
@@ -182,6 +183,11 @@ def test_another_user_can_neither_subscribe_nor_connect(kenneld, client):
                 p.wait()
     assert results[True] == {"iopub": 0, "shell": 0}, results
     assert results[False]["iopub"] > 0 and results[False]["shell"] > 0, results
+    # And kenneld says why, once, so that a gateway run as a user not admitted is not a mystery.
+    with open(kenneld.log_path, errors="replace") as f:
+        said = f.read()
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert said.count(f"connections of uid {nobody} to sessions are cut") == 1, said[-2000:]
     info = kenneld.call("info_request", {"session": "victim"})["session"]
     assert info["clients_denied"] >= 2, info
     assert_healthy(client, kenneld, "1 + 1")
