@@ -5,11 +5,7 @@ plot's image in the page. Notebook's server, Chromium and node are this test's o
 127.0.0.1, and are ended by pid whatever happens."""
 
 import json
-import secrets
-import subprocess
 import time
-import urllib.error
-import urllib.request
 import uuid
 
 import nbformat
@@ -17,35 +13,12 @@ import pytest
 import websocket
 
 from .gateway_proc import TOKEN_A, Gateway, free_port, result_text
-from .kenneld_proc import PYTHON, end_process
-from .test_notebook_browser import _drive
+from .test_notebook_browser import _drive, start_notebook
 
 MGR = f"tcp://127.0.0.1:{free_port()}"
 pytestmark = pytest.mark.parametrize("kenneld", [["--manager", MGR, "--admit-user", "nobody"]], indirect=True)
 SERVER_START_S = 30
 REPLY_TIMEOUT_S = 30
-
-
-class Server:
-    def __init__(self, proc, port, token, root, log_path):
-        self.proc, self.port, self.token, self.root, self.log_path = \
-            proc, port, token, root, log_path
-
-    def url(self, path):
-        return f"http://127.0.0.1:{self.port}/{path}?token={self.token}"
-
-    def log(self):
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def request(self, method, path, body=None):
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url(path), data=data, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=REPLY_TIMEOUT_S) as r:
-                raw = r.read()
-                return r.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode(errors="replace")
 
 
 @pytest.fixture
@@ -63,33 +36,11 @@ def gw(kenneld, tmp_path):
 @pytest.fixture
 def server(gw, tmp_path, monkeypatch):
     """Notebook's server with --gateway-url at the gateway, as tenant alice."""
-    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
-    root = tmp_path / "notebooks"
-    root.mkdir()
-    port, token = free_port(), secrets.token_hex(16)
-    log_path = tmp_path / "notebook.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [PYTHON, "-m", "notebook", "--no-browser", "--allow-root", "--ip=127.0.0.1",
-             f"--port={port}", "--port-retries=0", f"--NotebookApp.token={token}",
-             f"--notebook-dir={root}", f"--gateway-url=http://127.0.0.1:{gw.port}",
-             f"--GatewayClient.auth_token={TOKEN_A}"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    s = Server(proc, port, token, root, log_path)
-    try:
-        deadline = time.monotonic() + SERVER_START_S
-        while True:
-            assert proc.poll() is None, f"notebook exited with {proc.returncode}:\n{s.log()}"
-            try:
-                with urllib.request.urlopen(s.url("api/status"), timeout=1):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, f"notebook did not answer:\n{s.log()}"
-                time.sleep(0.1)
+    with start_notebook(tmp_path, monkeypatch,
+                        [f"--gateway-url=http://127.0.0.1:{gw.port}",
+                         f"--GatewayClient.auth_token={TOKEN_A}"],
+                        start_s=SERVER_START_S) as s:
         yield s
-    finally:
-        end_process(proc, 10)
 
 
 class NotebookChannels:

@@ -3,12 +3,14 @@
 notebook user meets. Notebook's server, Chromium and node are this test's own, on 127.0.0.1,
 and are ended by pid whatever happens."""
 
+import contextlib
 import json
 import secrets
 import shutil
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -47,13 +49,24 @@ class NotebookServer:
     def log(self):
         return self.log_path.read_text(errors="replace")[-4000:]
 
+    def request(self, method, path, body=None, timeout=30):
+        """(status, JSON body or None) of a call to the server's REST API; an error's status
+        and text."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url(path), data=data, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                raw = r.read()
+                return r.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
 
-@pytest.fixture
-def notebook_server(kenneld, tmp_path, monkeypatch):
-    """Notebook's server on 127.0.0.1 with a token, its Jupyter directories under tmp_path,
-    where the kennel kernelspec (for this test's kenneld) is installed; notebooks in
-    tmp_path/notebooks."""
-    kennel_kernelspec(kenneld, tmp_path, monkeypatch)
+
+@contextlib.contextmanager
+def start_notebook(tmp_path, monkeypatch, args=(), start_s=SERVER_START_S):
+    """Notebook's server on 127.0.0.1 with a token and args, its Jupyter directories under
+    tmp_path, notebooks in tmp_path/notebooks; answering within start_s, and ended by pid
+    (with what it started) at the end."""
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
     root = tmp_path / "notebooks"
@@ -64,11 +77,11 @@ def notebook_server(kenneld, tmp_path, monkeypatch):
         proc = subprocess.Popen(
             [PYTHON, "-m", "notebook", "--no-browser", "--allow-root", "--ip=127.0.0.1",
              f"--port={port}", "--port-retries=0", f"--NotebookApp.token={token}",
-             f"--notebook-dir={root}"],
+             f"--notebook-dir={root}", *args],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     server = NotebookServer(proc, port, token, root, log_path)
     try:
-        deadline = time.monotonic() + SERVER_START_S
+        deadline = time.monotonic() + start_s
         while True:
             assert proc.poll() is None, f"notebook exited with {proc.returncode}:\n{server.log()}"
             try:
@@ -76,11 +89,21 @@ def notebook_server(kenneld, tmp_path, monkeypatch):
                     break
             except OSError:
                 assert time.monotonic() < deadline, \
-                    f"notebook did not answer in {SERVER_START_S} s:\n{server.log()}"
+                    f"notebook did not answer in {start_s} s:\n{server.log()}"
                 time.sleep(0.1)
         yield server
     finally:
         _end(proc)  # it shuts its kernels down: their launchers end their sessions
+
+
+@pytest.fixture
+def notebook_server(kenneld, tmp_path, monkeypatch):
+    """Notebook's server on 127.0.0.1 with a token, its Jupyter directories under tmp_path,
+    where the kennel kernelspec (for this test's kenneld) is installed; notebooks in
+    tmp_path/notebooks."""
+    kennel_kernelspec(kenneld, tmp_path, monkeypatch)
+    with start_notebook(tmp_path, monkeypatch) as server:
+        yield server
 
 
 def _notebook_file(server, name):
