@@ -161,26 +161,9 @@ def test_another_user_can_neither_subscribe_nor_connect(kenneld, client):
     another user (nobody), even holding the HMAC key, reads nothing on iopub and gets no
     reply on shell, while the owner's client runs a cell that prints. The same program as
     root gets both (so the test can fail)."""
-    def intruder(as_nobody):
-        prefix = ["runuser", "-u", "nobody", "--"] if as_nobody else []
-        return subprocess.Popen([*prefix, "/usr/bin/python3", "-c", _INTRUDER,
-                                 json.dumps(client.conn), "4"],
-                                stdout=subprocess.PIPE, text=True, cwd="/")
-
-    results = {}
-    for as_nobody in (True, False):
-        p = intruder(as_nobody)
-        try:
-            assert p.stdout.readline().strip() == "ready"
-            time.sleep(1)  # its sockets have had their chance to join
-            r = client.execute("print('the owner\\'s secret')")
-            assert r is not None and r["content"]["status"] == "ok", r
-            out, _ = p.communicate(timeout=20)
-            results[as_nobody] = json.loads(out.strip().splitlines()[-1])
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    results = {as_nobody: _what_it_got(client, "nobody" if as_nobody else None,
+                                       "print('the owner\\'s secret')")
+               for as_nobody in (True, False)}
     assert results[True] == {"iopub": 0, "shell": 0}, results
     assert results[False]["iopub"] > 0 and results[False]["shell"] > 0, results
     # And kenneld says why, once, so that a gateway run as a user not admitted is not a mystery.
@@ -201,22 +184,8 @@ def test_an_admitted_user_gets_in_and_another_does_not(kenneld, client):
     made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
                            "/usr/sbin/nologin", other], capture_output=True).returncode == 0
     try:
-        got = {}
-        for user in ("nobody", other):
-            p = subprocess.Popen(["runuser", "-u", user, "--", "/usr/bin/python3", "-c", _INTRUDER,
-                                  json.dumps(client.conn), "4"],
-                                 stdout=subprocess.PIPE, text=True, cwd="/")
-            try:
-                assert p.stdout.readline().strip() == "ready"
-                time.sleep(1)  # its sockets have had their chance to join
-                r = client.execute("print('for the admitted')")
-                assert r is not None and r["content"]["status"] == "ok", r
-                out, _ = p.communicate(timeout=20)
-                got[user] = json.loads(out.strip().splitlines()[-1])
-            finally:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+        got = {user: _what_it_got(client, user, "print('for the admitted')")
+               for user in ("nobody", other)}
         assert got["nobody"]["iopub"] > 0 and got["nobody"]["shell"] > 0, got
         assert got[other] == {"iopub": 0, "shell": 0}, got
     finally:
@@ -225,10 +194,28 @@ def test_an_admitted_user_gets_in_and_another_does_not(kenneld, client):
     assert_healthy(client, kenneld, "1 + 1")
 
 
-def _intruder(conn, as_nobody, seconds):
-    prefix = ["runuser", "-u", "nobody", "--"] if as_nobody else []
+def _intruder(conn, user, seconds):
+    """_INTRUDER run as user (None: as the test, root) on the session conn names."""
+    prefix = ["runuser", "-u", user, "--"] if user else []
     return subprocess.Popen([*prefix, "/usr/bin/python3", "-c", _INTRUDER, json.dumps(conn),
                              str(seconds)], stdout=subprocess.PIPE, text=True, cwd="/")
+
+
+def _what_it_got(client, user, code):
+    """What _INTRUDER, run as user for 4 s, got of the session while client ran code:
+    {"iopub": n, "shell": n}."""
+    p = _intruder(client.conn, user, 4)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(1)  # its sockets have had their chance to join
+        r = client.execute(code)
+        assert r is not None and r["content"]["status"] == "ok", r
+        out, _ = p.communicate(timeout=20)
+        return json.loads(out.strip().splitlines()[-1])
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 @pytest.mark.parametrize("kenneld", [("--transport", "ipc")], indirect=True)
@@ -256,11 +243,11 @@ def test_ipc_sockets_admit_only_the_owner_even_when_their_files_are_open(kenneld
         os.chmod(f"{conn['ip']}-{conn[name + '_port']}", 0o777)
     procs = []
     try:
-        nobody = _intruder(conn, True, 8)
+        nobody = _intruder(conn, "nobody", 8)
         procs.append(nobody)
         assert nobody.stdout.readline().strip() == "ready"
         time.sleep(1)
-        root = _intruder(conn, False, 5)
+        root = _intruder(conn, None, 5)
         procs.append(root)
         assert root.stdout.readline().strip() == "ready"
         got = {}
