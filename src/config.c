@@ -12,13 +12,6 @@
 #include "log.h"
 #include "statedir.h"
 
-#ifndef KENNEL_PYTHON
-#define KENNEL_PYTHON "/usr/bin/python3"
-#endif
-#ifndef KENNEL_KERNEL_DIR
-#define KENNEL_KERNEL_DIR "/usr/lib/kennel/kernels/python"
-#endif
-
 #define DEFAULT_PRELOAD "numpy,pandas,matplotlib.pyplot,matplotlib_inline.backend_inline"
 
 static const char s_usage[] =

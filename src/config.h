@@ -7,6 +7,15 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/*  kenneld's Python and kernel runtime unless the build (the Makefile passes both) or the
+ *  environment says otherwise; `kennel runtime` falls back to them when no kenneld runs. */
+#ifndef KENNEL_PYTHON
+#define KENNEL_PYTHON "/usr/bin/python3"
+#endif
+#ifndef KENNEL_KERNEL_DIR
+#define KENNEL_KERNEL_DIR "/usr/lib/kennel/kernels/python"
+#endif
+
 /*  The smallest memory limit a session may have, kenneld's default or its own: a kernel's
  *  address space alone (the zygote's mappings) is over 224 MiB, and below this every start
  *  failed, for good. */

@@ -22,6 +22,7 @@
 #include <sodium.h>
 
 #include "client.h"
+#include "config.h"
 #include "jvalid.h"
 #include "mcp.h"
 #include "statedir.h"
@@ -570,13 +571,6 @@ static int s_cmd_runs(long n, const char *since, int as_json)
     json_decref(kept);
     return 0;
 }
-
-#ifndef KENNEL_PYTHON
-#define KENNEL_PYTHON "/usr/bin/python3"
-#endif
-#ifndef KENNEL_KERNEL_DIR
-#define KENNEL_KERNEL_DIR "/usr/lib/kennel/kernels/python"
-#endif
 
 /*  The kernels' packages and versions, and the runtime digest, as kennel_runtime.py lists
  *  them with kenneld's Python, kernel runtime and --site (from kenneld.json); kenneld's
