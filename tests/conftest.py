@@ -1,5 +1,9 @@
 """Shared by every Python suite: being here puts tests/ on sys.path (pytest inserts a
 conftest's directory), so that the integration and hostile suites import kennel_shared."""
+import os
+import resource
+import sys
+import time
 
 
 def pytest_configure(config):
@@ -8,3 +12,48 @@ def pytest_configure(config):
         "quiet: compares wall times (a bystander's round trip against a stall, a deadline's "
         "margin): `make check` runs these alone, after the parallel phase, so that the other "
         "tests' load is not what they measure")
+    global _CPU_LOG
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        _CPU_LOG = None
+
+
+# KENNEL_CPU_LOG=FILE: append one line per test file, "CPU-SECONDS WALL-SECONDS STARTS FILE":
+# the CPU this pytest process and the children it reaped (kenneld and what it reaped:
+# kernels, the zygote) spent on that file, and how many kennelds it started. `make check`
+# runs on two cores, so CPU is what bounds it. (pytest-xdist's controller writes nothing.)
+_CPU_LOG = os.environ.get("KENNEL_CPU_LOG")
+_last = {}
+
+
+def _cpu_now():
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime, time.monotonic()
+
+
+def _starts():
+    return sum(m.Kenneld.starts for name, m in list(sys.modules.items())
+               if name.rsplit(".", 1)[-1] in ("kenneld_proc", "kennel_hostile"))
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if _CPU_LOG:
+        path = nodeid.split("::")[0]
+        if _last.get("file") != path:
+            _flush()
+            _last.update(file=path, at=_cpu_now(), starts=_starts())
+
+
+def _flush():
+    if _last.get("file"):
+        cpu, wall = _cpu_now()
+        cpu0, wall0 = _last["at"]
+        with open(_CPU_LOG, "a") as f:
+            starts = _starts() - _last["starts"]
+            f.write(f"{cpu - cpu0:7.1f} {wall - wall0:7.1f} {starts:4d} {_last['file']}\n")
+        _last.clear()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _CPU_LOG:
+        _flush()

@@ -21,9 +21,12 @@ KENNELD = os.path.join(ROOT, "bin", "kenneld")
 
 
 class Kenneld:
+    starts = 0  # kennelds started by this process (KENNEL_CPU_LOG prints them per file)
+
     def __init__(self, state_dir, *args, prefix=(), env=None, binary=KENNELD):
         """prefix: a command kenneld runs under (e.g. setpriv, to run it as another user);
         binary: the kenneld to run (kennel-init must be beside it)."""
+        Kenneld.starts += 1
         self.state_dir = state_dir
         self.args = args
         self.log_path = os.path.join(os.path.dirname(state_dir), "kenneld.log")

@@ -142,7 +142,10 @@ class Kenneld:
     def info_path(self):
         return self.state_dir / "kenneld.json"
 
+    starts = 0  # kennelds started by this process (KENNEL_CPU_LOG prints them per file)
+
     def start(self):
+        Kenneld.starts += 1
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [str(KENNELD), "--state-dir", str(self.state_dir), "--transport", self.transport,
