@@ -1389,8 +1389,10 @@ json_t *broker_stats(const broker_t *self)
     json_object_set_new(limits, "nofile", json_integer((json_int_t)self->cfg.limits.nofile));
     size_t pooled = pool_ready(self->pool);
     int zygote = self->cfg.sandbox && self->cfg.zygote;
-    json_t *spawner = json_pack("{s:s, s:I, s:I, s:b, s:I, s:I, s:s}", "kind",
+    json_t *spawner = json_pack("{s:s, s:I, s:I, s:I, s:I, s:b, s:I, s:I, s:s}", "kind",
                                 zygote ? "zygote" : "exec", "pool", (json_int_t)(zygote ? self->cfg.pool : 0),
+                                "pool_max", (json_int_t)(zygote ? self->cfg.pool_max : 0),
+                                "pool_target", (json_int_t)pool_target(self->pool),
                                 "pool_ready", (json_int_t)pooled, "zygote_ready",
                                 zygote_ready(self->zygote), "zygote_pid",
                                 (json_int_t)zygote_pid(self->zygote),
@@ -1777,7 +1779,8 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     }
     launch_cfg_t lc = {cfg->sandbox, cfg->own_ids, cfg->uid_base, cfg->python, cfg->kernel_dir,
                        cfg->init_path, cfg->binds, cfg->nbinds};
-    self->launch = launch_new(&lc, cfg->max_sessions + (cfg->sandbox && cfg->zygote ? cfg->pool : 0));
+    self->launch =
+        launch_new(&lc, cfg->max_sessions + (cfg->sandbox && cfg->zygote ? cfg->pool_max : 0));
     zygote_cfg_t zc = {cfg->state_dir,  cfg->python,  cfg->kernel_dir, cfg->zygote_dir,
                        cfg->preload,    cfg->init_path, cfg->merge_pages, cfg->binds,
                        cfg->nbinds};
@@ -1786,8 +1789,10 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->orphans = self->zygote && self->sweeper
                         ? orphans_new(loop, self->zygote, self->sweeper)
                         : NULL;
-    pool_cfg_t pc = {cfg->pool,   cfg->state_dir, cfg->limits,  cfg->disk_ok, cfg->disk_desc,
-                     self->zygote, self->launch,   self->worker, &self->warn_limit};
+    pool_cfg_t pc = {cfg->pool,      cfg->pool_max,     cfg->pool_linger_s * 1000,
+                     cfg->state_dir, cfg->limits,       cfg->disk_ok,
+                     cfg->disk_desc, self->zygote,      self->launch,
+                     self->worker,   &self->warn_limit};
     self->pool = self->zygote ? pool_new(loop, &pc) : NULL;
     if (!self->sessions || !self->closing || !self->orphans || !self->launch || !self->pool ||
         !self->worker || !self->snaps || !self->meter || !self->signer || !self->sweeper ||

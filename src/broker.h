@@ -38,6 +38,8 @@ typedef struct {
     const char *zygote_dir;       /* the zygote's C part */
     const char *preload;          /* what the zygote imports, comma-separated */
     size_t pool;                  /* sealed kernels kept waiting for new sessions */
+    size_t pool_max;              /* ...and how far a burst grows them */
+    size_t pool_linger_s;         /* how long a grown pool stays grown */
     int merge_pages;              /* the zygote's kernels offer their pages to KSM */
     unsigned long uid_base;       /* session n's kernel runs as host uid uid_base + n */
     int own_ids;                  /* unprivileged kenneld: every kernel maps to its own ids */

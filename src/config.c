@@ -45,6 +45,11 @@ static const char s_usage[] =
     "  --preload LIST      modules the zygote imports, comma-separated (default\n"
     "                      " DEFAULT_PRELOAD ")\n"
     "  --pool N            sealed kernels kept ready for new sessions (zygote only; default 2)\n"
+    "  --pool-max N        the pool grows to a burst of new sessions, up to N kernels\n"
+    "                      (~7 MiB each; default 24, or --pool's N if larger; with\n"
+    "                      --pool 0 the default is 0: no pool at all)\n"
+    "  --pool-linger S     a grown pool halves back toward --pool after S seconds\n"
+    "                      without a burst (default 60)\n"
     "  --runs-keep DAYS    a JSON line per cell in STATE/runs/YYYY-MM-DD.jsonl, kept this\n"
     "                      many days (default 30; 0: no run records)\n"
     "  --record-code       run records carry each cell's code (secret-like strings\n"
@@ -240,6 +245,8 @@ int config_load(config_t *cfg, int argc, char **argv)
     strcpy(cfg->zygote_dir, KENNEL_ZYGOTE_DIR);
     strcpy(cfg->preload, DEFAULT_PRELOAD);
     cfg->pool = 2;
+    cfg->pool_max = 24;
+    cfg->pool_linger_s = 60;
     cfg->runs_keep_days = 30;
     if (statedir_default(cfg->state_dir, sizeof cfg->state_dir) < 0) {
         fprintf(stderr, "kenneld: no state directory: set --state-dir or HOME\n");
@@ -279,8 +286,10 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"budget-cpu", required_argument, NULL, 0x100}, {"budget-wall", required_argument, NULL, 0x101},
         {"budget-cells", required_argument, NULL, 0x102},
         {"budget-output", required_argument, NULL, 0x103},
+        {"pool-max", required_argument, NULL, 0x110},
+        {"pool-linger", required_argument, NULL, 0x111},
         {NULL, 0, NULL, 0}};
-    int c;
+    int c, pool_max_set = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int rc = 0;
@@ -411,6 +420,11 @@ int config_load(config_t *cfg, int argc, char **argv)
         case 0x103:
             rc = s_size(optarg, 0, (size_t)1 << 50, &cfg->budget_output, "--budget-output");
             break;
+        case 0x110:
+            rc = s_size(optarg, 0, 64, &cfg->pool_max, "--pool-max");
+            pool_max_set = rc == 0;
+            break;
+        case 0x111: rc = s_size(optarg, 1, 86400, &cfg->pool_linger_s, "--pool-linger"); break;
         case 'h': fputs(s_usage, stdout); return 1;
         default: fputs(s_usage, stderr); return -1;
         }
@@ -419,6 +433,13 @@ int config_load(config_t *cfg, int argc, char **argv)
     }
     if (optind < argc) {
         fprintf(stderr, "kenneld: unexpected argument %s\n%s", argv[optind], s_usage);
+        return -1;
+    }
+    if (!pool_max_set && (cfg->pool == 0 || cfg->pool_max < cfg->pool))
+        cfg->pool_max = cfg->pool; /* --pool 0: no pool at all; --pool 40: above the default */
+    if (cfg->pool_max < cfg->pool) {
+        fprintf(stderr, "kenneld: --pool-max (%zu) must be at least --pool (%zu)\n", cfg->pool_max,
+                cfg->pool);
         return -1;
     }
     if (cfg->insecure_no_sandbox && (cfg->site[0] || cfg->ndata)) {

@@ -43,6 +43,8 @@ typedef struct {
     char zygote_dir[PATH_MAX];  /* where the zygote's C part (_kennel_zygote.so) is */
     char preload[1024];         /* modules the zygote imports once, comma-separated */
     size_t pool;                /* sealed kernels kept waiting for new sessions */
+    size_t pool_max;            /* the pool grows to bursts up to this many */
+    size_t pool_linger_s;       /* a grown pool halves back after this long without a burst */
     size_t runs_keep_days;      /* run records kept this many days; 0: none */
     int record_code;            /* run records carry the code (redacted), not only its hash */
     char site[PATH_MAX];        /* --site: a site-packages bound read-only into kernels; "" */

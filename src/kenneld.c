@@ -323,6 +323,8 @@ int main(int argc, char **argv)
         .zygote_dir = cfg.zygote_dir,
         .preload = cfg.preload,
         .pool = cfg.pool,
+        .pool_max = cfg.pool_max,
+        .pool_linger_s = cfg.pool_linger_s,
         .merge_pages = cfg.merge_pages,
         .uid_base = cfg.uid_base,
         .own_ids = !privileged,

@@ -24,6 +24,9 @@
  * refill waits this long after a hand-over, so that its work (kenneld's and the new kernel's
  * start) does not compete with that cell. */
 #define POOL_REFILL_AFTER_TAKE_MS 150
+/* Demand is the number of sessions asked of the pool within this window. */
+#define POOL_DEMAND_WINDOW_MS 1000
+#define POOL_TAKES_KEPT 65 /* the largest max (64), and one */
 
 struct pool {
     loop_t *loop;
@@ -31,6 +34,11 @@ struct pool {
     zlistx_t *list;          /* pool_kernel_t*: sealed kernels waiting for new sessions */
     int timer;               /* armed refill timer, or -1 */
     int failures;            /* in a row: the refill backs off */
+    size_t target;           /* kernels kept now: cfg.size, more after a burst */
+    long long takes[POOL_TAKES_KEPT]; /* when sessions were last asked of it, a ring */
+    size_t take_next;        /* the ring's next slot */
+    long long burst_at;      /* when the demand last raised target */
+    int shrink_timer;        /* armed while target > cfg.size, or -1 */
 };
 
 /*  A kernel made for a session that does not exist yet: its id, directory, workspace, host uid
@@ -256,7 +264,7 @@ static int s_on_pool_timer(loop_t *loop, int timer_id, void *arg)
         return 0;
     }
     /* One kernel per turn of the loop: a refill never holds up a client for long. */
-    if (zlistx_size(self->list) < self->cfg.size && zygote_ready(self->cfg.zygote))
+    if (zlistx_size(self->list) < self->target && zygote_ready(self->cfg.zygote))
         s_pool_add(self);
     s_pool_fill(self);
     return 0;
@@ -266,7 +274,7 @@ static int s_on_pool_timer(loop_t *loop, int timer_id, void *arg)
  *  kernels (or the zygote) keep failing. A zygote still importing calls this when ready. */
 static void s_pool_fill_after(pool_t *self, size_t delay)
 {
-    if (self->timer >= 0 || zlistx_size(self->list) >= self->cfg.size ||
+    if (self->timer >= 0 || zlistx_size(self->list) >= self->target ||
         (zygote_running(self->cfg.zygote) && !zygote_ready(self->cfg.zygote)))
         return;
     for (int i = 0; i < self->failures && delay < 30000; i++)
@@ -299,10 +307,68 @@ static int s_pool_fits(const pool_t *self, const reslimits_t *l)
     return !l || reslimits_same_walls(l, &self->cfg.limits);
 }
 
+/*  A grown pool, once `linger` has passed without a burst: halve target toward cfg.size and
+ *  drop the waiting kernels past it (not those the zygote is still forking: the next turn
+ *  takes them). */
+static int s_on_shrink_timer(loop_t *loop, int timer_id, void *arg)
+{
+    (void)timer_id;
+    pool_t *self = arg;
+    self->shrink_timer = -1;
+    long long quiet = util_now_ms() - self->burst_at;
+    if (quiet >= self->cfg.linger_ms) {
+        size_t was = self->target;
+        self->target = self->target / 2 > self->cfg.size ? self->target / 2 : self->cfg.size;
+        self->burst_at = util_now_ms();
+        LOG_I("pool: no burst for %lld s: keeps %zu kernels (was %zu)",
+              self->cfg.linger_ms / 1000, self->target, was);
+    }
+    while (zlistx_size(self->list) > self->target) {
+        pool_kernel_t *victim = NULL; /* the newest the zygote is not forking now */
+        for (pool_kernel_t *p = zlistx_last(self->list); p && !victim; p = zlistx_prev(self->list))
+            if (p->proc.pid || p->disk_job)
+                victim = p;
+        if (!victim)
+            break;
+        zlistx_detach(self->list, zlistx_find(self->list, victim));
+        s_pool_drop(self, victim);
+    }
+    if (self->target > self->cfg.size || zlistx_size(self->list) > self->target) {
+        long long left = self->cfg.linger_ms - (util_now_ms() - self->burst_at);
+        self->shrink_timer = loop_timer(loop, left > 100 ? left : 100, 1, s_on_shrink_timer, self);
+    }
+    return 0;
+}
+
+/*  A session was asked of the pool: the sessions asked within the last window are the demand
+ *  the pool grows to (up to cfg.max). */
+static void s_pool_demand(pool_t *self)
+{
+    long long now = util_now_ms();
+    self->takes[self->take_next] = now;
+    self->take_next = (self->take_next + 1) % POOL_TAKES_KEPT;
+    size_t demand = 0;
+    for (size_t i = 0; i < POOL_TAKES_KEPT; i++)
+        demand += self->takes[i] && now - self->takes[i] < POOL_DEMAND_WINDOW_MS;
+    if (demand > self->cfg.max)
+        demand = self->cfg.max;
+    if (demand <= self->target)
+        return;
+    if (self->target == self->cfg.size || demand == self->cfg.max)
+        LOG_I("pool: %zu sessions asked for within a second: grows to %zu kernels", demand,
+              demand);
+    self->target = demand;
+    self->burst_at = now;
+    if (self->shrink_timer < 0)
+        self->shrink_timer =
+            loop_timer(self->loop, self->cfg.linger_ms, 1, s_on_shrink_timer, self);
+}
+
 pool_kernel_t *pool_take(pool_t *self, const reslimits_t *limits)
 {
     if (!s_pool_fits(self, limits))
         return NULL;
+    s_pool_demand(self);
     pool_collect(self);
     for (int pass = 0; pass < 2; pass++) {
         for (pool_kernel_t *p = zlistx_first(self->list); p; p = zlistx_next(self->list)) {
@@ -341,6 +407,11 @@ void pool_kernel_drop(pool_t *self, pool_kernel_t **k_p)
     *k_p = NULL;
 }
 
+size_t pool_target(const pool_t *self)
+{
+    return self ? self->target : 0;
+}
+
 size_t pool_ready(const pool_t *self)
 {
     size_t n = 0;
@@ -365,6 +436,8 @@ pool_t *pool_new(loop_t *loop, const pool_cfg_t *cfg)
     self->loop = loop;
     self->cfg = *cfg;
     self->timer = -1;
+    self->shrink_timer = -1;
+    self->target = cfg->size;
     self->list = zlistx_new();
     if (!self->list) {
         free(self);
@@ -381,6 +454,8 @@ void pool_destroy(pool_t **self_p)
     pool_t *self = *self_p;
     if (self->timer >= 0)
         loop_timer_end(self->loop, self->timer);
+    if (self->shrink_timer >= 0)
+        loop_timer_end(self->loop, self->shrink_timer);
     pool_kernel_t *p;
     while ((p = zlistx_detach(self->list, NULL)))
         s_pool_drop(self, p);

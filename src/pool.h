@@ -4,7 +4,10 @@
  *  and cgroup chosen for it at fill time, which the session that takes it keeps. The pool is
  *  topped up in the background, one kernel per turn of the loop and at the smallest CPU share,
  *  later and later while kernels (or the zygote) keep failing; it waits 150 ms after a
- *  hand-over, so that its work does not compete with the new session's first cell. */
+ *  hand-over, so that its work does not compete with the new session's first cell.
+ *  It grows with demand: as many kernels as sessions were asked for within a second (up to
+ *  its max), so that the next burst like the last is a hand-over each; after `linger` without
+ *  such a burst it halves back toward its size, dropping waiting kernels. */
 #ifndef KENNEL_POOL_H
 #define KENNEL_POOL_H
 
@@ -22,6 +25,8 @@
 
 typedef struct {
     size_t size;                  /* kernels kept waiting; 0: no pool */
+    size_t max;                   /* what a burst grows it to at most (>= size) */
+    long long linger_ms;          /* a grown pool halves back after this long without a burst */
     const char *state_dir;        /* their directories are made in STATE/sessions */
     reslimits_t limits;           /* every pooled kernel's: kenneld's defaults */
     int disk_ok;                  /* workspace caps (ext4 images) can be made here */
@@ -60,6 +65,8 @@ size_t pool_kernel_slot(const pool_kernel_t *k);
 void pool_kernel_adopt(pool_kernel_t **k_p, spawner_proc_t *proc, cgroup_t **cg);
 /*  No session took it: killed, reaped, its directory removed, its slot given back. */
 void pool_kernel_drop(pool_t *self, pool_kernel_t **k_p);
+/*  How many kernels the pool keeps now: its size, or more after a burst. 0 on NULL. */
+size_t pool_target(const pool_t *self);
 /*  How many pooled kernels have finished starting (their hello waits). */
 size_t pool_ready(const pool_t *self);
 /*  1 when pid is a pooled kernel's, else 0. */

@@ -148,9 +148,57 @@ def test_pool_hands_over_kernels_and_refills(start_kenneld, connect):
     assert other["limits"]["memory"] == 256 << 20
 
 
+@pytest.mark.timeout_s(120)
+def test_the_pool_grows_to_a_burst_and_halves_back_once_it_is_over(start_kenneld, connect):
+    """Sessions asked for within a second are the demand: the pool grows to it (up to
+    --pool-max), so that the next burst like it is a hand-over each; --pool-linger seconds
+    without such a burst, it halves back toward --pool, its waiting kernels ended."""
+    kenneld = start_kenneld(args=ZYGOTE + ["--pool", "1", "--pool-max", "4", "--pool-linger", "8"])
+    _pool_ready(kenneld, 1)
+    spawner = _stats(kenneld)["spawner"]
+    assert (spawner["pool"], spawner["pool_max"], spawner["pool_target"]) == (1, 4, 1), spawner
+    # A burst of 6, sent at once: more than the pool holds, more than its max.
+    sent = [kenneld._session.send(kenneld._sock, "create_request", {"name": f"b{i}"})
+            for i in range(6)]
+    replies = [kenneld.request("list_request")]  # (the creates' replies come first)
+    created = kenneld.sessions()
+    assert sorted(s["name"] for s in created) == [f"b{i}" for i in range(6)], (sent, created)
+    assert _stats(kenneld)["spawner"]["pool_target"] == 4
+    assert "grows to 4 kernels" in kenneld.log(tail=None)
+    _pool_ready(kenneld, 4)  # filled in the background, up to the max
+    wait_for(lambda: all(s["kernel_pid"] for s in kenneld.sessions()), what="the burst's kernels")
+    sessions = {s["kernel_pid"] for s in kenneld.sessions()}
+    zygote = _stats(kenneld)["spawner"]["zygote_pid"]
+    pooled = [p for p in _kenneld_children(kenneld) if p not in sessions and p != zygote]
+    assert len(pooled) == 4, pooled
+    # The next burst of 4 takes them all: hand-overs, not forks.
+    for i in range(4):
+        kenneld.create(f"c{i}")
+    assert pooled and set(pooled) <= {s["kernel_pid"] for s in kenneld.sessions()}, replies
+    for s in kenneld.sessions():
+        kenneld.ok("end_request", {"session": s["id"]})
+    # 8 s without a burst: 4 -> 2; 8 s more: -> 1, the waiting kernels past it ended.
+    wait_for(lambda: _stats(kenneld)["spawner"]["pool_target"] == 2, timeout=20,
+             what="the pool to halve")
+    wait_for(lambda: _stats(kenneld)["spawner"]["pool_target"] == 1, timeout=20,
+             what="the pool back at --pool")
+    zygote = _stats(kenneld)["spawner"]["zygote_pid"]
+    wait_for(lambda: len([p for p in _kenneld_children(kenneld) if p != zygote]) == 1,
+             timeout=20, what="one waiting kernel left")
+    assert "no burst for 8 s: keeps 1 kernels (was 2)" in kenneld.log(tail=None)
+
+
+def test_a_pool_max_below_the_pool_is_refused(tmp_path):
+    r = subprocess.run([str(ROOT / "bin" / "kenneld"), "--state-dir", str(tmp_path / "s"),
+                        "--pool", "3", "--pool-max", "2"], capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode != 0 and "--pool-max (2) must be at least --pool (3)" in r.stderr, r
+
+
 @pytest.mark.timeout_s(90)
 def test_a_dead_zygote_and_a_dead_pooled_kernel_are_replaced(start_kenneld, connect):
-    kenneld = start_kenneld(args=ZYGOTE + ["--pool", "1"])
+    # A pool that never grows: the test counts its kernels.
+    kenneld = start_kenneld(args=ZYGOTE + ["--pool", "1", "--pool-max", "1"])
     _pool_ready(kenneld, 1)
     kc = connect(kenneld.create("before")["connection_file"])
     run(kc, "x = 1")
