@@ -1468,6 +1468,31 @@ int broker_saving(const broker_t *self)
     return n;
 }
 
+json_t *broker_held(broker_t *self, int *busy)
+{
+    json_t *out = json_array();
+    if (busy)
+        *busy = 0;
+    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions)) {
+        session_state_t st = session_state(s->core);
+        json_array_append_new(out, json_pack("{s:s, s:s, s:b}", "name", session_name(s->core),
+                                             "id", s->id, "kernel",
+                                             st != SESSION_EVICTED && s->has_proc));
+        if (busy)
+            *busy += st == SESSION_SAVING || st == SESSION_BUSY;
+    }
+    return out;
+}
+
+int broker_release(broker_t *self, const char *id_or_name)
+{
+    sess_t *s = s_find(self, id_or_name);
+    if (!s)
+        return -1;
+    s_close_sess(s, 0);
+    return 0;
+}
+
 /* ---- restoring an earlier kenneld's sessions ------------------------------------------------- */
 
 static int s_has_file(const char *dir, const char *name)
@@ -1603,6 +1628,13 @@ static void s_restore_one(broker_t *self, const char *dir)
         close(launcher_fd);
     record_clear(&rec);
     json_decref(conn);
+}
+
+json_t *broker_adopt(broker_t *self, const char *dir, const char *id)
+{
+    s_restore_one(self, dir);
+    sess_t *s = s_find_id(self, id);
+    return s ? s_info(s) : NULL;
 }
 
 void broker_restore(broker_t *self)

@@ -9,6 +9,7 @@
 
 #include <sodium.h>
 
+#include "cluster.h"
 #include "config.h"
 #include "log.h"
 #include "route.h"
@@ -29,7 +30,25 @@ struct manager {
     int park_timer;       /* retries the parked request, or -1 */
     gate_t *gate;         /* guards the socket under CURVE, or NULL */
     unsigned char curve_key[32]; /* under CURVE: the one client key admitted (the pair's own) */
+    cluster_t *cluster;   /* kenneld --cluster's node, or NULL */
 };
+
+void manager_set_cluster(manager_t *self, cluster_t *cluster)
+{
+    self->cluster = cluster;
+}
+
+/*  Under --cluster a reply carries the connection itself: the client is on another machine,
+ *  where the file's path means nothing. */
+static void s_with_connection(const manager_t *self, json_t *info)
+{
+    const char *path = json_string_value(json_object_get(info, "connection_file"));
+    json_t *conn = self->cluster && path ? json_load_file(path, 0, NULL) : NULL;
+    if (conn) {
+        json_object_set_new(info, "connection", conn);
+        json_object_set_new(info, "node", json_string(cluster_node(self->cluster)));
+    }
+}
 
 #define MANAGER_SNDHWM 8   /* replies queued for one client that does not read */
 #define PARK_RETRY_MS 1000 /* in case a word from the broker was missed; it should not be */
@@ -189,11 +208,41 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
         return s_error("BadRequest", "curve must be true or false");
     int created = 0;
     broker_error_t err = {0};
+    /* kennel --cluster: {"gen": G} the catalog's generation; with "from" and "id", the session
+     * moves here from that node's directory (it died, or drains). */
+    json_t *jcl = json_object_get(content, "cluster");
+    long long gen = 0;
+    if (jcl) {
+        json_t *jg = json_object_get(jcl, "gen");
+        const char *from = jmsg_cstr(json_object_get(jcl, "from"));
+        const char *id = jmsg_cstr(json_object_get(jcl, "id"));
+        if (!self->cluster || !json_is_object(jcl) || !name || !json_is_integer(jg) ||
+            (gen = json_integer_value(jg)) <= 0 || (!from != !id))
+            return s_error("BadRequest", "cluster must be {gen, [from, id]} with a name, to a "
+                                         "kenneld --cluster");
+        int pend = 0;
+        json_t *have = broker_info(self->broker, name, &pend);
+        json_decref(have);
+        if (from && id && !have && !pend) {
+            char why[512];
+            json_t *info = cluster_adopt(self->cluster, name, gen, from, id, why, sizeof why);
+            if (!info)
+                return s_error("CheckpointUnavailable", why);
+            s_with_connection(self, info);
+            json_t *reply = s_ok_session(info);
+            json_object_set_new(reply, "created", json_false());
+            json_object_set_new(reply, "moved_from", json_string(from));
+            return reply;
+        }
+    }
     json_t *info = broker_create(self->broker, name, json_is_object(conn) ? conn : NULL,
                                  json_is_true(jcurve), &limits, launched, launcher, &created,
                                  &err);
     if (!info)
         return s_error(err.ename, err.evalue);
+    if (self->cluster)
+        cluster_track(self->cluster, name, gen);
+    s_with_connection(self, info);
     json_t *reply = s_ok_session(info);
     json_object_set_new(reply, "created", json_boolean(created));
     return reply;
@@ -269,6 +318,15 @@ static int s_handle(manager_t *self, jmsg_t *req)
         if (pending)
             return 1;
         content = json_pack("{s:s, s:o}", "status", "ok", "sessions", list);
+    } else if (strcmp(type, "drain_request") == 0) {
+        json_t *on = json_object_get(jmsg_content(req), "on");
+        if (!self->cluster || !json_is_boolean(on)) {
+            content = s_error("BadRequest", "drain_request takes {on: true|false}, to a "
+                                            "kenneld --cluster");
+        } else {
+            cluster_drain(self->cluster, json_is_true(on));
+            content = json_pack("{s:s}", "status", "ok");
+        }
     } else if (!sess) {
         content = s_error("BadRequest", "session must be a non-empty string");
     } else if (strncmp(type, "file_", 5) == 0) {
@@ -292,6 +350,8 @@ static int s_handle(manager_t *self, jmsg_t *req)
         json_t *info = broker_info(self->broker, sess, &pending);
         if (pending)
             return 1;
+        if (info)
+            s_with_connection(self, info);
         content = info ? s_ok_session(info) : s_error("NoSuchSession", "no session has that id or name");
     } else {
         content = broker_end(self->broker, sess) == 0
