@@ -285,6 +285,18 @@ static const json_t *s_place(const json_t *nodes, const char *avoid)
     return s_better(a, b);
 }
 
+#define CLUSTER_PROBE_MS 1500 /* a node's manager silent this long is taken for dead */
+
+/*  The target's manager answers. */
+static int s_probe(void)
+{
+    char err[256];
+    json_t *r = client_manager_call_at(s_target, "stats_request", json_object(), NULL, 0, NULL,
+                                       NULL, CLUSTER_PROBE_MS, err, sizeof err);
+    json_decref(r);
+    return r != NULL;
+}
+
 /*  Point manager calls at session name's node. A session on a live node is served there; one
  *  whose node is dead or drained (or whose entry is garbage) is claimed for another node,
  *  atomically, and revived there from its checkpoint in the shared directory. A name the
@@ -306,8 +318,23 @@ static int s_cluster_route(const char *name, int create, json_t *content, json_t
     const json_t *home = found == 1 ? s_node_named(nodes, e.node) : NULL;
     if (home && !json_is_true(json_object_get(home, "draining"))) {
         s_target_node(home);
-        rc = 0;
-        goto done;
+        if (s_probe()) {
+            rc = 0;
+            goto done;
+        }
+        /* Its record lives, its manager does not answer: killed a moment ago. Its record
+         * lapses within the heartbeat's TTL; then the session moves. */
+        for (int tries = 0; home && tries < 24; tries++) {
+            usleep(250 * 1000);
+            json_decref(nodes);
+            if (!(nodes = s_nodes(cat)))
+                goto done;
+            home = s_node_named(nodes, e.node);
+        }
+        if (home) {
+            fprintf(stderr, "kennel: node %s does not answer, yet still heartbeats\n", e.node);
+            goto done;
+        }
     }
     if (found == 0 && !create) {
         fprintf(stderr, "kennel: NoSuchSession: the cluster has no session %s\n", name);
