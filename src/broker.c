@@ -1630,10 +1630,12 @@ static void s_restore_one(broker_t *self, const char *dir)
     json_decref(conn);
 }
 
-json_t *broker_adopt(broker_t *self, const char *dir, const char *id)
+json_t *broker_adopt(broker_t *self, const char *dir, const char *id, const char *notice)
 {
     s_restore_one(self, dir);
     sess_t *s = s_find_id(self, id);
+    if (s && notice)
+        session_set_origin(s->core, notice);
     return s ? s_info(s) : NULL;
 }
 

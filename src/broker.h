@@ -129,9 +129,9 @@ json_t *broker_held(broker_t *self, int *busy);
 /*  Stop serving a session but keep its directory (another node takes it). 0, or -1: none. */
 int broker_release(broker_t *self, const char *id_or_name);
 /*  Serve the session whose directory (named after its id) another node left in ours, as
- *  broker_restore does. Its info (new reference), or NULL when it could not be restored (the
- *  log says why). */
-json_t *broker_adopt(broker_t *self, const char *dir, const char *id);
+ *  broker_restore does; its next cell is told notice (may be NULL). Its info (new reference),
+ *  or NULL when it could not be restored (the log says why). */
+json_t *broker_adopt(broker_t *self, const char *dir, const char *id, const char *notice);
 /*  Number of live sessions. */
 size_t broker_size(const broker_t *self);
 

@@ -424,7 +424,25 @@ json_t *cluster_adopt(cluster_t *self, const char *name, long long gen, const ch
     }
     if (s_readdress(dst, self->cfg.advertise) < 0)
         LOG_W("cluster: session %s: cannot rewrite its connection file's ip", name);
-    json_t *info = broker_adopt(self->broker, dst, id);
+    /* The first cell is told where its state is from: the checkpoint's time (the snapshot
+     * file's), or that there was none. */
+    char snap[PATH_MAX + 16], notice[320], when[40] = "";
+    snprintf(snap, sizeof snap, "%s/snapshot", dst);
+    struct stat st;
+    if (stat(snap, &st) == 0) {
+        struct tm tm;
+        gmtime_r(&st.st_mtime, &tm);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        snprintf(notice, sizeof notice,
+                 "[kennel: this session moved from node %s to node %s; its state is from its "
+                 "checkpoint of %s: what ran after that is lost]\n", from, self->cfg.node, when);
+    } else {
+        snprintf(notice, sizeof notice,
+                 "[kennel: this session moved from node %s to node %s, which found no "
+                 "checkpoint of its state: it starts afresh; its workspace files are kept]\n",
+                 from, self->cfg.node);
+    }
+    json_t *info = broker_adopt(self->broker, dst, id, notice);
     if (!info && strcmp(from, self->cfg.node) != 0 && rename(dst, src) < 0)
         PLOG_W("cluster: session %s stays in %s", name, dst);
     if (!info) {

@@ -84,6 +84,8 @@ struct session {
     int restore_pending;       /* the next hello gets the snapshot */
     json_t *unsaved;           /* names the last save could not keep (array) */
     char *notice;              /* told to the next cell: what a revival lost */
+    char *origin;              /* told to the next cell first: where a moved session's state
+                                * is from (cluster) */
     char created[UTIL_ISO_LEN];
     long long active_ms;       /* monotonic time of the last client message */
     long long used_ms;         /* ... or of the end of a request, if later: what the time to
@@ -151,6 +153,7 @@ void session_destroy(session_t **self_p)
     json_decref(self->kernel_info);
     json_decref(self->unsaved);
     free(self->notice);
+    free(self->origin);
     free(self->id);
     free(self->name);
     free(self);
@@ -694,6 +697,11 @@ static void s_cell_begin(session_t *self, long long own)
         self->deadline_phase = 1;
         self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->cell_timeout_ms);
     }
+    if (is_execute && self->origin) {
+        s_notify(self, self->current, self->origin);
+        free(self->origin);
+        self->origin = NULL;
+    }
     if (is_execute && self->notice) {
         s_notify(self, self->current, self->notice);
         free(self->notice);
@@ -1188,6 +1196,12 @@ static void s_set_notice(session_t *self, const char *text)
 {
     free(self->notice);
     self->notice = text ? strdup(text) : NULL;
+}
+
+void session_set_origin(session_t *self, const char *text)
+{
+    free(self->origin);
+    self->origin = text ? strdup(text) : NULL;
 }
 
 /*  The per-request output cap: outputs past max_output bytes (each message charged

@@ -144,6 +144,9 @@ void session_end(session_t *self, const char *why);
  *  what the kernel sends is dropped unread until the next request starts. */
 int session_output_capped(const session_t *self);
 session_state_t session_state(const session_t *self);
+/*  A line the next cell is told on stderr before any other notice: a cluster node's revival
+ *  says where the session's state is from. NULL: none. */
+void session_set_origin(session_t *self, const char *text);
 const char *session_state_name(session_state_t state);
 const char *session_id(const session_t *self);
 const char *session_name(const session_t *self);

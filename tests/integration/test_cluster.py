@@ -106,6 +106,11 @@ def test_kill9_node_revives_elsewhere_with_checkpoint(net):
     assert took < 15
     assert net.where("victim") != home.name
     assert "moved from node" in r.stderr
+    # The first cell was told the time its state is from.
+    assert f"moved from node {home.name} to node" in r.stderr
+    assert "its state is from its checkpoint of 20" in r.stderr
+    r = net.kennel("exec", "victim", "print(x)")
+    assert "checkpoint of" not in r.stderr
 
 
 def test_partitioned_node_does_not_serve_moved_session(net):
