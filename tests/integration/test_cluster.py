@@ -84,6 +84,10 @@ def test_spread_resolve_and_connection_files(net):
 
 
 def test_kill9_node_revives_elsewhere_with_checkpoint(net):
+    # Sessions on every node first: the victim's uid slot is taken where it moves, so its
+    # workspace files are given to a free slot's ids there.
+    for i in range(5):
+        _new(net, f"filler{i}")
     _new(net, "victim")
     _exec(net, "victim", "x = 41")
     (net.root / "big.txt").write_text("data\n")
