@@ -1485,6 +1485,11 @@ json_t *broker_held(broker_t *self, int *busy)
     return out;
 }
 
+int broker_has(broker_t *self, const char *id_or_name)
+{
+    return s_find(self, id_or_name) != NULL;
+}
+
 int broker_release(broker_t *self, const char *id_or_name)
 {
     sess_t *s = s_find(self, id_or_name);

@@ -132,6 +132,8 @@ int broker_release(broker_t *self, const char *id_or_name);
  *  broker_restore does; its next cell is told notice (may be NULL). Its info (new reference),
  *  or NULL when it could not be restored (the log says why). */
 json_t *broker_adopt(broker_t *self, const char *dir, const char *id, const char *notice);
+/*  1 when a session has this id or name, else 0. */
+int broker_has(broker_t *self, const char *id_or_name);
 /*  Number of live sessions. */
 size_t broker_size(const broker_t *self);
 

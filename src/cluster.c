@@ -46,7 +46,14 @@ struct cluster {
     char *held;              /* the sessions held (JSON text) */
     char *stale;             /* names to release (JSON text), or NULL */
     int connected;           /* the thread's last call reached Redis */
+    char *lookups;           /* names whose node the manager asked for (JSON array text) */
+    char *resolved;          /* their answers (JSON object text: name -> where or {}) */
+    json_t *answers;         /* loop only: name -> {at, where}, kept RESOLVE_KEEP_MS */
+    void (*on_resolved)(void *arg);
+    void *on_resolved_arg;
 };
+
+#define RESOLVE_KEEP_MS 2000 /* a redirect's answer is reused this long */
 
 static int s_link(const char *state_dir, const char *shared, const char *node, const char *sub)
 {
@@ -164,9 +171,10 @@ static void *s_thread(void *arg)
     cluster_t *self = arg;
     catalog_t *cat = NULL;
     int said_down = 0;
+    long long last_beat = 0;
     for (;;) {
         pthread_mutex_lock(&self->mu);
-        if (!self->stop) {
+        if (!self->stop && !self->lookups) {
             struct timespec until;
             clock_gettime(CLOCK_REALTIME, &until);
             until.tv_nsec += (long)CLUSTER_TICK_MS * 1000000L;
@@ -178,13 +186,52 @@ static void *s_thread(void *arg)
         pthread_mutex_unlock(&self->mu);
         if (stop)
             break;
+        pthread_mutex_lock(&self->mu);
+        char *lookups = self->lookups;
+        self->lookups = NULL;
+        pthread_mutex_unlock(&self->mu);
+        char err[256] = "";
+        if (lookups) {
+            json_t *names = json_loads(lookups, 0, NULL), *out = json_object();
+            free(lookups);
+            if (!cat)
+                cat = catalog_connect(self->cfg.url, CLUSTER_REDIS_MS, err, sizeof err);
+            json_t *nodes = cat ? catalog_nodes(cat, NULL) : NULL;
+            size_t i, j;
+            json_t *v, *n;
+            json_array_foreach(names, i, v) {
+                catalog_entry_t e;
+                json_t *where = json_object();
+                if (nodes && catalog_lookup(cat, json_string_value(v), &e) == 1)
+                    json_array_foreach(nodes, j, n)
+                        if (strcmp(json_string_value(json_object_get(n, "node")), e.node) == 0)
+                            json_object_update(where, json_pack("{s:s, s:O}", "node", e.node,
+                                                                "manager",
+                                                                json_object_get(n, "manager")));
+                json_object_set_new(out, json_string_value(v), where);
+            }
+            char *text = json_dumps(out, JSON_COMPACT);
+            json_decref(out);
+            json_decref(names);
+            json_decref(nodes);
+            pthread_mutex_lock(&self->mu);
+            free(self->resolved);
+            self->resolved = text;
+            uint64_t one = 1;
+            if (write(self->efd, &one, sizeof one) < 0)
+                (void)0;
+            pthread_mutex_unlock(&self->mu);
+        }
+        long long now = util_now_ms();
+        if (now - last_beat < CLUSTER_TICK_MS - 50)
+            continue; /* woken for a lookup: the heartbeat keeps its period */
+        last_beat = now;
         char *record = s_take(&self->mu, &self->record);
         char *held_text = s_take(&self->mu, &self->held);
         if (!record) {
             free(held_text);
             continue;
         }
-        char err[256] = "";
         if (!cat)
             cat = catalog_connect(self->cfg.url, CLUSTER_REDIS_MS, err, sizeof err);
         json_t *held = held_text ? json_loads(held_text, 0, NULL) : NULL;
@@ -297,9 +344,22 @@ static int s_on_stale(loop_t *loop, int fd, int events, void *arg)
     uint64_t n;
     if (read(fd, &n, sizeof n) < 0)
         return 0;
-    char *text = s_take(&self->mu, &self->stale);
+    pthread_mutex_lock(&self->mu);
+    char *text = self->stale, *answers = self->resolved;
+    self->stale = self->resolved = NULL;
+    pthread_mutex_unlock(&self->mu);
     json_t *names = text ? json_loads(text, 0, NULL) : NULL;
     free(text);
+    json_t *got = answers ? json_loads(answers, 0, NULL) : NULL;
+    free(answers);
+    const char *gname;
+    json_t *gv;
+    json_object_foreach(got, gname, gv)
+        json_object_set_new(self->answers, gname,
+                            json_pack("{s:I, s:O}", "at", (json_int_t)util_now_ms(), "where", gv));
+    json_decref(got);
+    if (got && self->on_resolved)
+        self->on_resolved(self->on_resolved_arg);
     size_t i;
     json_t *v;
     json_array_foreach(names, i, v) {
@@ -324,6 +384,7 @@ cluster_t *cluster_new(loop_t *loop, broker_t *broker, const cluster_cfg_t *cfg)
     self->cfg = *cfg;
     self->timer = -1;
     self->gens = json_object();
+    self->answers = json_object();
     pthread_mutex_init(&self->mu, NULL);
     pthread_cond_init(&self->cond, NULL);
     self->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -364,6 +425,9 @@ void cluster_destroy(cluster_t **self_p)
         close(self->efd);
     }
     json_decref(self->gens);
+    json_decref(self->answers);
+    free(self->lookups);
+    free(self->resolved);
     free(self->record);
     free(self->held);
     free(self->stale);
@@ -466,4 +530,31 @@ void cluster_drain(cluster_t *self, int on)
 const char *cluster_node(const cluster_t *self)
 {
     return self->cfg.node;
+}
+
+int cluster_resolve(cluster_t *self, const char *name, json_t **where)
+{
+    *where = NULL;
+    json_t *a = json_object_get(self->answers, name);
+    if (a && util_now_ms() - json_integer_value(json_object_get(a, "at")) < RESOLVE_KEEP_MS) {
+        json_t *w = json_object_get(a, "where");
+        if (json_string_value(json_object_get(w, "manager")))
+            *where = json_incref(w);
+        return 0;
+    }
+    pthread_mutex_lock(&self->mu);
+    json_t *list = self->lookups ? json_loads(self->lookups, 0, NULL) : json_array();
+    json_array_append_new(list, json_string(name));
+    free(self->lookups);
+    self->lookups = json_dumps(list, JSON_COMPACT);
+    json_decref(list);
+    pthread_cond_signal(&self->cond);
+    pthread_mutex_unlock(&self->mu);
+    return 1;
+}
+
+void cluster_on_resolved(cluster_t *self, void (*fn)(void *arg), void *arg)
+{
+    self->on_resolved = fn;
+    self->on_resolved_arg = arg;
 }

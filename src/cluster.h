@@ -44,5 +44,11 @@ json_t *cluster_adopt(cluster_t *self, const char *name, long long gen, const ch
 /*  Drain (on): save and release every session, place none here; or serve again. */
 void cluster_drain(cluster_t *self, int on);
 const char *cluster_node(const cluster_t *self);
+/*  Where the catalog says session name lives (the manager's redirect): 0 and *where, a new
+ *  {"node", "manager"} or NULL (not in the catalog, its node is not live, or Redis cannot be
+ *  asked); or 1 when the answer is being fetched (off the loop): the listener set with
+ *  cluster_on_resolved is called once it is here; ask again then. */
+int cluster_resolve(cluster_t *self, const char *name, json_t **where);
+void cluster_on_resolved(cluster_t *self, void (*fn)(void *arg), void *arg);
 
 #endif

@@ -125,6 +125,9 @@ static void s_end_untrusted(void)
 /*  One manager request (content stolen), with an optional buffer each way (see
  *  client_manager_call_data). The reply when its status is ok; otherwise the reason is
  *  printed and NULL returned. */
+static void s_target_node(const json_t *rec);
+static int s_redirects; /* Redirects followed: at most 2 (a node's word against a loop) */
+
 static json_t *s_call_data(const char *type, json_t *content, const void *in, size_t in_len,
                            void **out, size_t *out_len)
 {
@@ -133,6 +136,7 @@ static json_t *s_call_data(const char *type, json_t *content, const void *in, si
         fprintf(stderr, "kennel: names and paths must be UTF-8 text\n");
         return NULL;
     }
+    json_t *content_copy = s_target ? json_deep_copy(content) : NULL; /* for a redirect */
     json_t *reply = s_target ? client_manager_call_at(s_target, type, content, in, in_len, out,
                                                       out_len, CALL_TIMEOUT_MS, err, sizeof err)
                              : client_manager_call_data(s_state_dir, type, content, in, in_len,
@@ -140,9 +144,23 @@ static json_t *s_call_data(const char *type, json_t *content, const void *in, si
                                                         sizeof err);
     if (!reply) {
         fprintf(stderr, "kennel: %s\n", err);
+        json_decref(content_copy);
         return NULL;
     }
     const char *status = json_string_value(json_object_get(reply, "status"));
+    const char *moved = json_string_value(json_object_get(reply, "manager"));
+    if (s_target && s_redirects < 2 && status && strcmp(status, "error") == 0 && moved &&
+        strncmp(moved, "tcp://", 6) == 0 &&
+        strcmp(json_string_value(json_object_get(reply, "ename")) ?: "", "Redirect") == 0) {
+        /* The node says the session is another's (the catalog moved it since we read it). */
+        s_redirects++;
+        json_t *rec = json_pack("{s:s}", "manager", moved);
+        s_target_node(rec);
+        json_decref(rec);
+        json_decref(reply);
+        return s_call_data(type, content_copy, in, in_len, out, out_len);
+    }
+    json_decref(content_copy);
     if (!status || strcmp(status, "ok") != 0) {
         fprintf(stderr, "kennel: %s: %s\n",
                 json_string_value(json_object_get(reply, "ename")) ?: "Error",

@@ -33,9 +33,12 @@ struct manager {
     cluster_t *cluster;   /* kenneld --cluster's node, or NULL */
 };
 
+static void s_on_settled(void *arg);
+
 void manager_set_cluster(manager_t *self, cluster_t *cluster)
 {
     self->cluster = cluster;
+    cluster_on_resolved(cluster, s_on_settled, self);
 }
 
 /*  Under --cluster a reply carries the connection itself: the client is on another machine,
@@ -297,6 +300,29 @@ static json_t *s_on_file(manager_t *self, const jmsg_t *req, const char *sess, v
     return json_pack("{s:s, s:s, s:I}", "status", "ok", "path", path, "size", (json_int_t)size);
 }
 
+/*  Under --cluster, a session this node does not hold may be another's: 1 and *content, a
+ *  Redirect naming that node's manager (NULL while the catalog is being asked); 0 when the
+ *  catalog names no other live node (the request goes on, to NoSuchSession). */
+static int s_redirect(manager_t *self, const char *sess, json_t **content)
+{
+    json_t *where = NULL;
+    *content = NULL;
+    if (cluster_resolve(self->cluster, sess, &where) == 1)
+        return 1;
+    const char *node = json_string_value(json_object_get(where, "node"));
+    if (!node || strcmp(node, cluster_node(self->cluster)) == 0) {
+        json_decref(where);
+        return 0;
+    }
+    char evalue[256];
+    snprintf(evalue, sizeof evalue, "session %s is on node %s", sess, node);
+    *content = s_error("Redirect", evalue);
+    json_object_set_new(*content, "node", json_string(node));
+    json_object_set(*content, "manager", json_object_get(where, "manager"));
+    json_decref(where);
+    return 1;
+}
+
 /*  Answer req, taking it; 0, or 1 when it must wait (req kept): a file request whose
  *  workspace image is being made, an info or list whose memory is being measured. */
 static int s_handle(manager_t *self, jmsg_t *req)
@@ -329,6 +355,9 @@ static int s_handle(manager_t *self, jmsg_t *req)
         }
     } else if (!sess) {
         content = s_error("BadRequest", "session must be a non-empty string");
+    } else if (self->cluster && !broker_has(self->broker, sess) && s_redirect(self, sess, &content)) {
+        if (!content)
+            return 1; /* the catalog is being asked, off the loop */
     } else if (strncmp(type, "file_", 5) == 0) {
         void *data = NULL;
         size_t len = 0;

@@ -201,8 +201,8 @@ class ClusterNet:
         """The node the catalog names for a session."""
         return self.redis("HGET", f"kennel:s:{name}", "node").strip()
 
-    def node_sessions(self, node):
-        """The names a node's manager lists, asked directly (not through the catalog)."""
+    def manager_call(self, node, msg_type, content):
+        """One request to a node's manager, asked directly (not through the catalog)."""
         rec = json.loads(self.redis("GET", f"kennel:node:{node.name}"))
         keys = json.loads(self.key_file.read_text())
         ctx = zmq.Context.instance()
@@ -214,12 +214,16 @@ class ClusterNet:
         s.connect(rec["manager"])
         sess = Session(key=keys["key"].encode(), signature_scheme="hmac-sha256")
         try:
-            sess.send(s, "list_request", {})
+            sess.send(s, msg_type, content)
             assert s.poll(10000), "the node's manager did not answer"
             _, msg = sess.recv(s)
-            return [x["name"] for x in msg["content"]["sessions"]]
+            return msg["content"]
         finally:
             s.close()
+
+    def node_sessions(self, node):
+        """The names a node's manager lists."""
+        return [x["name"] for x in self.manager_call(node, "list_request", {})["sessions"]]
 
     def close(self):
         for n in self.nodes:

@@ -69,6 +69,17 @@ def test_spread_resolve_and_connection_files(net):
             assert r.returncode == 0, r.stderr
             info = json.loads(r.stdout)
             assert info["name"] == n and info["node"] == where[n]
+    # ... and from every node's manager: its own sessions' info, a Redirect for the others'
+    for node in net.nodes:
+        for n in names:
+            r = net.manager_call(node, "info_request", {"session": n})
+            if where[n] == node.name:
+                assert r["status"] == "ok" and r["session"]["name"] == n
+            else:
+                assert (r["ename"], r["node"]) == ("Redirect", where[n]), r
+                assert r["manager"].startswith(f"tcp://{addrs[where[n]]}:")
+    r = net.manager_call(net.nodes[0], "info_request", {"session": "nowhere"})
+    assert r["ename"] == "NoSuchSession"
     # files, put and get go to the session's node
     src = net.root / "in.txt"
     src.write_text("hello cluster\n")
