@@ -15,7 +15,10 @@ from pathlib import Path
 import zmq
 from jupyter_client.session import Session
 
-from kenneld_proc import KENNEL, KENNELD, end_process
+try:
+    from .kenneld_proc import KENNEL, KENNELD, end_process
+except ImportError:  # bench/bench.py imports this file by path
+    from kenneld_proc import KENNEL, KENNELD, end_process
 
 REDIS = "/usr/bin/redis-server"
 START_TIMEOUT_S = 20

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cluster_net import ClusterNet, run_cell
+from .cluster_net import ClusterNet, run_cell
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
