@@ -2424,8 +2424,10 @@ def bench_cluster(res):
 
         # a dead node: detection (its record lapses), then a checkpointed session answering
         victim = next(nd for nd in net.nodes if nd.name == net.where("c0"))
+        c0 = json.loads(net.kennel("info", "c0").stdout or "{}")
+        snap = net.shared / "nodes" / victim.name / "sessions" / c0.get("id", "?") / "snapshot"
         deadline = time.monotonic() + 30
-        while json.loads(net.kennel("info", "c0").stdout or "{}").get("state") != "evicted":
+        while not snap.exists():  # its checkpoint (the kernel keeps running)
             if time.monotonic() > deadline:
                 raise BenchError("c0 was not checkpointed")
             time.sleep(0.2)

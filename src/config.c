@@ -47,7 +47,8 @@ static const char s_usage[] =
     "                      another node revives a dead node's sessions from their checkpoint\n"
     "  --cluster-key FILE  the manager's keys, the same on every node and for `kennel\n"
     "                      --cluster` (default SHARED/cluster-key.json, made by the first node)\n"
-    "  --checkpoint S      a cluster session idle S seconds is saved to DIR (default 10)\n"
+    "  --checkpoint S      a cluster session idle S seconds after a cell has its state saved\n"
+    "                      to DIR, its kernel kept (default 10)\n"
     "  --log-level L       error, warn, info or debug (env KENNEL_LOG_LEVEL; default info)\n"
     "  --spawner S         zygote: kernels are forks of a warm Python that imported the\n"
     "                      preload list once; exec: a cold python3 per kernel (env\n"
@@ -256,10 +257,6 @@ static int s_cluster(config_t *cfg)
     }
     if (cfg->checkpoint_s == 0)
         cfg->checkpoint_s = 10;
-    /* A checkpoint is the eviction's snapshot: an idle cluster session is saved after
-     * --checkpoint seconds (docs/cluster.md says what that costs). */
-    if (cfg->idle_s == 0 || cfg->idle_s > cfg->checkpoint_s)
-        cfg->idle_s = cfg->checkpoint_s;
     return 0;
 }
 

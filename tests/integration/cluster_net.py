@@ -236,6 +236,27 @@ class ClusterNet:
                 pass
         if self.redis_proc:
             end_process(self.redis_proc)
+        # Anything still running with this cluster's directory on its command line is ours
+        # (a kenneld whose SIGKILL was pending behind a slow system call): by pid, bounded.
+        mine = str(self.root) + "/"
+        for _ in range(20):
+            left = []
+            for entry in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{entry}/cmdline", "rb") as f:
+                        args = f.read().decode(errors="replace")
+                except (OSError, ValueError):
+                    continue
+                if entry.isdigit() and int(entry) != os.getpid() and mine in args:
+                    left.append(int(entry))
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.5)
         for v in self.veths:
             sh("ip", "link", "del", v, check=False)
         for ns in self.namespaces:

@@ -4,11 +4,13 @@ namespace (cluster_net.py). Needs root (network namespaces)."""
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
 
 from .cluster_net import ClusterNet, run_cell
+from .kenneld_proc import KENNEL
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
@@ -34,12 +36,16 @@ def _exec(net, name, code, ns=None, timeout=40):
     return r.stdout
 
 
-def _wait_evicted(net, name, node, timeout=20):
-    """The session's checkpoint is written: its node shows it evicted."""
+def _wait_checkpoint(net, name, node, since, timeout=20):
+    """The session's checkpoint (its snapshot, in the shared directory) is written after
+    `since` (time.time()), and its kernel still runs."""
+    info = json.loads(net.kennel("info", name).stdout)
+    snap = net.shared / "nodes" / node.name / "sessions" / info["id"] / "snapshot"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        r = net.kennel("info", name)
-        if r.returncode == 0 and json.loads(r.stdout)["state"] == "evicted":
+        if snap.exists() and snap.stat().st_mtime >= since - 1:
+            info = json.loads(net.kennel("info", name).stdout)
+            assert info["state"] == "idle", info  # a checkpoint keeps the kernel
             return
         time.sleep(0.3)
     raise AssertionError(f"{name} was not checkpointed:\n{node.log()}")
@@ -100,12 +106,23 @@ def test_kill9_node_revives_elsewhere_with_checkpoint(net):
     for i in range(5):
         _new(net, f"filler{i}")
     _new(net, "victim")
+    t = time.time()
     _exec(net, "victim", "x = 41")
     (net.root / "big.txt").write_text("data\n")
     assert net.kennel("put", "victim", str(net.root / "big.txt")).returncode == 0
     home = net.node(net.where("victim"))
-    _wait_evicted(net, "victim", home)
-    home.kill9()
+    _wait_checkpoint(net, "victim", home, t)
+    # A cell after the checkpoint, still running at the kill: what a kill loses.
+    running = subprocess.Popen(
+        [str(KENNEL), "--state-dir", str(net.client_state), "exec", "victim",
+         "x = 1000\nimport time\ntime.sleep(60)"],
+        env=net.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)
+        home.kill9()
+    finally:
+        running.kill()
+        running.wait(10)
     t0 = time.monotonic()
     # The first request after the kill: answered on another node within 15 s.
     deadline = t0 + 15
@@ -130,9 +147,10 @@ def test_kill9_node_revives_elsewhere_with_checkpoint(net):
 
 def test_partitioned_node_does_not_serve_moved_session(net):
     _new(net, "part")
+    t = time.time()
     _exec(net, "part", "y = 'before'")
     home = net.node(net.where("part"))
-    _wait_evicted(net, "part", home)
+    _wait_checkpoint(net, "part", home, t)
     home.link(False)
     try:
         net.wait_nodes(0)  # no-op bound; the heartbeat expires in <= 4 s
