@@ -202,12 +202,13 @@ static void *s_thread(void *arg)
             json_array_foreach(names, i, v) {
                 catalog_entry_t e;
                 json_t *where = json_object();
-                if (nodes && catalog_lookup(cat, json_string_value(v), &e) == 1)
-                    json_array_foreach(nodes, j, n)
-                        if (strcmp(json_string_value(json_object_get(n, "node")), e.node) == 0)
-                            json_object_update(where, json_pack("{s:s, s:O}", "node", e.node,
-                                                                "manager",
-                                                                json_object_get(n, "manager")));
+                int found = nodes && catalog_lookup(cat, json_string_value(v), &e) == 1;
+                json_array_foreach(nodes, j, n) {
+                    if (found && strcmp(json_string_value(json_object_get(n, "node")), e.node) == 0) {
+                        json_object_set_new(where, "node", json_string(e.node));
+                        json_object_set(where, "manager", json_object_get(n, "manager"));
+                    }
+                }
                 json_object_set_new(out, json_string_value(v), where);
             }
             char *text = json_dumps(out, JSON_COMPACT);

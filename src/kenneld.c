@@ -351,7 +351,8 @@ int main(int argc, char **argv)
                            .max_output_msgs = cfg.max_output_msgs,
                            .journal_bytes = cfg.journal_bytes,
                            .journal_age_ms = (long long)(cfg.journal_age_s * 1000),
-                           .checkpoint_ms = cfg.cluster[0] ? (long long)(cfg.checkpoint_s * 1000) : 0},
+                           .checkpoint_ms =
+                               cfg.cluster[0] ? (long long)(cfg.checkpoint_s * 1000) : 0},
     };
     wire_limits_default(&bcfg.wire_limits);
     bcfg.wire_limits.max_msg_bytes = cfg.max_message_bytes;
