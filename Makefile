@@ -2,7 +2,7 @@
 PY        ?= /usr/bin/python3
 STATE     ?=
 CC        ?= cc
-PKGS      := libzmq libczmq jansson libseccomp libsodium uuid
+PKGS      := libzmq libczmq jansson libseccomp libsodium uuid hiredis
 WERROR    := $(if $(CI),-Werror,)
 # CFLAGS is yours to set (make CFLAGS=…, as `asan` does); KFLAGS are what kennel needs.
 CFLAGS    ?= -O2 -g

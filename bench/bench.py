@@ -114,6 +114,7 @@ or Ctrl-C. p99 is the nearest-rank percentile: with fewer than 100 samples it is
 
 import gc
 import json
+import re
 import math
 import os
 import platform
@@ -177,7 +178,7 @@ def _long_cell(parts=12):
 LONG_CELL = _long_cell()
 
 SECTIONS = ("starts", "png", "rtt", "fleet", "burst", "flood", "mcp", "runtime", "gateway",
-            "curve", "sdk")
+            "curve", "sdk", "cluster")
 
 
 def knob(name, default, quick):
@@ -212,6 +213,8 @@ N = {
     "runtime_starts": knob("BENCH_RUNTIME_STARTS", 10, 2),
     "curve_trips": knob("BENCH_CURVE_TRIPS", 500, 40),
     "handshakes": knob("BENCH_HANDSHAKES", 200, 20),
+    "cluster_starts": knob("BENCH_CLUSTER_STARTS", 10, 2),
+    "cluster_creates": knob("BENCH_CLUSTER_CREATES", 60, 10),
 }
 # The packages of issue #29's runtime (docs/runtime.md), as a cell imports them.
 AGENT_IMPORTS = ("scipy", "sklearn", "seaborn", "statsmodels.api", "sympy", "networkx",
@@ -2393,10 +2396,120 @@ def table(res):
     return rows
 
 
+def bench_cluster(res):
+    """Issue #26: three nodes in network namespaces (tests/integration/cluster_net.py, the
+    fixture test_cluster uses), the CLI in the root namespace, against one kenneld --curve."""
+    if os.geteuid() != 0:
+        raise BenchError("the cluster section needs root (network namespaces)")
+    sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+    from cluster_net import ClusterNet, run_cell
+    from concurrent.futures import ThreadPoolExecutor
+    log(f"cluster: new -> first result ({N['cluster_starts']} each), dead-node detection and "
+        f"revival, {N['cluster_creates']} creates in parallel, Redis bytes per session")
+    tmp = tempfile.mkdtemp(prefix="kb-cluster-", dir="/tmp")
+    net = None
+    out = {}
+    try:
+        net = ClusterNet(tmp)
+
+        def first(args, env=None):
+            t = time.monotonic()
+            r = subprocess.run([KENNEL, *args], capture_output=True, text=True, timeout=60,
+                               env=env)
+            if r.returncode != 0:
+                raise BenchError(f"kennel {args}: {r.stderr}")
+            o, st = run_cell(r.stdout.strip(), "1+1", timeout=EXEC_TIMEOUT, iopub=False)
+            if st != "ok":
+                raise BenchError(f"first cell: {st}")
+            return ms_since(t)
+
+        # single node: one kenneld --curve in the root namespace, the same options
+        single = os.path.join(tmp, "single")
+        proc = subprocess.Popen([KENNELD, "--state-dir", single, "--curve", "--disk", "0",
+                                 "--pool", "0"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            while not os.path.exists(os.path.join(single, "kenneld.json")):
+                if time.monotonic() > deadline:
+                    raise BenchError("the single kenneld did not start")
+                time.sleep(0.1)
+            one = [first(["--state-dir", single, "new", "--name", f"one{i}", "--curve"])
+                   for i in range(N["cluster_starts"])]
+        finally:
+            proc.terminate()
+            proc.wait(20)
+        env = net.env()
+        many = [first(["--state-dir", str(net.client_state), "new", "--name", f"c{i}"], env)
+                for i in range(N["cluster_starts"])]
+        out["first_result_ms"] = {"single": summary(one), "cluster": summary(many)}
+
+        # Redis bytes per session: the catalog's growth over parallel creates
+        before = int(net.redis("MEMORY", "USAGE", "kennel:s:c0").strip() or 0)
+        used0 = int(re.search(r"used_memory:(\d+)", net.redis("INFO", "memory")).group(1))
+        n = N["cluster_creates"]
+
+        def make(i):
+            r = net.kennel("new", "--name", f"p{i}")
+            return r.returncode == 0
+
+        t = time.monotonic()
+        with ThreadPoolExecutor(8) as ex:
+            ok = sum(ex.map(make, range(n)))
+        took = time.monotonic() - t
+        used1 = int(re.search(r"used_memory:(\d+)", net.redis("INFO", "memory")).group(1))
+        out["creates_per_s"] = round(ok / took, 1)
+        out["creates_ok"] = ok
+        out["redis_bytes_per_session"] = round((used1 - used0) / max(ok, 1))
+        out["redis_key_bytes"] = before
+
+        # a dead node: detection (its record lapses), then a checkpointed session answering
+        victim = next(nd for nd in net.nodes if nd.name == net.where("c0"))
+        c0 = json.loads(net.kennel("info", "c0").stdout or "{}")
+        snap = net.shared / "nodes" / victim.name / "sessions" / c0.get("id", "?") / "snapshot"
+        deadline = time.monotonic() + 30
+        while not snap.exists():  # its checkpoint (the kernel keeps running)
+            if time.monotonic() > deadline:
+                raise BenchError("c0 was not checkpointed")
+            time.sleep(0.2)
+        victim.kill9()
+        t = time.monotonic()
+        while victim.name in net.live_nodes():
+            if time.monotonic() - t > 30:
+                raise BenchError("the dead node was not detected")
+            time.sleep(0.05)
+        detect = ms_since(t)
+        t = time.monotonic()
+        r = net.kennel("exec", "c0", "print(1+1)")
+        if r.returncode != 0:
+            raise BenchError(f"revival: {r.stderr}")
+        out["dead_detect_ms"] = detect
+        out["revive_after_detect_ms"] = ms_since(t)
+    finally:
+        if net:
+            net.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    res["cluster"] = out
+    log(f"cluster: {json.dumps(out)}")
+
+
 def targets(res):
     """The issues' targets (#6's; #30's for the flood, #25's for kennel mcp, #28's for
     CURVE) against what was measured: [(target, measured, met)]."""
     out = []
+    cl = res.get("cluster")
+    if cl:
+        ratio_ = cl["first_result_ms"]["cluster"]["median"] / cl["first_result_ms"]["single"]["median"]
+        out.append(("cluster: new -> first result p50 <= 1.5x single node (issue #26)",
+                    f"{ratio_:.2f}x", ratio_ <= 1.5))
+        out.append(("cluster: dead node detected <= 5 s", fmt_ms(cl["dead_detect_ms"]),
+                    cl["dead_detect_ms"] <= 5000))
+        out.append(("cluster: answering elsewhere <= 2 s after detection",
+                    fmt_ms(cl["revive_after_detect_ms"]), cl["revive_after_detect_ms"] <= 2000))
+        out.append(("cluster: >= 200 creates/s across 3 nodes", f"{cl['creates_per_s']}/s",
+                    cl["creates_per_s"] >= 200))
+        out.append(("cluster: <= 300 bytes of Redis memory per session",
+                    f"{cl['redis_bytes_per_session']} B", cl["redis_bytes_per_session"] <= 300))
     cv = res.get("curve_ms")
     if cv:
         ratio_ = cv["rtt_ratio_p50"]
@@ -2540,7 +2653,7 @@ def main():
         steps = {"starts": bench_starts, "png": bench_png, "rtt": bench_rtt,
                  "fleet": bench_fleet, "burst": bench_burst, "flood": bench_flood,
                  "mcp": bench_mcp, "runtime": bench_runtime, "gateway": bench_gateway,
-                 "curve": bench_curve, "sdk": bench_sdk}
+                 "curve": bench_curve, "sdk": bench_sdk, "cluster": bench_cluster}
         for name in SECTIONS:
             if name in ONLY:
                 machine.setdefault("loadavg_by_section", {})[name] = list(os.getloadavg())

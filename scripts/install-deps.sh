@@ -21,7 +21,8 @@ python3-scipy python3-sklearn python3-seaborn python3-statsmodels python3-sympy 
 python3-openpyxl python3-xlrd python3-docx python3-pypdf python3-reportlab python3-bs4
 python3-lxml python3-tabulate python3-imageio python3-skimage python3-h5py python3-xarray
 python3-plotly python3-nltk python3-joblib python3-jinja2 python3-requests python3-dateutil
-python3-tz python3-yaml"
+python3-tz python3-yaml
+redis-server libhiredis-dev iproute2"
 
 missing=""
 for p in $PKGS; do

@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <malloc.h>
 #include <signal.h>
@@ -1470,6 +1471,36 @@ int broker_saving(const broker_t *self)
     return n;
 }
 
+json_t *broker_held(broker_t *self, int *busy)
+{
+    json_t *out = json_array();
+    if (busy)
+        *busy = 0;
+    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions)) {
+        session_state_t st = session_state(s->core);
+        json_array_append_new(out, json_pack("{s:s, s:s, s:b}", "name", session_name(s->core),
+                                             "id", s->id, "kernel",
+                                             st != SESSION_EVICTED && s->has_proc));
+        if (busy)
+            *busy += st == SESSION_SAVING || st == SESSION_BUSY;
+    }
+    return out;
+}
+
+int broker_has(broker_t *self, const char *id_or_name)
+{
+    return s_find(self, id_or_name) != NULL;
+}
+
+int broker_release(broker_t *self, const char *id_or_name)
+{
+    sess_t *s = s_find(self, id_or_name);
+    if (!s)
+        return -1;
+    s_close_sess(s, 0);
+    return 0;
+}
+
 /* ---- restoring an earlier kenneld's sessions ------------------------------------------------- */
 
 static int s_has_file(const char *dir, const char *name)
@@ -1605,6 +1636,60 @@ static void s_restore_one(broker_t *self, const char *dir)
         close(launcher_fd);
     record_clear(&rec);
     json_decref(conn);
+}
+
+/*  The workspace files of a moved session, from its old host ids to its new ones (nftw has
+ *  no context argument: these are the loop's alone). */
+static uid_t s_from_uid, s_to_uid;
+static gid_t s_from_gid, s_to_gid;
+
+static int s_rechown_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)type;
+    (void)ftw;
+    uid_t u = st->st_uid == s_from_uid ? s_to_uid : (uid_t)-1;
+    gid_t g = st->st_gid == s_from_gid ? s_to_gid : (gid_t)-1;
+    if ((u != (uid_t)-1 || g != (gid_t)-1) && lchown(path, u, g) < 0)
+        PLOG_W("lchown %s", path);
+    return 0;
+}
+
+/*  A session from another node keeps its uid slot, if it is free here; else it takes a free
+ *  one, and its workspace's files are given to that slot's ids (a walk of every file: the
+ *  cost of a move onto a node whose slot is taken). */
+static void s_adopt_slot(broker_t *self, const char *dir)
+{
+    record_t rec;
+    if (record_read(dir, &rec) == 0 && rec.slot >= 0 && rec.slot < RESTORE_SLOT_MAX &&
+        launch_slot_grow(self->launch, (size_t)rec.slot) == 0 &&
+        launch_slot_taken(self->launch, (size_t)rec.slot)) {
+        size_t slot;
+        if (launch_slot_take(self->launch, -1, &slot) == 0) {
+            launch_slot_free(self->launch, slot); /* s_restore_one takes it */
+            launch_ids(self->launch, (size_t)rec.slot, &s_from_uid, &s_from_gid);
+            launch_ids(self->launch, slot, &s_to_uid, &s_to_gid);
+            char ws[PATH_MAX + 16];
+            snprintf(ws, sizeof ws, "%s/workspace", dir);
+            if (nftw(ws, s_rechown_one, 16, FTW_PHYS) < 0 && errno != ENOENT)
+                PLOG_W("cannot give %s to uid slot %zu", ws, slot);
+            LOG_I("session in %s: its uid slot %lld is taken here; it moves to slot %zu",
+                  dir, rec.slot, slot);
+            rec.slot = (long long)slot;
+            if (record_write(dir, &rec) < 0)
+                PLOG_W("cannot write %s/meta.json", dir);
+        }
+    }
+    record_clear(&rec);
+}
+
+json_t *broker_adopt(broker_t *self, const char *dir, const char *id, const char *notice)
+{
+    s_adopt_slot(self, dir);
+    s_restore_one(self, dir);
+    sess_t *s = s_find_id(self, id);
+    if (s && notice)
+        session_set_origin(s->core, notice);
+    return s ? s_info(s) : NULL;
 }
 
 void broker_restore(broker_t *self)

@@ -125,6 +125,17 @@ int broker_workspace(broker_t *self, const char *id_or_name, char *out, size_t o
  *  (broker_end), so it must not call the broker: it schedules. One listener; NULL for none. */
 typedef void broker_notify_fn(void *arg);
 void broker_on_settled(broker_t *self, broker_notify_fn *fn, void *arg);
+/*  Cluster (cluster.c): a new array of {name, id, kernel} of every session (kernel: one runs),
+ *  and in *busy how many are running a cell or saving. */
+json_t *broker_held(broker_t *self, int *busy);
+/*  Stop serving a session but keep its directory (another node takes it). 0, or -1: none. */
+int broker_release(broker_t *self, const char *id_or_name);
+/*  Serve the session whose directory (named after its id) another node left in ours, as
+ *  broker_restore does; its next cell is told notice (may be NULL). Its info (new reference),
+ *  or NULL when it could not be restored (the log says why). */
+json_t *broker_adopt(broker_t *self, const char *dir, const char *id, const char *notice);
+/*  1 when a session has this id or name, else 0. */
+int broker_has(broker_t *self, const char *id_or_name);
 /*  Number of live sessions. */
 size_t broker_size(const broker_t *self);
 

@@ -51,24 +51,45 @@ json_t *client_manager_call_data(const char *state_dir, const char *msg_type, js
     if (out)
         *out = NULL;
     char path[PATH_MAX + 16];
-    json_t *reply = NULL, *info = NULL;
-    zsock_t *sock = NULL;
-    wire_t *wire = NULL;
-    jmsg_t *req = NULL;
     snprintf(path, sizeof path, "%s/kenneld.json", state_dir);
     char *text = statedir_kenneld_pid(state_dir) ? util_read_file(path, 65536, NULL) : NULL;
     if (!text) {
         snprintf(err, err_len,
                  "kenneld is not running for %s; start it with `make run` or `kenneld`",
                  state_dir);
-        goto done;
+        json_decref(content);
+        return NULL;
     }
-    info = json_loads(text, 0, NULL);
+    json_t *info = json_loads(text, 0, NULL);
     free(text);
-    const char *endpoint = json_string_value(json_object_get(json_object_get(info, "manager"), "endpoint"));
-    const char *key = json_string_value(json_object_get(json_object_get(info, "manager"), "key"));
-    if (!endpoint || !key) {
+    json_t *manager = json_object_get(info, "manager");
+    if (!json_string_value(json_object_get(manager, "endpoint")) ||
+        !json_string_value(json_object_get(manager, "key"))) {
         snprintf(err, err_len, "%s is not a kenneld.json", path);
+        json_decref(info);
+        json_decref(content);
+        return NULL;
+    }
+    json_t *reply = client_manager_call_at(manager, msg_type, content, in, in_len, out, out_len,
+                                           timeout_ms, err, err_len);
+    json_decref(info);
+    return reply;
+}
+
+json_t *client_manager_call_at(const json_t *manager, const char *msg_type, json_t *content,
+                               const void *in, size_t in_len, void **out, size_t *out_len,
+                               int timeout_ms, char *err, size_t err_len)
+{
+    if (out)
+        *out = NULL;
+    json_t *reply = NULL;
+    zsock_t *sock = NULL;
+    wire_t *wire = NULL;
+    jmsg_t *req = NULL;
+    const char *endpoint = json_string_value(json_object_get(manager, "endpoint"));
+    const char *key = json_string_value(json_object_get(manager, "key"));
+    if (!endpoint || !key) {
+        snprintf(err, err_len, "no manager endpoint and key");
         goto done;
     }
     /* A get's reply carries a whole file, up to kenneld's --max-file (at most 1 GiB). */
@@ -77,7 +98,7 @@ json_t *client_manager_call_data(const char *state_dir, const char *msg_type, js
     wire = wire_new(key, strlen(key), &lim);
     sock = zsock_new(ZMQ_DEALER);
     if (sock)
-        s_curve_client(sock, json_object_get(info, "manager"));
+        s_curve_client(sock, manager);
     if (!wire || !sock || zsock_connect(sock, "%s", endpoint) < 0) {
         snprintf(err, err_len, "cannot connect to %s", endpoint);
         goto done;
@@ -122,7 +143,6 @@ json_t *client_manager_call_data(const char *state_dir, const char *msg_type, js
     zpoller_destroy(&poller);
 done:
     json_decref(content);
-    json_decref(info);
     jmsg_destroy(&req);
     zsock_destroy(&sock);
     wire_destroy(&wire);

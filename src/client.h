@@ -21,6 +21,12 @@ json_t *client_manager_call_data(const char *state_dir, const char *msg_type, js
                                  const void *in, size_t in_len, void **out, size_t *out_len,
                                  int timeout_ms, char *err, size_t err_len);
 
+/*  The same with the manager named by an object {endpoint, key[, curve_publickey,
+ *  curve_secretkey]} (borrowed): a cluster node's (kennel --cluster). */
+json_t *client_manager_call_at(const json_t *manager, const char *msg_type, json_t *content,
+                               const void *in, size_t in_len, void **out, size_t *out_len,
+                               int timeout_ms, char *err, size_t err_len);
+
 typedef struct client client_t;
 typedef enum { CLIENT_SHELL, CLIENT_IOPUB, CLIENT_STDIN, CLIENT_CONTROL } client_channel_t;
 

@@ -1,6 +1,7 @@
 /*  config: a flat table of options, each with a parser, so --help and parsing cannot drift. */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <pwd.h>
@@ -38,6 +39,16 @@ static const char s_usage[] =
     "  --max-memory SIZE   kenneld's own heap in use past which it cuts every client\n"
     "                      connection of every session (they reconnect); 0: never\n"
     "                      (default 2G)\n"
+    "  --cluster URL       join a cluster: redis://HOST:PORT holds the catalog (sessions, nodes);\n"
+    "                      needs --node, --advertise and --shared (docs/cluster.md)\n"
+    "  --node NAME         this node's name in the cluster\n"
+    "  --advertise ADDR    the IPv4 address sessions and the manager bind and clients reach\n"
+    "  --shared DIR        a directory every node mounts: session directories live there, so\n"
+    "                      another node revives a dead node's sessions from their checkpoint\n"
+    "  --cluster-key FILE  the manager's keys, the same on every node and for `kennel\n"
+    "                      --cluster` (default SHARED/cluster-key.json, made by the first node)\n"
+    "  --checkpoint S      a cluster session idle S seconds after a cell has its state saved\n"
+    "                      to DIR, its kernel kept (default 10)\n"
     "  --log-level L       error, warn, info or debug (env KENNEL_LOG_LEVEL; default info)\n"
     "  --spawner S         zygote: kernels are forks of a warm Python that imported the\n"
     "                      preload list once; exec: a cold python3 per kernel (env\n"
@@ -212,6 +223,48 @@ static int s_size(const char *text, size_t min, size_t max, size_t *out, const c
     return 0;
 }
 
+/*  --cluster's companions, checked together. Clients on other machines reach the sessions and
+ *  the manager at --advertise; without CURVE the gate admits only local clients of kenneld's
+ *  user (docs/security.md), so a cluster is always CURVE. */
+static int s_cluster(config_t *cfg)
+{
+    if (strncmp(cfg->cluster, "redis://", 8) != 0 || !cfg->node[0] || !cfg->advertise[0] ||
+        !cfg->shared[0]) {
+        fprintf(stderr, "kenneld: --cluster takes redis://HOST:PORT and needs --node NAME, "
+                        "--advertise ADDR and --shared DIR\n");
+        return -1;
+    }
+    for (const char *p = cfg->node; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '_' || *p == '.')) {
+            fprintf(stderr, "kenneld: --node may contain only letters, digits, '-', '_', '.'\n");
+            return -1;
+        }
+    struct in_addr a;
+    if (inet_pton(AF_INET, cfg->advertise, &a) != 1) {
+        fprintf(stderr, "kenneld: --advertise must be an IPv4 address\n");
+        return -1;
+    }
+    if (cfg->shared[0] != '/') {
+        fprintf(stderr, "kenneld: --shared must be an absolute path\n");
+        return -1;
+    }
+    snprintf(cfg->ip, sizeof cfg->ip, "%s", cfg->advertise);
+    strcpy(cfg->transport, "tcp");
+    cfg->curve = 1;
+    if (!cfg->manager[0])
+        snprintf(cfg->manager, sizeof cfg->manager, "tcp://%s:*", cfg->advertise);
+    if (!cfg->cluster_key[0] &&
+        snprintf(cfg->cluster_key, sizeof cfg->cluster_key, "%s/cluster-key.json", cfg->shared) >=
+            (int)sizeof cfg->cluster_key) {
+        fprintf(stderr, "kenneld: --shared is too long\n");
+        return -1;
+    }
+    if (cfg->checkpoint_s == 0)
+        cfg->checkpoint_s = 10;
+    return 0;
+}
+
 int config_load(config_t *cfg, int argc, char **argv)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -288,6 +341,10 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"budget-output", required_argument, NULL, 0x103},
         {"pool-max", required_argument, NULL, 0x110},
         {"pool-linger", required_argument, NULL, 0x111},
+        {"cluster", required_argument, NULL, 0x200}, {"node", required_argument, NULL, 0x201},
+        {"advertise", required_argument, NULL, 0x202}, {"shared", required_argument, NULL, 0x203},
+        {"cluster-key", required_argument, NULL, 0x204},
+        {"checkpoint", required_argument, NULL, 0x205},
         {NULL, 0, NULL, 0}};
     int c, pool_max_set = 0;
     optind = 1;
@@ -425,6 +482,22 @@ int config_load(config_t *cfg, int argc, char **argv)
             pool_max_set = rc == 0;
             break;
         case 0x111: rc = s_size(optarg, 1, 86400, &cfg->pool_linger_s, "--pool-linger"); break;
+        case 0x200: rc = s_copy(cfg->cluster, sizeof cfg->cluster, optarg, "--cluster"); break;
+        case 0x201: rc = s_copy(cfg->node, sizeof cfg->node, optarg, "--node"); break;
+        case 0x202: rc = s_copy(cfg->advertise, sizeof cfg->advertise, optarg, "--advertise"); break;
+        case 0x203: rc = s_copy(cfg->shared, sizeof cfg->shared, optarg, "--shared"); break;
+        case 0x204: rc = s_copy(cfg->cluster_key, sizeof cfg->cluster_key, optarg, "--cluster-key"); break;
+        case 0x205: {
+            char *end;
+            errno = 0;
+            double v = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(v >= 1 && v <= 86400)) {
+                fprintf(stderr, "kenneld: --checkpoint must be between 1 and 86400 seconds\n");
+                return -1;
+            }
+            cfg->checkpoint_s = v;
+            break;
+        }
         case 'h': fputs(s_usage, stdout); return 1;
         default: fputs(s_usage, stderr); return -1;
         }
@@ -447,6 +520,8 @@ int config_load(config_t *cfg, int argc, char **argv)
                         "--insecure-no-sandbox leaves out\n");
         return -1;
     }
+    if (cfg->cluster[0] && s_cluster(cfg) < 0)
+        return -1;
     if (cfg->python[0] != '/' || cfg->kernel_dir[0] != '/') {
         fprintf(stderr, "kenneld: --python and --kernel-dir must be absolute paths\n");
         return -1;

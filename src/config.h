@@ -79,6 +79,13 @@ typedef struct {
     size_t max_file;            /* largest file put into or got from a workspace */
     size_t uid_base;            /* kernels run as host uids uid_base .. uid_base+max_sessions */
     int log_level;
+    /* Many machines (docs/cluster.md); cluster[0] == '\0': a single-host kenneld, as ever. */
+    char cluster[256];          /* --cluster redis://HOST:PORT */
+    char node[64];              /* --node NAME: this node's name in the catalog */
+    char advertise[64];         /* --advertise ADDR: sessions and the manager bind it */
+    char shared[PATH_MAX];      /* --shared DIR: every node's session directories, mounted by all */
+    char cluster_key[PATH_MAX]; /* --cluster-key FILE: the manager's keys, the same on every node */
+    double checkpoint_s;        /* --checkpoint: a cluster session idle this long is saved */
 } config_t;
 
 /*  Fill cfg from defaults, environment and argv. Returns 0; 1 when --help was printed; or -1

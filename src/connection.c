@@ -79,8 +79,11 @@ int connection_parse(const json_t *conn, channels_cfg_t *cfg, int check_ipc, con
                  "kennel needs a non-empty key and signature_scheme hmac-sha256");
         return -1;
     }
-    if (strcmp(transport, "tcp") == 0 && strcmp(ip, "127.0.0.1") != 0 && strcmp(ip, "localhost") != 0) {
-        snprintf(evalue, evalue_len, "sessions bind to 127.0.0.1 only");
+    /* cfg->ip comes in as kenneld's own bind address: --advertise under --cluster, where a
+     * session revived from another node's directory has had its ip rewritten to it. */
+    if (strcmp(transport, "tcp") == 0 && strcmp(ip, "127.0.0.1") != 0 &&
+        strcmp(ip, "localhost") != 0 && !(cfg->ip && strcmp(ip, cfg->ip) == 0)) {
+        snprintf(evalue, evalue_len, "sessions bind to 127.0.0.1 (or kenneld --advertise) only");
         return -1;
     }
     for (int i = 0; i < CHANNELS_N; i++) {

@@ -21,6 +21,7 @@
 #include <czmq.h>
 #include <sodium.h>
 
+#include "catalog.h"
 #include "client.h"
 #include "config.h"
 #include "jvalid.h"
@@ -36,7 +37,7 @@
 #define LAUNCHER_ASK_MS 5000           /* how often it asks the manager, given a dir watch */
 
 static const char s_usage[] =
-    "usage: kennel [--state-dir DIR] COMMAND [ARGS]\n"
+    "usage: kennel [--state-dir DIR] [--cluster URL --cluster-key FILE] COMMAND [ARGS]\n"
     "  new [--name N] [--memory SIZE] [--pids N] [--cpu N] [--tmp SIZE] [--disk SIZE|0]\n"
     "      [--timeout S] [--idle S] [--network none] [--curve] [--budget-cpu S]\n"
     "      [--budget-wall S] [--budget-cells N] [--budget-output SIZE]\n"
@@ -67,9 +68,14 @@ static const char s_usage[] =
     "                          (run_python, upload_file, download_file, list_files, restart)\n"
     "                          use session N, made on first use\n"
     "  kernelspec install [--user | --prefix P]   install the 'kennel' Jupyter kernelspec\n"
+    "  drain NODE, undrain NODE  (--cluster) stop placing sessions on NODE and move its\n"
+    "                          sessions off it (each revives elsewhere on its next request)\n"
+    "With --cluster redis://HOST:PORT (or $KENNEL_CLUSTER) and --cluster-key FILE (or\n"
+    "$KENNEL_CLUSTER_KEY), commands go to each session's node (docs/cluster.md).\n"
     "The state directory is --state-dir, else $KENNEL_STATE_DIR, else ~/.local/state/kennel.\n";
 
 static char s_state_dir[PATH_MAX];
+static json_t *s_target; /* kennel --cluster: the node whose manager calls go to; NULL: local */
 
 /*  What a kernel sends (streams, results, tracebacks, the names of the files a cell made) is
  *  untrusted: written raw to a terminal, it could set the window title, write the clipboard
@@ -120,6 +126,9 @@ static void s_end_untrusted(void)
 /*  One manager request (content stolen), with an optional buffer each way (see
  *  client_manager_call_data). The reply when its status is ok; otherwise the reason is
  *  printed and NULL returned. */
+static void s_target_node(const json_t *rec);
+static int s_redirects; /* Redirects followed: at most 2 (a node's word against a loop) */
+
 static json_t *s_call_data(const char *type, json_t *content, const void *in, size_t in_len,
                            void **out, size_t *out_len)
 {
@@ -128,13 +137,31 @@ static json_t *s_call_data(const char *type, json_t *content, const void *in, si
         fprintf(stderr, "kennel: names and paths must be UTF-8 text\n");
         return NULL;
     }
-    json_t *reply = client_manager_call_data(s_state_dir, type, content, in, in_len, out, out_len,
-                                             CALL_TIMEOUT_MS, err, sizeof err);
+    json_t *content_copy = s_target ? json_deep_copy(content) : NULL; /* for a redirect */
+    json_t *reply = s_target ? client_manager_call_at(s_target, type, content, in, in_len, out,
+                                                      out_len, CALL_TIMEOUT_MS, err, sizeof err)
+                             : client_manager_call_data(s_state_dir, type, content, in, in_len,
+                                                        out, out_len, CALL_TIMEOUT_MS, err,
+                                                        sizeof err);
     if (!reply) {
         fprintf(stderr, "kennel: %s\n", err);
+        json_decref(content_copy);
         return NULL;
     }
     const char *status = json_string_value(json_object_get(reply, "status"));
+    const char *moved = json_string_value(json_object_get(reply, "manager"));
+    if (s_target && s_redirects < 2 && status && strcmp(status, "error") == 0 && moved &&
+        strncmp(moved, "tcp://", 6) == 0 &&
+        strcmp(json_string_value(json_object_get(reply, "ename")) ?: "", "Redirect") == 0) {
+        /* The node says the session is another's (the catalog moved it since we read it). */
+        s_redirects++;
+        json_t *rec = json_pack("{s:s}", "manager", moved);
+        s_target_node(rec);
+        json_decref(rec);
+        json_decref(reply);
+        return s_call_data(type, content_copy, in, in_len, out, out_len);
+    }
+    json_decref(content_copy);
     if (!status || strcmp(status, "ok") != 0) {
         fprintf(stderr, "kennel: %s: %s\n",
                 json_string_value(json_object_get(reply, "ename")) ?: "Error",
@@ -170,6 +197,332 @@ static size_t s_kenneld_limit(const char *outer, const char *inner)
 static json_t *s_create(const char *name)
 {
     return s_call("create_request", name ? json_pack("{s:s}", "name", name) : json_object());
+}
+
+/* ---- kennel --cluster: the catalog names each session's node; calls go to that node ------- */
+
+static char s_cluster[256];  /* --cluster or $KENNEL_CLUSTER: redis://HOST:PORT; "" when none */
+static char s_cluster_key[PATH_MAX]; /* --cluster-key or $KENNEL_CLUSTER_KEY */
+static json_t *s_keys;       /* that file's {key, curve_publickey, curve_secretkey} */
+
+#define CLUSTER_REDIS_MS 1000 /* Redis unreachable: `kennel new` fails within this */
+
+static catalog_t *s_catalog(void)
+{
+    char err[512];
+    catalog_t *cat = catalog_connect(s_cluster, CLUSTER_REDIS_MS, err, sizeof err);
+    if (!cat)
+        fprintf(stderr, "kennel: %s\n", err);
+    return cat;
+}
+
+static int s_load_keys(void)
+{
+    if (!s_cluster_key[0]) {
+        fprintf(stderr, "kennel: --cluster needs the nodes' manager keys: --cluster-key FILE or "
+                        "KENNEL_CLUSTER_KEY (the nodes' SHARED/cluster-key.json)\n");
+        return -1;
+    }
+    json_error_t jerr;
+    s_keys = json_load_file(s_cluster_key, 0, &jerr);
+    if (!json_is_string(json_object_get(s_keys, "key"))) {
+        fprintf(stderr, "kennel: %s is not a cluster key file: %s\n", s_cluster_key,
+                s_keys ? "no key" : jerr.text);
+        json_decref(s_keys);
+        s_keys = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/*  Manager calls go to this node's manager from now on. */
+static void s_target_node(const json_t *rec)
+{
+    json_decref(s_target);
+    s_target = json_pack("{s:s, s:O, s:O, s:O}", "endpoint",
+                         json_string_value(json_object_get(rec, "manager")), "key",
+                         json_object_get(s_keys, "key"), "curve_publickey",
+                         json_object_get(s_keys, "curve_publickey"), "curve_secretkey",
+                         json_object_get(s_keys, "curve_secretkey"));
+}
+
+static json_t *s_nodes(catalog_t *cat)
+{
+    int bad = 0;
+    json_t *nodes = catalog_nodes(cat, &bad);
+    if (!nodes)
+        fprintf(stderr, "kennel: %s\n", catalog_error(cat));
+    else if (bad)
+        fprintf(stderr, "kennel: warning: %d malformed node record(s) in the catalog, skipped\n",
+                bad);
+    return nodes;
+}
+
+static const json_t *s_node_named(const json_t *nodes, const char *name)
+{
+    size_t i;
+    json_t *n;
+    json_array_foreach(nodes, i, n)
+        if (strcmp(json_string_value(json_object_get(n, "node")), name) == 0)
+            return n;
+    return NULL;
+}
+
+/*  Of a and b, the node with more free memory (in steps of 256 MiB: a few pages more is no
+ *  reason), then fewer sessions. */
+static const json_t *s_better(const json_t *a, const json_t *b)
+{
+    long long ma = json_integer_value(json_object_get(a, "mem_free")) >> 28;
+    long long mb = json_integer_value(json_object_get(b, "mem_free")) >> 28;
+    if (ma != mb)
+        return ma > mb ? a : b;
+    return json_integer_value(json_object_get(a, "sessions")) <=
+                   json_integer_value(json_object_get(b, "sessions"))
+               ? a
+               : b;
+}
+
+/*  Placement: the better of two random live nodes that take sessions (not drained, not
+ *  avoid, below their --max-sessions). NULL when there is none. */
+static const json_t *s_place(const json_t *nodes, const char *avoid)
+{
+    const json_t *ok[256];
+    size_t n = 0, i;
+    json_t *r;
+    json_array_foreach(nodes, i, r) {
+        if (n == sizeof ok / sizeof ok[0] || json_is_true(json_object_get(r, "draining")) ||
+            (avoid && strcmp(json_string_value(json_object_get(r, "node")), avoid) == 0) ||
+            json_integer_value(json_object_get(r, "sessions")) >=
+                json_integer_value(json_object_get(r, "max_sessions")))
+            continue;
+        ok[n++] = r;
+    }
+    if (n == 0)
+        return NULL;
+    const json_t *a = ok[randombytes_uniform((uint32_t)n)];
+    const json_t *b = ok[randombytes_uniform((uint32_t)n)];
+    return s_better(a, b);
+}
+
+#define CLUSTER_PROBE_MS 1500 /* a node's manager silent this long is taken for dead */
+
+/*  The target's manager answers. */
+static int s_probe(void)
+{
+    char err[256];
+    json_t *r = client_manager_call_at(s_target, "stats_request", json_object(), NULL, 0, NULL,
+                                       NULL, CLUSTER_PROBE_MS, err, sizeof err);
+    json_decref(r);
+    return r != NULL;
+}
+
+/*  Point manager calls at session name's node. A session on a live node is served there; one
+ *  whose node is dead or drained (or whose entry is garbage) is claimed for another node,
+ *  atomically, and revived there from its checkpoint in the shared directory. A name the
+ *  catalog lacks is placed when create is set (content: create_request's, stolen), else it
+ *  is NoSuchSession. *reply: the create_reply when this call created or moved the session.
+ *  0, or -1 after printing why. */
+static int s_cluster_route(const char *name, int create, json_t *content, json_t **reply)
+{
+    *reply = NULL;
+    catalog_t *cat = s_catalog();
+    json_t *nodes = cat ? s_nodes(cat) : NULL;
+    int rc = -1;
+    catalog_entry_t e;
+    int found = nodes ? catalog_lookup(cat, name, &e) : -1;
+    if (found < 0 && nodes)
+        fprintf(stderr, "kennel: %s; it is repaired on the next kennel new\n", catalog_error(cat));
+    if (found < 0 && !(create && nodes))
+        goto done;
+    const json_t *home = found == 1 ? s_node_named(nodes, e.node) : NULL;
+    if (home && !json_is_true(json_object_get(home, "draining"))) {
+        s_target_node(home);
+        if (s_probe()) {
+            rc = 0;
+            goto done;
+        }
+        /* Its record lives, its manager does not answer: killed a moment ago. Its record
+         * lapses within the heartbeat's TTL; then the session moves. */
+        for (int tries = 0; home && tries < 24; tries++) {
+            usleep(250 * 1000);
+            json_decref(nodes);
+            if (!(nodes = s_nodes(cat)))
+                goto done;
+            home = s_node_named(nodes, e.node);
+        }
+        if (home) {
+            fprintf(stderr, "kennel: node %s does not answer, yet still heartbeats\n", e.node);
+            goto done;
+        }
+    }
+    if (found == 0 && !create) {
+        fprintf(stderr, "kennel: NoSuchSession: the cluster has no session %s\n", name);
+        goto done;
+    }
+    const json_t *to = s_place(nodes, found == 1 ? e.node : NULL);
+    if (!to) {
+        fprintf(stderr, "kennel: NoNode: no live node takes sessions (all drained, full, or "
+                        "none joined %s)\n", s_cluster);
+        goto done;
+    }
+    catalog_entry_t c;
+    if (catalog_claim(cat, name, json_string_value(json_object_get(to, "node")),
+                      found == 1 ? e.node : NULL, &c) < 0) {
+        fprintf(stderr, "kennel: %s\n", catalog_error(cat));
+        goto done;
+    }
+    const json_t *at = s_node_named(nodes, c.node);
+    if (!at) {
+        fprintf(stderr, "kennel: session %s's node %s is not live\n", name, c.node);
+        goto done;
+    }
+    s_target_node(at);
+    if (!c.placed) { /* another client placed or moved it first */
+        rc = 0;
+        goto done;
+    }
+    json_t *cl = json_pack("{s:I}", "gen", (json_int_t)c.gen);
+    if (c.prev[0] && c.prev_id[0]) {
+        json_object_set_new(cl, "from", json_string(c.prev));
+        json_object_set_new(cl, "id", json_string(c.prev_id));
+    }
+    json_t *req = content ? content : json_object();
+    content = NULL;
+    json_object_set_new(req, "name", json_string(name));
+    json_object_set_new(req, "cluster", cl);
+    json_t *r = s_call("create_request", req);
+    if (!r) {
+        /* Not served anywhere: the entry goes, unless it names a checkpoint to revive (kept
+         * for a later try, and for its operator). */
+        if (!c.prev_id[0])
+            (void)catalog_release(cat, name, c.gen);
+        else
+            (void)catalog_put_back(cat, name, c.gen, c.prev, c.prev_id);
+        goto done;
+    }
+    const char *id = json_string_value(json_object_get(json_object_get(r, "session"), "id"));
+    if (id && catalog_set_id(cat, name, c.gen, id) < 0)
+        fprintf(stderr, "kennel: warning: %s\n", catalog_error(cat));
+    if (c.prev[0] && c.prev_id[0])
+        fprintf(stderr, "kennel: session %s moved from node %s to %s (its last checkpoint)\n",
+                name, c.prev, c.node);
+    *reply = r;
+    rc = 0;
+done:
+    json_decref(content);
+    json_decref(nodes);
+    catalog_destroy(&cat);
+    return rc;
+}
+
+/*  The connection in a cluster reply, written where this machine's client can read it
+ *  (STATE/cluster/NAME.json, 0600): its path, or NULL. */
+static const char *s_cluster_connection_file(const json_t *session, char *path, size_t len)
+{
+    json_t *conn = json_object_get(session, "connection");
+    const char *name = json_string_value(json_object_get(session, "name"));
+    char dir[PATH_MAX];
+    if (!json_is_object(conn) || !name ||
+        snprintf(dir, sizeof dir, "%s/cluster", s_state_dir) >= (int)sizeof dir ||
+        snprintf(path, len, "%s/%s.json", dir, name) >= (int)len)
+        return NULL;
+    if ((mkdir(s_state_dir, 0700) < 0 && errno != EEXIST) ||
+        (mkdir(dir, 0700) < 0 && errno != EEXIST) ||
+        statedir_write_json(path, conn, 0) < 0) {
+        fprintf(stderr, "kennel: cannot write %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    return path;
+}
+
+static int s_cluster_ls(void)
+{
+    catalog_t *cat = s_catalog();
+    json_t *nodes = cat ? s_nodes(cat) : NULL;
+    json_t *entries = nodes ? catalog_sessions(cat) : NULL;
+    catalog_destroy(&cat);
+    if (!entries) {
+        json_decref(nodes);
+        return 1;
+    }
+    printf("%-20s %-12s %-10s %-9s %6s  %s\n", "NAME", "NODE", "ID", "STATE", "CELLS", "LAST");
+    size_t i;
+    json_t *n;
+    json_array_foreach(nodes, i, n) {
+        s_target_node(n);
+        json_t *r = s_call("list_request", json_object());
+        size_t j;
+        json_t *s;
+        json_array_foreach(json_object_get(r, "sessions"), j, s) {
+            const char *name = json_string_value(json_object_get(s, "name"));
+            printf("%-20s %-12s %-10.8s %-9s %6lld  %s\n", name,
+                   json_string_value(json_object_get(n, "node")),
+                   json_string_value(json_object_get(s, "id")),
+                   json_string_value(json_object_get(s, "state")),
+                   (long long)json_integer_value(json_object_get(s, "cells")),
+                   json_string_value(json_object_get(s, "last_outcome")) ?: "");
+            json_object_del(entries, name);
+        }
+        json_decref(r);
+    }
+    /* In the catalog, on no live node's list: a dead node's (revived on the next request)
+     * or a drained one's. */
+    const char *name;
+    json_t *e;
+    json_object_foreach(entries, name, e) {
+        const char *node = json_string_value(json_object_get(e, "node"));
+        printf("%-20s %-12s %-10.8s %-9s %6s  %s\n", name, node,
+               json_string_value(json_object_get(e, "id")),
+               s_node_named(nodes, node) ? "moving" : "node-gone", "-",
+               "revived on another node by its next request");
+    }
+    json_decref(entries);
+    json_decref(nodes);
+    return 0;
+}
+
+/*  kennel drain NODE: no new sessions there; its sessions are saved and released, and each
+ *  revives on another node with its next request. Waits (at most 60 s) until the node says
+ *  it holds none. undrain: serve and place there again. */
+static int s_cluster_drain(const char *node, int on)
+{
+    catalog_t *cat = s_catalog();
+    json_t *nodes = cat ? s_nodes(cat) : NULL;
+    const json_t *rec = nodes ? s_node_named(nodes, node) : NULL;
+    int rc = 1;
+    if (nodes && !rec)
+        fprintf(stderr, "kennel: node %s is not live\n", node);
+    if (!rec || catalog_drain(cat, node, on) < 0) {
+        if (rec)
+            fprintf(stderr, "kennel: %s\n", catalog_error(cat));
+        goto done;
+    }
+    s_target_node(rec);
+    json_t *r = s_call("drain_request", json_pack("{s:b}", "on", on));
+    if (!r)
+        goto done;
+    json_decref(r);
+    rc = 0;
+    for (int tries = 0; on && tries < 120; tries++) {
+        json_decref(nodes);
+        nodes = s_nodes(cat);
+        rec = nodes ? s_node_named(nodes, node) : NULL;
+        if (!rec || json_is_true(json_object_get(rec, "drained")))
+            break;
+        usleep(500 * 1000);
+    }
+    if (on && rec && !json_is_true(json_object_get(rec, "drained"))) {
+        fprintf(stderr, "kennel: node %s still holds sessions after 60 s (cells running?); "
+                        "it goes on draining\n", node);
+        rc = 1;
+    } else if (on) {
+        printf("node %s drained: its sessions revive on other nodes with their next request\n",
+               node);
+    }
+done:
+    json_decref(nodes);
+    catalog_destroy(&cat);
+    return rc;
 }
 
 /*  A finite number and nothing after it; -1 otherwise. */
@@ -307,12 +660,36 @@ static int s_cmd_new(int argc, char **argv)
         json_decref(content);
         return 2;
     }
-    json_t *r = s_call("create_request", content);
+    json_t *r = NULL;
+    if (s_cluster[0]) {
+        /* A cluster's sessions are found by name from any machine: one is always named. */
+        char made[48];
+        if (!json_is_string(json_object_get(content, "name"))) {
+            snprintf(made, sizeof made, "s-");
+            util_uuid(made + 2);
+            made[10] = '\0';
+            json_object_set_new(content, "name", json_string(made));
+        }
+        const char *name = json_string_value(json_object_get(content, "name"));
+        if (s_cluster_route(name, 1, json_deep_copy(content), &r) < 0) {
+            json_decref(content);
+            return 1;
+        }
+    }
+    if (!r)
+        r = s_call("create_request", content);
+    else
+        json_decref(content);
     if (!r)
         return 1;
-    printf("%s\n", json_string_value(json_object_get(json_object_get(r, "session"), "connection_file")));
+    json_t *session = json_object_get(r, "session");
+    char path[PATH_MAX + 64];
+    const char *file = s_cluster[0] ? s_cluster_connection_file(session, path, sizeof path)
+                                    : json_string_value(json_object_get(session, "connection_file"));
+    if (file)
+        printf("%s\n", file);
     json_decref(r);
-    return 0;
+    return file ? 0 : 1;
 }
 
 static void s_human_bytes(char *out, size_t len, long long b)
@@ -617,6 +994,16 @@ static int s_cmd_rm(const char *name)
 {
     json_t *r = s_call("end_request", json_pack("{s:s}", "session", name));
     json_decref(r);
+    if (r && s_cluster[0]) {
+        catalog_t *cat = s_catalog();
+        if (!cat || catalog_release(cat, name, 0) < 0) {
+            if (cat)
+                fprintf(stderr, "kennel: %s\n", catalog_error(cat));
+            catalog_destroy(&cat);
+            return 1;
+        }
+        catalog_destroy(&cat);
+    }
     return r ? 0 : 1;
 }
 
@@ -1019,10 +1406,18 @@ static int s_cmd_exec(const char *name, const char *code_arg)
         free(code);
         return 2;
     }
-    json_t *r = s_create(name);
+    json_t *r = NULL;
+    if (s_cluster[0] && s_cluster_route(name, 1, NULL, &r) < 0) {
+        free(code);
+        return 1;
+    }
+    if (!r)
+        r = s_create(name);
     json_t *session = json_object_get(r, "session");
-    json_t *conn = r ? s_load_connection(json_string_value(json_object_get(session, "connection_file")))
-                     : NULL;
+    json_t *conn = json_is_object(json_object_get(session, "connection"))
+                       ? json_incref(json_object_get(session, "connection"))
+                   : r ? s_load_connection(json_string_value(json_object_get(session, "connection_file")))
+                       : NULL;
     client_t *cl = conn ? client_connect(conn) : NULL;
     int status = 1;
     if (conn && !cl)
@@ -1742,12 +2137,20 @@ int main(int argc, char **argv)
     zsys_handler_set(NULL);
     if (statedir_default(s_state_dir, sizeof s_state_dir) < 0)
         s_state_dir[0] = '\0';
+    const char *env = getenv("KENNEL_CLUSTER");
+    snprintf(s_cluster, sizeof s_cluster, "%s", env ? env : "");
+    env = getenv("KENNEL_CLUSTER_KEY");
+    snprintf(s_cluster_key, sizeof s_cluster_key, "%s", env ? env : "");
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "--state-dir") == 0 && i + 1 < argc) {
             snprintf(s_state_dir, sizeof s_state_dir, "%s", argv[++i]);
         } else if (strncmp(argv[i], "--state-dir=", 12) == 0) {
             snprintf(s_state_dir, sizeof s_state_dir, "%s", argv[i] + 12);
+        } else if (strcmp(argv[i], "--cluster") == 0 && i + 1 < argc) {
+            snprintf(s_cluster, sizeof s_cluster, "%s", argv[++i]);
+        } else if (strcmp(argv[i], "--cluster-key") == 0 && i + 1 < argc) {
+            snprintf(s_cluster_key, sizeof s_cluster_key, "%s", argv[++i]);
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             fputs(s_usage, stdout);
             return 0;
@@ -1770,6 +2173,31 @@ int main(int argc, char **argv)
     const char *cmd = argv[i];
     int nargs = argc - i;
     char **args = argv + i;
+    if (s_cluster[0]) {
+        if (s_load_keys() < 0)
+            return 1;
+        json_t *r = NULL;
+        int routed = 0;
+        if (strcmp(cmd, "ls") == 0 && nargs == 1)
+            return s_cluster_ls();
+        if ((strcmp(cmd, "drain") == 0 || strcmp(cmd, "undrain") == 0) && nargs == 2)
+            return s_cluster_drain(args[1], cmd[0] == 'd');
+        if ((strcmp(cmd, "info") == 0 || strcmp(cmd, "rm") == 0 || strcmp(cmd, "files") == 0 ||
+             strcmp(cmd, "rekey") == 0) && nargs == 2)
+            routed = s_cluster_route(args[1], 0, NULL, &r) == 0;
+        else if ((strcmp(cmd, "put") == 0 || strcmp(cmd, "get") == 0) && nargs >= 3)
+            routed = s_cluster_route(args[1], 0, NULL, &r) == 0;
+        else if (strcmp(cmd, "new") == 0 || strcmp(cmd, "exec") == 0)
+            routed = 1; /* they route themselves, with what they create */
+        else {
+            fprintf(stderr, "kennel: %s is not a cluster command (new, ls, info, rm, exec, put, "
+                            "get, files, rekey, drain, undrain)\n", cmd);
+            return 2;
+        }
+        json_decref(r);
+        if (!routed)
+            return 1;
+    }
     if (strcmp(cmd, "new") == 0)
         return s_cmd_new(nargs, args);
     if (strcmp(cmd, "ls") == 0 && nargs == 1)

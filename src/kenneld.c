@@ -27,6 +27,7 @@
 #include "kpipe.h"
 #include "log.h"
 #include "loop.h"
+#include "cluster.h"
 #include "manager.h"
 #include "statedir.h"
 #include "util.h"
@@ -189,6 +190,9 @@ int main(int argc, char **argv)
     if (s_size_for_sessions(cfg.max_sessions) < 0)
         return 1;
 
+    /* A node's session directories live in --shared, where another node finds them. */
+    if (cfg.cluster[0] && cluster_prepare(cfg.state_dir, cfg.shared, cfg.node) < 0)
+        return 1;
     if (statedir_prepare(cfg.state_dir) < 0) {
         PLOG_E("state directory %s", cfg.state_dir);
         return 1;
@@ -348,7 +352,9 @@ int main(int argc, char **argv)
                            .max_output = cfg.max_output,
                            .max_output_msgs = cfg.max_output_msgs,
                            .journal_bytes = cfg.journal_bytes,
-                           .journal_age_ms = (long long)(cfg.journal_age_s * 1000)},
+                           .journal_age_ms = (long long)(cfg.journal_age_s * 1000),
+                           .checkpoint_ms =
+                               cfg.cluster[0] ? (long long)(cfg.checkpoint_s * 1000) : 0},
     };
     wire_limits_default(&bcfg.wire_limits);
     bcfg.wire_limits.max_msg_bytes = cfg.max_message_bytes;
@@ -356,9 +362,16 @@ int main(int argc, char **argv)
     char key[40];
     util_uuid(key);
     /* Under --curve the manager's key pair goes into kenneld.json (0600, in the 0700 state
-     * directory), beside the HMAC key: whoever may read one may read the other. */
+     * directory), beside the HMAC key: whoever may read one may read the other. A cluster's
+     * nodes share theirs (--cluster-key), so `kennel --cluster` reaches every manager. */
     char curve_pub[41] = "", curve_sec[41] = "";
-    if (cfg.curve && zmq_curve_keypair(curve_pub, curve_sec) < 0) {
+    if (cfg.cluster[0] && cluster_keys(cfg.cluster_key, key, curve_pub, curve_sec) < 0) {
+        broker_destroy(&broker);
+        gate_destroy(&gate);
+        loop_destroy(&loop);
+        return 1;
+    }
+    if (cfg.curve && !cfg.cluster[0] && zmq_curve_keypair(curve_pub, curve_sec) < 0) {
         PLOG_E("cannot make a CURVE key pair (libzmq without libsodium?)");
         broker_destroy(&broker);
         gate_destroy(&gate);
@@ -384,6 +397,21 @@ int main(int argc, char **argv)
         return 1;
     }
     broker_restore(broker);
+    cluster_t *cluster = NULL;
+    if (cfg.cluster[0]) {
+        cluster_cfg_t ccfg = {cfg.cluster, cfg.node, cfg.advertise, cfg.shared, state_dir,
+                              cfg.max_sessions};
+        cluster = cluster_new(loop, broker, &ccfg);
+        if (!cluster) {
+            manager_destroy(&manager);
+            broker_destroy(&broker);
+            gate_destroy(&gate);
+            loop_destroy(&loop);
+            return 1;
+        }
+        manager_set_cluster(manager, cluster);
+        cluster_serve(cluster, manager_endpoint(manager));
+    }
 
     unsigned long long started = 0; /* with the pid, names this process (statedir_kenneld_pid) */
     if (util_start_time(getpid(), &started) < 0)
@@ -409,6 +437,7 @@ int main(int argc, char **argv)
     if (statedir_write_json(info_path, info, STATEDIR_DURABLE) < 0) {
         PLOG_E("write %s", info_path);
         json_decref(info);
+        cluster_destroy(&cluster);
         manager_destroy(&manager);
         broker_destroy(&broker);
         gate_destroy(&gate);
@@ -423,6 +452,7 @@ int main(int argc, char **argv)
         PLOG_E("the loop failed (epoll_wait)");
 
     unlink(info_path);
+    cluster_destroy(&cluster);
     manager_destroy(&manager);
     broker_destroy(&broker);
     gate_destroy(&gate);

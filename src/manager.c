@@ -9,6 +9,7 @@
 
 #include <sodium.h>
 
+#include "cluster.h"
 #include "config.h"
 #include "log.h"
 #include "route.h"
@@ -29,7 +30,28 @@ struct manager {
     int park_timer;       /* retries the parked request, or -1 */
     gate_t *gate;         /* guards the socket under CURVE, or NULL */
     unsigned char curve_key[32]; /* under CURVE: the one client key admitted (the pair's own) */
+    cluster_t *cluster;   /* kenneld --cluster's node, or NULL */
 };
+
+static void s_on_settled(void *arg);
+
+void manager_set_cluster(manager_t *self, cluster_t *cluster)
+{
+    self->cluster = cluster;
+    cluster_on_resolved(cluster, s_on_settled, self);
+}
+
+/*  Under --cluster a reply carries the connection itself: the client is on another machine,
+ *  where the file's path means nothing. */
+static void s_with_connection(const manager_t *self, json_t *info)
+{
+    const char *path = json_string_value(json_object_get(info, "connection_file"));
+    json_t *conn = self->cluster && path ? json_load_file(path, 0, NULL) : NULL;
+    if (conn) {
+        json_object_set_new(info, "connection", conn);
+        json_object_set_new(info, "node", json_string(cluster_node(self->cluster)));
+    }
+}
 
 #define MANAGER_SNDHWM 8   /* replies queued for one client that does not read */
 #define PARK_RETRY_MS 1000 /* in case a word from the broker was missed; it should not be */
@@ -189,11 +211,41 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
         return s_error("BadRequest", "curve must be true or false");
     int created = 0;
     broker_error_t err = {0};
+    /* kennel --cluster: {"gen": G} the catalog's generation; with "from" and "id", the session
+     * moves here from that node's directory (it died, or drains). */
+    json_t *jcl = json_object_get(content, "cluster");
+    long long gen = 0;
+    if (jcl) {
+        json_t *jg = json_object_get(jcl, "gen");
+        const char *from = jmsg_cstr(json_object_get(jcl, "from"));
+        const char *id = jmsg_cstr(json_object_get(jcl, "id"));
+        if (!self->cluster || !json_is_object(jcl) || !name || !json_is_integer(jg) ||
+            (gen = json_integer_value(jg)) <= 0 || (!from != !id))
+            return s_error("BadRequest", "cluster must be {gen, [from, id]} with a name, to a "
+                                         "kenneld --cluster");
+        int pend = 0;
+        json_t *have = broker_info(self->broker, name, &pend);
+        json_decref(have);
+        if (from && id && !have && !pend) {
+            char why[512];
+            json_t *info = cluster_adopt(self->cluster, name, gen, from, id, why, sizeof why);
+            if (!info)
+                return s_error("CheckpointUnavailable", why);
+            s_with_connection(self, info);
+            json_t *reply = s_ok_session(info);
+            json_object_set_new(reply, "created", json_false());
+            json_object_set_new(reply, "moved_from", json_string(from));
+            return reply;
+        }
+    }
     json_t *info = broker_create(self->broker, name, json_is_object(conn) ? conn : NULL,
                                  json_is_true(jcurve), &limits, launched, launcher, &created,
                                  &err);
     if (!info)
         return s_error(err.ename, err.evalue);
+    if (self->cluster)
+        cluster_track(self->cluster, name, gen);
+    s_with_connection(self, info);
     json_t *reply = s_ok_session(info);
     json_object_set_new(reply, "created", json_boolean(created));
     return reply;
@@ -248,6 +300,29 @@ static json_t *s_on_file(manager_t *self, const jmsg_t *req, const char *sess, v
     return json_pack("{s:s, s:s, s:I}", "status", "ok", "path", path, "size", (json_int_t)size);
 }
 
+/*  Under --cluster, a session this node does not hold may be another's: 1 and *content, a
+ *  Redirect naming that node's manager (NULL while the catalog is being asked); 0 when the
+ *  catalog names no other live node (the request goes on, to NoSuchSession). */
+static int s_redirect(manager_t *self, const char *sess, json_t **content)
+{
+    json_t *where = NULL;
+    *content = NULL;
+    if (cluster_resolve(self->cluster, sess, &where) == 1)
+        return 1;
+    const char *node = json_string_value(json_object_get(where, "node"));
+    if (!node || strcmp(node, cluster_node(self->cluster)) == 0) {
+        json_decref(where);
+        return 0;
+    }
+    char evalue[256];
+    snprintf(evalue, sizeof evalue, "session %s is on node %s", sess, node);
+    *content = s_error("Redirect", evalue);
+    json_object_set_new(*content, "node", json_string(node));
+    json_object_set(*content, "manager", json_object_get(where, "manager"));
+    json_decref(where);
+    return 1;
+}
+
 /*  Answer req, taking it; 0, or 1 when it must wait (req kept): a file request whose
  *  workspace image is being made, an info or list whose memory is being measured. */
 static int s_handle(manager_t *self, jmsg_t *req)
@@ -269,8 +344,20 @@ static int s_handle(manager_t *self, jmsg_t *req)
         if (pending)
             return 1;
         content = json_pack("{s:s, s:o}", "status", "ok", "sessions", list);
+    } else if (strcmp(type, "drain_request") == 0) {
+        json_t *on = json_object_get(jmsg_content(req), "on");
+        if (!self->cluster || !json_is_boolean(on)) {
+            content = s_error("BadRequest", "drain_request takes {on: true|false}, to a "
+                                            "kenneld --cluster");
+        } else {
+            cluster_drain(self->cluster, json_is_true(on));
+            content = json_pack("{s:s}", "status", "ok");
+        }
     } else if (!sess) {
         content = s_error("BadRequest", "session must be a non-empty string");
+    } else if (self->cluster && !broker_has(self->broker, sess) && s_redirect(self, sess, &content)) {
+        if (!content)
+            return 1; /* the catalog is being asked, off the loop */
     } else if (strncmp(type, "file_", 5) == 0) {
         void *data = NULL;
         size_t len = 0;
@@ -292,6 +379,8 @@ static int s_handle(manager_t *self, jmsg_t *req)
         json_t *info = broker_info(self->broker, sess, &pending);
         if (pending)
             return 1;
+        if (info)
+            s_with_connection(self, info);
         content = info ? s_ok_session(info) : s_error("NoSuchSession", "no session has that id or name");
     } else {
         content = broker_end(self->broker, sess) == 0

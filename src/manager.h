@@ -7,6 +7,7 @@
 #include <czmq.h>
 
 #include "broker.h"
+#include "cluster.h"
 #include "gate.h"
 #include "loop.h"
 #include "wire.h"
@@ -23,5 +24,7 @@ manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, con
 void manager_destroy(manager_t **self_p);
 /*  The endpoint clients connect to (with the real port). Borrowed. */
 const char *manager_endpoint(const manager_t *self);
+/*  kenneld --cluster: the node the manager answers for (create's moves, drain_request). */
+void manager_set_cluster(manager_t *self, cluster_t *cluster);
 
 #endif

@@ -79,11 +79,15 @@ struct session {
     char last_outcome[24];     /* outcome of the last execute_request, for info */
     int storing;               /* the kernel sent its state; ops->snapshot_store keeps it */
     int evicting;              /* the kernel is being killed after saving its state */
+    int dirty;                 /* a cell ran since the last save (checkpoint_ms) */
+    int checkpointing;         /* the save under way is a checkpoint: the kernel stays */
     int stopping;              /* kenneld is stopping: session_save evicts, no TTL runs */
     int live_at_stop;          /* restored: the last kenneld stopped with its kernel alive */
     int restore_pending;       /* the next hello gets the snapshot */
     json_t *unsaved;           /* names the last save could not keep (array) */
     char *notice;              /* told to the next cell: what a revival lost */
+    char *origin;              /* told to the next cell first: where a moved session's state
+                                * is from (cluster) */
     char created[UTIL_ISO_LEN];
     long long active_ms;       /* monotonic time of the last client message */
     long long used_ms;         /* ... or of the end of a request, if later: what the time to
@@ -151,6 +155,7 @@ void session_destroy(session_t **self_p)
     json_decref(self->kernel_info);
     json_decref(self->unsaved);
     free(self->notice);
+    free(self->origin);
     free(self->id);
     free(self->name);
     free(self);
@@ -687,12 +692,19 @@ static void s_cell_begin(session_t *self, long long own)
     /* A comm message's handlers run user code (a widget's observers) under the session's
      * deadline, as a cell does. */
     int is_execute = strcmp(jmsg_type(self->current), "execute_request") == 0;
+    if (is_execute)
+        self->dirty = 1; /* the next idle checkpoint_ms saves it (s_idle_rearm) */
     if (!is_execute && route_lookup(jmsg_type(self->current))->reply_type)
         return;
     self->cell_timeout_ms = own >= 0 ? own : self->limits.timeout_ms;
     if (self->cell_timeout_ms > 0) {
         self->deadline_phase = 1;
         self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->cell_timeout_ms);
+    }
+    if (is_execute && self->origin) {
+        s_notify(self, self->current, self->origin);
+        free(self->origin);
+        self->origin = NULL;
     }
     if (is_execute && self->notice) {
         s_notify(self, self->current, self->notice);
@@ -721,6 +733,8 @@ static void s_idle_rearm(session_t *self)
     }
     if (self->limits.idle_timeout_ms > 0)
         self->ops->timer_arm(self->ctx, SESSION_TIMER_IDLE, self->limits.idle_timeout_ms);
+    if (self->limits.checkpoint_ms > 0 && self->dirty)
+        self->ops->timer_arm(self->ctx, SESSION_TIMER_CHECKPOINT, self->limits.checkpoint_ms);
 }
 
 /*  After eviction the idle timer counts down the rest of the session's time to live, from
@@ -791,6 +805,17 @@ void session_on_timer(session_t *self, session_timer_t which)
     }
     if (which == SESSION_TIMER_IDLE) {
         s_evict(self);
+        return;
+    }
+    if (which == SESSION_TIMER_CHECKPOINT) {
+        /* Saved as an eviction saves, but the kernel stays (session_on_snapshot_stored). A
+         * session in use is checkpointed when it is next idle long enough. */
+        if (self->dirty && self->state == SESSION_IDLE && zlistx_size(self->queue) == 0) {
+            self->checkpointing = 1;
+            s_evict(self);
+            if (self->state != SESSION_SAVING)
+                self->checkpointing = 0;
+        }
         return;
     }
     /* The deadline of a cell, or of a save or restore of state (s_state_deadline). */
@@ -1190,6 +1215,12 @@ static void s_set_notice(session_t *self, const char *text)
     self->notice = text ? strdup(text) : NULL;
 }
 
+void session_set_origin(session_t *self, const char *text)
+{
+    free(self->origin);
+    self->origin = text ? strdup(text) : NULL;
+}
+
 /*  The per-request output cap: outputs past max_output bytes (each message charged
  *  OUTPUT_MSG_COST beyond its own) or past max_output_msgs messages are dropped, and the
  *  client gets one notice instead of a flood. The budget runs from a request's start to the
@@ -1319,6 +1350,8 @@ void session_on_snapshot_stored(session_t *self, const char *why)
     if (self->state != SESSION_SAVING || !self->storing)
         return; /* the kernel died meanwhile, or the session ended: the snapshot is dropped */
     self->storing = 0;
+    if (why)
+        self->checkpointing = 0;
     if (why) {
         /* Keeping the kernel beats losing its state: try again after the next idle period. */
         LOG_W("session=%s: state not saved (%s); not evicting", self->id, why);
@@ -1326,6 +1359,16 @@ void session_on_snapshot_stored(session_t *self, const char *why)
         self->unsaved = NULL;
         self->state = SESSION_IDLE;
         s_idle_rearm(self);
+        s_pump(self);
+        return;
+    }
+    if (self->checkpointing) {
+        /* A checkpoint: the snapshot is on disk, the kernel serves on. The idle clock runs
+         * on from the session's last use. */
+        LOG_I("session=%s: checkpointed (its state saved; the kernel serves on)", self->id);
+        self->checkpointing = 0;
+        self->dirty = 0;
+        self->state = SESSION_IDLE;
         s_pump(self);
         return;
     }
@@ -1371,7 +1414,10 @@ static int s_on_restored(session_t *self, const json_t *op, const char **why)
     s_note_lost(self, json_is_array(failed) ? failed : NULL);
     json_decref(self->unsaved);
     self->unsaved = NULL;
-    self->ops->snapshot_drop(self->ctx);
+    /* Under checkpoints the snapshot stays: it is still the session's state, the one another
+     * node revives it from should this one die before the next checkpoint. */
+    if (self->limits.checkpoint_ms <= 0)
+        self->ops->snapshot_drop(self->ctx);
     self->state = SESSION_IDLE;
     LOG_I("session=%s: state restored", self->id);
     s_idle_rearm(self);

@@ -24,8 +24,13 @@ typedef enum {
 
 /*  The session's timers: a cell's deadline, the idle clock, and the flush of output held
  *  while the clients lag (outbox.h). */
-typedef enum { SESSION_TIMER_CELL = 0, SESSION_TIMER_IDLE = 1, SESSION_TIMER_FLUSH = 2 } session_timer_t;
-#define SESSION_TIMERS 3
+typedef enum {
+    SESSION_TIMER_CELL = 0,
+    SESSION_TIMER_IDLE = 1,
+    SESSION_TIMER_FLUSH = 2,
+    SESSION_TIMER_CHECKPOINT = 3, /* a cluster node's checkpoint (session_limits_t) */
+} session_timer_t;
+#define SESSION_TIMERS 4
 
 #define SESSION_TOO_LARGE -2 /* to_kernel: the parts do not fit in one frame */
 
@@ -86,6 +91,9 @@ typedef struct {
     long long journal_age_ms; /* a cell ended longer ago is forgotten; 0: kept while room */
     long long idle_timeout_ms; /* evict after this long without a client message; 0: never */
     long long ttl_ms;      /* an evicted session unused this long (in all) ends; 0: never */
+    long long checkpoint_ms; /* kenneld --cluster: once a cell has run and the session has been
+                              * idle this long, its state is saved (the eviction's snapshot)
+                              * and its kernel kept; 0: never */
     /* Budgets, summed over the session's cells that reached a kernel (also across restarts,
      * evictions and kenneld restarts, through session_history); once one is spent, an
      * execute_request is refused with BudgetExhausted, outcome "budget". 0: none. */
@@ -144,6 +152,9 @@ void session_end(session_t *self, const char *why);
  *  what the kernel sends is dropped unread until the next request starts. */
 int session_output_capped(const session_t *self);
 session_state_t session_state(const session_t *self);
+/*  A line the next cell is told on stderr before any other notice: a cluster node's revival
+ *  says where the session's state is from. NULL: none. */
+void session_set_origin(session_t *self, const char *text);
 const char *session_state_name(session_state_t state);
 const char *session_id(const session_t *self);
 const char *session_name(const session_t *self);

@@ -78,7 +78,7 @@ TEST(each_bad_member_has_its_reason)
     CHECK_STR(s_refusal(c, 1, &ename), "transport must be tcp or ipc");
     json_object_set_new(c, "transport", json_string("tcp"));
     json_object_set_new(c, "ip", json_string("0.0.0.0"));
-    CHECK_STR(s_refusal(c, 1, &ename), "sessions bind to 127.0.0.1 only");
+    CHECK_STR(s_refusal(c, 1, &ename), "sessions bind to 127.0.0.1 (or kenneld --advertise) only");
     json_object_set_new(c, "ip", json_string("127.0.0.1"));
     json_object_set_new(c, "hb_port", json_integer(70000));
     CHECK_STR(s_refusal(c, 1, &ename), "hb_port must be a port number");
