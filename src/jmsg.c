@@ -365,6 +365,21 @@ zframe_t *jmsg_release_raw(jmsg_t *self, jmsg_part_t part)
     return f;
 }
 
+int jmsg_freeze(jmsg_t *self)
+{
+    for (int i = 0; i < JMSG_NPARTS; i++) {
+        if (self->raw[i] || !self->json[i])
+            continue;
+        char *text = json_dumps(self->json[i], JSON_COMPACT);
+        zframe_t *frame = text ? zframe_new(text, strlen(text)) : NULL;
+        free(text);
+        if (!frame)
+            return -1;
+        self->raw[i] = frame; /* (no members left out: omitted stays empty) */
+    }
+    return 0;
+}
+
 const void *jmsg_raw(const jmsg_t *self, jmsg_part_t part, size_t *len_out)
 {
     zframe_t *f = self->raw[part];

@@ -64,6 +64,11 @@ void jmsg_set_json(jmsg_t *self, jmsg_part_t part, json_t *obj);
  *  but a shallowly parsed part keeps the members obj lacks, as their raw bytes, except
  *  those whose key obj has. 0, or -1 on allocation failure (obj is freed, the part left). */
 int jmsg_amend(jmsg_t *self, jmsg_part_t part, json_t *obj);
+/*  Give each part set as JSON its serialised bytes now, keeping the JSON: whatever reads the
+ *  message next (the replay journal, then wire's encoder) reuses those bytes instead of
+ *  serialising the part again. A later jmsg_set_json drops them as usual. 0, or -1 on
+ *  allocation failure (parts not done stay JSON only, which is still a whole message). */
+int jmsg_freeze(jmsg_t *self);
 /*  Set the parent from another message's header (raw bytes reused when present). */
 int jmsg_set_parent_from(jmsg_t *self, const jmsg_t *parent);
 /*  The raw bytes of a part, or NULL when it was set as JSON. Borrowed, valid until the part
