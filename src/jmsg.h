@@ -29,7 +29,8 @@ typedef struct jmsg jmsg_t;
 
 /*  A new message of msg_type from `session` (the sender's session uuid): a fresh header
  *  (uuid msg_id, username "kernel", ISO date, version 5.3), empty parent, metadata, content.
- *  NULL on allocation failure. */
+ *  The header has its bytes already (jmsg_raw), so it is encoded from them: to change it, set
+ *  a changed copy with jmsg_set_json, as for any part with bytes. NULL on allocation failure. */
 jmsg_t *jmsg_new(const char *msg_type, const char *session);
 /*  A message with all four parts empty objects and no header fields (for decoders). */
 jmsg_t *jmsg_new_empty(void);
