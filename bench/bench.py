@@ -1273,6 +1273,7 @@ def _cclient_trips(conn, warmup, n):
 
 
 CCLIENT = [None]
+COST_BASELINE_K = 1107  # kenneld's instructions per warm 1+1 at 93718ff, before issue #27
 
 
 def bench_rtt_cost(res):
@@ -2604,6 +2605,16 @@ def targets(res):
         out.append(("a neighbour's p50 during a tiny-message flood within 3x of quiet",
                     f"{worst:.1f}x", worst <= 3))
     rt = res.get("runtime")
+    rc = res.get("rtt_cost")
+    if rc:
+        ins = rc["kenneld_instructions"]
+        out.append((f"kenneld's instructions per warm 1+1 <= 1/3 of {COST_BASELINE_K} k "
+                    "(issue #27)", f"{ins / 1e3:.0f} k", ins <= COST_BASELINE_K * 1e3 / 3))
+    r = res.get("warm_rtt_ms")
+    if r:
+        x = r["ipykernel"]["median"] / r["kennel"]["median"]
+        out.append(("warm round trip >= 8x faster than ipykernel at p50 (issue #27)",
+                    f"{x:.1f}x", x >= 8))
     sd = res.get("sdk_ms")
     if sd:
         p50 = sd["kennel_sdk"]["median"]
