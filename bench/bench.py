@@ -81,7 +81,7 @@ Measurements
 Environment knobs (defaults in brackets; BENCH_QUICK=1 shrinks every N to a smoke-test size):
   BENCH_QUICK           1: tiny N's everywhere, for a smoke run (~1 min)                [0]
   BENCH_ONLY            sections: starts, png, rtt, fleet, burst, flood, mcp, runtime,
-                        gateway, curve, sdk                                             [all]
+                        gateway, curve, sdk, rtt_cost                                   [all]
   BENCH_STARTS          kennel starts per spawner (measurements 1 and 7)                [20]
   BENCH_IPY_STARTS      ipykernel starts                                                [8]
   BENCH_PLOTS           kennel new session -> first PNG                                 [10]
@@ -113,6 +113,7 @@ or Ctrl-C. p99 is the nearest-rank percentile: with fewer than 100 samples it is
 """
 
 import gc
+import glob
 import json
 import re
 import math
@@ -178,7 +179,7 @@ def _long_cell(parts=12):
 LONG_CELL = _long_cell()
 
 SECTIONS = ("starts", "png", "rtt", "fleet", "burst", "flood", "mcp", "runtime", "gateway",
-            "curve", "sdk", "cluster")
+            "curve", "sdk", "cluster", "rtt_cost")
 
 
 def knob(name, default, quick):
@@ -209,6 +210,7 @@ N = {
     "flood_trips": knob("BENCH_FLOOD_TRIPS", 200, 20),
     "mcp_trips": knob("BENCH_MCP_TRIPS", 500, 40),
     "sdk_trips": knob("BENCH_SDK_TRIPS", 500, 40),
+    "cost_trips": knob("BENCH_COST_TRIPS", 200, 20),
     "runtime_n": knob("BENCH_RUNTIME_N", 3, 1),
     "runtime_starts": knob("BENCH_RUNTIME_STARTS", 10, 2),
     "curve_trips": knob("BENCH_CURVE_TRIPS", 500, 40),
@@ -613,7 +615,7 @@ def _uid_base():
 
 
 class Kenneld:
-    def __init__(self, label, args=(), env=None):
+    def __init__(self, label, args=(), env=None, wrap=()):
         self.label = label
         self.args = list(args)
         self.root = tempfile.mkdtemp(prefix="kb-", dir="/tmp")  # short: ipc paths are bounded
@@ -626,7 +628,7 @@ class Kenneld:
         LIVE.append(self)
         with open(self.log_path, "wb") as logf:
             self.proc = subprocess.Popen(
-                [KENNELD, "--state-dir", self.state, "--log-level", "warn",
+                [*wrap, KENNELD, "--state-dir", self.state, "--log-level", "warn",
                  "--uid-base", str(_uid_base()), *self.args],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                 env=dict(os.environ, **(env or {})))
@@ -1205,6 +1207,169 @@ def bench_rtt(res):
         "client_cpu_ms_per_trip": {lbl: statistics.fmean(v) for lbl, v in cpu.items()},
         "client_cpu_note": "this process's CPU time (its Python and libzmq's I/O thread) per "
                            "trip: a kernel's trip is 1 shell + 4 iopub messages in, 1 out"}
+
+
+# ---- rtt_cost: where a warm round trip's work goes (issue #27) ---------------------------------
+
+def _build_tool(name, libs, shared=False):
+    """Compile bench/<name>.c into this run's own directory; its path."""
+    out = os.path.join(tempfile.gettempdir(), f"kb-{os.getpid()}-{name}"
+                       + (".so" if shared else ""))
+    cmd = ["cc", "-O2", "-Wall", "-o", out, os.path.join(ROOT, "bench", name + ".c"), *libs]
+    if shared:
+        cmd[1:1] = ["-shared", "-fPIC"]
+    subprocess.run(cmd, check=True)
+    return out
+
+
+def _tree_cpu_ns(root_pid):
+    """CPU time (ns, /proc schedstat: every thread) of root_pid and all its descendants."""
+    total = 0
+    for pid in [root_pid, *descendants(root_pid)]:
+        for task in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+            try:
+                with open(task) as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+    return total
+
+
+def _strace_calls(pids, run):
+    """System calls made by pids (every thread: strace -f) while run() runs: {pid: (total,
+    {name: calls})}."""
+    out = {}
+    procs = []
+    for pid in pids:
+        path = os.path.join(tempfile.gettempdir(), f"kb-strace-{os.getpid()}-{pid}")
+        procs.append((pid, path, subprocess.Popen(
+            ["strace", "-c", "-f", "-q", "-o", path, "-p", str(pid)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+    time.sleep(1.0)  # attached to every thread
+    try:
+        run()
+    finally:
+        for pid, path, p in procs:
+            p.send_signal(signal.SIGINT)
+            p.wait(30)
+            calls = {}
+            with open(path) as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) >= 5 and parts[-1] != "total" and parts[0][0].isdigit():
+                        calls[parts[-1]] = int(parts[3])
+            os.unlink(path)
+            out[pid] = (sum(calls.values()), calls)
+    return out
+
+
+def _kernel_python(kernel_pid):
+    """The kernel's Python process: the child of the session's init (kernel_pid)."""
+    kids = [p for p, st in descendants(kernel_pid).items() if st[1] == kernel_pid]
+    return kids[0] if kids else kernel_pid
+
+
+def _cclient_trips(conn, warmup, n):
+    """n warm round trips of the C client (bench/cclient.c): latencies in ms."""
+    out = subprocess.run([CCLIENT[0], _url(conn, "shell_port"), _url(conn, "iopub_port"),
+                          conn["key"], str(warmup), str(n)],
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    return [float(x) for x in out.split()]
+
+
+CCLIENT = [None]
+COST_BASELINE_K = 1107  # kenneld's instructions per warm 1+1 at 93718ff, before issue #27
+
+
+def bench_rtt_cost(res):
+    n = N["cost_trips"]
+    log(f"rtt_cost: per warm `1+1`, over {n} round trips: kenneld's instructions (callgrind), "
+        "kenneld's and the kernel's system calls (strace) and CPU; the C client's round trip")
+    CCLIENT[0] = _build_tool("cclient", ["-lzmq", "-lsodium"])
+    shim = _build_tool("pidfd_shim", ["-lpthread"], shared=True)
+    out = {}
+    (k,) = start_kennelds([("rtt_cost", [])])
+    ctx = zmq.Context()
+    c = None
+    try:
+        k.wait_pool(300)
+        info = k.create("cost")
+        conn = conn_of(info)
+        c = Raw(ctx, conn)
+        prime(c)
+        round_trips(c, 1, warmup=50)
+        kpy = _kernel_python(info["kernel_pid"])
+        # CPU from schedstat: kenneld (all its threads) and the kernel's Python.
+        kd0, kp0 = _tree_cpu_ns(k.proc.pid) - _tree_cpu_ns(info["kernel_pid"]), \
+            _tree_cpu_ns(kpy)
+        half = max(1, n // 2)
+        times = round_trips(c, n, warmup=0)[0]
+        kd1, kp1 = _tree_cpu_ns(k.proc.pid) - _tree_cpu_ns(info["kernel_pid"]), \
+            _tree_cpu_ns(kpy)
+        # (kenneld's tree less the session's: the pool's idle kernels and the zygote add ~0)
+        out["kenneld_cpu_ms"] = (kd1 - kd0) / 1e6 / n
+        out["kernel_cpu_ms"] = (kp1 - kp0) / 1e6 / n
+        out["lean_python_client"] = summary(times)
+        counts = _strace_calls([k.proc.pid, kpy], lambda: round_trips(c, n, warmup=0))
+        total, calls = counts[k.proc.pid]
+        out["kenneld_syscalls"] = total / n
+        out["kenneld_syscalls_by_name"] = {name: v / n for name, v in
+                                           sorted(calls.items(), key=lambda x: -x[1])[:12]}
+        total, calls = counts[kpy]
+        out["kernel_syscalls"] = total / n
+        out["kernel_syscalls_by_name"] = {name: v / n for name, v in
+                                          sorted(calls.items(), key=lambda x: -x[1])[:12]}
+        # The C client and the lean Python client, in alternating halves.
+        lat = {"c": [], "python": []}
+        for _ in range(2):
+            lat["c"] += _cclient_trips(conn, 50, half)
+            lat["python"] += round_trips(c, half)[0]
+        out["c_client"] = summary(lat["c"])
+        out["python_client"] = summary(lat["python"])
+    finally:
+        if c is not None:
+            c.close()
+        ctx.term()
+        stop(k)
+    # Instructions: kenneld under callgrind (valgrind 3.19 lacks pidfd_open: the shim stands in
+    # for it; and open_tree: so no sandbox, which changes nothing of a warm cell's path in
+    # kenneld). Counters zeroed after the warm-up, dumped after n round trips; all threads.
+    cg_dir = tempfile.mkdtemp(prefix="kb-cg-", dir="/tmp")
+    k = Kenneld("callgrind", ["--insecure-no-sandbox", "--pool", "1"],
+                env={"LD_PRELOAD": shim},
+                wrap=["valgrind", "--tool=callgrind", "-q",
+                      f"--callgrind-out-file={cg_dir}/cg.%p"])
+    ctx = zmq.Context()
+    c = None
+    try:
+        k.wait_started(300)
+        k.wait_pool(300)
+        c = Raw(ctx, conn_of(k.create("cost")))
+        prime(c)
+        round_trips(c, 1, warmup=50)
+        subprocess.run(["callgrind_control", "-z", str(k.proc.pid)], check=True,
+                       capture_output=True)
+        round_trips(c, n, warmup=0)
+        subprocess.run(["callgrind_control", "-d", str(k.proc.pid)], check=True,
+                       capture_output=True)
+        dumps = glob.glob(os.path.join(cg_dir, "cg.*.1"))
+        with open(dumps[0]) as f:
+            total = next(int(line.split()[1]) for line in f if line.startswith("totals:"))
+        out["kenneld_instructions"] = total / n
+    finally:
+        if c is not None:
+            c.close()
+        ctx.term()
+        stop(k)
+        shutil.rmtree(cg_dir, ignore_errors=True)
+    for path in (CCLIENT[0], shim):
+        os.unlink(path)
+    out["n"] = n
+    res["rtt_cost"] = out
+    log(f"  kenneld: {out['kenneld_instructions'] / 1e3:.0f} k instructions, "
+        f"{out['kenneld_syscalls']:.1f} system calls, {out['kenneld_cpu_ms']:.3f} ms CPU a cell; "
+        f"kernel: {out['kernel_cpu_ms']:.3f} ms CPU, {out['kernel_syscalls']:.1f} system calls; "
+        f"C client p50 {out['c_client']['median']:.3f} ms, Python {out['python_client']['median']:.3f} ms")
 
 
 # ---- floods: a neighbour's round trip while another session floods its iopub -------------------
@@ -2345,6 +2510,19 @@ def table(res):
         m = gw["idle_websockets"]
         rows.append((f"  {m['websockets']} idle WebSockets: the gateway's added PSS",
                      fmt_mib(m["added_bytes"]), "", ""))
+    rc = res.get("rtt_cost")
+    if rc:
+        rows.append(("warm `1+1`, the C client (bench/cclient.c): p50 / p99",
+                     f"{rc['c_client']['median']:.2f} / {rc['c_client']['p99']:.2f} ms", "", ""))
+        rows.append(("  same session, the lean Python client, alternating: p50 / p99",
+                     f"{rc['python_client']['median']:.2f} / {rc['python_client']['p99']:.2f} ms",
+                     "", ""))
+        rows.append(("kenneld's instructions per warm `1+1` (callgrind, all threads)",
+                     f"{rc['kenneld_instructions'] / 1e3:.0f} k", "", ""))
+        rows.append(("  kenneld's system calls per warm `1+1` (strace -f) / CPU",
+                     f"{rc['kenneld_syscalls']:.1f} / {rc['kenneld_cpu_ms']:.3f} ms", "", ""))
+        rows.append(("  the kernel's system calls per warm `1+1` / CPU",
+                     f"{rc['kernel_syscalls']:.1f} / {rc['kernel_cpu_ms']:.3f} ms", "", ""))
     sd = res.get("sdk_ms")
     if sd:
         ks, d = sd["kennel_sdk"], sd["direct"]
@@ -2587,6 +2765,16 @@ def targets(res):
         out.append(("a neighbour's p50 during a tiny-message flood within 3x of quiet",
                     f"{worst:.1f}x", worst <= 3))
     rt = res.get("runtime")
+    rc = res.get("rtt_cost")
+    if rc:
+        ins = rc["kenneld_instructions"]
+        out.append((f"kenneld's instructions per warm 1+1 <= 1/3 of {COST_BASELINE_K} k "
+                    "(issue #27)", f"{ins / 1e3:.0f} k", ins <= COST_BASELINE_K * 1e3 / 3))
+    r = res.get("warm_rtt_ms")
+    if r:
+        x = r["ipykernel"]["median"] / r["kennel"]["median"]
+        out.append(("warm round trip >= 8x faster than ipykernel at p50 (issue #27)",
+                    f"{x:.1f}x", x >= 8))
     sd = res.get("sdk_ms")
     if sd:
         p50 = sd["kennel_sdk"]["median"]
@@ -2653,7 +2841,8 @@ def main():
         steps = {"starts": bench_starts, "png": bench_png, "rtt": bench_rtt,
                  "fleet": bench_fleet, "burst": bench_burst, "flood": bench_flood,
                  "mcp": bench_mcp, "runtime": bench_runtime, "gateway": bench_gateway,
-                 "curve": bench_curve, "sdk": bench_sdk, "cluster": bench_cluster}
+                 "curve": bench_curve, "sdk": bench_sdk, "cluster": bench_cluster,
+                 "rtt_cost": bench_rtt_cost}
         for name in SECTIONS:
             if name in ONLY:
                 machine.setdefault("loadavg_by_section", {})[name] = list(os.getloadavg())

@@ -223,8 +223,16 @@ int client_send_meta(client_t *self, client_channel_t channel, const char *msg_t
         json_decref(metadata);
         return -1;
     }
-    json_t *h = jmsg_header(m);
-    json_object_set_new(h, "username", json_string("kennel"));
+    /* A copy, set again: the header's bytes are jmsg_new's (see jmsg_new). */
+    json_t *h = json_deep_copy(jmsg_header(m));
+    if (!h || json_object_set_new(h, "username", json_string("kennel")) < 0) {
+        json_decref(h);
+        jmsg_destroy(&m);
+        json_decref(content);
+        json_decref(metadata);
+        return -1;
+    }
+    jmsg_set_json(m, JMSG_HEADER, h);
     jmsg_set_json(m, JMSG_CONTENT, content);
     if (metadata)
         jmsg_set_json(m, JMSG_METADATA, metadata);

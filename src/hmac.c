@@ -11,6 +11,9 @@
 
 struct hmac {
     size_t key_len;
+    /* The HMAC state after the key's inner and outer pads (two SHA-256 blocks): each
+     * signature starts from a copy of it instead of hashing the key again. Wiped too. */
+    crypto_auth_hmacsha256_state keyed;
     unsigned char key[]; /* wiped in hmac_destroy */
 };
 
@@ -22,6 +25,7 @@ hmac_t *hmac_new(const void *key, size_t key_len)
     self->key_len = key_len;
     if (key_len)
         memcpy(self->key, key, key_len);
+    crypto_auth_hmacsha256_init(&self->keyed, self->key, key_len);
     return self;
 }
 
@@ -36,6 +40,7 @@ void hmac_destroy(hmac_t **self_p)
         return;
     hmac_t *self = *self_p;
     sodium_memzero(self->key, self->key_len);
+    sodium_memzero(&self->keyed, sizeof self->keyed);
     free(self);
     *self_p = NULL;
 }
@@ -57,9 +62,8 @@ void hmac_sign(const hmac_t *self, const void *const *parts, const size_t *lens,
         hex_out[0] = '\0';
         return;
     }
-    crypto_auth_hmacsha256_state st;
+    crypto_auth_hmacsha256_state st = self->keyed;
     unsigned char mac[crypto_auth_hmacsha256_BYTES];
-    crypto_auth_hmacsha256_init(&st, self->key, self->key_len);
     for (size_t i = 0; i < n; i++)
         crypto_auth_hmacsha256_update(&st, parts[i], lens[i]);
     crypto_auth_hmacsha256_final(&st, mac);
@@ -84,7 +88,7 @@ hmac_check_t *hmac_check_new(const hmac_t *self, const void *sig, size_t sig_len
     if (!c->is_null) {
         if (c->sig_ok)
             memcpy(c->sig, sig, HMAC_HEX_LEN);
-        crypto_auth_hmacsha256_init(&c->st, self->key, self->key_len);
+        c->st = self->keyed;
     }
     return c;
 }

@@ -29,7 +29,8 @@ typedef struct jmsg jmsg_t;
 
 /*  A new message of msg_type from `session` (the sender's session uuid): a fresh header
  *  (uuid msg_id, username "kernel", ISO date, version 5.3), empty parent, metadata, content.
- *  NULL on allocation failure. */
+ *  The header has its bytes already (jmsg_raw), so it is encoded from them: to change it, set
+ *  a changed copy with jmsg_set_json, as for any part with bytes. NULL on allocation failure. */
 jmsg_t *jmsg_new(const char *msg_type, const char *session);
 /*  A message with all four parts empty objects and no header fields (for decoders). */
 jmsg_t *jmsg_new_empty(void);
@@ -64,6 +65,11 @@ void jmsg_set_json(jmsg_t *self, jmsg_part_t part, json_t *obj);
  *  but a shallowly parsed part keeps the members obj lacks, as their raw bytes, except
  *  those whose key obj has. 0, or -1 on allocation failure (obj is freed, the part left). */
 int jmsg_amend(jmsg_t *self, jmsg_part_t part, json_t *obj);
+/*  Give each part set as JSON its serialised bytes now, keeping the JSON: whatever reads the
+ *  message next (the replay journal, then wire's encoder) reuses those bytes instead of
+ *  serialising the part again. A later jmsg_set_json drops them as usual. 0, or -1 on
+ *  allocation failure (parts not done stay JSON only, which is still a whole message). */
+int jmsg_freeze(jmsg_t *self);
 /*  Set the parent from another message's header (raw bytes reused when present). */
 int jmsg_set_parent_from(jmsg_t *self, const jmsg_t *parent);
 /*  The raw bytes of a part, or NULL when it was set as JSON. Borrowed, valid until the part

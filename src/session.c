@@ -316,8 +316,11 @@ void session_history_restore(session_t *self, const json_t *h)
 /*  Send msg on channel now; what goes to iopub goes into the journal too. Takes *msg_p. */
 static void s_emit(session_t *self, unsigned channel, jmsg_t **msg_p)
 {
-    if (channel == ROUTE_IOPUB)
+    if (channel == ROUTE_IOPUB) {
+        /* Serialised once, for the journal and the wire both (a failure only costs that). */
+        (void)jmsg_freeze(*msg_p);
         journal_add(self->journal, *msg_p, util_now_ms());
+    }
     self->ops->send(self->ctx, channel, msg_p);
 }
 

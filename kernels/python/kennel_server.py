@@ -186,19 +186,27 @@ class Kernel:
         self._pipe.send({"op": "restored", "failed": _some(failed)})
 
     def publish(self, msg_type, content):
-        """Send one iopub message after all stream output written before it."""
+        """Send one iopub message after all stream output written before it.
+
+        A cell's execute_result is held for its reply, which follows it once IPython's
+        post-execute hooks have run: one write to kenneld instead of two (the pipe's send;
+        anything sent first, a hook's figure or a stream, sends it first). Not when IPython
+        shows more than the last statement: code runs after it, and its Out must not wait
+        for that code."""
+        hold = (msg_type == "execute_result"
+                and self._shell.ast_node_interactivity in ("last_expr", "last_expr_or_assign"))
         try:
-            self.send_iopub(msg_type, content)
+            self.send_iopub(msg_type, content, hold=hold)
         except FrameError as e:
             self._publish_stream("stderr", f"[kennel: {msg_type} not sent: {e}]\n")
 
-    def send_iopub(self, msg_type, content, metadata=None, buffers=()):
+    def send_iopub(self, msg_type, content, metadata=None, buffers=(), hold=False):
         """Send one iopub message, with its binary buffers, after all stream output written
         before it; from any thread. Raises FrameError when it cannot be sent (content that
         is not JSON, more than 61 buffers, past 64 MiB)."""
         with self._streams.flushed():
             self._pipe.send({"op": "iopub", "msg_type": msg_type}, metadata or {}, content,
-                            *buffers)
+                            *buffers, hold=hold)
 
     def _publish_stream(self, name, text):
         self._pipe.send({"op": "iopub", "msg_type": "stream"}, {}, {"name": name, "text": text})
@@ -416,7 +424,7 @@ class _Muted:
     def __init__(self, pipe):
         self._real = pipe
 
-    def send(self, op, *parts):
+    def send(self, op, *parts, hold=False):
         pass
 
     def __getattr__(self, name):

@@ -11,7 +11,9 @@
 static jmsg_t *s_msg(const char *type, const char *cell, const char *parent_type, json_t *content)
 {
     jmsg_t *parent = jmsg_new(parent_type, "client");
-    json_object_set_new(jmsg_header(parent), "msg_id", json_string(cell));
+    json_t *h = json_deep_copy(jmsg_header(parent)); /* (jmsg_new's header has its bytes) */
+    json_object_set_new(h, "msg_id", json_string(cell));
+    jmsg_set_json(parent, JMSG_HEADER, h);
     jmsg_t *m = jmsg_new(type, "kernel");
     jmsg_set_parent_from(m, parent);
     jmsg_destroy(&parent);

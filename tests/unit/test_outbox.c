@@ -35,7 +35,9 @@ static void s_rec_free(rec_t *r)
 static jmsg_t *s_msg(const char *type, const char *cell, const char *content)
 {
     jmsg_t *parent = jmsg_new("execute_request", "client");
-    json_object_set_new(jmsg_header(parent), "msg_id", json_string(cell));
+    json_t *h = json_deep_copy(jmsg_header(parent)); /* (jmsg_new's header has its bytes) */
+    json_object_set_new(h, "msg_id", json_string(cell));
+    jmsg_set_json(parent, JMSG_HEADER, h);
     jmsg_t *m = jmsg_new(type, "kernel");
     jmsg_set_parent_from(m, parent);
     jmsg_destroy(&parent);
