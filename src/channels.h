@@ -31,6 +31,9 @@ typedef struct {
                               * holders are admitted (s_admit) */
     gate_t *gate;            /* asked about every handshake (gate.h), or NULL: anyone in */
     size_t max_clients;      /* with a gate: connections each socket admits (0: no bound) */
+    const uid_t *uids;       /* users admitted without CURVE besides kenneld's own, root and
+                              * channels_admit_user's: the session's tenant's (copied) */
+    size_t nuids;            /* at most CHANNELS_MAX_ADMITTED */
 } channels_cfg_t;
 
 typedef struct channels channels_t;

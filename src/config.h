@@ -77,6 +77,8 @@ typedef struct {
     size_t max_file;            /* largest file put into or got from a workspace */
     size_t uid_base;            /* kernels run as host uids uid_base .. uid_base+max_sessions */
     int log_level;
+    char tenants[PATH_MAX];     /* --tenants FILE; "": none (one user, as before) */
+    char tenant_manager[PATH_MAX + 16]; /* its socket's endpoint; "": ipc://STATE/tenants */
 } config_t;
 
 /*  Fill cfg from defaults, environment and argv. Returns 0; 1 when --help was printed; or -1

@@ -1,0 +1,233 @@
+"""Tenants (kenneld --tenants): users the test makes, each a tenant or no one, use one
+kenneld through the tenant manager socket. A tenant lists, reads, attaches to, copies files
+of and ends only its own sessions; another's read as no session at all; an operator (root)
+sees all; each quota is hit and named; an unknown uid gets no answer; a bad tenants file
+stops kenneld at start, saying why."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+import zmq
+from jupyter_client.session import Session
+
+from kennel_hostile import ROOT, Client, Kenneld, assert_healthy, stop_checked
+from test_gate import _what_it_got
+
+KENNEL = os.path.join(ROOT, "bin", "kennel")
+KENNELD = os.path.join(ROOT, "bin", "kenneld")
+ALICE, BOB, STRANGER = "kn-tenant-a", "kn-tenant-b", "kn-tenant-x"
+
+
+def _useradd(name):
+    subprocess.run(["userdel", name], capture_output=True)  # one a killed run left
+    subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--shell",
+                    "/usr/sbin/nologin", name], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def users():
+    for u in (ALICE, BOB, STRANGER):
+        _useradd(u)
+    try:
+        yield
+    finally:
+        for u in (ALICE, BOB, STRANGER):
+            subprocess.run(["userdel", u], capture_output=True)
+
+
+def _tenants_file(root, text, mode=0o600):
+    path = os.path.join(root, "tenants")
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+    return path
+
+
+@pytest.fixture(scope="module")
+def kenneld(users):
+    root = tempfile.mkdtemp(prefix="kn-t-", dir="/tmp")
+    os.chmod(root, 0o711)  # mkdtemp's 0700 would keep the tenants' users out of it all
+    path = _tenants_file(root, f"# two teams\ntenant alice uids={ALICE} sessions=2\n"
+                               f"tenant bob uids={BOB} memory=1536M cpu=1.5\n")
+    k = Kenneld(f"{root}/state", "--tenants", path, "--pool", "0")
+    try:
+        yield k
+    finally:
+        try:
+            stop_checked(k)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _clean(kenneld):
+    yield
+    for s in kenneld.call("list_request")["sessions"]:
+        assert kenneld.call("end_request", {"session": s["id"]})["status"] == "ok"
+
+
+def kennel(user, *args, timeout=60):
+    """The kennel CLI run as user on the test's kenneld: (returncode, stdout, stderr)."""
+    p = subprocess.run(["runuser", "-u", user, "--", KENNEL, "--state-dir", _STATE[0], *args],
+                       capture_output=True, text=True, timeout=timeout, cwd="/")
+    return p.returncode, p.stdout, p.stderr
+
+
+_STATE = [None]
+
+
+@pytest.fixture(autouse=True)
+def _state(kenneld):
+    _STATE[0] = kenneld.state_dir
+
+
+def _ready(kenneld, name):
+    deadline = time.monotonic() + 60
+    while kenneld.call("info_request", {"session": name})["session"]["state"] != "idle":
+        assert time.monotonic() < deadline, "the session never became idle"
+        time.sleep(0.1)
+
+
+def test_a_tenant_sees_and_ends_only_its_own_sessions(kenneld):
+    """alice's `kennel new --name work` is alice.work, hers; bob can neither list, read,
+    copy files of nor end it (each answered as for no session at all), and makes his own
+    "work" beside it. root, an operator, sees both with their tenants."""
+    rc, out, err = kennel(ALICE, "new", "--name", "work")
+    assert rc == 0, err
+    rc, out, err = kennel(BOB, "new", "--name", "work")
+    assert rc == 0, err
+    listed = {s["name"]: s.get("tenant") for s in kenneld.call("list_request")["sessions"]}
+    assert listed == {"alice.work": "alice", "bob.work": "bob"}, listed
+    rc, out, err = kennel(ALICE, "ls")
+    assert rc == 0 and "alice.work" in out and "bob.work" not in out, (out, err)
+    alice_id = kenneld.call("info_request", {"session": "alice.work"})["session"]["id"]
+    rc, out, err = kennel(ALICE, "info", "work")
+    assert rc == 0 and json.loads(out)["id"] == alice_id, (out, err)
+    _ready(kenneld, "alice.work")
+    rc, _, err = kennel(ALICE, "exec", "work", "open('note.txt', 'w').write('alice only')")
+    assert rc == 0, err
+    for name in ("alice.work", alice_id):
+        for cmd in (["info", name], ["rm", name], ["files", name], ["get", name, "note.txt",
+                                                                     "/dev/null"]):
+            rc, out, err = kennel(BOB, *cmd)
+            assert rc != 0 and "no session has that id or name" in out + err, (cmd, out, err)
+            assert "alice only" not in out + err
+    rc, out, err = kennel(BOB, "info", "work")  # his own, by the same short name
+    assert rc == 0 and json.loads(out)["name"] == "bob.work", (out, err)
+    rc, out, err = kennel(ALICE, "files", "work")
+    assert rc == 0 and "note.txt" in out, (out, err)
+    rc, out, err = kennel(ALICE, "rm", "work")
+    assert rc == 0, err
+    assert [s["name"] for s in kenneld.call("list_request")["sessions"]] == ["bob.work"]
+
+
+def test_connection_files_and_sockets_are_the_tenants_alone(kenneld):
+    """alice reads her session's connection file and her client gets its output; bob can
+    read neither the file nor, holding a copy of it, anything off the sockets."""
+    rc, out, err = kennel(ALICE, "new", "--name", "nb")
+    assert rc == 0, err
+    info = kenneld.call("info_request", {"session": "alice.nb"})["session"]
+    path = info["connection_file"]
+    st = os.stat(path)
+    assert st.st_mode & 0o777 == 0o640 and st.st_uid == 0, oct(st.st_mode)
+    assert subprocess.run(["runuser", "-u", ALICE, "--", "cat", path],
+                          capture_output=True).returncode == 0
+    p = subprocess.run(["runuser", "-u", BOB, "--", "cat", path], capture_output=True, text=True)
+    assert p.returncode != 0 and "Permission denied" in p.stderr, p
+    for other in (BOB, STRANGER):
+        p = subprocess.run(["runuser", "-u", other, "--", "ls", os.path.dirname(path)],
+                           capture_output=True, text=True)
+        assert p.returncode != 0, p
+    with open(path) as f:
+        conn = json.load(f)
+    _ready(kenneld, "alice.nb")
+    c = Client(kenneld.ctx, conn)
+    try:
+        assert c.request("shell", "kernel_info_request", timeout=20) is not None
+        got = {u: _what_it_got(c, u, "print('alice\\'s secret')") for u in (ALICE, BOB)}
+        assert got[ALICE]["iopub"] > 0 and got[ALICE]["shell"] > 0, got
+        assert got[BOB] == {"iopub": 0, "shell": 0}, got
+        assert_healthy(c, kenneld, "1 + 1")
+    finally:
+        c.close()
+
+
+def test_each_quota_is_hit_and_named(kenneld):
+    """alice: 2 sessions; bob: 1536 MiB of memory limits and 1.5 CPUs. Each refusal names
+    the quota and the numbers; what was refused was not made."""
+    for n in ("a", "b"):
+        rc, _, err = kennel(ALICE, "new", "--name", n)
+        assert rc == 0, err
+    rc, out, err = kennel(ALICE, "new", "--name", "c")
+    assert rc != 0 and "QuotaExceeded" in out + err, (out, err)
+    assert "tenant alice's sessions quota is 2: it has 2 live" in out + err, (out, err)
+    # The same session again is no new session: asked for by name, it is found.
+    rc, _, err = kennel(ALICE, "new", "--name", "a")
+    assert rc == 0, err
+    rc, _, err = kennel(BOB, "new", "--name", "one", "--memory", "1G", "--cpu", "0.5")
+    assert rc == 0, err
+    rc, out, err = kennel(BOB, "new", "--name", "two", "--memory", "1G", "--cpu", "0.5")
+    assert rc != 0 and "tenant bob's memory quota is 1536 MiB: its sessions have 1024 MiB, " \
+                       "this one asks for 1024 MiB" in out + err, (out, err)
+    rc, out, err = kennel(BOB, "new", "--name", "two", "--memory", "512M", "--cpu", "1.5")
+    assert rc != 0 and "tenant bob's cpu quota is 1.5 CPUs: its sessions have 0.5, this one " \
+                       "asks for 1.5" in out + err, (out, err)
+    rc, _, err = kennel(BOB, "new", "--name", "two", "--memory", "512M", "--cpu", "1")
+    assert rc == 0, err
+    names = sorted(s["name"] for s in kenneld.call("list_request")["sessions"])
+    assert names == ["alice.a", "alice.b", "bob.one", "bob.two"], names
+    # An operator's session named for a tenant is that tenant's, within its quotas (how
+    # kennel-gateway's TENANT.NAME kernels land in kenneld's tenants).
+    r = kenneld.call("create_request", {"name": "alice.third"})
+    assert r["status"] == "error" and r["ename"] == "QuotaExceeded", r
+    rc, out, err = kennel(BOB, "stats")
+    assert rc == 0, err
+    assert "quotas" in out and '"sessions": 2' in out.replace(" 2,", " 2"), out
+
+
+def test_an_unknown_user_gets_no_answer(kenneld):
+    """A user the tenants file does not name is refused by the gate before a frame of its
+    is read: the same signed request that alice gets answered gets nothing."""
+    with open(os.path.join(kenneld.state_dir, "tenants.json")) as f:
+        info = json.load(f)["manager"]
+    probe = r"""
+import json, sys, zmq
+from jupyter_client.session import Session
+m = json.loads(sys.argv[1])
+ctx = zmq.Context(); s = ctx.socket(zmq.DEALER); s.linger = 0; s.connect(m["endpoint"])
+Session(key=m["key"].encode(), signature_scheme="hmac-sha256").send(s, "list_request", {})
+print("answered" if s.poll(3000) else "nothing")
+"""
+    got = {}
+    for u in (ALICE, STRANGER, "nobody"):
+        p = subprocess.run(["runuser", "-u", u, "--", "/usr/bin/python3", "-c", probe,
+                            json.dumps(info)], capture_output=True, text=True, timeout=30, cwd="/")
+        got[u] = p.stdout.strip()
+    assert got == {ALICE: "answered", STRANGER: "nothing", "nobody": "nothing"}, got
+    # Nor does the operators' socket let them in: kenneld.json is root's alone.
+    p = subprocess.run(["runuser", "-u", STRANGER, "--", "cat",
+                        os.path.join(kenneld.state_dir, "kenneld.json")], capture_output=True)
+    assert p.returncode != 0
+
+
+@pytest.mark.parametrize("text, mode, said", [
+    ("tenant alice uids=no-such-user-xyz\n", 0o600, "line 1: uids: no such user"),
+    ("tenant alice uids=1001\nbogus\n", 0o600, "line 2"),
+    ("tenant alice uids=1001 sessions=two\n", 0o600, "sessions must be a number"),
+    ("tenant alice uids=1001\n", 0o644, "mode 0600 or 0640 (it is owned by uid 0, mode 0644)"),
+])
+def test_a_bad_tenants_file_stops_kenneld_at_start(text, mode, said):
+    root = tempfile.mkdtemp(prefix="kn-t-", dir="/tmp")
+    try:
+        path = _tenants_file(root, text, mode)
+        p = subprocess.run([KENNELD, "--state-dir", f"{root}/state", "--tenants", path],
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2, p
+        assert said in p.stderr and path in p.stderr, p.stderr
+        assert not os.path.exists(f"{root}/state/kenneld.json")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
