@@ -231,3 +231,80 @@ def test_a_bad_tenants_file_stops_kenneld_at_start(text, mode, said):
         assert not os.path.exists(f"{root}/state/kenneld.json")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+class _Caller:
+    """A manager client of the tenant manager on tcp, with a CURVE pair of its own (None:
+    no CURVE at all)."""
+
+    def __init__(self, ctx, info, pair):
+        self.s = ctx.socket(zmq.DEALER)
+        self.s.linger = 0
+        if pair:
+            self.s.curve_serverkey = info["curve_serverkey"].encode()
+            self.s.curve_publickey, self.s.curve_secretkey = pair
+        self.s.connect(info["endpoint"])
+        self.session = Session(key=info["key"].encode(), signature_scheme="hmac-sha256")
+
+    def call(self, msg_type, content=None, timeout=3):
+        """The reply's content, or None when nothing came."""
+        sent = self.session.send(self.s, msg_type, content or {})
+        deadline = time.monotonic() + timeout
+        while self.s.poll(max(1, int((deadline - time.monotonic()) * 1000))):
+            _, msg = self.session.feed_identities(self.s.recv_multipart())
+            msg = self.session.deserialize(msg)
+            if msg["parent_header"].get("msg_id") == sent["header"]["msg_id"]:
+                return msg["content"]
+        return None
+
+
+def test_on_tcp_a_caller_is_its_curve_key(users):
+    """kenneld --curve --tenant-manager tcp://…: alice's key is alice (her own sessions
+    only), an operator key sees all, and a wrong key, a key of no one's, and a client
+    without CURVE get nothing, while alice's and the operator's connections are answered
+    all along."""
+    alice, admin, wrong = (zmq.curve_keypair() for _ in range(3))
+    root = tempfile.mkdtemp(prefix="kn-t-", dir="/tmp")
+    path = _tenants_file(root, f"tenant alice keys={alice[0].decode()} sessions=1\n"
+                               f"operator keys={admin[0].decode()}\n")
+    k = Kenneld(f"{root}/state", "--curve", "--tenants", path, "--tenant-manager",
+                "tcp://127.0.0.1:*", "--pool", "0")
+    ctx = zmq.Context()
+    try:
+        with open(os.path.join(k.state_dir, "tenants.json")) as f:
+            info = json.load(f)["manager"]
+        assert info["endpoint"].startswith("tcp://127.0.0.1:") and info["curve_serverkey"]
+        assert os.stat(os.path.join(k.state_dir, "tenants.json")).st_mode & 0o777 == 0o644
+        assert k.call("create_request", {"name": "ops"})["status"] == "ok"
+        a, op = _Caller(ctx, info, alice), _Caller(ctx, info, admin)
+        r = a.call("create_request", {"name": "w"}, timeout=60)
+        assert r and r["status"] == "ok" and r["session"]["name"] == "alice.w", r
+        assert r["session"]["tenant"] == "alice"
+        r = a.call("create_request", {"name": "x"})
+        assert r["ename"] == "QuotaExceeded", r
+        assert [s["name"] for s in a.call("list_request")["sessions"]] == ["alice.w"]
+        assert a.call("info_request", {"session": "ops"})["ename"] == "NoSuchSession"
+        names = sorted(s["name"] for s in op.call("list_request")["sessions"])
+        assert names == ["alice.w", "ops"], names
+        for pair in (wrong, None):
+            c = _Caller(ctx, info, pair)
+            assert c.call("list_request", timeout=2) is None
+            c.s.close()
+        # A pair whose public key is alice's but whose secret is not cannot even finish the
+        # handshake (CURVE proves the secret): nothing.
+        forged = _Caller(ctx, info, (alice[0], wrong[1]))
+        assert forged.call("list_request", timeout=2) is None
+        forged.s.close()
+        assert [s["name"] for s in a.call("list_request")["sessions"]] == ["alice.w"]
+        assert len(op.call("list_request")["sessions"]) == 2
+        assert op.call("end_request", {"session": "alice.w"})["status"] == "ok"
+        a.s.close()
+        op.s.close()
+    finally:
+        ctx.destroy(linger=0)
+        for s in k.call("list_request")["sessions"]:
+            k.call("end_request", {"session": s["id"]})
+        try:
+            stop_checked(k)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
