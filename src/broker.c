@@ -978,8 +978,9 @@ static int s_share(sess_t *s)
  *  session is restored. launched: NULL, or the launcher of a kernelspec's session (pid 0 when
  *  not known). NULL with *err on failure (nothing is left behind for a new session). */
 static sess_t *s_make(broker_t *self, const char *id, const char *name, const char *tenant,
-                      const json_t *connection, int curve, const reslimits_t *limits, const launcher_t *launched, long slot,
-                      int disk_ready, broker_error_t *err)
+                      const json_t *connection, int curve, const reslimits_t *limits,
+                      const launcher_t *launched, long slot, int disk_ready,
+                      broker_error_t *err)
 {
     /* A pooled kernel's session is new to its client: only a restored one's connection is
      * kenneld's own (its ipc paths are its sockets' already). */
@@ -1008,8 +1009,8 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const ch
     else
         util_uuid(s->id);
     snprintf(s->tenant, sizeof s->tenant, "%s", tenant ? tenant : "");
-    const tenant_t *t = self->cfg.tenants && s->tenant[0] ? tenants_find(self->cfg.tenants, s->tenant)
-                                                          : NULL;
+    const tenant_t *t =
+        self->cfg.tenants && s->tenant[0] ? tenants_find(self->cfg.tenants, s->tenant) : NULL;
     s->pipe = kernpipe_new(self->loop, s->id, self->cfg.max_pipe_frame, session_kpipe_alloc(),
                            &s_pipe_ops, s);
     if (!s->pipe) {
@@ -1262,8 +1263,8 @@ static sess_t *s_create(broker_t *self, const char *name, const char *tenant,
         /* The session takes the pooled kernel's id, directory, uid slot and cgroup. */
         size_t slot = pool_kernel_slot(k);
         launch_slot_free(self->launch, slot);
-        s = s_make(self, pool_kernel_id(k), name, tenant, connection, curve, limits, launched, (long)slot,
-                   1, err);
+        s = s_make(self, pool_kernel_id(k), name, tenant, connection, curve, limits, launched,
+                   (long)slot, 1, err);
         if (!s) {
             (void)launch_slot_take(self->launch, (long)slot, &slot); /* the pool's again */
             pool_kernel_drop(self->pool, &k);
@@ -1628,8 +1629,8 @@ static void s_restore_one(broker_t *self, const char *dir)
     else if (id)
         why = s_restore_slot(self, rec.slot, &slot);
     if (!why && id && name && conn && rec.has_limits)
-        s = s_make(self, id, name, rec.tenant, conn, 0, &rec.limits, launched ? &launcher : NULL, (long)slot, 0,
-                   &err);
+        s = s_make(self, id, name, rec.tenant, conn, 0, &rec.limits,
+                   launched ? &launcher : NULL, (long)slot, 0, &err);
     if (s) {
         snprintf(path, sizeof path, "%s/snapshot", dir);
         int has_state = access(path, F_OK) == 0;

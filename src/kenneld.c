@@ -452,6 +452,7 @@ int main(int argc, char **argv)
     }
     if (loop_fd(loop, sfd, LOOP_IN, s_on_signal, broker) < 0) {
         PLOG_E("cannot watch the signalfd");
+        manager_destroy(&tmanager);
         manager_destroy(&manager);
         broker_destroy(&broker);
         gate_destroy(&gate);
@@ -463,6 +464,29 @@ int main(int argc, char **argv)
     unsigned long long started = 0; /* with the pid, names this process (statedir_kenneld_pid) */
     if (util_start_time(getpid(), &started) < 0)
         PLOG_W("cannot read this process's start time");
+    /* Before kenneld.json, whose appearance says kenneld is ready to serve. */
+    if (tmanager) {
+        json_t *t = json_pack("{s:{s:s, s:s, s:s}, s:I, s:I, s:s, s:s}", "manager", "endpoint",
+                              manager_endpoint(tmanager), "key", tkey, "signature_scheme",
+                              "hmac-sha256", "pid", (json_int_t)getpid(), "start",
+                              (json_int_t)started, "version", KENNEL_VERSION, "state_dir",
+                              state_dir);
+        if (tpub[0])
+            json_object_set_new(json_object_get(t, "manager"), "curve_serverkey",
+                                json_string(tpub));
+        int wrote = statedir_write_json(tenants_path, t, STATEDIR_DURABLE);
+        json_decref(t);
+        if (wrote < 0 || chmod(tenants_path, 0644) < 0) {
+            PLOG_E("write %s", tenants_path);
+            manager_destroy(&tmanager);
+            manager_destroy(&manager);
+            broker_destroy(&broker);
+            gate_destroy(&gate);
+            loop_destroy(&loop);
+            return 1;
+        }
+        LOG_I("tenant manager %s", manager_endpoint(tmanager));
+    }
     json_t *info = json_pack("{s:{s:s, s:s, s:s}, s:I, s:I, s:s, s:s}", "manager", "endpoint",
                              manager_endpoint(manager), "key", key, "signature_scheme",
                              "hmac-sha256", "pid", (json_int_t)getpid(), "start",
@@ -483,6 +507,9 @@ int main(int argc, char **argv)
     sodium_memzero(curve_sec, sizeof curve_sec);
     if (statedir_write_json(info_path, info, STATEDIR_DURABLE) < 0) {
         PLOG_E("write %s", info_path);
+        if (tmanager)
+            unlink(tenants_path);
+        manager_destroy(&tmanager);
         json_decref(info);
         manager_destroy(&manager);
         broker_destroy(&broker);
@@ -491,29 +518,6 @@ int main(int argc, char **argv)
         return 1;
     }
     json_decref(info);
-    if (tmanager) {
-        json_t *t = json_pack("{s:{s:s, s:s, s:s}, s:I, s:I, s:s, s:s}", "manager", "endpoint",
-                              manager_endpoint(tmanager), "key", tkey, "signature_scheme",
-                              "hmac-sha256", "pid", (json_int_t)getpid(), "start",
-                              (json_int_t)started, "version", KENNEL_VERSION, "state_dir",
-                              state_dir);
-        if (tpub[0])
-            json_object_set_new(json_object_get(t, "manager"), "curve_serverkey",
-                                json_string(tpub));
-        int wrote = statedir_write_json(tenants_path, t, STATEDIR_DURABLE);
-        json_decref(t);
-        if (wrote < 0 || chmod(tenants_path, 0644) < 0) {
-            PLOG_E("write %s", tenants_path);
-            unlink(info_path);
-            manager_destroy(&tmanager);
-            manager_destroy(&manager);
-            broker_destroy(&broker);
-            gate_destroy(&gate);
-            loop_destroy(&loop);
-            return 1;
-        }
-        LOG_I("tenant manager %s", manager_endpoint(tmanager));
-    }
     LOG_I("serving: state %s, manager %s, sessions on %s", state_dir, manager_endpoint(manager),
           cfg.transport);
 

@@ -194,6 +194,13 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req, const tenant_t *c
     }
     if (conn && !json_is_null(conn) && !json_is_object(conn))
         return s_error("BadRequest", "connection must be an object");
+    /* kenneld binds a client's ipc paths as root, removing a stale socket there first: a
+     * path a tenant chose (or swapped after the check) would have root make or remove files
+     * where the tenant may not. A tenant's own ports on 127.0.0.1 are fine. */
+    const char *ctransport = jmsg_cstr(json_object_get(conn, "transport"));
+    if (caller && json_is_object(conn) && ctransport && strcmp(ctransport, "tcp") != 0)
+        return s_error("BadRequest", "a tenant's connection must be tcp: kenneld binds ipc "
+                                     "paths as root");
     reslimits_t limits = broker_default_limits(self->broker);
     const char *bad = s_parse_limits(json_object_get(content, "limits"), &limits);
     if (bad)
@@ -371,8 +378,8 @@ static int s_handle(manager_t *self, jmsg_t *req, const char *caller)
         content = broker_stats(self->broker);
         json_object_set_new(content, "max_file", json_integer((json_int_t)self->max_file));
         if (t) { /* its own sessions, not everyone's */
-            json_object_set_new(content, "sessions",
-                                json_integer((json_int_t)broker_usage(self->broker, t->name).sessions));
+            tenants_usage_t u = broker_usage(self->broker, t->name);
+            json_object_set_new(content, "sessions", json_integer((json_int_t)u.sessions));
             json_object_set_new(content, "tenant", s_tenant_stats(self, t));
         }
     } else if (strcmp(type, "list_request") == 0) {

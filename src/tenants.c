@@ -18,13 +18,13 @@
 
 #include "util.h"
 
-#define TENANTS_MAX 256          /* tenants in one file */
+#define TENANTS_MAX 256 /* tenants in one file */
 #define TENANTS_FILE_MAX (1 << 20)
 
 struct tenants {
     tenant_t *v;
     size_t n;
-    tenant_t operators;          /* the operator line's uids and keys (its name unused) */
+    tenant_t operators; /* the operator line's uids and keys (its name unused) */
 };
 
 static int s_fail(char *err, size_t err_len, const char *fmt, ...)
@@ -36,9 +36,11 @@ static int s_fail(char *err, size_t err_len, const char *fmt, ...)
     return -1;
 }
 
+/*  A session's name starts with its tenant's, and must start with a letter or a digit (a
+ *  name "-x.work" would read as an option to the CLI). */
 static int s_name_ok(const char *s, size_t n)
 {
-    if (n == 0 || n > TENANTS_NAME_MAX)
+    if (n == 0 || n > TENANTS_NAME_MAX || s[0] == '_' || s[0] == '-')
         return 0;
     for (size_t i = 0; i < n; i++)
         if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
@@ -55,10 +57,26 @@ static int s_size(const char *v, unsigned long long *out)
     unsigned long long x = strtoull(v, &end, 10);
     int shift = 0;
     switch (*end) {
-    case 'K': case 'k': shift = 10; end++; break;
-    case 'M': case 'm': shift = 20; end++; break;
-    case 'G': case 'g': shift = 30; end++; break;
-    case 'T': case 't': shift = 40; end++; break;
+    case 'K':
+    case 'k':
+        shift = 10;
+        end++;
+        break;
+    case 'M':
+    case 'm':
+        shift = 20;
+        end++;
+        break;
+    case 'G':
+    case 'g':
+        shift = 30;
+        end++;
+        break;
+    case 'T':
+    case 't':
+        shift = 40;
+        end++;
+        break;
     }
     if (errno || end == v || *end || v[0] == '-' || x > (~0ull >> shift))
         return -1;
@@ -84,8 +102,8 @@ static int s_uid(const char *v, uid_t *out)
 }
 
 /*  One line's words into t. 0, or -1 with err. */
-static int s_words(tenants_t *self, tenant_t *t, char *words, int is_operator, int line,
-                   char *err, size_t err_len)
+static int s_words(tenants_t *self, tenant_t *t, char *words, int is_operator, int line, char *err,
+                   size_t err_len)
 {
     char *save = NULL;
     for (char *w = strtok_r(words, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
@@ -103,21 +121,27 @@ static int s_words(tenants_t *self, tenant_t *t, char *words, int is_operator, i
             for (char *x = strtok_r(list, ",", &s2); x && rc == 0; x = strtok_r(NULL, ",", &s2)) {
                 if (k[0] == 'u') {
                     if (t->nuids == TENANTS_MAX_IDS)
-                        rc = s_fail(err, err_len, "line %d: at most %d uids", line, TENANTS_MAX_IDS);
+                        rc =
+                            s_fail(err, err_len, "line %d: at most %d uids", line, TENANTS_MAX_IDS);
                     else if (s_uid(x, &t->uids[t->nuids]) < 0)
                         rc = s_fail(err, err_len, "line %d: uids: no such user \"%.40s\"", line, x);
-                    else if (!is_operator && (t->uids[t->nuids] == 0 ||
-                                              t->uids[t->nuids] == geteuid()))
-                        rc = s_fail(err, err_len, "line %d: uid %s is kenneld's own or root: an "
-                                    "operator, never a tenant", line, x);
+                    else if (!is_operator &&
+                             (t->uids[t->nuids] == 0 || t->uids[t->nuids] == geteuid()))
+                        rc = s_fail(err, err_len,
+                                    "line %d: uid %s is kenneld's own or root: an "
+                                    "operator, never a tenant",
+                                    line, x);
                     else
                         t->nuids++;
                 } else {
                     if (t->nkeys == TENANTS_MAX_IDS)
-                        rc = s_fail(err, err_len, "line %d: at most %d keys", line, TENANTS_MAX_IDS);
+                        rc =
+                            s_fail(err, err_len, "line %d: at most %d keys", line, TENANTS_MAX_IDS);
                     else if (strlen(x) != 40 || !zmq_z85_decode(t->keys[t->nkeys], x))
-                        rc = s_fail(err, err_len, "line %d: keys: \"%.40s\" is not a CURVE public "
-                                    "key (40 characters of Z85)", line, x);
+                        rc = s_fail(err, err_len,
+                                    "line %d: keys: \"%.40s\" is not a CURVE public "
+                                    "key (40 characters of Z85)",
+                                    line, x);
                     else
                         t->nkeys++;
                 }
@@ -126,7 +150,8 @@ static int s_words(tenants_t *self, tenant_t *t, char *words, int is_operator, i
             if (rc < 0)
                 return -1;
         } else if (is_operator) {
-            return s_fail(err, err_len, "line %d: operator takes uids= and keys=, not %s=", line, k);
+            return s_fail(err, err_len, "line %d: operator takes uids= and keys=, not %s=", line,
+                          k);
         } else if (strcmp(k, "group") == 0) {
             char *end;
             unsigned long n = strtoul(v, &end, 10);
@@ -138,7 +163,8 @@ static int s_words(tenants_t *self, tenant_t *t, char *words, int is_operator, i
         } else if (strcmp(k, "sessions") == 0) {
             unsigned long long n;
             if (s_size(v, &n) < 0 || n > 100000 || strpbrk(v, "KkMmGgTt"))
-                return s_fail(err, err_len, "line %d: sessions must be a number up to 100000", line);
+                return s_fail(err, err_len, "line %d: sessions must be a number up to 100000",
+                              line);
             t->max_sessions = (long long)n;
         } else if (strcmp(k, "memory") == 0) {
             if (s_size(v, &t->max_memory_bytes) < 0 || t->max_memory_bytes == 0)
@@ -149,8 +175,10 @@ static int s_words(tenants_t *self, tenant_t *t, char *words, int is_operator, i
             if (*end || end == v || !(t->max_cpus >= 0.01) || t->max_cpus > 100000)
                 return s_fail(err, err_len, "line %d: cpu must be CPUs, e.g. 2 or 0.5", line);
         } else {
-            return s_fail(err, err_len, "line %d: unknown key %s= (a tenant takes uids, keys, "
-                          "group, sessions, memory and cpu)", line, k);
+            return s_fail(err, err_len,
+                          "line %d: unknown key %s= (a tenant takes uids, keys, "
+                          "group, sessions, memory and cpu)",
+                          line, k);
         }
     }
     (void)self;
@@ -170,8 +198,7 @@ static int s_unique(const tenants_t *self, char *err, size_t err_len)
                 for (size_t j = (a == b ? i + 1 : 0); j < y->nuids; j++)
                     if (x->uids[i] == y->uids[j])
                         return s_fail(err, err_len, "uid %lu is listed twice (%s and %s)",
-                                      (unsigned long)x->uids[i],
-                                      a < self->n ? x->name : "operator",
+                                      (unsigned long)x->uids[i], a < self->n ? x->name : "operator",
                                       b < self->n ? y->name : "operator");
             for (size_t i = 0; i < x->nkeys; i++)
                 for (size_t j = (a == b ? i + 1 : 0); j < y->nkeys; j++)
@@ -195,7 +222,7 @@ tenants_t *tenants_parse(const char *text, char *err, size_t err_len)
     int line = 0, has_operator = 0;
     char *save = NULL;
     /* strtok_r would skip blank lines and so miscount them: walk by hand. */
-    for (char *p = copy; p; ) {
+    for (char *p = copy; p;) {
         char *nl = strchr(p, '\n');
         if (nl)
             *nl = '\0';
@@ -221,15 +248,19 @@ tenants_t *tenants_parse(const char *text, char *err, size_t err_len)
             continue;
         }
         if (strcmp(first, "tenant") != 0) {
-            s_fail(err, err_len, "line %d: a line is `tenant NAME KEY=VALUE…` or `operator "
-                   "uids=… keys=…`, not \"%.40s\"", line, first);
+            s_fail(err, err_len,
+                   "line %d: a line is `tenant NAME KEY=VALUE…` or `operator "
+                   "uids=… keys=…`, not \"%.40s\"",
+                   line, first);
             goto fail;
         }
         char *name = strtok_r(NULL, " \t", &save);
         rest = save ? save : (char *)"";
         if (!name || !s_name_ok(name, strlen(name))) {
-            s_fail(err, err_len, "line %d: a tenant's name is 1 to %d of A-Z a-z 0-9 _ -", line,
-                   TENANTS_NAME_MAX);
+            s_fail(err, err_len,
+                   "line %d: a tenant's name is 1 to %d of A-Z a-z 0-9 _ -, starting with a letter "
+                   "or a digit",
+                   line, TENANTS_NAME_MAX);
             goto fail;
         }
         if (tenants_find(self, name)) {
@@ -264,8 +295,10 @@ tenants_t *tenants_parse(const char *text, char *err, size_t err_len)
             }
         }
         if (t->has_gid && t->gid == 0) {
-            s_fail(err, err_len, "line %d: tenant %s's group is root's: its files would be "
-                   "everyone's in that group (give group=)", line, name);
+            s_fail(err, err_len,
+                   "line %d: tenant %s's group is root's: its files would be "
+                   "everyone's in that group (give group=)",
+                   line, name);
             goto fail;
         }
         self->n++;
@@ -292,11 +325,11 @@ tenants_t *tenants_load(const char *path, char *err, size_t err_len)
     }
     close(fd);
     /* Whoever may write the file chooses who gets in: only kenneld's own user (root). */
-    if (!S_ISREG(st.st_mode) || (st.st_uid != 0 && st.st_uid != geteuid()) ||
-        (st.st_mode & 0027)) {
-        s_fail(err, err_len, "the tenants file %s must be a regular file owned by root (or "
-               "kenneld's user), mode 0600 or 0640 (it is owned by uid %lu, mode %04o)", path,
-               (unsigned long)st.st_uid, (unsigned)(st.st_mode & 07777));
+    if (!S_ISREG(st.st_mode) || (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & 0027)) {
+        s_fail(err, err_len,
+               "the tenants file %s must be a regular file owned by root (or "
+               "kenneld's user), mode 0600 or 0640 (it is owned by uid %lu, mode %04o)",
+               path, (unsigned long)st.st_uid, (unsigned)(st.st_mode & 07777));
         return NULL;
     }
     if (st.st_size > TENANTS_FILE_MAX) {
@@ -382,16 +415,20 @@ int tenants_check(const tenant_t *t, const tenants_usage_t *used, const tenants_
                   char *why, size_t why_len)
 {
     if (t->max_sessions >= 0 && used->sessions + asked->sessions > (size_t)t->max_sessions)
-        return s_fail(why, why_len, "tenant %s's sessions quota is %lld: it has %zu live",
-                      t->name, t->max_sessions, used->sessions);
+        return s_fail(why, why_len, "tenant %s's sessions quota is %lld: it has %zu live", t->name,
+                      t->max_sessions, used->sessions);
     if (t->max_memory_bytes && used->memory_bytes + asked->memory_bytes > t->max_memory_bytes)
-        return s_fail(why, why_len, "tenant %s's memory quota is %llu MiB: its sessions have "
-                      "%llu MiB, this one asks for %llu MiB", t->name, t->max_memory_bytes >> 20,
-                      used->memory_bytes >> 20, asked->memory_bytes >> 20);
+        return s_fail(why, why_len,
+                      "tenant %s's memory quota is %llu MiB: its sessions have "
+                      "%llu MiB, this one asks for %llu MiB",
+                      t->name, t->max_memory_bytes >> 20, used->memory_bytes >> 20,
+                      asked->memory_bytes >> 20);
     /* Sums of small decimals: a hair of slack, so 4 sessions of 0.1 fit in 0.4. */
     if (t->max_cpus > 0 && used->cpus + asked->cpus > t->max_cpus + 1e-9)
-        return s_fail(why, why_len, "tenant %s's cpu quota is %g CPUs: its sessions have %g, "
-                      "this one asks for %g", t->name, t->max_cpus, used->cpus, asked->cpus);
+        return s_fail(why, why_len,
+                      "tenant %s's cpu quota is %g CPUs: its sessions have %g, "
+                      "this one asks for %g",
+                      t->name, t->max_cpus, used->cpus, asked->cpus);
     return 0;
 }
 

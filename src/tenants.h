@@ -7,8 +7,10 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#define TENANTS_NAME_MAX 32  /* a tenant's name: 1 to 32 of A-Z a-z 0-9 _ - (as the gateway's) */
-#define TENANTS_MAX_IDS 16   /* uids, and keys, of one tenant (or of the operators) */
+/*  A tenant's name: 1 to 32 of A-Z a-z 0-9 _ - (the gateway's), the first a letter or a
+ *  digit, as a session's name must start. */
+#define TENANTS_NAME_MAX 32
+#define TENANTS_MAX_IDS 16 /* uids, and keys, of one tenant (or of the operators) */
 
 typedef struct {
     char name[TENANTS_NAME_MAX + 1];
@@ -16,11 +18,11 @@ typedef struct {
     size_t nuids;
     unsigned char keys[TENANTS_MAX_IDS][32]; /* CURVE client public keys */
     size_t nkeys;
-    gid_t gid;                   /* the group that reads its sessions' files … */
-    int has_gid;                 /* … if it has one (group=, or its first uid's group) */
-    long long max_sessions;      /* live sessions at most; -1: no quota */
+    gid_t gid;                           /* the group that reads its sessions' files … */
+    int has_gid;                         /* … if it has one (group=, or its first uid's group) */
+    long long max_sessions;              /* live sessions at most; -1: no quota */
     unsigned long long max_memory_bytes; /* the sum of its sessions' memory limits; 0: none */
-    double max_cpus;             /* the sum of its sessions' CPU limits; 0: none */
+    double max_cpus;                     /* the sum of its sessions' CPU limits; 0: none */
 } tenant_t;
 
 typedef struct tenants tenants_t;

@@ -123,6 +123,13 @@ def test_a_tenant_sees_and_ends_only_its_own_sessions(kenneld):
     rc, out, err = kennel(ALICE, "rm", "work")
     assert rc == 0, err
     assert [s["name"] for s in kenneld.call("list_request")["sessions"]] == ["bob.work"]
+    # What an operator (kennel-gateway, say) makes under alice's prefix is alice's.
+    r = kenneld.call("create_request", {"name": "alice.ops"})
+    assert r["status"] == "ok" and r["session"]["tenant"] == "alice", r
+    rc, out, err = kennel(ALICE, "ls")
+    assert rc == 0 and "alice.ops" in out and "bob.work" not in out, (out, err)
+    rc, out, err = kennel("root", "ls")  # the operator: every session, with its tenant
+    assert rc == 0 and "TENANT" in out and "alice.ops" in out and "bob.work" in out, out
 
 
 def test_connection_files_and_sockets_are_the_tenants_alone(kenneld):
@@ -195,12 +202,13 @@ def test_an_unknown_user_gets_no_answer(kenneld):
     with open(os.path.join(kenneld.state_dir, "tenants.json")) as f:
         info = json.load(f)["manager"]
     probe = r"""
-import json, sys, zmq
+import json, os, sys, zmq
 from jupyter_client.session import Session
 m = json.loads(sys.argv[1])
 ctx = zmq.Context(); s = ctx.socket(zmq.DEALER); s.linger = 0; s.connect(m["endpoint"])
 Session(key=m["key"].encode(), signature_scheme="hmac-sha256").send(s, "list_request", {})
-print("answered" if s.poll(3000) else "nothing")
+print("answered" if s.poll(3000) else "nothing", flush=True)
+os._exit(0)  # no wait in the context's teardown for a socket libzmq still retries
 """
     got = {}
     for u in (ALICE, STRANGER, "nobody"):
@@ -308,3 +316,91 @@ def test_on_tcp_a_caller_is_its_curve_key(users):
             stop_checked(k)
         finally:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_tenants_session_stays_its_own_across_a_restart_and_on_ipc(users):
+    """With --transport ipc: alice's session's socket files are her group's (0660) and her
+    client gets its replies, bob's gets nothing. kenneld restarts: the session comes back
+    alice's, for her and not for bob. A tenant may not name ipc paths for kenneld (root) to
+    bind."""
+    root = tempfile.mkdtemp(prefix="kn-t-", dir="/tmp")
+    os.chmod(root, 0o711)
+    path = _tenants_file(root, f"tenant alice uids={ALICE}\ntenant bob uids={BOB}\n")
+    args = ("--tenants", path, "--transport", "ipc", "--pool", "0")
+    k = Kenneld(f"{root}/state", *args)
+    _STATE[0] = k.state_dir
+    try:
+        rc, _, err = kennel(ALICE, "exec", "r", "x = 41")
+        assert rc == 0, err
+        info = k.call("info_request", {"session": "alice.r"})["session"]
+        with open(info["connection_file"]) as f:
+            conn = json.load(f)
+        assert conn["transport"] == "ipc"
+        gid = pwd_gid(ALICE)
+        for name in ("shell", "iopub"):
+            st = os.stat(f"{conn['ip']}-{conn[name + '_port']}")
+            assert st.st_mode & 0o777 == 0o660 and st.st_gid == gid, (name, oct(st.st_mode))
+        got = {}
+        for u in (ALICE, BOB):
+            p = subprocess.run(["runuser", "-u", u, "--", "/usr/bin/python3", "-c",
+                                _IPC_PROBE, json.dumps(conn)], capture_output=True, text=True,
+                               timeout=30, cwd="/")
+            got[u] = p.stdout.strip()
+        assert got == {ALICE: "answered", BOB: "nothing"}, got
+        with open(os.path.join(k.state_dir, "tenants.json")) as f:
+            tinfo = json.load(f)["manager"]
+        p = subprocess.run(["runuser", "-u", ALICE, "--", "/usr/bin/python3", "-c", _CREATE_IPC,
+                            json.dumps(tinfo), root], capture_output=True, text=True, timeout=30,
+                           cwd="/")
+        r = json.loads(p.stdout)
+        assert r["ename"] == "BadRequest" and "must be tcp" in r["evalue"], r
+        old, k = k, None
+        stop_checked(old)  # saves the session's state; the next kenneld brings it back
+        k = Kenneld(f"{root}/state", *args)
+        info = k.call("info_request", {"session": "alice.r"})["session"]
+        assert info["tenant"] == "alice", info
+        rc, out, err = kennel(ALICE, "exec", "r", "print(x + 1)")
+        assert rc == 0 and "42" in out, (out, err)
+        rc, out, err = kennel(BOB, "info", "alice.r")
+        assert rc != 0 and "no session has that id or name" in out + err, (out, err)
+    finally:
+        try:
+            if k:
+                for s in k.call("list_request")["sessions"]:
+                    k.call("end_request", {"session": s["id"]})
+                stop_checked(k)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def pwd_gid(user):
+    import pwd
+    return pwd.getpwnam(user).pw_gid
+
+
+_IPC_PROBE = r"""
+import json, os, sys, zmq
+from jupyter_client.session import Session
+c = json.loads(sys.argv[1])
+ctx = zmq.Context(); s = ctx.socket(zmq.DEALER); s.linger = 0
+s.connect(f"ipc://{c['ip']}-{c['shell_port']}")
+Session(key=c["key"].encode(), signature_scheme="hmac-sha256").send(s, "kernel_info_request", {})
+print("answered" if s.poll(5000) else "nothing", flush=True)
+os._exit(0)
+"""
+
+_CREATE_IPC = r"""
+import json, os, sys, zmq
+from jupyter_client.session import Session
+m = json.loads(sys.argv[1])
+ctx = zmq.Context(); s = ctx.socket(zmq.DEALER); s.linger = 0; s.connect(m["endpoint"])
+ses = Session(key=m["key"].encode(), signature_scheme="hmac-sha256")
+conn = {"transport": "ipc", "ip": sys.argv[2] + "/planted", "key": "k", "shell_port": 1,
+        "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5,
+        "signature_scheme": "hmac-sha256"}
+ses.send(s, "create_request", {"name": "planted", "connection": conn})
+assert s.poll(10000)
+_, msg = ses.feed_identities(s.recv_multipart())
+print(json.dumps(ses.deserialize(msg)["content"]), flush=True)
+os._exit(0)
+"""

@@ -58,6 +58,7 @@ TEST(each_mistake_is_refused_with_its_line)
 {
     CHECK(s_refused("tenant alice uids=1001\nfoo bar\n", "line 2"));
     CHECK(s_refused("tenant al.ce uids=1001\n", "name"));
+    CHECK(s_refused("tenant -alice uids=1001\n", "starting with a letter or a digit"));
     CHECK(s_refused("tenant alice\n", "neither uids= nor keys="));
     CHECK(s_refused("tenant alice uids=no-such-user-here\n", "no such user"));
     CHECK(s_refused("tenant alice uids=0\n", "operator, never a tenant"));
@@ -76,8 +77,8 @@ TEST(each_mistake_is_refused_with_its_line)
 TEST(each_quota_is_named_with_its_numbers)
 {
     char err[400], why[300];
-    tenants_t *t = tenants_parse("tenant alice uids=1001 sessions=2 memory=1G cpu=1 group=9\n",
-                                 err, sizeof err);
+    tenants_t *t = tenants_parse("tenant alice uids=1001 sessions=2 memory=1G cpu=1 group=9\n", err,
+                                 sizeof err);
     CHECK(t != NULL);
     if (!t)
         return;
