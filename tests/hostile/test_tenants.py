@@ -149,6 +149,13 @@ def test_connection_files_and_sockets_are_the_tenants_alone(kenneld):
         p = subprocess.run(["runuser", "-u", other, "--", "ls", os.path.dirname(path)],
                            capture_output=True, text=True)
         assert p.returncode != 0, p
+    # Nothing else of kenneld's is theirs, alice's included: the state directory is entered,
+    # not listed; the session's record, the run records, kenneld.json stay root's.
+    state = kenneld.state_dir
+    for what in (["ls", state], ["ls", f"{state}/sessions"], ["ls", f"{state}/runs"],
+                 ["cat", f"{os.path.dirname(path)}/meta.json"], ["cat", f"{state}/kenneld.json"]):
+        p = subprocess.run(["runuser", "-u", ALICE, "--", *what], capture_output=True, text=True)
+        assert p.returncode != 0, (what, p.stdout)
     with open(path) as f:
         conn = json.load(f)
     _ready(kenneld, "alice.nb")
@@ -268,9 +275,9 @@ class _Caller:
 
 def test_on_tcp_a_caller_is_its_curve_key(users):
     """kenneld --curve --tenant-manager tcp://…: alice's key is alice (her own sessions
-    only), an operator key sees all, and a wrong key, a key of no one's, and a client
-    without CURVE get nothing, while alice's and the operator's connections are answered
-    all along."""
+    only), an operator key sees all, and a wrong key, a forged one and a client without
+    CURVE get nothing, while alice's and the operator's connections are answered all
+    along; once revoked (gone from the file, kenneld restarted), alice's key gets nothing."""
     alice, admin, wrong = (zmq.curve_keypair() for _ in range(3))
     root = tempfile.mkdtemp(prefix="kn-t-", dir="/tmp")
     path = _tenants_file(root, f"tenant alice keys={alice[0].decode()} sessions=1\n"
@@ -308,12 +315,28 @@ def test_on_tcp_a_caller_is_its_curve_key(users):
         assert op.call("end_request", {"session": "alice.w"})["status"] == "ok"
         a.s.close()
         op.s.close()
+        # Revoked: alice's key dropped from the file (read at start): after a restart it gets
+        # nothing, and the operator's is answered as before.
+        old, k = k, None
+        stop_checked(old)
+        path = _tenants_file(root, f"tenant alice keys={wrong[0].decode()}\n"
+                                   f"operator keys={admin[0].decode()}\n")
+        k = Kenneld(f"{root}/state", "--curve", "--tenants", path, "--tenant-manager",
+                    "tcp://127.0.0.1:*", "--pool", "0")
+        with open(os.path.join(k.state_dir, "tenants.json")) as f:
+            info = json.load(f)["manager"]
+        a, op = _Caller(ctx, info, alice), _Caller(ctx, info, admin)
+        assert a.call("list_request", timeout=2) is None
+        assert [s["name"] for s in op.call("list_request")["sessions"]] == ["ops"]
+        a.s.close()
+        op.s.close()
     finally:
         ctx.destroy(linger=0)
-        for s in k.call("list_request")["sessions"]:
-            k.call("end_request", {"session": s["id"]})
         try:
-            stop_checked(k)
+            if k:
+                for s in k.call("list_request")["sessions"]:
+                    k.call("end_request", {"session": s["id"]})
+                stop_checked(k)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
