@@ -944,6 +944,8 @@ static int s_pid_known(void *ctx, pid_t pid)
     return 0;
 }
 
+_Static_assert(TENANTS_MAX_IDS <= CHANNELS_MAX_OWNERS, "a tenant's every uid gets into its sockets");
+
 /*  A tenant's session: its group (tenants.h) may enter its directory and read its
  *  connection file, as may root; nothing else of it (meta.json, the snapshot stay 0600, the
  *  workspace the kernel's uid's). The files stay root's, so the tenant cannot change what

@@ -80,7 +80,7 @@ typedef struct sign_job {
 
 /*  One session's own users (its tenant's), admitted besides everyone's below. */
 typedef struct {
-    uid_t uids[CHANNELS_MAX_ADMITTED];
+    uid_t uids[CHANNELS_MAX_OWNERS];
     size_t n;
 } owners_t;
 
@@ -698,7 +698,7 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     self->signer = cfg->signer;
     self->gate = cfg->gate;
     self->max_clients = cfg->max_clients;
-    for (size_t u = 0; u < cfg->nuids && u < CHANNELS_MAX_ADMITTED; u++)
+    for (size_t u = 0; u < cfg->nuids && u < CHANNELS_MAX_OWNERS; u++)
         self->own.uids[self->own.n++] = cfg->uids[u];
     if (cfg->curve_secret && s_set_curve(self, cfg->curve_secret) < 0)
         goto fail;

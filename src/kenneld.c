@@ -183,6 +183,13 @@ int main(int argc, char **argv)
     log_init("kenneld", (log_level_t)cfg.log_level);
     umask(077);
     tenants_t *tenants = NULL;
+    if (cfg.tenants[0] && geteuid() != 0) {
+        /* Unprivileged, every kernel runs as kenneld's one uid: tenants' kernels could reach
+         * each other's files and processes, and their files could not be given to them. */
+        LOG_E("--tenants needs kenneld to run as root (as an ordinary user every tenant's "
+              "kernels would share its uid)");
+        return 2;
+    }
     if (cfg.tenants[0]) {
         char err[600];
         if (!(tenants = tenants_load(cfg.tenants, err, sizeof err))) {

@@ -102,8 +102,7 @@ static int s_uid(const char *v, uid_t *out)
 }
 
 /*  One line's words into t. 0, or -1 with err. */
-static int s_words(tenants_t *self, tenant_t *t, char *words, int is_operator, int line, char *err,
-                   size_t err_len)
+static int s_words(tenant_t *t, char *words, int is_operator, int line, char *err, size_t err_len)
 {
     char *save = NULL;
     for (char *w = strtok_r(words, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
@@ -159,7 +158,7 @@ static int s_words(tenants_t *self, tenant_t *t, char *words, int is_operator, i
             if (!g && !(*v >= '0' && *v <= '9' && !*end))
                 return s_fail(err, err_len, "line %d: group: no such group \"%.40s\"", line, v);
             t->gid = g ? g->gr_gid : (gid_t)n;
-            t->has_gid = 2; /* given: not replaced by the first uid's */
+            t->has_gid = 1; /* given: the first uid's is not looked up */
         } else if (strcmp(k, "sessions") == 0) {
             unsigned long long n;
             if (s_size(v, &n) < 0 || n > 100000 || strpbrk(v, "KkMmGgTt"))
@@ -181,7 +180,6 @@ static int s_words(tenants_t *self, tenant_t *t, char *words, int is_operator, i
                           line, k);
         }
     }
-    (void)self;
     return 0;
 }
 
@@ -243,7 +241,7 @@ tenants_t *tenants_parse(const char *text, char *err, size_t err_len)
                 s_fail(err, err_len, "line %d: a second operator line", line);
                 goto fail;
             }
-            if (s_words(self, &self->operators, rest, 1, line, err, err_len) < 0)
+            if (s_words(&self->operators, rest, 1, line, err, err_len) < 0)
                 goto fail;
             continue;
         }
@@ -281,7 +279,7 @@ tenants_t *tenants_parse(const char *text, char *err, size_t err_len)
         memset(t, 0, sizeof *t);
         snprintf(t->name, sizeof t->name, "%s", name);
         t->max_sessions = -1;
-        if (s_words(self, t, rest, 0, line, err, err_len) < 0)
+        if (s_words(t, rest, 0, line, err, err_len) < 0)
             goto fail;
         if (!t->nuids && !t->nkeys) {
             s_fail(err, err_len, "line %d: tenant %s has neither uids= nor keys=", line, name);
