@@ -14,6 +14,7 @@
 #include <assert.h>
 #include <dirent.h>
 #include <errno.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
@@ -98,6 +99,7 @@ struct sess {
     session_t *core;
     channels_t *ch;
     char id[40];
+    char tenant[TENANTS_NAME_MAX + 1]; /* "" : none (an operator's session) */
     char dir[PATH_MAX];
     char conn_path[PATH_MAX];
     char workspace[PATH_MAX];
@@ -775,6 +777,7 @@ static int s_write_meta(const sess_t *s)
     json_t *history = session_history(s->core);
     record_t r = {.id = s->id,
                   .name = session_name(s->core),
+                  .tenant = s->tenant,
                   .launched = s->launched,
                   .slot = (long long)s->slot,
                   .limits = s->limits,
@@ -942,15 +945,45 @@ static int s_pid_known(void *ctx, pid_t pid)
     return 0;
 }
 
+_Static_assert(TENANTS_MAX_IDS <= CHANNELS_MAX_OWNERS, "a tenant's every uid gets into its sockets");
+
+/*  A tenant's session: its group (tenants.h) may enter its directory and read its
+ *  connection file, as may root; nothing else of it (meta.json, the snapshot stay 0600, the
+ *  workspace the kernel's uid's). The files stay root's, so the tenant cannot change what
+ *  a later kenneld reads back. Its ipc sockets, if any, take the group's connections too
+ *  (the gate checks the uid). An operator's session keeps 0700/0600. 0, or -1 with errno. */
+static int s_share(sess_t *s)
+{
+    const tenants_t *ts = s->broker->cfg.tenants;
+    const tenant_t *t = ts && s->tenant[0] ? tenants_find(ts, s->tenant) : NULL;
+    if (!t || !t->has_gid)
+        return 0;
+    if (chown(s->dir, (uid_t)-1, t->gid) < 0 || chmod(s->dir, 0750) < 0 ||
+        chown(s->conn_path, (uid_t)-1, t->gid) < 0 || chmod(s->conn_path, 0640) < 0)
+        return -1;
+    if (strcmp(s->broker->cfg.transport, "ipc") == 0) {
+        for (int i = 1; i <= CHANNELS_N; i++) {
+            char path[PATH_MAX + 16];
+            snprintf(path, sizeof path, "%s/k-%d", s->dir, i);
+            struct stat st;
+            if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+                (chown(path, (uid_t)-1, t->gid) < 0 || chmod(path, 0660) < 0))
+                return -1;
+        }
+    }
+    return 0;
+}
+
 /*  Build a session record, bind its sockets and write its connection file; no kernel yet.
  *  id NULL makes a new session; id with disk_ready makes one on a pooled kernel, taking its
  *  id, slot and directory; id alone is a session kenneld restores, keeping its id, slot,
  *  directory and connection. A connection is a client's, and checked as one, unless the
  *  session is restored. launched: NULL, or the launcher of a kernelspec's session (pid 0 when
  *  not known). NULL with *err on failure (nothing is left behind for a new session). */
-static sess_t *s_make(broker_t *self, const char *id, const char *name, const json_t *connection,
-                      int curve, const reslimits_t *limits, const launcher_t *launched, long slot,
-                      int disk_ready, broker_error_t *err)
+static sess_t *s_make(broker_t *self, const char *id, const char *name, const char *tenant,
+                      const json_t *connection, int curve, const reslimits_t *limits,
+                      const launcher_t *launched, long slot, int disk_ready,
+                      broker_error_t *err)
 {
     /* A pooled kernel's session is new to its client: only a restored one's connection is
      * kenneld's own (its ipc paths are its sockets' already). */
@@ -978,6 +1011,9 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
         snprintf(s->id, sizeof s->id, "%s", id);
     else
         util_uuid(s->id);
+    snprintf(s->tenant, sizeof s->tenant, "%s", tenant ? tenant : "");
+    const tenant_t *t =
+        self->cfg.tenants && s->tenant[0] ? tenants_find(self->cfg.tenants, s->tenant) : NULL;
     s->pipe = kernpipe_new(self->loop, s->id, self->cfg.max_pipe_frame, session_kpipe_alloc(),
                            &s_pipe_ops, s);
     if (!s->pipe) {
@@ -988,7 +1024,8 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     channels_cfg_t cc = {.transport = self->cfg.transport, .ip = self->cfg.ip,
                          .key = util_uuid(key), .max_unread = self->cfg.max_unread,
                          .signer = self->signer, .gate = self->cfg.gate,
-                         .max_clients = self->cfg.max_clients};
+                         .max_clients = self->cfg.max_clients,
+                         .uids = t ? t->uids : NULL, .nuids = t ? t->nuids : 0};
     char curve_pub[41], curve_sec[41];
     if (connection &&
         connection_parse(connection, &cc, !restoring, &err->ename, err->evalue,
@@ -1075,7 +1112,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const js
     json_t *conn = channels_connection(s->ch);
     int wrote = statedir_write_json(s->conn_path, conn, STATEDIR_ATOMIC);
     json_decref(conn);
-    if (wrote < 0 || s_write_meta(s) < 0) {
+    if (wrote < 0 || s_share(s) < 0 || s_write_meta(s) < 0) {
         err->ename = "SpawnFailed";
         snprintf(err->evalue, sizeof err->evalue, "cannot write the session's files: %s",
                  strerror(errno));
@@ -1161,6 +1198,8 @@ static json_t *s_info(sess_t *s)
 {
     json_t *info = session_info(s->core);
     json_object_set_new(info, "connection_file", json_string(s->conn_path));
+    if (s->tenant[0])
+        json_object_set_new(info, "tenant", json_string(s->tenant));
     json_object_set_new(info, "kernel_pid", json_integer(s->has_proc ? s->proc.pid : 0));
     /* Sandboxed, the pid is kennel-init's: the cgroup counts the whole session. */
     long long mem = 0, peak = 0, ooms = 0;
@@ -1210,7 +1249,8 @@ static int s_by_mem_at(const void *a, const void *b)
 
 /*  A new session, its kernel starting (from the pool when one fits), not served yet. NULL
  *  with err. */
-static sess_t *s_create(broker_t *self, const char *name, const json_t *connection,
+static sess_t *s_create(broker_t *self, const char *name, const char *tenant,
+                        const json_t *connection,
                         int curve, const reslimits_t *limits, const launcher_t *launched,
                         broker_error_t *err)
 {
@@ -1226,8 +1266,8 @@ static sess_t *s_create(broker_t *self, const char *name, const json_t *connecti
         /* The session takes the pooled kernel's id, directory, uid slot and cgroup. */
         size_t slot = pool_kernel_slot(k);
         launch_slot_free(self->launch, slot);
-        s = s_make(self, pool_kernel_id(k), name, connection, curve, limits, launched, (long)slot,
-                   1, err);
+        s = s_make(self, pool_kernel_id(k), name, tenant, connection, curve, limits, launched,
+                   (long)slot, 1, err);
         if (!s) {
             (void)launch_slot_take(self->launch, (long)slot, &slot); /* the pool's again */
             pool_kernel_drop(self->pool, &k);
@@ -1239,7 +1279,7 @@ static sess_t *s_create(broker_t *self, const char *name, const json_t *connecti
         if (s->cg && cgroup_set_background(s->cg, 0) < 0)
             PLOG_W("session=%s: its kernel keeps the pool's small CPU share", s->id);
     } else {
-        s = s_make(self, NULL, name, connection, curve, limits, launched, -1, 0, err);
+        s = s_make(self, NULL, name, tenant, connection, curve, limits, launched, -1, 0, err);
         if (!s)
             return NULL;
     }
@@ -1255,9 +1295,9 @@ static sess_t *s_create(broker_t *self, const char *name, const json_t *connecti
     return s;
 }
 
-json_t *broker_create(broker_t *self, const char *name, const json_t *connection, int curve,
-                      const reslimits_t *limits, int launched, pid_t launcher, int *created,
-                      broker_error_t *err)
+json_t *broker_create(broker_t *self, const char *name, const char *tenant,
+                      const json_t *connection, int curve, const reslimits_t *limits,
+                      int launched, pid_t launcher, int *created, broker_error_t *err)
 {
     *created = 0;
     if (name) {
@@ -1274,7 +1314,7 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
                  strerror(errno));
         return NULL;
     }
-    sess_t *s = s_create(self, name, connection, curve || self->cfg.curve, limits,
+    sess_t *s = s_create(self, name, tenant, connection, curve || self->cfg.curve, limits,
                          launched ? &l : NULL, err);
     if (!s) {
         if (launcher_fd >= 0)
@@ -1284,7 +1324,8 @@ json_t *broker_create(broker_t *self, const char *name, const json_t *connection
     s_serve(self, s);
     if (launcher_fd >= 0)
         s_watch_launcher(s, launcher_fd);
-    LOG_I("session=%s: created (name %s)", s->id, session_name(s->core));
+    LOG_I("session=%s: created (name %s%s%s)", s->id, session_name(s->core),
+          s->tenant[0] ? ", tenant " : "", s->tenant);
     *created = 1;
     return s_info(s);
 }
@@ -1307,7 +1348,7 @@ json_t *broker_rekey(broker_t *self, const char *id_or_name, broker_error_t *err
     sodium_memzero(sec, sizeof sec);
     json_t *conn = rc == 0 ? channels_connection(s->ch) : NULL;
     /* The old connection file goes: whoever read it holds keys no socket takes now. */
-    if (!conn || statedir_write_json(s->conn_path, conn, STATEDIR_ATOMIC) < 0) {
+    if (!conn || statedir_write_json(s->conn_path, conn, STATEDIR_ATOMIC) < 0 || s_share(s) < 0) {
         json_decref(conn);
         err->ename = "SpawnFailed";
         snprintf(err->evalue, sizeof err->evalue, "cannot issue new keys: %s", strerror(errno));
@@ -1368,6 +1409,24 @@ json_t *broker_list(broker_t *self, int *pending)
     for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
         json_array_append_new(list, s_info(s));
     return list;
+}
+
+const char *broker_tenant(broker_t *self, const char *id_or_name)
+{
+    sess_t *s = s_find(self, id_or_name);
+    return s ? s->tenant : NULL;
+}
+
+tenants_usage_t broker_usage(broker_t *self, const char *tenant)
+{
+    tenants_usage_t u = {0};
+    for (sess_t *s = zlistx_first(self->sessions); s; s = zlistx_next(self->sessions))
+        if (strcmp(s->tenant, tenant) == 0) {
+            u.sessions++;
+            u.memory_bytes += s->limits.cg.memory_bytes;
+            u.cpus += s->limits.cg.cpus;
+        }
+    return u;
 }
 
 int broker_end(broker_t *self, const char *id_or_name)
@@ -1605,8 +1664,8 @@ static void s_restore_one(broker_t *self, const char *dir)
     else if (id)
         why = s_restore_slot(self, rec.slot, &slot);
     if (!why && id && name && conn && rec.has_limits)
-        s = s_make(self, id, name, conn, 0, &rec.limits, launched ? &launcher : NULL, (long)slot, 0,
-                   &err);
+        s = s_make(self, id, name, rec.tenant, conn, 0, &rec.limits,
+                   launched ? &launcher : NULL, (long)slot, 0, &err);
     if (s) {
         snprintf(path, sizeof path, "%s/snapshot", dir);
         int has_state = access(path, F_OK) == 0;

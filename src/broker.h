@@ -18,6 +18,7 @@
 #include "reslimits.h"
 #include "sandbox.h"
 #include "session.h"
+#include "tenants.h"
 #include "wire.h"
 
 
@@ -59,6 +60,9 @@ typedef struct {
                                      (borrowed; outlives the broker), or NULL */
     size_t max_clients;           /* connections each session socket admits; 0: no bound */
     int curve;                    /* every session's sockets are CURVE servers (--curve) */
+    const tenants_t *tenants;     /* kenneld --tenants (borrowed; outlives the broker), or
+                                     NULL: a session's tenant's uids get into its sockets,
+                                     its group reads its directory and connection file */
     session_limits_t session_limits;
     wire_limits_t wire_limits;
 } broker_cfg_t;
@@ -87,9 +91,15 @@ typedef struct {
  *  curve_publickey/curve_secretkey are used as they are; one without them is refused under
  *  cfg.curve).
  *  Returns a new reference to the session's info, or NULL with *err filled. */
-json_t *broker_create(broker_t *self, const char *name, const json_t *connection, int curve,
-                      const reslimits_t *limits, int launched, pid_t launcher,
-                      int *created, broker_error_t *err);
+json_t *broker_create(broker_t *self, const char *name, const char *tenant,
+                      const json_t *connection, int curve, const reslimits_t *limits,
+                      int launched, pid_t launcher, int *created, broker_error_t *err);
+/*  The tenant of the session with this id or name: "" for none (an operator's), NULL when
+ *  there is no such session. Borrowed, until the session ends. tenant (NULL: "") is the
+ *  session's, made by broker_create and kept in its record. */
+const char *broker_tenant(broker_t *self, const char *id_or_name);
+/*  What tenant's live sessions have: how many, the sum of their memory and CPU limits. */
+tenants_usage_t broker_usage(broker_t *self, const char *tenant);
 /*  Give the session new CURVE keys: its sockets refuse the old ones and cut the connections
  *  made with them; its connection file is written again. Its info, or NULL with *err
  *  (NoSuchSession; BadRequest: not a CURVE session). */

@@ -78,6 +78,12 @@ typedef struct sign_job {
     int rc;
 } sign_job_t;
 
+/*  One session's own users (its tenant's), admitted besides everyone's below. */
+typedef struct {
+    uid_t uids[CHANNELS_MAX_OWNERS];
+    size_t n;
+} owners_t;
+
 struct channels {
     zsock_t *sock[CHANNELS_N];
     int ports[CHANNELS_N];
@@ -117,6 +123,7 @@ struct channels {
                                 * connections now, so none is counted while that is under
                                 * max_clients (a count walks the kernel's whole table) */
     size_t denied;      /* handshakes refused for their key (CURVE) */
+    owners_t own;       /* its own users (cfg.uids) */
 };
 
 static void s_account_release(unread_account_t *a)
@@ -328,12 +335,15 @@ int channels_admit_user(uid_t uid)
     return 0;
 }
 
-/*  Whether uid may use kenneld's sessions without a key: kenneld's own user, root, and the
- *  users admitted (--admit-user). */
-static int s_owner(uid_t uid)
+/*  Whether uid may use a session without a key: kenneld's own user, root, the users
+ *  admitted (--admit-user), and the session's own (its tenant's uids), if any. */
+static int s_owner(uid_t uid, const owners_t *own)
 {
     if (uid == 0 || uid == geteuid())
         return 1;
+    for (size_t i = 0; own && i < own->n; i++)
+        if (own->uids[i] == uid)
+            return 1;
     for (size_t i = 0; i < s_nadmitted; i++)
         if (s_admitted[i] == uid)
             return 1;
@@ -387,7 +397,7 @@ static void s_on_sock(void *arg, const sockdiag_t *d)
  *  uid; a client end that is not there is an AF_INET6 socket that reached 127.0.0.1 as
  *  ::ffff:127.0.0.1, looked up alone. 0, or -1 when the kernel could not be asked. */
 static int s_scan_tcp(const char *ip, const int ports[CHANNELS_N], size_t counts[CHANNELS_N],
-                      int only, peers_t *foreign)
+                      int only, peers_t *foreign, const owners_t *own)
 {
     struct in_addr ours;
     scan_t sc = {.ports = ports, .counts = counts, .only = only};
@@ -413,7 +423,7 @@ static int s_scan_tcp(const char *ip, const int ports[CHANNELS_N], size_t counts
             }
             uid = found ? d.uid : (uid_t)-1;
         }
-        if (!s_owner(uid)) {
+        if (!s_owner(uid, own)) {
             s_peers_add(foreign, p.addr, p.port, uid);
             if (uid != (uid_t)-1)
                 s_warn_foreign(uid);
@@ -459,7 +469,7 @@ static void s_counts(const channels_t *self, size_t n[CHANNELS_N])
         fclose(f);
         return;
     }
-    if (s_scan_tcp(self->ip, self->ports, n, -1, NULL) < 0)
+    if (s_scan_tcp(self->ip, self->ports, n, -1, NULL, NULL) < 0)
         PLOG_W("cannot count connections (sock_diag)");
 }
 
@@ -484,10 +494,10 @@ static int s_set_curve(channels_t *self, const char *secret)
  *  s_cut does. Each socket's established connections into counts, as s_counts, less those
  *  cut. How many were cut, or -1 when kenneld could not look (then nothing may in). */
 static long s_cut_foreign(const char *ip, const int ports[CHANNELS_N], int i,
-                          size_t counts[CHANNELS_N])
+                          size_t counts[CHANNELS_N], const owners_t *own)
 {
     peers_t foreign = {0};
-    if (s_scan_tcp(ip, ports, counts, i, &foreign) < 0) {
+    if (s_scan_tcp(ip, ports, counts, i, &foreign, own) < 0) {
         PLOG_E("cannot tell whose connections these are (sock_diag)");
         s_peers_free(&foreign);
         return -1;
@@ -545,6 +555,7 @@ typedef struct {
     int ports[CHANNELS_N];
     int which;
     int owners_only;     /* cut other users' connections first */
+    owners_t own;        /* the session's own users, besides everyone's */
     long cut;            /* how many were, or -1: kenneld could not look */
     size_t counts[CHANNELS_N];
     int counted;
@@ -554,8 +565,8 @@ static void s_probe_run(void *job)
 {
     probe_t *p = job;
     if (p->owners_only)
-        p->cut = s_cut_foreign(p->ip, p->ports, p->which, p->counts);
-    else if (s_scan_tcp(p->ip, p->ports, p->counts, -1, NULL) < 0)
+        p->cut = s_cut_foreign(p->ip, p->ports, p->which, p->counts, &p->own);
+    else if (s_scan_tcp(p->ip, p->ports, p->counts, -1, NULL, NULL) < 0)
         p->cut = -1;
     p->counted = p->cut >= 0;
 }
@@ -619,7 +630,7 @@ static int s_admit(void *arg, int i, const gate_request_t *req, void **job, cons
         const char *colon = strchr(req->address, ':');
         char *end = NULL;
         unsigned long uid = colon ? strtoul(colon + 1, &end, 10) : 0;
-        if (!colon || end == colon + 1 || *end != ':' || !s_owner((uid_t)uid)) {
+        if (!colon || end == colon + 1 || *end != ':' || !s_owner((uid_t)uid, &self->own)) {
             if (colon && end != colon + 1 && *end == ':')
                 s_warn_foreign((uid_t)uid);
             *why = "not the sessions' owner";
@@ -655,6 +666,7 @@ static int s_admit(void *arg, int i, const gate_request_t *req, void **job, cons
     memcpy(p->ports, self->ports, sizeof p->ports);
     p->which = i;
     p->owners_only = owners_only;
+    p->own = self->own;
     *job = p;
     return GATE_LATER;
 }
@@ -686,6 +698,8 @@ channels_t *channels_new(const channels_cfg_t *cfg, const wire_limits_t *limits)
     self->signer = cfg->signer;
     self->gate = cfg->gate;
     self->max_clients = cfg->max_clients;
+    for (size_t u = 0; u < cfg->nuids && u < CHANNELS_MAX_OWNERS; u++)
+        self->own.uids[self->own.n++] = cfg->uids[u];
     if (cfg->curve_secret && s_set_curve(self, cfg->curve_secret) < 0)
         goto fail;
     int is_ipc = strcmp(cfg->transport, "ipc") == 0;

@@ -31,6 +31,9 @@ typedef struct {
                               * holders are admitted (s_admit) */
     gate_t *gate;            /* asked about every handshake (gate.h), or NULL: anyone in */
     size_t max_clients;      /* with a gate: connections each socket admits (0: no bound) */
+    const uid_t *uids;       /* users admitted without CURVE besides kenneld's own, root and
+                              * channels_admit_user's: the session's tenant's (copied) */
+    size_t nuids;            /* at most CHANNELS_MAX_OWNERS */
 } channels_cfg_t;
 
 typedef struct channels channels_t;
@@ -89,6 +92,7 @@ int channels_rekey(channels_t *self, const char *curve_secret);
  *  root's are (kenneld --admit-user: kennel-gateway's unprivileged user). Call before any
  *  session is made; at most CHANNELS_MAX_ADMITTED users. 0, or -1 when full. */
 #define CHANNELS_MAX_ADMITTED 8
+#define CHANNELS_MAX_OWNERS 16 /* a session's own users (channels_cfg_t.uids) */
 int channels_admit_user(uid_t uid);
 /*  Whether the sockets are CURVE servers. */
 int channels_curve(const channels_t *self);

@@ -36,6 +36,12 @@ static const char s_usage[] =
     "  --admit-user USER   a user (name or uid) whose connections sessions without CURVE\n"
     "                      admit, besides kenneld's own and root: kennel-gateway's --user\n"
     "                      (repeatable, at most 8)\n"
+    "  --tenants FILE      serve several teams: the file names each tenant (its uids or\n"
+    "                      CURVE keys, its quotas) and the operators; a tenant sees, attaches\n"
+    "                      to and ends only its own sessions, through a second manager socket\n"
+    "                      (docs/security.md, \"Tenants\"). Owned by root, mode 0600 or 0640\n"
+    "  --tenant-manager EP  that socket (default ipc://STATE/tenants; tcp needs --curve:\n"
+    "                      callers are then known by their CURVE client key)\n"
     "  --max-memory SIZE   kenneld's own heap in use past which it cuts every client\n"
     "                      connection of every session (they reconnect); 0: never\n"
     "                      (default 2G)\n"
@@ -336,6 +342,8 @@ int config_load(config_t *cfg, int argc, char **argv)
         {"runs-keep", required_argument, NULL, 'H'}, {"record-code", no_argument, NULL, 'C'},
         {"max-clients", required_argument, NULL, 'a'}, {"curve", no_argument, NULL, 'V'},
         {"admit-user", required_argument, NULL, 'b'},
+        {"tenants", required_argument, NULL, 0x104},
+        {"tenant-manager", required_argument, NULL, 0x105},
         {"budget-cpu", required_argument, NULL, 0x100}, {"budget-wall", required_argument, NULL, 0x101},
         {"budget-cells", required_argument, NULL, 0x102},
         {"budget-output", required_argument, NULL, 0x103},
@@ -498,6 +506,11 @@ int config_load(config_t *cfg, int argc, char **argv)
             cfg->checkpoint_s = v;
             break;
         }
+        case 0x104: rc = s_copy(cfg->tenants, sizeof cfg->tenants, optarg, "--tenants"); break;
+        case 0x105:
+            rc = s_copy(cfg->tenant_manager, sizeof cfg->tenant_manager, optarg,
+                        "--tenant-manager");
+            break;
         case 'h': fputs(s_usage, stdout); return 1;
         default: fputs(s_usage, stderr); return -1;
         }
@@ -522,6 +535,17 @@ int config_load(config_t *cfg, int argc, char **argv)
     }
     if (cfg->cluster[0] && s_cluster(cfg) < 0)
         return -1;
+    if (cfg->tenant_manager[0] && !cfg->tenants[0]) {
+        fprintf(stderr, "kenneld: --tenant-manager needs --tenants\n");
+        return -1;
+    }
+    if (cfg->tenant_manager[0] && strncmp(cfg->tenant_manager, "ipc://", 6) != 0 &&
+        (strncmp(cfg->tenant_manager, "tcp://", 6) != 0 || !cfg->curve)) {
+        fprintf(stderr, "kenneld: --tenant-manager is ipc://PATH, or tcp://ADDR:PORT with "
+                        "--curve (a TCP caller is known by its CURVE key; ZAP is not told its "
+                        "uid)\n");
+        return -1;
+    }
     if (cfg->python[0] != '/' || cfg->kernel_dir[0] != '/') {
         fprintf(stderr, "kenneld: --python and --kernel-dir must be absolute paths\n");
         return -1;

@@ -86,6 +86,8 @@ typedef struct {
     char shared[PATH_MAX];      /* --shared DIR: every node's session directories, mounted by all */
     char cluster_key[PATH_MAX]; /* --cluster-key FILE: the manager's keys, the same on every node */
     double checkpoint_s;        /* --checkpoint: a cluster session idle this long is saved */
+    char tenants[PATH_MAX];     /* --tenants FILE; "": none (one user, as before) */
+    char tenant_manager[PATH_MAX + 16]; /* its socket's endpoint; "": ipc://STATE/tenants */
 } config_t;
 
 /*  Fill cfg from defaults, environment and argv. Returns 0; 1 when --help was printed; or -1

@@ -45,7 +45,8 @@ struct gate {
 static int s_on_request(loop_t *loop, zsock_t *sock, void *arg);
 
 /*  Answer the request z (taken): ZAP's reply frames. */
-static void s_reply(gate_t *self, zframe_t *request_id, const char *code, const char *text)
+static void s_reply(gate_t *self, zframe_t *request_id, const char *code, const char *text,
+                    const char *user_id)
 {
     zmsg_t *r = zmsg_new();
     zmsg_addstr(r, "1.0");
@@ -55,7 +56,7 @@ static void s_reply(gate_t *self, zframe_t *request_id, const char *code, const 
         zmsg_addstr(r, "");
     zmsg_addstr(r, code);
     zmsg_addstr(r, text);
-    zmsg_addstr(r, ""); /* user id */
+    zmsg_addstr(r, user_id); /* "" gives the connection no User-Id */
     zmsg_addmem(r, NULL, 0); /* metadata */
     if (zmsg_send(&r, self->sock) < 0)
         zmsg_destroy(&r);
@@ -77,7 +78,7 @@ static void s_later_done(void *arg)
     const char *why = "the socket is gone";
     int ok = g ? g->finish(g->arg, g->which, l->job, &why) == 1 : 0;
     LOG_D("zap: %s (worked out): %s", l->domain, ok ? "admitted" : why);
-    s_reply(self, l->request_id, ok ? "200" : "400", ok ? "OK" : why);
+    s_reply(self, l->request_id, ok ? "200" : "400", ok ? "OK" : why, "");
     free(l->job);
     free(l->domain);
     free(l);
@@ -106,9 +107,10 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
     const char *why = "not admitted";
     int ok = 0;
     void *job = NULL;
+    char user_id[GATE_USER_ID_MAX] = "";
     guard_t *g = domain ? zhashx_lookup(self->guards, domain) : NULL;
     if (version && strcmp(version, "1.0") == 0 && g && address && mechanism) {
-        gate_request_t req = {.address = address, .mechanism = mechanism};
+        gate_request_t req = {.address = address, .mechanism = mechanism, .user_id = user_id};
         if (strcmp(mechanism, "CURVE") == 0) {
             if (credential && zframe_size(credential) == 32)
                 req.client_key = zframe_data(credential);
@@ -142,7 +144,7 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
     }
     LOG_D("zap: %s from %s (%s): %s", domain ? domain : "?", address ? address : "?",
           mechanism ? mechanism : "?", ok ? "admitted" : why);
-    s_reply(self, request_id, ok ? "200" : "400", ok ? "OK" : why);
+    s_reply(self, request_id, ok ? "200" : "400", ok ? "OK" : why, ok ? user_id : "");
 done:
     free(job);
     zstr_free(&version);

@@ -16,7 +16,11 @@ typedef struct {
                             * "HOST:uid:gid:pid" from SO_PEERCRED */
     const char *mechanism; /* "NULL" or "CURVE" */
     const unsigned char *client_key; /* CURVE: the client's 32-byte public key; else NULL */
+    char *user_id;         /* GATE_USER_ID_MAX bytes, "" unless the guard names the peer:
+                            * ZAP's User-Id, which libzmq gives every message of that
+                            * connection as the property "User-Id" (zframe_meta) */
 } gate_request_t;
+#define GATE_USER_ID_MAX 64
 
 /*  Whether the peer of req may in on socket `which` of the guard's owner: 1 yes, 0 no (and
  *  *why: a short reason libzmq sends the peer in its ERROR command); or GATE_LATER with *job

@@ -707,11 +707,19 @@ static int s_cmd_ls(void)
     json_t *r = s_call("list_request", json_object());
     if (!r)
         return 1;
-    printf("%-20s %-10s %-9s %8s %6s %8s %7s %7s %7s  %s\n", "NAME", "ID", "STATE", "IDLE",
-           "CELLS", "PID", "MEM", "PSS", "USS", "LAST");
     size_t i;
     json_t *s;
+    /* Under kenneld --tenants an operator sees every tenant's sessions: whose each is. */
+    int tenants = 0;
+    json_array_foreach(json_object_get(r, "sessions"), i, s)
+        tenants |= json_is_string(json_object_get(s, "tenant"));
+    if (tenants)
+        printf("%-12s ", "TENANT");
+    printf("%-20s %-10s %-9s %8s %6s %8s %7s %7s %7s  %s\n", "NAME", "ID", "STATE", "IDLE",
+           "CELLS", "PID", "MEM", "PSS", "USS", "LAST");
     json_array_foreach(json_object_get(r, "sessions"), i, s) {
+        if (tenants)
+            printf("%-12s ", json_string_value(json_object_get(s, "tenant")) ?: "-");
         char mem[32], pss[32], uss[32];
         s_human_bytes(mem, sizeof mem, json_integer_value(json_object_get(s, "memory_bytes")));
         s_human_bytes(pss, sizeof pss, json_integer_value(json_object_get(s, "pss_bytes")));

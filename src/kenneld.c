@@ -30,6 +30,7 @@
 #include "cluster.h"
 #include "manager.h"
 #include "statedir.h"
+#include "tenants.h"
 #include "util.h"
 #include "walls.h"
 
@@ -150,6 +151,30 @@ static void s_log_merge_pages(void)
               "its writes to learn whether another holds a page of content it can guess");
 }
 
+/*  Under --tenants, tenants' users must reach the tenant manager socket and their sessions'
+ *  connection files: the state directory and its sessions/ become 0711 (entered, not
+ *  listed); each tenant session's directory is its group's (broker). Directories above it
+ *  are the operator's to open: one that others cannot enter is warned of. 0, or -1. */
+static int s_open_for_tenants(const char *state_dir)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/sessions", state_dir);
+    if (chmod(state_dir, 0711) < 0 || chmod(path, 0711) < 0) {
+        PLOG_E("chmod 0711 %s and its sessions/", state_dir);
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s", state_dir);
+    for (char *slash = strrchr(path, '/'); slash && slash > path; slash = strrchr(path, '/')) {
+        *slash = '\0';
+        struct stat st;
+        if (stat(path, &st) == 0 && !(st.st_mode & S_IXOTH))
+            LOG_W("--tenants: %s (above the state directory) is mode %04o: tenants' users "
+                  "cannot enter it, nor reach the tenant manager socket; make it o+x or use "
+                  "another --state-dir", path, (unsigned)(st.st_mode & 07777));
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     config_t cfg;
@@ -158,6 +183,22 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     log_init("kenneld", (log_level_t)cfg.log_level);
     umask(077);
+    tenants_t *tenants = NULL;
+    if (cfg.tenants[0] && geteuid() != 0) {
+        /* Unprivileged, every kernel runs as kenneld's one uid: tenants' kernels could reach
+         * each other's files and processes, and their files could not be given to them. */
+        LOG_E("--tenants needs kenneld to run as root (as an ordinary user every tenant's "
+              "kernels would share its uid)");
+        return 2;
+    }
+    if (cfg.tenants[0]) {
+        char err[600];
+        if (!(tenants = tenants_load(cfg.tenants, err, sizeof err))) {
+            LOG_E("%s", err);
+            return 2;
+        }
+        LOG_I("tenants: %zu from %s", tenants_size(tenants), cfg.tenants);
+    }
     /* Before any thread or helper exists: the workspace images are mounted in a mount
      * namespace of kenneld's own, so no mount outlives it, however it ends. */
     int privileged = geteuid() == 0;
@@ -202,8 +243,11 @@ int main(int argc, char **argv)
         PLOG_E("realpath(%s)", cfg.state_dir);
         return 1;
     }
-    char info_path[PATH_MAX + 16];
+    char info_path[PATH_MAX + 16], tenants_path[PATH_MAX + 16];
     snprintf(info_path, sizeof info_path, "%s/kenneld.json", state_dir);
+    snprintf(tenants_path, sizeof tenants_path, "%s/tenants.json", state_dir);
+    if (tenants && s_open_for_tenants(state_dir) < 0)
+        return 1;
     long other = statedir_kenneld_pid(state_dir);
     if (other && other != (long)getpid()) {
         LOG_E("another kenneld (pid %ld) serves %s", other, state_dir);
@@ -347,6 +391,7 @@ int main(int argc, char **argv)
         .gate = gate,
         .max_clients = cfg.max_clients,
         .curve = cfg.curve,
+        .tenants = tenants,
         .session_limits = {.max_queued = cfg.max_queued,
                            .grace_ms = (long long)(cfg.grace_s * 1000),
                            .max_output = cfg.max_output,
@@ -379,7 +424,8 @@ int main(int argc, char **argv)
         return 1;
     }
     manager_t *manager = loop && broker ? manager_new(loop, broker, manager_ep, key, cfg.max_file,
-                                                      NULL, gate, cfg.curve ? curve_sec : NULL)
+                                                      NULL, gate, cfg.curve ? curve_sec : NULL,
+                                                      tenants, 0)
                                         : NULL;
     if (!manager) {
         PLOG_E("cannot serve the manager on %s", manager_ep);
@@ -388,8 +434,47 @@ int main(int argc, char **argv)
         loop_destroy(&loop);
         return 1;
     }
+    /* The tenant manager: a socket of its own, with an HMAC key of its own that every tenant
+     * may read (tenants.json, 0644): there the gate's answer (the caller's uid or CURVE key)
+     * is the credential, not the key. kenneld.json's key stays the operators' alone. */
+    manager_t *tmanager = NULL;
+    char tkey[40] = "", tpub[41] = "", tsec[41] = "", tenant_ep[PATH_MAX + 32];
+    if (tenants) {
+        util_uuid(tkey);
+        if (cfg.tenant_manager[0])
+            snprintf(tenant_ep, sizeof tenant_ep, "%s", cfg.tenant_manager);
+        else
+            snprintf(tenant_ep, sizeof tenant_ep, "ipc://%s/tenants", state_dir);
+        int is_ipc = strncmp(tenant_ep, "ipc://", 6) == 0;
+        if (is_ipc && strlen(tenant_ep) - 6 > 107) {
+            LOG_E("the tenant manager's path %s is too long for an ipc socket; use a shorter "
+                  "--state-dir or --tenant-manager", tenant_ep + 6);
+            tmanager = NULL;
+        } else if (!is_ipc && zmq_curve_keypair(tpub, tsec) < 0) {
+            PLOG_E("cannot make a CURVE key pair");
+        } else {
+            tmanager = manager_new(loop, broker, tenant_ep, tkey, cfg.max_file, NULL, gate,
+                                   is_ipc ? NULL : tsec, tenants, 1);
+            if (!tmanager)
+                PLOG_E("cannot serve the tenant manager on %s", tenant_ep);
+        }
+        sodium_memzero(tsec, sizeof tsec);
+        /* Anyone may connect; the gate admits only the tenants file's uids. */
+        if (tmanager && is_ipc && chmod(tenant_ep + 6, 0666) < 0) {
+            PLOG_E("chmod 0666 %s", tenant_ep + 6);
+            manager_destroy(&tmanager);
+        }
+        if (!tmanager) {
+            manager_destroy(&manager);
+            broker_destroy(&broker);
+            gate_destroy(&gate);
+            loop_destroy(&loop);
+            return 1;
+        }
+    }
     if (loop_fd(loop, sfd, LOOP_IN, s_on_signal, broker) < 0) {
         PLOG_E("cannot watch the signalfd");
+        manager_destroy(&tmanager);
         manager_destroy(&manager);
         broker_destroy(&broker);
         gate_destroy(&gate);
@@ -416,6 +501,29 @@ int main(int argc, char **argv)
     unsigned long long started = 0; /* with the pid, names this process (statedir_kenneld_pid) */
     if (util_start_time(getpid(), &started) < 0)
         PLOG_W("cannot read this process's start time");
+    /* Before kenneld.json, whose appearance says kenneld is ready to serve. */
+    if (tmanager) {
+        json_t *t = json_pack("{s:{s:s, s:s, s:s}, s:I, s:I, s:s, s:s}", "manager", "endpoint",
+                              manager_endpoint(tmanager), "key", tkey, "signature_scheme",
+                              "hmac-sha256", "pid", (json_int_t)getpid(), "start",
+                              (json_int_t)started, "version", KENNEL_VERSION, "state_dir",
+                              state_dir);
+        if (tpub[0])
+            json_object_set_new(json_object_get(t, "manager"), "curve_serverkey",
+                                json_string(tpub));
+        int wrote = statedir_write_json(tenants_path, t, STATEDIR_DURABLE);
+        json_decref(t);
+        if (wrote < 0 || chmod(tenants_path, 0644) < 0) {
+            PLOG_E("write %s", tenants_path);
+            manager_destroy(&tmanager);
+            manager_destroy(&manager);
+            broker_destroy(&broker);
+            gate_destroy(&gate);
+            loop_destroy(&loop);
+            return 1;
+        }
+        LOG_I("tenant manager %s", manager_endpoint(tmanager));
+    }
     json_t *info = json_pack("{s:{s:s, s:s, s:s}, s:I, s:I, s:s, s:s}", "manager", "endpoint",
                              manager_endpoint(manager), "key", key, "signature_scheme",
                              "hmac-sha256", "pid", (json_int_t)getpid(), "start",
@@ -436,6 +544,9 @@ int main(int argc, char **argv)
     sodium_memzero(curve_sec, sizeof curve_sec);
     if (statedir_write_json(info_path, info, STATEDIR_DURABLE) < 0) {
         PLOG_E("write %s", info_path);
+        if (tmanager)
+            unlink(tenants_path);
+        manager_destroy(&tmanager);
         json_decref(info);
         cluster_destroy(&cluster);
         manager_destroy(&manager);
@@ -453,9 +564,13 @@ int main(int argc, char **argv)
 
     unlink(info_path);
     cluster_destroy(&cluster);
+    if (tmanager)
+        unlink(tenants_path);
+    manager_destroy(&tmanager);
     manager_destroy(&manager);
     broker_destroy(&broker);
     gate_destroy(&gate);
+    tenants_destroy(&tenants);
     loop_fd_end(loop, sfd);
     loop_destroy(&loop);
     close(sfd);

@@ -31,7 +31,15 @@ struct manager {
     gate_t *gate;         /* guards the socket under CURVE, or NULL */
     unsigned char curve_key[32]; /* under CURVE: the one client key admitted (the pair's own) */
     cluster_t *cluster;   /* kenneld --cluster's node, or NULL */
+    int gate_curve;       /* the socket is a CURVE server */
+    const tenants_t *tenants; /* kenneld --tenants, or NULL */
+    int scoped;           /* the tenant manager socket: every request is a caller's (s_caller) */
+    char parked_caller[GATE_USER_ID_MAX]; /* the parked request's caller (User-Id) */
 };
+
+/*  The ZAP User-Id the gate gives a tenant manager socket's callers. */
+#define CALLER_OPERATOR "operator"
+#define CALLER_TENANT "tenant:"
 
 static void s_on_settled(void *arg);
 
@@ -178,7 +186,18 @@ static int s_alnum(char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-static json_t *s_on_create(manager_t *self, const jmsg_t *req)
+/*  The tenant a new session named name belongs to: the caller's, or for an operator the
+ *  tenant its name starts with ("TENANT.…", as kennel-gateway names its tenants' kernels),
+ *  or none. */
+static const tenant_t *s_owner_of(const manager_t *self, const tenant_t *caller,
+                                  const char *name)
+{
+    if (caller)
+        return caller;
+    return self->tenants && name ? tenants_of_name(self->tenants, name) : NULL;
+}
+
+static json_t *s_on_create(manager_t *self, const jmsg_t *req, const tenant_t *caller)
 {
     json_t *content = jmsg_content(req);
     json_t *jname = json_object_get(content, "name");
@@ -196,10 +215,49 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
     }
     if (conn && !json_is_null(conn) && !json_is_object(conn))
         return s_error("BadRequest", "connection must be an object");
+    /* kenneld binds a client's ipc paths as root, removing a stale socket there first: a
+     * path a tenant chose (or swapped after the check) would have root make or remove files
+     * where the tenant may not. A tenant's own ports on 127.0.0.1 are fine. */
+    const char *ctransport = jmsg_cstr(json_object_get(conn, "transport"));
+    if (caller && json_is_object(conn) && ctransport && strcmp(ctransport, "tcp") != 0)
+        return s_error("BadRequest", "a tenant's connection must be tcp: kenneld binds ipc "
+                                     "paths as root");
     reslimits_t limits = broker_default_limits(self->broker);
     const char *bad = s_parse_limits(json_object_get(content, "limits"), &limits);
     if (bad)
         return s_error("BadRequest", bad);
+    /* A tenant's names are its own: "work" is TENANT.work (what kennel-gateway calls that
+     * tenant's kernel "work"), and two tenants' "work" are two sessions. Unnamed, it is
+     * TENANT.k-…, as the gateway names them. */
+    char full[TENANTS_NAME_MAX + 2 + 129];
+    if (caller) {
+        size_t n = strlen(caller->name);
+        if (!name) {
+            char id[40];
+            snprintf(full, sizeof full, "%s.k-%.8s", caller->name, util_uuid(id));
+        } else if (strncmp(name, caller->name, n) == 0 && name[n] == '.') {
+            snprintf(full, sizeof full, "%s", name);
+        } else if (n + 1 + strlen(name) > 128) {
+            return s_error("BadRequest", "name, with the tenant's prefix, must be at most 128 "
+                                         "characters");
+        } else {
+            snprintf(full, sizeof full, "%s.%s", caller->name, name);
+        }
+        name = full;
+    }
+    const tenant_t *owner = s_owner_of(self, caller, name);
+    const char *existing = name ? broker_tenant(self->broker, name) : NULL;
+    if (existing && strcmp(existing, owner ? owner->name : "") != 0)
+        /* An operator's session named like a tenant's, made before the tenants file named
+         * that tenant: not the tenant's to take. */
+        return s_error("BadRequest", "a session of that name belongs to another tenant");
+    if (!existing && owner) {
+        tenants_usage_t used = broker_usage(self->broker, owner->name);
+        tenants_usage_t asked = {1, limits.cg.memory_bytes, limits.cg.cpus};
+        char why[256];
+        if (tenants_check(owner, &used, &asked, why, sizeof why) < 0)
+            return s_error("QuotaExceeded", why);
+    }
     int launched = json_is_true(json_object_get(content, "launched"));
     json_t *jpid = json_object_get(content, "launcher_pid");
     if (jpid && (!json_is_integer(jpid) || json_integer_value(jpid) <= 0 ||
@@ -238,7 +296,8 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
             return reply;
         }
     }
-    json_t *info = broker_create(self->broker, name, json_is_object(conn) ? conn : NULL,
+    json_t *info = broker_create(self->broker, name, owner ? owner->name : NULL,
+                                 json_is_object(conn) ? conn : NULL,
                                  json_is_true(jcurve), &limits, launched, launcher, &created,
                                  &err);
     if (!info)
@@ -314,7 +373,7 @@ static int s_redirect(manager_t *self, const char *sess, json_t **content)
         json_decref(where);
         return 0;
     }
-    char evalue[256];
+    char evalue[512];
     snprintf(evalue, sizeof evalue, "session %s is on node %s", sess, node);
     *content = s_error("Redirect", evalue);
     json_object_set_new(*content, "node", json_string(node));
@@ -323,36 +382,111 @@ static int s_redirect(manager_t *self, const char *sess, json_t **content)
     return 1;
 }
 
+/*  Who sent a request on the tenant manager socket, from the User-Id the gate gave its
+ *  connection: 1 and *t (NULL for an operator), or 0: no one the tenants file names now. */
+static int s_caller(const manager_t *self, const char *user_id, const tenant_t **t)
+{
+    *t = NULL;
+    if (!self->scoped)
+        return 1;
+    if (strcmp(user_id, CALLER_OPERATOR) == 0)
+        return 1;
+    size_t n = strlen(CALLER_TENANT);
+    if (strncmp(user_id, CALLER_TENANT, n) == 0)
+        *t = tenants_find(self->tenants, user_id + n);
+    return *t != NULL;
+}
+
+/*  The session a tenant's request names: its own by name ("work", "TENANT.work") or id;
+ *  another tenant's, an operator's or none at all read alike: NULL. An operator names any.
+ *  buf holds the prefixed name. */
+static const char *s_scope(manager_t *self, const tenant_t *t, const char *sess, char *buf,
+                           size_t len)
+{
+    if (!t)
+        return sess;
+    const char *owner;
+    if (snprintf(buf, len, "%s.%s", t->name, sess) < (int)len &&
+        (owner = broker_tenant(self->broker, buf)) && strcmp(owner, t->name) == 0)
+        return buf;
+    owner = broker_tenant(self->broker, sess);
+    return owner && strcmp(owner, t->name) == 0 ? sess : NULL;
+}
+
+/*  A tenant's own numbers and quotas, for its stats. New reference. */
+static json_t *s_tenant_stats(manager_t *self, const tenant_t *t)
+{
+    tenants_usage_t u = broker_usage(self->broker, t->name);
+    json_t *q = json_object();
+    if (t->max_sessions >= 0)
+        json_object_set_new(q, "sessions", json_integer(t->max_sessions));
+    if (t->max_memory_bytes)
+        json_object_set_new(q, "memory", json_integer((json_int_t)t->max_memory_bytes));
+    if (t->max_cpus > 0)
+        json_object_set_new(q, "cpu", json_real(t->max_cpus));
+    return json_pack("{s:s, s:I, s:I, s:f, s:o}", "name", t->name, "sessions",
+                     (json_int_t)u.sessions, "memory", (json_int_t)u.memory_bytes, "cpu", u.cpus,
+                     "quotas", q);
+}
+
 /*  Answer req, taking it; 0, or 1 when it must wait (req kept): a file request whose
- *  workspace image is being made, an info or list whose memory is being measured. */
-static int s_handle(manager_t *self, jmsg_t *req)
+ *  workspace image is being made, an info or list whose memory is being measured. caller:
+ *  the connection's User-Id on the tenant manager socket ("" elsewhere). */
+static int s_handle(manager_t *self, jmsg_t *req, const char *caller)
 {
     const char *type = jmsg_type(req);
     const route_t *r = route_on(type, ROUTE_MANAGER);
     json_t *content;
+    const tenant_t *t = NULL;
+    char scoped[TENANTS_NAME_MAX + 2 + 256];
     const char *sess = s_session_arg(req);
-    if (!r) {
+    if (!s_caller(self, caller, &t)) {
+        /* The gate admitted it as a tenant the file no longer names: cannot happen while
+         * the file is read once, but never serve a request as no one. */
+        content = s_error("Unauthorized", "not a tenant of this kenneld");
+    } else if (!r) {
         content = s_error("BadRequest", "unknown manager request");
     } else if (strcmp(type, "create_request") == 0) {
-        content = s_on_create(self, req);
+        content = s_on_create(self, req, t);
     } else if (strcmp(type, "stats_request") == 0) {
         content = broker_stats(self->broker);
         json_object_set_new(content, "max_file", json_integer((json_int_t)self->max_file));
+        if (t) { /* its own sessions, not everyone's */
+            tenants_usage_t u = broker_usage(self->broker, t->name);
+            json_object_set_new(content, "sessions", json_integer((json_int_t)u.sessions));
+            json_object_set_new(content, "tenant", s_tenant_stats(self, t));
+        }
     } else if (strcmp(type, "list_request") == 0) {
         int pending;
         json_t *list = broker_list(self->broker, &pending);
         if (pending)
             return 1;
+        if (t) {
+            json_t *own = json_array();
+            size_t i;
+            json_t *v;
+            json_array_foreach(list, i, v) {
+                const char *vt = json_string_value(json_object_get(v, "tenant"));
+                if (vt && strcmp(vt, t->name) == 0)
+                    json_array_append(own, v);
+            }
+            json_decref(list);
+            list = own;
+        }
         content = json_pack("{s:s, s:o}", "status", "ok", "sessions", list);
     } else if (strcmp(type, "drain_request") == 0) {
         json_t *on = json_object_get(jmsg_content(req), "on");
-        if (!self->cluster || !json_is_boolean(on)) {
+        if (t) {
+            content = s_error("Unauthorized", "drain_request is an operator's");
+        } else if (!self->cluster || !json_is_boolean(on)) {
             content = s_error("BadRequest", "drain_request takes {on: true|false}, to a "
                                             "kenneld --cluster");
         } else {
             cluster_drain(self->cluster, json_is_true(on));
             content = json_pack("{s:s}", "status", "ok");
         }
+    } else if (sess && !(sess = s_scope(self, t, sess, scoped, sizeof scoped))) {
+        content = s_error("NoSuchSession", "no session has that id or name");
     } else if (!sess) {
         content = s_error("BadRequest", "session must be a non-empty string");
     } else if (self->cluster && !broker_has(self->broker, sess) && s_redirect(self, sess, &content)) {
@@ -408,6 +542,39 @@ static int s_admit(void *arg, int which, const gate_request_t *req, void **job, 
     return 1;
 }
 
+/*  The gate's question on the tenant manager socket: who the caller is, by its uid on ipc
+ *  (libzmq gives SO_PEERCRED as "HOST:uid:gid:pid") or its CURVE client key on tcp. The
+ *  answer goes with each of its messages as the User-Id (s_caller). Anyone else is
+ *  refused before a frame of theirs is read. */
+static int s_admit_scoped(void *arg, int which, const gate_request_t *req, void **job,
+                          const char **why)
+{
+    (void)which;
+    (void)job;
+    manager_t *self = arg;
+    const tenant_t *t = NULL;
+    tenants_who_t who = TENANTS_UNKNOWN;
+    if (req->client_key) {
+        who = tenants_by_key(self->tenants, req->client_key, &t);
+    } else if (strcmp(req->mechanism, "NULL") == 0 && !self->gate_curve) {
+        const char *colon = strchr(req->address, ':');
+        char *end = NULL;
+        unsigned long uid = colon ? strtoul(colon + 1, &end, 10) : 0;
+        if (colon && end != colon + 1 && *end == ':')
+            who = tenants_by_uid(self->tenants, (uid_t)uid, &t);
+    }
+    if (who == TENANTS_UNKNOWN) {
+        if (log_allow(&self->warn_limit, 5))
+            LOG_W("tenant manager: refused %s (%s): no tenant of the tenants file", req->address,
+                  req->mechanism);
+        *why = "not a tenant of this kenneld";
+        return 0;
+    }
+    snprintf(req->user_id, GATE_USER_ID_MAX, "%s%s", t ? CALLER_TENANT : CALLER_OPERATOR,
+             t ? t->name : "");
+    return 1;
+}
+
 static int s_on_park_timer(loop_t *loop, int timer_id, void *arg);
 
 /*  (Re)arm the one retry of the parked request, in ms. */
@@ -440,7 +607,7 @@ static int s_on_park_timer(loop_t *loop, int timer_id, void *arg)
     self->park_timer = -1; /* it fired its one time */
     if (!self->parked)
         return 0;
-    if (s_handle(self, self->parked) == 1) {
+    if (s_handle(self, self->parked, self->parked_caller) == 1) {
         s_park_retry(self, PARK_RETRY_MS);
         return 0;
     }
@@ -460,6 +627,14 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
     zmsg_t *z = NULL;
     jmsg_t *req = NULL;
     int rc = wire_recv(sock, wire_max_frames(self->wire), &z);
+    /* The gate's User-Id for this connection, which libzmq gives each frame from its peer
+     * (not the routing id ROUTER adds). */
+    char caller[GATE_USER_ID_MAX] = "";
+    for (zframe_t *f = rc == 0 ? zmsg_first(z) : NULL; f && !caller[0]; f = zmsg_next(z)) {
+        const char *u = zframe_meta(f, "User-Id");
+        if (u)
+            snprintf(caller, sizeof caller, "%s", u);
+    }
     if (rc == 0)
         rc = wire_decode(self->wire, &z, &req);
     if (rc != 0) {
@@ -468,7 +643,8 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
         return 0;
     }
     LOG_D("manager: <- %s", jmsg_type(req));
-    if (s_handle(self, req) == 1) {
+    if (s_handle(self, req, caller) == 1) {
+        snprintf(self->parked_caller, sizeof self->parked_caller, "%s", caller);
         /* Its session's workspace image is being made (tens of ms, on kenneld's worker
          * thread), or memory measured (on its meter): later requests wait in the socket, so
          * that a list after a put sees it, and answers keep their order. */
@@ -481,11 +657,17 @@ static int s_on_request(loop_t *loop, zsock_t *sock, void *arg)
 
 manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, const char *key,
                        size_t max_file, const wire_limits_t *limits, gate_t *gate,
-                       const char *curve_secret)
+                       const char *curve_secret, const tenants_t *tenants, int scoped)
 {
+    if (scoped && (!tenants || !gate || (strncmp(endpoint, "ipc://", 6) != 0 && !curve_secret))) {
+        errno = EINVAL;
+        return NULL;
+    }
     manager_t *self = calloc(1, sizeof *self);
     if (!self)
         return NULL;
+    self->tenants = tenants;
+    self->scoped = scoped;
     self->loop = loop;
     self->broker = broker;
     self->park_timer = -1;
@@ -507,13 +689,19 @@ manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, con
         char pub[41];
         if (!gate || zmq_curve_public(pub, curve_secret) < 0 ||
             !zmq_z85_decode(self->curve_key, pub) ||
-            gate_guard(gate, self->sock, s_admit, NULL, NULL, self, 0) < 0) {
+            gate_guard(gate, self->sock, scoped ? s_admit_scoped : s_admit, NULL, NULL, self,
+                       0) < 0) {
             errno = EINVAL;
             goto fail;
         }
         self->gate = gate;
+        self->gate_curve = 1;
         zsock_set_curve_server(self->sock, 1);
         zsock_set_curve_secretkey(self->sock, curve_secret);
+    } else if (scoped) {
+        if (gate_guard(gate, self->sock, s_admit_scoped, NULL, NULL, self, 0) < 0)
+            goto fail;
+        self->gate = gate;
     }
     zsock_set_linger(self->sock, 0);
     self->max_file = max_file;

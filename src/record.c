@@ -33,6 +33,8 @@ int record_write(const char *dir, const record_t *r)
         json_object_set_new(jl, "budget_cells", json_integer((json_int_t)l->budget_cells));
         json_object_set_new(jl, "budget_output", json_integer((json_int_t)l->budget_output));
     }
+    if (meta && r->tenant && *r->tenant)
+        json_object_set_new(meta, "tenant", json_string(r->tenant));
     if (meta && r->history)
         json_object_set(meta, "history", r->history);
     if (meta && r->launcher_pid > 0)
@@ -58,6 +60,7 @@ int record_read(const char *dir, record_t *r)
     r->json = meta;
     r->id = json_string_value(json_object_get(meta, "id"));
     r->name = json_string_value(json_object_get(meta, "name"));
+    r->tenant = json_string_value(json_object_get(meta, "tenant"));
     r->launched = json_is_true(json_object_get(meta, "launched"));
     const json_t *jslot = json_object_get(meta, "slot");
     if (json_is_integer(jslot))

@@ -15,6 +15,7 @@
 typedef struct {
     const char *id;               /* NULL: absent */
     const char *name;             /* NULL: absent */
+    const char *tenant;           /* its tenant (kenneld --tenants); NULL or "": none */
     int launched;                 /* made by a kernelspec launcher: lives as long as it */
     long long slot;               /* its uid slot (launch.h); -1: absent */
     int has_limits;               /* read: limits were there (as an object) */

@@ -14,7 +14,8 @@
  *  into out; 0, or -1 with errno (ENAMETOOLONG, ENOENT without HOME). */
 int statedir_default(char *out, size_t out_len);
 /*  The pid of the kenneld that wrote the kenneld.json in dir, if that process still runs (the
- *  same process: a kenneld, started when the file says); else 0 (no file, or a stale one). */
+ *  same process: a kenneld, started when the file says); else 0 (no file, or a stale one).
+ *  A caller that may not read kenneld.json (a tenant's user) reads tenants.json instead. */
 long statedir_kenneld_pid(const char *dir);
 /*  Create dir, dir/sessions and dir/trash (0700; parents as needed). 0, or -1 with errno. */
 int statedir_prepare(const char *dir);
