@@ -156,6 +156,20 @@ static int s_alnum(char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
+/*  A session name's shape: NULL when good, else why not. */
+static const char *s_check_name(const char *name)
+{
+    if (!name || !*name || strlen(name) > 128)
+        return "name must be a string of 1 to 128 characters";
+    for (const char *p = name; *p; p++)
+        if (!(*p == '-' || *p == '_' || *p == '.' || s_alnum(*p)))
+            return "name may contain only letters, digits, '-', '_' and '.'";
+    /* "-x" would read as an option to the CLI, "." and ".." as directories. */
+    if (!s_alnum(*name))
+        return "name must start with a letter or a digit";
+    return NULL;
+}
+
 static json_t *s_on_create(manager_t *self, const jmsg_t *req)
 {
     json_t *content = jmsg_content(req);
@@ -163,14 +177,9 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
     json_t *conn = json_object_get(content, "connection");
     const char *name = jmsg_cstr(jname);
     if (jname && !json_is_null(jname)) {
-        if (!name || !*name || strlen(name) > 128)
-            return s_error("BadRequest", "name must be a string of 1 to 128 characters");
-        for (const char *p = name; *p; p++)
-            if (!(*p == '-' || *p == '_' || *p == '.' || s_alnum(*p)))
-                return s_error("BadRequest", "name may contain only letters, digits, '-', '_' and '.'");
-        /* "-x" would read as an option to the CLI, "." and ".." as directories. */
-        if (!s_alnum(*name))
-            return s_error("BadRequest", "name must start with a letter or a digit");
+        const char *bad_name = s_check_name(name);
+        if (bad_name)
+            return s_error("BadRequest", bad_name);
     }
     if (conn && !json_is_null(conn) && !json_is_object(conn))
         return s_error("BadRequest", "connection must be an object");
@@ -196,6 +205,37 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req)
         return s_error(err.ename, err.evalue);
     json_t *reply = s_ok_session(info);
     json_object_set_new(reply, "created", json_boolean(created));
+    return reply;
+}
+
+/*  fork_request {session, name, limits}: NULL while the source's state is being saved (ask
+ *  again once the broker settles). */
+static json_t *s_on_fork(manager_t *self, const jmsg_t *req, const char *src)
+{
+    json_t *content = jmsg_content(req);
+    const char *name = jmsg_cstr(json_object_get(content, "name"));
+    const char *bad = s_check_name(name);
+    if (bad)
+        return s_error("BadRequest", bad);
+    /* The fork's limits are its source's unless it asks otherwise. */
+    reslimits_t limits;
+    if (broker_limits_of(self->broker, src, &limits) < 0)
+        limits = broker_default_limits(self->broker);
+    bad = s_parse_limits(json_object_get(content, "limits"), &limits);
+    if (bad)
+        return s_error("BadRequest", bad);
+    int pending;
+    json_t *lost = NULL;
+    broker_error_t err = {0};
+    json_t *info = broker_fork(self->broker, src, name, &limits, &lost, &pending, &err);
+    if (pending)
+        return NULL;
+    if (!info) {
+        json_decref(lost);
+        return s_error(err.ename, err.evalue);
+    }
+    json_t *reply = s_ok_session(info);
+    json_object_set_new(reply, "not_copied", lost ? lost : json_array());
     return reply;
 }
 
@@ -249,7 +289,8 @@ static json_t *s_on_file(manager_t *self, const jmsg_t *req, const char *sess, v
 }
 
 /*  Answer req, taking it; 0, or 1 when it must wait (req kept): a file request whose
- *  workspace image is being made, an info or list whose memory is being measured. */
+ *  workspace image is being made, an info or list whose memory is being measured, a fork
+ *  whose source's state is being saved. */
 static int s_handle(manager_t *self, jmsg_t *req)
 {
     const char *type = jmsg_type(req);
@@ -283,6 +324,10 @@ static int s_handle(manager_t *self, jmsg_t *req)
             jmsg_destroy(&req);
             return 0;
         }
+    } else if (strcmp(type, "fork_request") == 0) {
+        content = s_on_fork(self, req, sess);
+        if (!content)
+            return 1;
     } else if (strcmp(type, "rekey_request") == 0) {
         broker_error_t err = {0};
         json_t *info = broker_rekey(self->broker, sess, &err);
