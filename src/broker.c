@@ -1419,6 +1419,7 @@ static void s_op_forked(void *ctx, const void *data, size_t len, const json_t *u
             LOG_E("out of memory");
             exit(1);
         }
+        util_hugepage_hint(copy, len);
         memcpy(copy, data, len);
         b->fork.info = s_fork_make(b, s, copy, len, unsaved);
     }

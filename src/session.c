@@ -1184,6 +1184,8 @@ static void *s_part_alloc(void *arg, size_t len, void **handle)
     (void)arg;
     static char empty; /* what an empty part's bytes are (never read) */
     zframe_t *f = zframe_new(NULL, len);
+    if (f)
+        util_hugepage_hint(zframe_data(f), len); /* a snapshot: tens of MB */
     *handle = f;
     return !f ? NULL : len ? (void *)zframe_data(f) : &empty;
 }
