@@ -87,7 +87,12 @@ class _BoundedFile:
         if self._io is not None:
             return self._io.write(view)
         if self._map is None:
-            self._map = mmap.mmap(-1, max(self._max_bytes, 1))
+            try:
+                self._map = mmap.mmap(-1, max(self._max_bytes, 1))
+            except OSError as e:  # (RLIMIT_AS): short of memory, as a copy would be
+                if e.errno != errno.ENOMEM:
+                    raise
+                raise MemoryError("no room for the snapshot's buffer") from None
             try:
                 self._map.madvise(mmap.MADV_HUGEPAGE)
             except (AttributeError, OSError):
@@ -201,7 +206,22 @@ class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
             state = dict(obj.__dict__)
             state.pop("__builtins__", None)
             return _new_module, (obj.__name__,), state
+        numpy = sys.modules.get("numpy")
+        if (numpy is not None and type(obj) is numpy.ndarray and obj.nbytes >= _RAW_ARRAY_MIN
+                and not obj.dtype.hasobject and obj.itemsize
+                and (obj.flags.c_contiguous or obj.flags.f_contiguous)):
+            # A large plain array's bytes go into the snapshot as they are, in one write:
+            # dill's way (ndarray.__reduce__) copies them into a bytes object first.
+            order = "C" if obj.flags.c_contiguous else "F"
+            raw = _RawBytes(obj if order == "C" else obj.T)
+            return _array_from, (raw, obj.dtype, obj.shape, order, bool(obj.flags.writeable))
         return NotImplemented
+
+    def save(self, obj, save_persistent_id=True):
+        if type(obj) is _RawBytes:  # an array's bytes, as a bytearray (protocol 5)
+            self._write_large_bytes(pickle.BYTEARRAY8 + _U64.pack(obj.view.nbytes), obj.view)
+            return
+        super().save(obj, save_persistent_id)
 
     def rollback(self, memo_len):
         """Forget what a failed dump() memoized (its bytes are the caller's to drop), so that
@@ -232,6 +252,29 @@ class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
 
 def _new_module(name):
     return types.ModuleType(name)
+
+
+# Plain numpy arrays of this many bytes and more are pickled as their raw bytes.
+_RAW_ARRAY_MIN = 64 << 10
+_U64 = struct.Struct("<Q")
+
+
+class _RawBytes:
+    """A C-contiguous array's bytes, for _Pickler.save to write as they are."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, array):
+        self.view = memoryview(array).cast("B")
+
+
+def _array_from(buf, dtype, shape, order, writeable=True):
+    """The array _Pickler.reducer_override saved: a view of buf (a bytearray of its own)."""
+    import numpy
+    array = numpy.frombuffer(buf, dtype=dtype).reshape(shape, order=order)
+    if not writeable:
+        array.setflags(write=False)
+    return array
 
 
 def _flush(file):
