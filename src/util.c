@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -205,4 +206,10 @@ void util_hugepage_hint(void *p, size_t len)
     uintptr_t end = ((uintptr_t)p + len) & ~(huge - 1);
     if (end > start)
         (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+}
+
+void util_socket_buffers(int fd, int bytes)
+{
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
 }
