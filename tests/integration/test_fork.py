@@ -1,6 +1,7 @@
 """kennel fork / fork_request: a new session with a copy of another's namespace and workspace
 files, which then goes its own way. Real kenneld, real jupyter_client."""
 
+import json
 import os
 import time
 
@@ -38,7 +39,6 @@ def test_fork_copies_the_namespace_and_the_files_then_both_go_their_own_way(kenn
     assert dst["name"] == "dst" and dst["id"] != src["id"]
     # Its own sockets and key.
     assert dst["connection_file"] != src["connection_file"]
-    import json
     with open(src["connection_file"]) as a, open(dst["connection_file"]) as b:
         ca, cb = json.load(a), json.load(b)
     assert ca["key"] != cb["key"] and ca["shell_port"] != cb["shell_port"]
@@ -215,3 +215,4 @@ def test_the_cli(kenneld, connect):
                  ["fork", "cli-src", "x", "extra"]):
         r = kenneld.cli(*args)
         assert r.returncode == 2, (args, r.stderr)
+    assert "fork SRC DST" in kenneld.cli("--help").stdout
