@@ -216,3 +216,23 @@ def test_the_cli(kenneld, connect):
         r = kenneld.cli(*args)
         assert r.returncode == 2, (args, r.stderr)
     assert "fork SRC DST" in kenneld.cli("--help").stdout
+
+
+def test_the_workspace_copy_stops_at_64_levels_and_lists_at_most_50_entries(kenneld, connect):
+    kc = connect(kenneld.create("deep")["connection_file"])
+    run(kc, "import os\nos.makedirs('/'.join(['d'] * 70))\n"
+            "open('/'.join(['d'] * 64) + '/kept', 'w').write('k')")
+    r = _fork(kenneld, "deep", "deep-fork")
+    assert r["status"] == "ok", r
+    path = "/".join(["d"] * 64)
+    assert r["not_copied"] == [f"(file {path}/d: too deep)"], r["not_copied"]
+    kd = connect(r["session"]["connection_file"])
+    cell = run(kd, f"(open('{path}/kept').read(), os.path.exists('{path}/d'))", timeout=20)
+    assert cell.result == "('k', False)", cell.content
+    # 61 entries not copied: 50 are listed.
+    run(kc, "os.makedirs('fifos')\nfor i in range(60): os.mkfifo(f'fifos/p{i:02}')")
+    r = _fork(kenneld, "deep", "deep-fork2")
+    assert r["status"] == "ok", r
+    assert len(r["not_copied"]) == 50, r["not_copied"]
+    kd2 = connect(r["session"]["connection_file"])
+    assert run(kd2, "len(os.listdir('fifos'))", timeout=20).result == "0"
