@@ -78,10 +78,21 @@ Measurements
      lean Jupyter client of measurement 3 on the same session: the SDK's share is its p50
      minus that client's.
 
+  14. fork (issue #29 item 4; BENCH_ONLY=fork): a session holding a 50 MiB pandas DataFrame
+     (FORK_DF_CELL) on a default kenneld, forked BENCH_FORKS times (each fork ended before the
+     next, the pool refilled and the process tree quiet): the fork_request's reply (what
+     `kennel fork` waits for: the source pickles its namespace, the fork is made and its
+     workspace copied), and the fork's first cell (`len(df)`, sent by a new client the
+     moment the reply comes) answered, from the request: the time until the fork is usable,
+     which includes its kernel loading the state. Then the same source evicted (--idle 1):
+     a fork of it from its snapshot on disk, and beside it the source's own revival (its next
+     cell answered, the snapshot loaded by a new kernel), BENCH_FORKS // 2 of each.
+
 Environment knobs (defaults in brackets; BENCH_QUICK=1 shrinks every N to a smoke-test size):
   BENCH_QUICK           1: tiny N's everywhere, for a smoke run (~1 min)                [0]
   BENCH_ONLY            sections: starts, png, rtt, fleet, burst, flood, mcp, runtime,
-                        gateway, curve, sdk, rtt_cost                                   [all]
+                        gateway, curve, sdk, cluster, rtt_cost, fork                    [all]
+  BENCH_FORKS           forks of the 50 MiB session (measurement 14)                    [10]
   BENCH_STARTS          kennel starts per spawner (measurements 1 and 7)                [20]
   BENCH_IPY_STARTS      ipykernel starts                                                [8]
   BENCH_PLOTS           kennel new session -> first PNG                                 [10]
@@ -179,7 +190,7 @@ def _long_cell(parts=12):
 LONG_CELL = _long_cell()
 
 SECTIONS = ("starts", "png", "rtt", "fleet", "burst", "flood", "mcp", "runtime", "gateway",
-            "curve", "sdk", "cluster", "rtt_cost")
+            "curve", "sdk", "cluster", "rtt_cost", "fork")
 
 
 def knob(name, default, quick):
@@ -217,6 +228,7 @@ N = {
     "handshakes": knob("BENCH_HANDSHAKES", 200, 20),
     "cluster_starts": knob("BENCH_CLUSTER_STARTS", 10, 2),
     "cluster_creates": knob("BENCH_CLUSTER_CREATES", 60, 10),
+    "forks": knob("BENCH_FORKS", 10, 2),
 }
 # The packages of issue #29's runtime (docs/runtime.md), as a cell imports them.
 AGENT_IMPORTS = ("scipy", "sklearn", "seaborn", "statsmodels.api", "sympy", "networkx",
@@ -2174,6 +2186,105 @@ def bench_sdk(res):
         f"{statistics.median(lat['direct']):.2f} ms")
 
 
+# A 50 MiB DataFrame: 10 float64 columns of 655,360 rows.
+FORK_DF_CELL = ("import numpy as np, pandas as pd\n"
+                "df = pd.DataFrame({f'c{i}': np.random.rand(655360) for i in range(10)})\n"
+                "assert df.memory_usage(index=False).sum() == 50 << 20")
+FORK_CHECK_CELL = "assert len(df) == 655360"
+
+
+def _fork_once(k, ctx, src, name):
+    """fork_request of src as name, then its first cell from a new client: (reply ms, first
+    cell answered ms), both from the request. The fork is ended after."""
+    t = time.perf_counter()
+    info = k.call("fork_request", {"session": src, "name": name}, timeout=EXEC_TIMEOUT)["session"]
+    t_reply = ms_since(t)
+    c = Raw(ctx, conn_of(info), iopub=False)
+    try:
+        c.send(FORK_CHECK_CELL)
+        if not wait_done([c], EXEC_TIMEOUT, need_idle=False) or c.errors:
+            raise BenchError(f"the fork's first cell failed or timed out ({c.errors} errors)")
+        t_cell = ms_since(t)
+    finally:
+        c.close()
+    k.end(name)
+    return t_reply, t_cell
+
+
+def _evicted(k, name, timeout=60):
+    deadline = time.monotonic() + timeout
+    while k.info(name)["state"] != "evicted":
+        if time.monotonic() > deadline:
+            raise BenchError(f"{name} was not evicted in {timeout} s")
+        time.sleep(0.05)
+
+
+def bench_fork(res):
+    n = N["forks"]
+    log(f"fork: {n} forks of a session holding a 50 MiB DataFrame; then {max(1, n // 2)} of it "
+        "evicted, beside its revivals")
+    (k,) = start_kennelds([("fork", [])])
+    ctx = zmq.Context()
+    c = None
+    lat = {k_: [] for k_ in ("reply", "first_cell", "evicted_reply", "evicted_first_cell",
+                             "revival")}
+    try:
+        k.wait_pool()
+        src = k.create("src")
+        c = Raw(ctx, conn_of(src), iopub=False)
+        c.send(FORK_DF_CELL)
+        if not wait_done([c], EXEC_TIMEOUT, need_idle=False) or c.errors:
+            raise BenchError("the 50 MiB DataFrame cell failed")
+        for i in range(n):
+            k.wait_pool()
+            settle([k.proc.pid], timeout=3)
+            r, f = _fork_once(k, ctx, "src", f"fork{i}")
+            lat["reply"].append(r)
+            lat["first_cell"].append(f)
+        # The same state in a session evicted after 1 s idle.
+        k.end("src")
+        c.close()
+        esrc = k.call("create_request", {"name": "esrc", "limits": {"idle": 1}})["session"]
+        c = Raw(ctx, conn_of(esrc), iopub=False)
+        c.send(FORK_DF_CELL)
+        if not wait_done([c], EXEC_TIMEOUT, need_idle=False) or c.errors:
+            raise BenchError("the 50 MiB DataFrame cell failed")
+        for i in range(max(1, n // 2)):
+            _evicted(k, "esrc")
+            k.wait_pool()
+            settle([k.proc.pid], timeout=3)
+            r, f = _fork_once(k, ctx, "esrc", f"efork{i}")
+            lat["evicted_reply"].append(r)
+            lat["evicted_first_cell"].append(f)
+            k.wait_pool()
+            settle([k.proc.pid], timeout=3)
+            c.send(FORK_CHECK_CELL)  # the source's revival
+            if not wait_done([c], EXEC_TIMEOUT, need_idle=False) or c.errors:
+                raise BenchError("the source's revival failed")
+            lat["revival"].append(ms_since(c.t0))
+    finally:
+        if c is not None:
+            c.close()
+        ctx.term()
+        stop(k)
+    res["fork_ms"] = {
+        "what": "fork of a session holding a 50 MiB DataFrame (FORK_DF_CELL)",
+        "reply": dict(summary(lat["reply"]), what="fork_request -> its reply (kennel fork)"),
+        "first_cell": dict(summary(lat["first_cell"]),
+                           what="fork_request -> the fork's first cell answered"),
+        "evicted_reply": dict(summary(lat["evicted_reply"]),
+                              what="the same source evicted: fork_request -> its reply"),
+        "evicted_first_cell": dict(summary(lat["evicted_first_cell"]),
+                                   what="the same source evicted: -> the fork's first cell"),
+        "revival": dict(summary(lat["revival"]),
+                        what="the evicted source's own next cell answered (its revival)"),
+    }
+    log(f"  fork reply p50 {statistics.median(lat['reply']):.0f} ms, usable (first cell) p50 "
+        f"{statistics.median(lat['first_cell']):.0f} ms; of the evicted source "
+        f"{statistics.median(lat['evicted_first_cell']):.0f} ms; its revival "
+        f"{statistics.median(lat['revival']):.0f} ms")
+
+
 # ---- report ------------------------------------------------------------------------------------
 
 def _rss_added(module):
@@ -2532,6 +2643,15 @@ def table(res):
                      f"{d['median']:.2f} / {d['p99']:.2f} ms", "", ""))
         rows.append(("  the SDK's share: its p50 minus the direct client's",
                      fmt_ms(ks["median"] - d["median"]), "", ""))
+    fk = res.get("fork_ms")
+    if fk:
+        for key, what in (("reply", "`kennel fork` (the reply)"),
+                          ("first_cell", "fork -> its first cell answered"),
+                          ("evicted_reply", "`kennel fork` of it evicted (the reply)"),
+                          ("evicted_first_cell", "fork of it evicted -> its first cell"),
+                          ("revival", "its own revival after eviction -> its cell answered")):
+            rows.append((f"50 MiB DataFrame session: {what}: p50 / p99",
+                         f"{fk[key]['median']:.0f} / {fk[key]['p99']:.0f} ms", "", ""))
     b = res.get("burst")
     if b:
         rows.append((f"burst: kennel {b['kennel']['sessions']} / ipykernel "
@@ -2780,6 +2900,11 @@ def targets(res):
         p50 = sd["kennel_sdk"]["median"]
         out.append(("Python SDK: Session.run('1+1') warm p50 <= 1.5 ms (issue #29)",
                     fmt_ms(p50), p50 <= 1.5))
+    fk = res.get("fork_ms")
+    if fk:
+        p50 = fk["first_cell"]["median"]
+        out.append(("`kennel fork` of a 50 MiB DataFrame session, until the fork answers a "
+                    "cell: p50 <= 300 ms (issue #29)", fmt_ms(p50), p50 <= 300))
     if rt:  # issue #29, with the default preload (docs/runtime.md says why)
         k = rt["default"]["new_session_import_sklearn_seaborn_ms"]["median"]
         i = rt["ipykernel_new_session_import_sklearn_seaborn_ms"]["median"]
@@ -2842,7 +2967,7 @@ def main():
                  "fleet": bench_fleet, "burst": bench_burst, "flood": bench_flood,
                  "mcp": bench_mcp, "runtime": bench_runtime, "gateway": bench_gateway,
                  "curve": bench_curve, "sdk": bench_sdk, "cluster": bench_cluster,
-                 "rtt_cost": bench_rtt_cost}
+                 "rtt_cost": bench_rtt_cost, "fork": bench_fork}
         for name in SECTIONS:
             if name in ONLY:
                 machine.setdefault("loadavg_by_section", {})[name] = list(os.getloadavg())

@@ -47,6 +47,7 @@
 #include "sweeper.h"
 #include "util.h"
 #include "worker.h"
+#include "wsfile.h"
 #include "zygote.h"
 
 /* How long a launched session's shell waits for a client on its iopub (s_serve says why).
@@ -83,7 +84,19 @@ struct broker {
     long long memory_cut_at; /* when it last cut every client (monotonic ms) */
     char boot_id[40];        /* this boot's (/proc/sys/kernel/random/boot_id), or "" */
     log_limit_t warn_limit;  /* warnings peers can cause, the pool's too */
+    /* The fork under way (broker_fork): one at a time, since the manager waits for it. */
+    struct {
+        int state;           /* FORK_NONE, FORK_SAVING (the source's kernel pickles), FORK_DONE */
+        char src[40];        /* the source's id */
+        char name[132];      /* the fork's name */
+        reslimits_t limits;  /* the fork's limits */
+        json_t *info;        /* done: the fork's info, or NULL and err */
+        json_t *lost;        /* done: what was not copied */
+        broker_error_t err;
+    } fork;
 };
+
+enum { FORK_NONE, FORK_SAVING, FORK_DONE };
 
 /*  A launched session's launcher: its pid (0: not known), start time (clock ticks after boot)
  *  and the boot's id, which meta.json keeps so that a later kenneld can tell that process from
@@ -132,6 +145,10 @@ struct sess {
     long long pss, uss;      /* the kernel's memory as last measured (meter.h) */
     long long mem_at;        /* util_now_ms() of that measure; 0: never */
     size_t dropped_seen;     /* channels_dropped when s_on_flushed last looked */
+    void *seed;              /* a fork's: the snapshot its first kernel restores, held in
+                              * memory (never on disk), or NULL */
+    size_t seed_len;
+    char *copy_from;         /* a fork's: the workspace to copy once its image is mounted */
 };
 
 /*  The sections below, in the order a session's life needs them, call back up through these. */
@@ -339,6 +356,8 @@ static void s_spawn_deferred(sess_t *s)
     }
 }
 
+static void s_fork_copy(sess_t *s, const char *from, json_t *lost);
+
 static void s_sess_disk_ready(sess_t *s, const diskjob_result_t *j)
 {
     char why[300];
@@ -353,6 +372,12 @@ static void s_sess_disk_ready(sess_t *s, const diskjob_result_t *j)
     s->disk_mounted = 1;
     LOG_D("session=%s: workspace image (%llu MiB) made and mounted in %lld ms", s->id,
           s->limits.disk_bytes >> 20, j->ms);
+    if (s->copy_from) {
+        /* A fork's files, before its kernel (whose restore may chdir into them) starts. */
+        s_fork_copy(s, s->copy_from, NULL);
+        free(s->copy_from);
+        s->copy_from = NULL;
+    }
     s_spawn_deferred(s);
 }
 
@@ -524,15 +549,25 @@ static int s_op_snapshot_store(void *ctx, const void *data, size_t len, const ch
     return snapstore_store(s->broker->snaps, s->id, s->dir, data, len, s->limits.disk_bytes, why);
 }
 
+/*  A fork's first kernel gets the state its source's kernel sent, from memory; any other
+ *  revival reads the snapshot file. */
 static int s_op_snapshot_load(void *ctx, void **data, size_t *len)
 {
     sess_t *s = ctx;
+    if (s->seed) {
+        *data = s->seed;
+        *len = s->seed_len;
+        s->seed = NULL;
+        return 0;
+    }
     return snapstore_load(s->broker->snaps, s->dir, data, len);
 }
 
 static void s_op_snapshot_drop(void *ctx)
 {
     sess_t *s = ctx;
+    free(s->seed);
+    s->seed = NULL;
     snapstore_drop(s->broker->snaps, s->id, s->dir);
 }
 
@@ -817,6 +852,8 @@ static void s_free_sess(sess_t **s_p)
     kernpipe_destroy(&s->pipe);
     if (s->launcher_fd >= 0)
         close(s->launcher_fd);
+    free(s->seed);
+    free(s->copy_from);
     free(s);
     *s_p = NULL;
 }
@@ -1252,7 +1289,7 @@ static int s_by_mem_at(const void *a, const void *b)
 static sess_t *s_create(broker_t *self, const char *name, const char *tenant,
                         const json_t *connection,
                         int curve, const reslimits_t *limits, const launcher_t *launched,
-                        broker_error_t *err)
+                        const session_t *fork_of, const json_t *unsaved, broker_error_t *err)
 {
     if (zlistx_size(self->sessions) >= self->cfg.max_sessions) {
         err->ename = "TooManySessions";
@@ -1283,7 +1320,7 @@ static sess_t *s_create(broker_t *self, const char *name, const char *tenant,
         if (!s)
             return NULL;
     }
-    if (session_start(s->core) < 0) {
+    if ((fork_of ? session_start_forked(s->core, fork_of, unsaved) : session_start(s->core)) < 0) {
         err->ename = "SpawnFailed";
         snprintf(err->evalue, sizeof err->evalue, "cannot start the kernel: %s",
                  session_start_error(s->core));
@@ -1315,7 +1352,7 @@ json_t *broker_create(broker_t *self, const char *name, const char *tenant,
         return NULL;
     }
     sess_t *s = s_create(self, name, tenant, connection, curve || self->cfg.curve, limits,
-                         launched ? &l : NULL, err);
+                         launched ? &l : NULL, NULL, NULL, err);
     if (!s) {
         if (launcher_fd >= 0)
             close(launcher_fd);
@@ -1328,6 +1365,190 @@ json_t *broker_create(broker_t *self, const char *name, const char *tenant,
           s->tenant[0] ? ", tenant " : "", s->tenant);
     *created = 1;
     return s_info(s);
+}
+
+/* ---- forks ----------------------------------------------------------------------------------- */
+
+/* Entries a fork's reply lists as not copied, beyond the names its save could not keep. */
+#define FORK_FILES_LISTED 50
+
+/*  Copy a fork's source workspace (from) into its own, before its kernel restores. What is
+ *  not copied is told to its first cell, and listed in lost when not NULL (the reply's). */
+static void s_fork_copy(sess_t *s, const char *from, json_t *lost)
+{
+    uid_t uid;
+    gid_t gid;
+    launch_ids(s->broker->launch, s->slot, &uid, &gid);
+    json_t *files = json_array();
+    long long t0 = util_now_ms();
+    long n = wsfile_copy_tree(from, s->workspace, uid, gid, files, FORK_FILES_LISTED);
+    if (n < 0) {
+        char line[300];
+        snprintf(line, sizeof line, "(the workspace: %s)", strerror(errno));
+        json_array_append_new(files, json_string(line));
+        PLOG_W("session=%s: cannot copy the workspace %s", s->id, from);
+    } else if (n > 0) {
+        LOG_W("session=%s: %ld workspace entries not copied", s->id, n);
+    }
+    LOG_D("session=%s: workspace copied in %lld ms", s->id, util_now_ms() - t0);
+    size_t i;
+    json_t *e;
+    json_array_foreach(files, i, e) {
+        session_note_unsaved(s->core, json_string_value(e));
+        if (lost)
+            json_array_append(lost, e);
+    }
+    json_decref(files);
+}
+
+/*  Make the fork named b->fork.name of src from its state (data, taken) and the names that
+ *  state lacks (unsaved). Its info, with b->fork.lost; or NULL with b->fork.err. */
+static json_t *s_fork_make(broker_t *b, sess_t *src, void *data, size_t len,
+                           const json_t *unsaved)
+{
+    broker_error_t *err = &b->fork.err;
+    if (s_find(b, b->fork.name)) { /* (made meanwhile, by a kernelspec launcher say) */
+        free(data);
+        err->ename = "SessionExists";
+        snprintf(err->evalue, sizeof err->evalue, "a session named %s exists already",
+                 b->fork.name);
+        return NULL;
+    }
+    int curve = b->cfg.curve || (src->ch && channels_curve(src->ch));
+    sess_t *d = s_create(b, b->fork.name, src->tenant, NULL, curve, &b->fork.limits, NULL, src->core,
+                         unsaved, err);
+    if (!d) {
+        free(data);
+        return NULL;
+    }
+    /* Read on the kernel's hello, which comes on a later turn of the loop, as do the files:
+     * both are in place before the restore. */
+    d->seed = data;
+    d->seed_len = len;
+    b->fork.lost = unsaved ? json_deep_copy(unsaved) : json_array();
+    int ready = !src->limits.disk_bytes || src->disk_mounted;
+    if (!ready)
+        ; /* the source's image is still being made: its workspace is empty */
+    else if (!d->limits.disk_bytes || d->disk_mounted)
+        s_fork_copy(d, src->workspace, b->fork.lost);
+    else if (!(d->copy_from = strdup(src->workspace))) {
+        LOG_E("out of memory");
+        exit(1);
+    }
+    s_serve(b, d);
+    LOG_I("session=%s: created as a fork of %s (name %s, %zu bytes of state)", d->id, src->id,
+          session_name(d->core), len);
+    return s_info(d);
+}
+
+/*  The source's kernel sent its state (or could not): make the fork. */
+static void s_op_forked(void *ctx, const void *data, size_t len, const json_t *unsaved,
+                        const char *why)
+{
+    sess_t *s = ctx;
+    broker_t *b = s->broker;
+    if (b->fork.state != FORK_SAVING || strcmp(b->fork.src, s->id) != 0)
+        return;
+    b->fork.state = FORK_DONE;
+    if (!data) {
+        b->fork.err.ename = "ForkFailed";
+        snprintf(b->fork.err.evalue, sizeof b->fork.err.evalue,
+                 "cannot save the state of %.128s: %.100s", session_name(s->core), why);
+        LOG_W("session=%s: fork not made: %s", s->id, why);
+    } else {
+        void *copy = malloc(len ? len : 1);
+        if (!copy) {
+            LOG_E("out of memory");
+            exit(1);
+        }
+        util_hugepage_hint(copy, len);
+        memcpy(copy, data, len);
+        b->fork.info = s_fork_make(b, s, copy, len, unsaved);
+    }
+    s_settled(b);
+}
+
+json_t *broker_fork(broker_t *self, const char *src, const char *name, const reslimits_t *limits,
+                    json_t **lost, int *pending, broker_error_t *err)
+{
+    *pending = 0;
+    *lost = NULL;
+    if (self->fork.state == FORK_SAVING) {
+        *pending = 1;
+        return NULL;
+    }
+    if (self->fork.state == FORK_DONE) {
+        /* The answer to the request that started it, asked again. */
+        json_t *info = self->fork.info;
+        *lost = self->fork.lost;
+        *err = self->fork.err;
+        memset(&self->fork, 0, sizeof self->fork);
+        return info;
+    }
+    sess_t *s = s_find(self, src);
+    if (!s) {
+        err->ename = "NoSuchSession";
+        snprintf(err->evalue, sizeof err->evalue, "no session has that id or name");
+        return NULL;
+    }
+    if (s_find(self, name)) {
+        err->ename = "SessionExists";
+        snprintf(err->evalue, sizeof err->evalue, "a session named %s exists already", name);
+        return NULL;
+    }
+    if (zlistx_size(self->sessions) >= self->cfg.max_sessions) {
+        err->ename = "TooManySessions";
+        snprintf(err->evalue, sizeof err->evalue, "kenneld serves at most %zu sessions",
+                 self->cfg.max_sessions);
+        return NULL;
+    }
+    memset(&self->fork, 0, sizeof self->fork);
+    snprintf(self->fork.src, sizeof self->fork.src, "%s", s->id);
+    snprintf(self->fork.name, sizeof self->fork.name, "%s", name);
+    self->fork.limits = *limits;
+    session_state_t state = session_state(s->core);
+    if (state == SESSION_EVICTED) {
+        /* Its snapshot is the state: read here (from the page cache, most likely), with the
+         * names its eviction lost. */
+        void *data = NULL;
+        size_t len = 0;
+        json_t *info = NULL;
+        if (snapstore_load(self->snaps, s->dir, &data, &len) < 0) {
+            err->ename = "ForkFailed";
+            snprintf(err->evalue, sizeof err->evalue, "cannot read the snapshot of %s: %s", src,
+                     strerror(errno));
+        } else {
+            json_t *h = session_history(s->core);
+            info = s_fork_make(self, s, data, len, json_object_get(h, "unsaved"));
+            json_decref(h);
+            *lost = self->fork.lost;
+            if (!info)
+                *err = self->fork.err;
+        }
+        memset(&self->fork, 0, sizeof self->fork);
+        return info;
+    }
+    if (session_fork_save(s->core) < 0) {
+        memset(&self->fork, 0, sizeof self->fork);
+        err->ename = "SessionBusy";
+        snprintf(err->evalue, sizeof err->evalue,
+                 "session %s is %s: it can be forked when idle (no cell running or queued) or "
+                 "evicted",
+                 src, session_state_name(state));
+        return NULL;
+    }
+    self->fork.state = FORK_SAVING;
+    *pending = 1;
+    return NULL;
+}
+
+int broker_limits_of(broker_t *self, const char *id_or_name, reslimits_t *out)
+{
+    sess_t *s = s_find(self, id_or_name);
+    if (!s)
+        return -1;
+    *out = s->limits;
+    return 0;
 }
 
 json_t *broker_rekey(broker_t *self, const char *id_or_name, broker_error_t *err)
@@ -1955,7 +2176,8 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->ops = (session_ops_t){s_op_send,           s_op_to_kernel,      s_op_kernel_start,
                                 s_op_kernel_signal,  s_op_ended,          s_op_timer_arm,
                                 s_op_timer_cancel,   s_op_snapshot_store, s_op_snapshot_load,
-                                s_op_snapshot_drop,  s_op_iopub_backlog,  s_op_cell_done};
+                                s_op_snapshot_drop,  s_op_iopub_backlog,  s_op_cell_done,
+                                s_op_forked};
     return self;
 }
 
@@ -1964,6 +2186,8 @@ void broker_destroy(broker_t **self_p)
     if (!self_p || !*self_p)
         return;
     broker_t *self = *self_p;
+    json_decref(self->fork.info); /* a fork's answer no one asked for again */
+    json_decref(self->fork.lost);
     /* A measure under way ends first; its done callback finds the sessions still there. */
     meter_destroy(&self->meter);
     sess_t *s;

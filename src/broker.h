@@ -104,6 +104,19 @@ tenants_usage_t broker_usage(broker_t *self, const char *tenant);
  *  made with them; its connection file is written again. Its info, or NULL with *err
  *  (NoSuchSession; BadRequest: not a CURVE session). */
 json_t *broker_rekey(broker_t *self, const char *id_or_name, broker_error_t *err);
+/*  Fork session src (id or name) into a new session named name, with limits: its kernel
+ *  starts with a copy of src's namespace (src's kernel saves it and serves on; an evicted
+ *  src's snapshot is read) and its workspace a copy of src's files. The first call starts
+ *  the save and answers NULL with *pending = 1: call again, with the same arguments, once
+ *  broker_on_settled's listener is called, for the answer. The fork's info (new reference)
+ *  and *lost (new reference: the names and files not copied), or NULL with *err:
+ *  NoSuchSession, SessionExists, SessionBusy (src is neither idle nor evicted),
+ *  TooManySessions, ForkFailed (its state could not be had), or create's errors. One fork
+ *  at a time. */
+json_t *broker_fork(broker_t *self, const char *src, const char *name, const reslimits_t *limits,
+                    json_t **lost, int *pending, broker_error_t *err);
+/*  The limits of the session with this id or name into *out: 0, or -1 when there is none. */
+int broker_limits_of(broker_t *self, const char *id_or_name, reslimits_t *out);
 /*  Bring back the sessions an earlier kenneld left in the state directory. Call once, before
  *  serving. */
 void broker_restore(broker_t *self);

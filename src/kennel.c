@@ -43,6 +43,9 @@ static const char s_usage[] =
     "      [--budget-wall S] [--budget-cells N] [--budget-output SIZE]\n"
     "                          create a session (or find the one named N); print its connection file\n"
     "                          (--curve: its sockets are CURVE servers; the file holds the keys)\n"
+    "  fork SRC DST [kennel new's limits]  a new session DST holding a copy of session SRC's\n"
+    "                          namespace and workspace files (limits: SRC's unless given);\n"
+    "                          print its connection file, and on stderr what was not copied\n"
     "  ls                      list sessions\n"
     "  info N                  one session's details as JSON\n"
     "  rm N                    end a session\n"
@@ -690,6 +693,50 @@ static int s_cmd_new(int argc, char **argv)
         printf("%s\n", file);
     json_decref(r);
     return file ? 0 : 1;
+}
+
+/*  kennel fork SRC DST [limits]: argv[0] is "fork". */
+static int s_cmd_fork(int argc, char **argv)
+{
+    if (argc < 3 || argv[1][0] == '-' || argv[2][0] == '-') {
+        fputs("usage: kennel fork SRC DST [kennel new's limits]\n", stderr);
+        return 2;
+    }
+    json_t *content = json_object();
+    /* The options after DST, read as new's (getopt starts at argv[1]). */
+    if (s_session_options(argc - 2, argv + 2, content, NULL) != 0) {
+        json_decref(content);
+        return 2;
+    }
+    if (json_object_get(content, "name") || json_object_get(content, "curve")) {
+        fprintf(stderr, "kennel: fork takes no --%s (the fork's name is DST; it is CURVE when "
+                        "SRC is)\n",
+                json_object_get(content, "name") ? "name" : "curve");
+        json_decref(content);
+        return 2;
+    }
+    json_t *src = json_string(argv[1]), *dst = json_string(argv[2]);
+    if (!src || !dst) {
+        json_decref(src);
+        json_decref(dst);
+        json_decref(content);
+        fprintf(stderr, "kennel: names must be UTF-8 text\n");
+        return 2;
+    }
+    json_object_set_new(content, "session", src);
+    json_object_set_new(content, "name", dst);
+    json_t *r = s_call("fork_request", content);
+    if (!r)
+        return 1;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(r, "not_copied"), i, e)
+        fprintf(stderr, "%s%s", i ? ", " : "kennel: not copied: ", json_string_value(e));
+    if (json_array_size(json_object_get(r, "not_copied")))
+        fputc('\n', stderr);
+    printf("%s\n", json_string_value(json_object_get(json_object_get(r, "session"), "connection_file")));
+    json_decref(r);
+    return 0;
 }
 
 static void s_human_bytes(char *out, size_t len, long long b)
@@ -2208,6 +2255,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "new") == 0)
         return s_cmd_new(nargs, args);
+    if (strcmp(cmd, "fork") == 0)
+        return s_cmd_fork(nargs, args);
     if (strcmp(cmd, "ls") == 0 && nargs == 1)
         return s_cmd_ls();
     if (strcmp(cmd, "info") == 0 && nargs == 2)

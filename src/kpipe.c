@@ -4,6 +4,7 @@
 #include "kpipe.h"
 
 #include "jvalid.h"
+#include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,7 @@ int kpipe_encode(const kpipe_iov_t *parts, size_t n, size_t max_frame, uint8_t *
     uint8_t *buf = malloc(4 + body);
     if (!buf)
         return KPIPE_ENOMEM;
+    util_hugepage_hint(buf, 4 + body); /* a snapshot sent to a kernel: tens of MB */
     s_put32(buf, (uint32_t)body);
     s_put32(buf + 4, (uint32_t)n);
     uint8_t *p = buf + 8;

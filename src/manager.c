@@ -197,6 +197,56 @@ static const tenant_t *s_owner_of(const manager_t *self, const tenant_t *caller,
     return self->tenants && name ? tenants_of_name(self->tenants, name) : NULL;
 }
 
+/*  A session name's shape: NULL when good, else why not. */
+static const char *s_check_name(const char *name)
+{
+    if (!name || !*name || strlen(name) > 128)
+        return "name must be a string of 1 to 128 characters";
+    for (const char *p = name; *p; p++)
+        if (!(*p == '-' || *p == '_' || *p == '.' || s_alnum(*p)))
+            return "name may contain only letters, digits, '-', '_' and '.'";
+    /* "-x" would read as an option to the CLI, "." and ".." as directories. */
+    if (!s_alnum(*name))
+        return "name must start with a letter or a digit";
+    return NULL;
+}
+
+/*  A tenant's names are its own: "work" is TENANT.work (what kennel-gateway calls that
+ *  tenant's kernel "work"), and two tenants' "work" are two sessions. Unnamed, it is
+ *  TENANT.k-…, as the gateway names them. The name to use (name itself for an operator, or
+ *  full), or NULL when the prefixed name is too long. */
+static const char *s_tenant_name(const tenant_t *caller, const char *name, char *full,
+                                 size_t len)
+{
+    if (!caller)
+        return name;
+    size_t n = strlen(caller->name);
+    if (!name) {
+        char id[40];
+        snprintf(full, len, "%s.k-%.8s", caller->name, util_uuid(id));
+    } else if (strncmp(name, caller->name, n) == 0 && name[n] == '.') {
+        snprintf(full, len, "%s", name);
+    } else if (n + 1 + strlen(name) > 128) {
+        return NULL;
+    } else {
+        snprintf(full, len, "%s.%s", caller->name, name);
+    }
+    return full;
+}
+
+/*  Over owner's quota with one more session of these limits: the error, else NULL. */
+static json_t *s_over_quota(manager_t *self, const tenant_t *owner, const reslimits_t *limits)
+{
+    if (!owner)
+        return NULL;
+    tenants_usage_t used = broker_usage(self->broker, owner->name);
+    tenants_usage_t asked = {1, limits->cg.memory_bytes, limits->cg.cpus};
+    char why[256];
+    return tenants_check(owner, &used, &asked, why, sizeof why) < 0
+               ? s_error("QuotaExceeded", why)
+               : NULL;
+}
+
 static json_t *s_on_create(manager_t *self, const jmsg_t *req, const tenant_t *caller)
 {
     json_t *content = jmsg_content(req);
@@ -204,14 +254,9 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req, const tenant_t *c
     json_t *conn = json_object_get(content, "connection");
     const char *name = jmsg_cstr(jname);
     if (jname && !json_is_null(jname)) {
-        if (!name || !*name || strlen(name) > 128)
-            return s_error("BadRequest", "name must be a string of 1 to 128 characters");
-        for (const char *p = name; *p; p++)
-            if (!(*p == '-' || *p == '_' || *p == '.' || s_alnum(*p)))
-                return s_error("BadRequest", "name may contain only letters, digits, '-', '_' and '.'");
-        /* "-x" would read as an option to the CLI, "." and ".." as directories. */
-        if (!s_alnum(*name))
-            return s_error("BadRequest", "name must start with a letter or a digit");
+        const char *bad_name = s_check_name(name);
+        if (bad_name)
+            return s_error("BadRequest", bad_name);
     }
     if (conn && !json_is_null(conn) && !json_is_object(conn))
         return s_error("BadRequest", "connection must be an object");
@@ -226,38 +271,19 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req, const tenant_t *c
     const char *bad = s_parse_limits(json_object_get(content, "limits"), &limits);
     if (bad)
         return s_error("BadRequest", bad);
-    /* A tenant's names are its own: "work" is TENANT.work (what kennel-gateway calls that
-     * tenant's kernel "work"), and two tenants' "work" are two sessions. Unnamed, it is
-     * TENANT.k-…, as the gateway names them. */
     char full[TENANTS_NAME_MAX + 2 + 129];
-    if (caller) {
-        size_t n = strlen(caller->name);
-        if (!name) {
-            char id[40];
-            snprintf(full, sizeof full, "%s.k-%.8s", caller->name, util_uuid(id));
-        } else if (strncmp(name, caller->name, n) == 0 && name[n] == '.') {
-            snprintf(full, sizeof full, "%s", name);
-        } else if (n + 1 + strlen(name) > 128) {
-            return s_error("BadRequest", "name, with the tenant's prefix, must be at most 128 "
-                                         "characters");
-        } else {
-            snprintf(full, sizeof full, "%s.%s", caller->name, name);
-        }
-        name = full;
-    }
+    if (!(name = s_tenant_name(caller, name, full, sizeof full)))
+        return s_error("BadRequest", "name, with the tenant's prefix, must be at most 128 "
+                                     "characters");
     const tenant_t *owner = s_owner_of(self, caller, name);
     const char *existing = name ? broker_tenant(self->broker, name) : NULL;
     if (existing && strcmp(existing, owner ? owner->name : "") != 0)
         /* An operator's session named like a tenant's, made before the tenants file named
          * that tenant: not the tenant's to take. */
         return s_error("BadRequest", "a session of that name belongs to another tenant");
-    if (!existing && owner) {
-        tenants_usage_t used = broker_usage(self->broker, owner->name);
-        tenants_usage_t asked = {1, limits.cg.memory_bytes, limits.cg.cpus};
-        char why[256];
-        if (tenants_check(owner, &used, &asked, why, sizeof why) < 0)
-            return s_error("QuotaExceeded", why);
-    }
+    json_t *over = existing ? NULL : s_over_quota(self, owner, &limits);
+    if (over)
+        return over;
     int launched = json_is_true(json_object_get(content, "launched"));
     json_t *jpid = json_object_get(content, "launcher_pid");
     if (jpid && (!json_is_integer(jpid) || json_integer_value(jpid) <= 0 ||
@@ -307,6 +333,50 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req, const tenant_t *c
     s_with_connection(self, info);
     json_t *reply = s_ok_session(info);
     json_object_set_new(reply, "created", json_boolean(created));
+    return reply;
+}
+
+/*  fork_request {session, name, limits}: NULL while the source's state is being saved (ask
+ *  again once the broker settles). */
+static json_t *s_on_fork(manager_t *self, const jmsg_t *req, const char *src,
+                         const tenant_t *caller)
+{
+    json_t *content = jmsg_content(req);
+    const char *name = jmsg_cstr(json_object_get(content, "name"));
+    const char *bad = s_check_name(name);
+    if (bad)
+        return s_error("BadRequest", bad);
+    /* The fork is its source's tenant's, named and counted as that tenant's new session. */
+    char full[TENANTS_NAME_MAX + 2 + 129];
+    if (!(name = s_tenant_name(caller, name, full, sizeof full)))
+        return s_error("BadRequest", "name, with the tenant's prefix, must be at most 128 "
+                                     "characters");
+    /* The fork's limits are its source's unless it asks otherwise. */
+    reslimits_t limits;
+    if (broker_limits_of(self->broker, src, &limits) < 0)
+        limits = broker_default_limits(self->broker);
+    bad = s_parse_limits(json_object_get(content, "limits"), &limits);
+    if (bad)
+        return s_error("BadRequest", bad);
+    const char *owner_name = broker_tenant(self->broker, src);
+    const tenant_t *owner = self->tenants && owner_name && owner_name[0]
+                                ? tenants_find(self->tenants, owner_name)
+                                : NULL;
+    json_t *over = s_over_quota(self, owner, &limits);
+    if (over)
+        return over;
+    int pending;
+    json_t *lost = NULL;
+    broker_error_t err = {0};
+    json_t *info = broker_fork(self->broker, src, name, &limits, &lost, &pending, &err);
+    if (pending)
+        return NULL;
+    if (!info) {
+        json_decref(lost);
+        return s_error(err.ename, err.evalue);
+    }
+    json_t *reply = s_ok_session(info);
+    json_object_set_new(reply, "not_copied", lost ? lost : json_array());
     return reply;
 }
 
@@ -430,8 +500,9 @@ static json_t *s_tenant_stats(manager_t *self, const tenant_t *t)
 }
 
 /*  Answer req, taking it; 0, or 1 when it must wait (req kept): a file request whose
- *  workspace image is being made, an info or list whose memory is being measured. caller:
- *  the connection's User-Id on the tenant manager socket ("" elsewhere). */
+ *  workspace image is being made, an info or list whose memory is being measured, a fork
+ *  whose source's state is being saved. caller: the connection's User-Id on the tenant
+ *  manager socket ("" elsewhere). */
 static int s_handle(manager_t *self, jmsg_t *req, const char *caller)
 {
     const char *type = jmsg_type(req);
@@ -504,6 +575,10 @@ static int s_handle(manager_t *self, jmsg_t *req, const char *caller)
             jmsg_destroy(&req);
             return 0;
         }
+    } else if (strcmp(type, "fork_request") == 0) {
+        content = s_on_fork(self, req, sess, t);
+        if (!content)
+            return 1;
     } else if (strcmp(type, "rekey_request") == 0) {
         broker_error_t err = {0};
         json_t *info = broker_rekey(self->broker, sess, &err);

@@ -84,6 +84,9 @@ struct session {
     int stopping;              /* kenneld is stopping: session_save evicts, no TTL runs */
     int live_at_stop;          /* restored: the last kenneld stopped with its kernel alive */
     int restore_pending;       /* the next hello gets the snapshot */
+    int forking;               /* the state being saved is for a fork (session_fork_save):
+                                * the kernel stays, its state goes to ops->forked */
+    char *forked_from;         /* a fork's source's name: what the notice of lost names says */
     json_t *unsaved;           /* names the last save could not keep (array) */
     char *notice;              /* told to the next cell: what a revival lost */
     char *origin;              /* told to the next cell first: where a moved session's state
@@ -156,6 +159,7 @@ void session_destroy(session_t **self_p)
     json_decref(self->unsaved);
     free(self->notice);
     free(self->origin);
+    free(self->forked_from);
     free(self->id);
     free(self->name);
     free(self);
@@ -638,6 +642,33 @@ void session_start_restored(session_t *self, int has_state)
     s_arm_ttl(self);
 }
 
+int session_start_forked(session_t *self, const session_t *src, const json_t *unsaved)
+{
+    free(self->forked_from);
+    self->forked_from = strdup(src->name);
+    json_decref(self->unsaved);
+    self->unsaved = unsaved ? json_deep_copy(unsaved) : json_array();
+    if (!self->forked_from || !self->unsaved) {
+        LOG_E("out of memory");
+        exit(1);
+    }
+    /* The restored kernel goes on from the source's count, as a revived one does. */
+    self->execution_count = src->execution_count;
+    self->restore_pending = 1;
+    LOG_I("session=%s: forked from %s", self->id, src->id);
+    return s_start_kernel(self);
+}
+
+void session_note_unsaved(session_t *self, const char *what)
+{
+    if (!self->unsaved)
+        self->unsaved = json_array();
+    if (!self->unsaved || json_array_append_new(self->unsaved, json_string(what)) < 0) {
+        LOG_E("out of memory");
+        exit(1);
+    }
+}
+
 /*  A request reached an evicted session: start a kernel that will get the snapshot. */
 static int s_revive(session_t *self)
 {
@@ -775,6 +806,36 @@ static void s_evict(session_t *self)
         self->state = SESSION_SAVING;
         s_state_deadline(self);
     }
+}
+
+int session_fork_save(session_t *self)
+{
+    if (self->state != SESSION_IDLE || zlistx_size(self->queue) > 0 || !self->ops->forked) {
+        errno = EBUSY;
+        return -1;
+    }
+    static const char op[] = "{\"op\":\"save\"}";
+    kpipe_iov_t part = {op, sizeof op - 1};
+    if (self->ops->to_kernel(self->ctx, &part, 1) < 0) {
+        errno = EBUSY; /* the kernel is going; its exit comes */
+        return -1;
+    }
+    LOG_I("session=%s: saving its state for a fork", self->id);
+    /* The idle clock stops meanwhile: a fork is a use of the session. */
+    self->ops->timer_cancel(self->ctx, SESSION_TIMER_IDLE);
+    self->state = SESSION_SAVING;
+    self->forking = 1;
+    s_state_deadline(self);
+    return 0;
+}
+
+/*  A fork's save is over without its state (why): the fork is told, the kernel stays. */
+static void s_fork_failed(session_t *self, const char *why)
+{
+    if (!self->forking)
+        return;
+    self->forking = 0;
+    self->ops->forked(self->ctx, NULL, 0, NULL, why);
 }
 
 int session_save(session_t *self)
@@ -1151,6 +1212,8 @@ static void *s_part_alloc(void *arg, size_t len, void **handle)
     (void)arg;
     static char empty; /* what an empty part's bytes are (never read) */
     zframe_t *f = zframe_new(NULL, len);
+    if (f)
+        util_hugepage_hint(zframe_data(f), len); /* a snapshot: tens of MB */
     *handle = f;
     return !f ? NULL : len ? (void *)zframe_data(f) : &empty;
 }
@@ -1334,6 +1397,21 @@ static int s_on_saved(session_t *self, const kpipe_frame_t *f, const json_t *op,
     const char *failed = error ? log_sanitize(clean, sizeof clean, error, strlen(error))
                          : kpipe_frame_count(f) != 2 || !json_is_array(unsaved) ? "no snapshot"
                                                                                  : NULL;
+    if (self->forking) {
+        /* A fork's: the state goes to the fork, and this kernel serves on. */
+        self->forking = 0;
+        self->state = SESSION_IDLE;
+        if (failed)
+            self->ops->forked(self->ctx, NULL, 0, NULL, failed);
+        else
+            self->ops->forked(self->ctx, kpipe_frame_part(f, 1).data, kpipe_frame_part(f, 1).len,
+                              unsaved, NULL);
+        if (self->state == SESSION_IDLE) { /* (the callback may have ended the session) */
+            s_idle_rearm(self);
+            s_pump(self);
+        }
+        return 0;
+    }
     if (!failed && self->ops->snapshot_store(self->ctx, kpipe_frame_part(f, 1).data,
                                              kpipe_frame_part(f, 1).len, &failed) == 0) {
         /* Kept off the loop (a write and an fsync: tens of ms): the kernel stays, holding
@@ -1396,11 +1474,17 @@ static void s_note_lost(session_t *self, const json_t *failed)
         s_set_notice(self, NULL);
         return;
     }
-    char line[1200];
-    snprintf(line, sizeof line,
-             "[kennel: this session was evicted while idle and revived; these names could not be "
-             "saved and are gone: %s]\n",
-             text);
+    char line[1400];
+    if (self->forked_from)
+        snprintf(line, sizeof line,
+                 "[kennel: this session was forked from %.128s; these names could not be "
+                 "copied and are not here: %s]\n",
+                 self->forked_from, text);
+    else
+        snprintf(line, sizeof line,
+                 "[kennel: this session was evicted while idle and revived; these names could "
+                 "not be saved and are gone: %s]\n",
+                 text);
     s_set_notice(self, line);
 }
 
@@ -1417,6 +1501,8 @@ static int s_on_restored(session_t *self, const json_t *op, const char **why)
     s_note_lost(self, json_is_array(failed) ? failed : NULL);
     json_decref(self->unsaved);
     self->unsaved = NULL;
+    free(self->forked_from); /* a later revival's notice is an eviction's */
+    self->forked_from = NULL;
     /* Under checkpoints the snapshot stays: it is still the session's state, the one another
      * node revives it from should this one die before the next checkpoint. */
     if (self->limits.checkpoint_ms <= 0)
@@ -1647,6 +1733,12 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
             s_arm_ttl(self);
         return;
     }
+    if (self->state == SESSION_SAVING && self->forking) {
+        /* A fork's save: this session's own state is not at stake, only the fork's. */
+        s_cell_end(self);
+        s_fork_failed(self, how);
+        self->state = SESSION_IDLE;
+    }
     if (self->state == SESSION_SAVING || self->state == SESSION_RESTORING) {
         s_cell_end(self);
         self->storing = 0;
@@ -1735,6 +1827,7 @@ void session_end(session_t *self, const char *why)
     if (self->state != SESSION_DEAD)
         self->ops->kernel_signal(self->ctx, SIGKILL);
     s_cell_end(self);
+    s_fork_failed(self, "the session ended");
     /* Every request still open gets its answer (its clients once waited for ever). */
     if (self->current) {
         s_fail(self, ROUTE_SHELL, self->current, "SessionEnded", why, "killed", 0);

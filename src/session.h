@@ -71,6 +71,11 @@ typedef struct {
      * the call. NULL: no records. */
     void (*cell_done)(void *ctx, const jmsg_t *request, const json_t *metadata,
                       const char *ename, long long cell, size_t output_bytes);
+    /* The state session_fork_save asked for: data (borrowed for the call) and the names it
+     * could not keep (array, borrowed), the kernel still running; or why NULL data could not
+     * be had (the save failed, the kernel died, the session ended). NULL: no forks. */
+    void (*forked)(void *ctx, const void *data, size_t len, const json_t *unsaved,
+                   const char *why);
 } session_ops_t;
 
 /*  How a kernel ended, as far as kenneld can tell. */
@@ -139,6 +144,20 @@ void session_start_restored(session_t *self, int has_state);
 /*  Save the kernel's state now and evict it (kenneld is stopping): 1 when a save started,
  *  0 when there is nothing to save (no kernel), -1 when the kernel is busy. */
 int session_save(session_t *self);
+/*  Save the kernel's state for a fork without ending the kernel: ops->forked answers later,
+ *  and the session is idle again then. Requests that come meanwhile wait, as they do during
+ *  an eviction's save. 0, or -1 with errno EBUSY when the kernel is not idle with nothing
+ *  queued. */
+int session_fork_save(session_t *self);
+/*  Start the first kernel of a fork of src (its state known, not necessarily live): the
+ *  kernel restores ops->snapshot_load's snapshot before any request, as a revival does, and
+ *  the first cell is told the names in unsaved (an array of strings, may be NULL; copied)
+ *  and those that fail to load, saying the session was forked from src. 0, or -1 with errno
+ *  (as session_start). */
+int session_start_forked(session_t *self, const session_t *src, const json_t *unsaved);
+/*  Add what (copied) to the names the next revival's notice lists as lost (a fork's file
+ *  that could not be copied). */
+void session_note_unsaved(session_t *self, const char *what);
 /*  Why the kernel the session asked for (ops->kernel_start) cannot start, for the client's
  *  error reply; call before returning -1 from kernel_start. */
 void session_start_failed(session_t *self, const char *why);

@@ -22,6 +22,11 @@
 #include "log.h"
 #include "util.h"
 
+/* Bytes a kernel pipe holds in flight each way (the socket's own default is ~200 KiB): a
+ * snapshot of tens of MB crossed it in as many hand-offs between the two processes, each a
+ * wake-up that on a loaded machine waited for a time slice (seconds for 50 MB). */
+#define KERNEL_PIPE_BUFFER (4 << 20)
+
 #ifndef P_PIDFD
 #define P_PIDFD 3
 #endif
@@ -118,6 +123,8 @@ static int s_spawn(int sock_type, char *const argv[], char *const envp[], const 
     out->pidfd = out->pipe_fd = -1;
     if (socketpair(AF_UNIX, sock_type | SOCK_CLOEXEC, 0, sv) < 0)
         return -1;
+    util_socket_buffers(sv[0], KERNEL_PIPE_BUFFER);
+    util_socket_buffers(sv[1], KERNEL_PIPE_BUFFER);
     if (pipe2(status, O_CLOEXEC) < 0)
         goto fail;
     null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -539,6 +546,8 @@ int spawner_zygote_send(spawner_zygote_t *self, json_t *request, const int fds[]
         snprintf(why, why_len, "socketpair: %s", strerror(errno));
         return -1;
     }
+    util_socket_buffers(sv[0], KERNEL_PIPE_BUFFER);
+    util_socket_buffers(sv[1], KERNEL_PIPE_BUFFER);
     if (util_set_nonblock(sv[0], 1) < 0) {
         snprintf(why, why_len, "socketpair: %s", strerror(errno));
         close(sv[0]);

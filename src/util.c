@@ -3,9 +3,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -192,4 +195,21 @@ int util_append(char **buf, size_t *len, size_t *cap, const void *data, size_t n
     *len += n;
     (*buf)[*len] = '\0';
     return 0;
+}
+
+void util_hugepage_hint(void *p, size_t len)
+{
+    const uintptr_t huge = 2u << 20;
+    if (!p || len < (4u << 20))
+        return;
+    uintptr_t start = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+    uintptr_t end = ((uintptr_t)p + len) & ~(huge - 1);
+    if (end > start)
+        (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+}
+
+void util_socket_buffers(int fd, int bytes)
+{
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
 }

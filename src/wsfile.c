@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -263,4 +264,174 @@ const char *wsfile_strerror(int code)
     case WSFILE_ETOOBIG: return "the file is over the size cap";
     default: return "the file operation failed";
     }
+}
+
+/* ---- copying a workspace (a fork) ------------------------------------------------------------ */
+
+typedef struct {
+    uid_t uid;
+    gid_t gid;
+    json_t *not_copied;
+    size_t max_listed;
+    long skipped;
+    int as_root;   /* hand what is made to uid:gid (an unprivileged kenneld's are its own) */
+} copy_t;
+
+static void s_skip(copy_t *c, const char *prefix, const char *name, const char *why)
+{
+    c->skipped++;
+    if (!c->not_copied || json_array_size(c->not_copied) >= c->max_listed)
+        return;
+    char line[MAX_PATH_LEN + 128];
+    snprintf(line, sizeof line, "(file %s%s: %s)", prefix, name, why);
+    json_array_append_new(c->not_copied, json_string(line));
+}
+
+/*  Copy a regular file's bytes, in kernel space. 0 or -1 with errno. */
+static int s_copy_bytes(int in, int out, off_t size)
+{
+    while (size > 0) {
+        ssize_t n = copy_file_range(in, NULL, out, NULL, (size_t)size, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP)) {
+            char buf[65536];
+            ssize_t r = read(in, buf, sizeof buf);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                return r < 0 ? -1 : 0;
+            if (util_write_all(out, buf, (size_t)r) < 0)
+                return -1;
+            size -= r;
+            continue;
+        }
+        if (n <= 0)
+            return n < 0 ? -1 : 0; /* shorter than it said: it shrank meanwhile */
+        size -= n;
+    }
+    return 0;
+}
+
+static void s_copy_dir(copy_t *c, int from, int to, const char *prefix, int depth);
+
+/*  One entry of a directory being copied. */
+static void s_copy_entry(copy_t *c, int from, int to, const char *prefix, const char *name,
+                         int depth)
+{
+    struct stat st;
+    if (fstatat(from, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+        s_skip(c, prefix, name, strerror(errno));
+        return;
+    }
+    mode_t mode = st.st_mode & 0777; /* never set-id bits, as root would make them */
+    if (S_ISDIR(st.st_mode)) {
+        if (depth >= MAX_DEPTH) {
+            s_skip(c, prefix, name, "too deep");
+            return;
+        }
+        if (mkdirat(to, name, 0700) < 0 && errno != EEXIST) {
+            s_skip(c, prefix, name, strerror(errno));
+            return;
+        }
+        int in = openat(from, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int out = openat(to, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (in < 0 || out < 0) {
+            s_skip(c, prefix, name, strerror(errno));
+        } else {
+            char sub[MAX_PATH_LEN + 1];
+            if (snprintf(sub, sizeof sub, "%s%s/", prefix, name) >= (int)sizeof sub)
+                s_skip(c, prefix, name, "path too long");
+            else
+                s_copy_dir(c, in, out, sub, depth + 1);
+            if ((c->as_root && fchown(out, c->uid, c->gid) < 0) || fchmod(out, mode) < 0)
+                s_skip(c, prefix, name, strerror(errno));
+        }
+        if (in >= 0)
+            close(in);
+        if (out >= 0)
+            close(out);
+    } else if (S_ISREG(st.st_mode)) {
+        /* O_NONBLOCK: a FIFO swapped in after the fstatat does not block kenneld; fstat
+         * again on what was opened. */
+        int in = openat(from, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        struct stat ist;
+        if (in < 0 || fstat(in, &ist) < 0 || !S_ISREG(ist.st_mode)) {
+            s_skip(c, prefix, name, in < 0 ? strerror(errno) : "not a regular file");
+            if (in >= 0)
+                close(in);
+            return;
+        }
+        int out = openat(to, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (out < 0 || s_copy_bytes(in, out, ist.st_size) < 0 ||
+            (c->as_root && fchown(out, c->uid, c->gid) < 0) ||
+            fchmod(out, ist.st_mode & 0777) < 0) {
+            int saved = errno;
+            if (out >= 0)
+                unlinkat(to, name, 0); /* no half file */
+            s_skip(c, prefix, name, strerror(saved));
+        } else {
+            struct timespec times[2] = {ist.st_atim, ist.st_mtim};
+            (void)futimens(out, times);
+        }
+        close(in);
+        if (out >= 0)
+            close(out);
+    } else if (S_ISLNK(st.st_mode)) {
+        char target[PATH_MAX];
+        ssize_t n = readlinkat(from, name, target, sizeof target - 1);
+        if (n < 0) {
+            s_skip(c, prefix, name, strerror(errno));
+            return;
+        }
+        target[n] = '\0';
+        if (symlinkat(target, to, name) < 0 ||
+            (c->as_root && fchownat(to, name, c->uid, c->gid, AT_SYMLINK_NOFOLLOW) < 0))
+            s_skip(c, prefix, name, strerror(errno));
+    } else {
+        s_skip(c, prefix, name,
+               S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a device");
+    }
+}
+
+static void s_copy_dir(copy_t *c, int from, int to, const char *prefix, int depth)
+{
+    int fd = dup(from);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        s_skip(c, prefix, "", strerror(errno));
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        /* An image's own lost+found is fsck's, and the fork's image has one. */
+        if (depth == 0 && strcmp(e->d_name, "lost+found") == 0)
+            continue;
+        s_copy_entry(c, from, to, prefix, e->d_name, depth);
+    }
+    closedir(d);
+}
+
+long wsfile_copy_tree(const char *from, const char *to, uid_t uid, gid_t gid,
+                      json_t *not_copied, size_t max_listed)
+{
+    int in = open(from, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (in < 0)
+        return -1;
+    int out = open(to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (out < 0) {
+        int saved = errno;
+        close(in);
+        errno = saved;
+        return -1;
+    }
+    copy_t c = {uid, gid, not_copied, max_listed, 0, geteuid() == 0};
+    s_copy_dir(&c, in, out, "", 0);
+    close(in);
+    close(out);
+    return c.skipped;
 }

@@ -31,6 +31,15 @@ int wsfile_delete(const char *workspace, const char *path);
  *  most max_entries directory entries (of any kind) and MAX_DEPTH levels; *truncated says
  *  whether it stopped at one of these bounds. */
 json_t *wsfile_list(const char *workspace, size_t max_entries, int *truncated);
+/*  Copy every directory, regular file and symlink under from into to (a fork's workspace),
+ *  owned by uid:gid, walking MAX_DEPTH levels at most. Permissions are kept but for set-id
+ *  bits; symlinks are made again as they were (never followed: kenneld reads nothing through
+ *  them). What is not copied (FIFOs, sockets, devices, what is deeper, a file that fails,
+ *  ext4's lost+found) is appended to not_copied (may be NULL) as "(file PATH: why)", at most
+ *  max_listed of them. Returns the count not copied, or -1 with errno when from or to cannot
+ *  be opened. Blocking: the whole tree is read and written (copy_file_range). */
+long wsfile_copy_tree(const char *from, const char *to, uid_t uid, gid_t gid,
+                      json_t *not_copied, size_t max_listed);
 const char *wsfile_strerror(int code);
 
 #endif

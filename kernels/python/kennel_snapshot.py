@@ -18,6 +18,7 @@ import errno
 import importlib
 import io
 import itertools
+import mmap
 import os
 import pickle
 import random
@@ -59,19 +60,107 @@ class TooLarge(Exception):
     """The snapshot would pass save()'s max_bytes."""
 
 
-class _BoundedFile(io.BytesIO):
-    """A BytesIO that refuses a write past max_bytes before it copies it: a value too large
-    to keep stops the save rather than be copied whole first (a large array is written in
-    one write)."""
+# A snapshot is written into an anonymous mapping of its bound on huge pages (only what is
+# written is ever allocated): into a BytesIO, which grows in 4 KiB pages, a 50 MB one took a
+# page fault each, half a second on this kind of VM.
+_MAPPED_MAX = 1 << 32
+
+
+class _BoundedFile:
+    """A file that refuses a write past max_bytes before it copies it: a value too large to
+    keep stops the save rather than be copied whole first (a large array is written in one
+    write). What the pickler needs of a file: write, tell, seek, truncate; getbuffer() gives
+    what was written, without a copy."""
 
     def __init__(self, max_bytes):
-        super().__init__()
         self._max_bytes = max_bytes
+        self._io = io.BytesIO() if max_bytes > _MAPPED_MAX else None
+        self._map = None
+        self._pos = self._end = 0
 
     def write(self, data):
-        if self.tell() + memoryview(data).nbytes > self._max_bytes:
+        view = memoryview(data)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B") if view.c_contiguous else memoryview(view.tobytes())
+        if self.tell() + view.nbytes > self._max_bytes:
             raise TooLarge(f"the snapshot would pass {self._max_bytes} bytes")
-        return super().write(data)
+        if self._io is not None:
+            return self._io.write(view)
+        if self._map is None:
+            try:
+                self._map = mmap.mmap(-1, max(self._max_bytes, 1))
+            except OSError as e:  # (RLIMIT_AS): short of memory, as a copy would be
+                if e.errno != errno.ENOMEM:
+                    raise
+                raise MemoryError("no room for the snapshot's buffer") from None
+            try:
+                self._map.madvise(mmap.MADV_HUGEPAGE)
+            except (AttributeError, OSError):
+                pass
+        self._map[self._pos:self._pos + view.nbytes] = view
+        self._pos += view.nbytes
+        self._end = max(self._end, self._pos)
+        return view.nbytes
+
+    def tell(self):
+        return self._io.tell() if self._io is not None else self._pos
+
+    def seek(self, pos):
+        if self._io is not None:
+            return self._io.seek(pos)
+        self._pos = pos
+        return pos
+
+    def truncate(self):
+        if self._io is not None:
+            return self._io.truncate()
+        self._end = self._pos
+        return self._pos
+
+    def getbuffer(self):
+        if self._io is not None:
+            return self._io.getbuffer()
+        if self._map is None:
+            return memoryview(b"")
+        return memoryview(self._map)[:self._end]
+
+
+class _ViewReader:
+    """A read-only file over a bytes-like snapshot (a view of the pipe's buffer), without
+    the copy io.BytesIO makes of anything but bytes."""
+
+    def __init__(self, data):
+        self._view = memoryview(data).cast("B")
+        self._pos = 0
+
+    def read(self, n=-1):
+        end = len(self._view) if n is None or n < 0 else min(self._pos + n, len(self._view))
+        out = self._view[self._pos:end].tobytes()
+        self._pos = end
+        return out
+
+    def readinto(self, buf):
+        target = memoryview(buf).cast("B")
+        n = min(len(target), len(self._view) - self._pos)
+        target[:n] = self._view[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def readline(self):
+        end, chunk = self._pos, 1 << 12
+        while end < len(self._view):
+            i = self._view[end:end + chunk].tobytes().find(b"\n")
+            if i >= 0:
+                return self.read(end + i + 1 - self._pos)
+            end += chunk
+        return self.read()
+
+    def seek(self, pos):
+        self._pos = pos
+        return pos
+
+    def tell(self):
+        return self._pos
 
 
 class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
@@ -117,7 +206,22 @@ class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
             state = dict(obj.__dict__)
             state.pop("__builtins__", None)
             return _new_module, (obj.__name__,), state
+        numpy = sys.modules.get("numpy")
+        if (numpy is not None and type(obj) is numpy.ndarray and obj.nbytes >= _RAW_ARRAY_MIN
+                and not obj.dtype.hasobject and obj.itemsize
+                and (obj.flags.c_contiguous or obj.flags.f_contiguous)):
+            # A large plain array's bytes go into the snapshot as they are, in one write:
+            # dill's way (ndarray.__reduce__) copies them into a bytes object first.
+            order = "C" if obj.flags.c_contiguous else "F"
+            raw = _RawBytes(obj if order == "C" else obj.T)
+            return _array_from, (raw, obj.dtype, obj.shape, order, bool(obj.flags.writeable))
         return NotImplemented
+
+    def save(self, obj, save_persistent_id=True):
+        if type(obj) is _RawBytes:  # an array's bytes, as a bytearray (protocol 5)
+            self._write_large_bytes(pickle.BYTEARRAY8 + _U64.pack(obj.view.nbytes), obj.view)
+            return
+        super().save(obj, save_persistent_id)
 
     def rollback(self, memo_len):
         """Forget what a failed dump() memoized (its bytes are the caller's to drop), so that
@@ -148,6 +252,29 @@ class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
 
 def _new_module(name):
     return types.ModuleType(name)
+
+
+# Plain numpy arrays of this many bytes and more are pickled as their raw bytes.
+_RAW_ARRAY_MIN = 64 << 10
+_U64 = struct.Struct("<Q")
+
+
+class _RawBytes:
+    """A C-contiguous array's bytes, for _Pickler.save to write as they are."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, array):
+        self.view = memoryview(array).cast("B")
+
+
+def _array_from(buf, dtype, shape, order, writeable=True):
+    """The array _Pickler.reducer_override saved: a view of buf (a bytearray of its own)."""
+    import numpy
+    array = numpy.frombuffer(buf, dtype=dtype).reshape(shape, order=order)
+    if not writeable:
+        array.setflags(write=False)
+    return array
 
 
 def _flush(file):
@@ -363,7 +490,7 @@ def _load_parts(data, parts, ns):
     """Load _dump_parts' stream. Return ({key: value}, keys that failed). A part that fails
     takes out of the memo the objects it made that may be half made, so that a later part
     that refers to one of them fails too rather than get it so; the other parts load."""
-    file = io.BytesIO(data)
+    file = io.BytesIO(data) if isinstance(data, bytes) else _ViewReader(data)
     unpickler = _Unpickler(file, ns)
     values, failed = {}, []
     for key, offset, memo_len in parts:

@@ -166,8 +166,34 @@ def test_bad_input_is_a_kennel_error_with_the_managers_ename(sdk, kenneld, tmp_p
     with pytest.raises(KennelError) as e:
         Session(state_dir=str(tmp_path))
     assert e.value.ename == "NoKenneld"
-    with pytest.raises(NotImplementedError):
-        sdk().fork("copy")
+
+
+def test_fork_is_a_new_session_with_the_namespace_and_files_that_diverges(sdk):
+    s = sdk("sdk-src")
+    s.run("import numpy as np\nx = 5\narr = np.arange(4)\ngen = (i for i in range(2))")
+    s.put("data.txt", "orig")
+    with s.fork("sdk-dst") as f:
+        assert isinstance(f, Session) and f.created and f.name == "sdk-dst" and f.id != s.id
+        assert f.not_copied == ["gen"]
+        ex = f.run("(x, int(arr.sum()))")
+        assert ex.text == "(5, 6)", ex.error
+        assert "forked from sdk-src" in ex.stderr and "gen" in ex.stderr
+        f.run("x = 6")
+        f.put("data.txt", "fork's")
+        assert s.run("x").text == "5" and s.get("data.txt") == b"orig"
+        assert f.get("data.txt") == b"fork's"
+        # Limits: the source's unless given.
+        assert f.info()["limits"]["timeout"] == s.info()["limits"]["timeout"]
+        with pytest.raises(KennelError) as e:
+            s.fork("sdk-dst")
+        assert e.value.ename == "SessionExists"
+    # The context manager ended the fork, not the source.
+    with pytest.raises(KennelError) as e:
+        Session("sdk-dst", state_dir=s.state_dir, create=False)
+    assert e.value.ename == "NoSuchSession"
+    assert s.run("x").text == "5"
+    with s.fork("sdk-dst2", timeout=7) as g:
+        assert g.info()["limits"]["timeout"] == 7
 
 
 def test_restart_clears_the_namespace_and_keeps_the_workspace(sdk):

@@ -47,6 +47,9 @@ typedef struct {
         size_t output_bytes;
     } done[16];
     int ndone;
+    int forks;              /* forked calls */
+    char forked[64];        /* the last one's data, or "why: ..." */
+    char forked_unsaved[64]; /* its unsaved names, comma-joined */
 } rec_t;
 
 /*  A part as a client would read it: kenneld passes a kernel's iopub parts on as bytes. New
@@ -191,10 +194,29 @@ static void op_cell_done(void *ctx, const jmsg_t *request, const json_t *metadat
     r->done[r->ndone++].output_bytes = output_bytes;
 }
 
+static void op_forked(void *ctx, const void *data, size_t len, const json_t *unsaved,
+                      const char *why)
+{
+    rec_t *r = ctx;
+    r->forks++;
+    if (!data)
+        snprintf(r->forked, sizeof r->forked, "why: %s", why);
+    else
+        snprintf(r->forked, sizeof r->forked, "%.*s", (int)len, (const char *)data);
+    r->forked_unsaved[0] = '\0';
+    size_t i;
+    json_t *n;
+    json_array_foreach((json_t *)unsaved, i, n)
+        snprintf(r->forked_unsaved + strlen(r->forked_unsaved),
+                 sizeof r->forked_unsaved - strlen(r->forked_unsaved), "%s%s", i ? "," : "",
+                 json_string_value(n));
+}
+
 static const session_ops_t s_ops = {op_send,          op_to_kernel,      op_kernel_start,
                                     op_kernel_signal, op_ended,          op_timer_arm,
                                     op_timer_cancel,  op_snapshot_store, op_snapshot_load,
-                                    op_snapshot_drop, op_iopub_backlog,  op_cell_done};
+                                    op_snapshot_drop, op_iopub_backlog,  op_cell_done,
+                                    op_forked};
 
 static rec_t *s_rec_new(void)
 {
@@ -1181,6 +1203,80 @@ TEST(idle_eviction_and_revival)
     s_rec_free(r);
 }
 
+TEST(fork_save_keeps_the_kernel_and_a_fork_restores_it)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session_with(r, 8, 0, 1 << 20);
+    /* Starting: not forkable. */
+    CHECK_EQ_INT(session_fork_save(s), -1);
+    s_hello(s);
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x = 1"), id);
+    CHECK_EQ_INT(session_fork_save(s), -1); /* busy */
+    s_reply(s, "execute_reply", id, "{\"status\":\"ok\"}");
+    int nk = r->nk;
+    CHECK_EQ_INT(session_fork_save(s), 0);
+    CHECK_EQ_INT(session_state(s), SESSION_SAVING);
+    CHECK(strncmp(r->kframes[nk], "{\"op\":\"save\"}", 13) == 0);
+    /* A cell meanwhile waits for the save. */
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), id);
+    CHECK_EQ_INT(r->nk, nk + 1);
+    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[\"gen\"]}", "STATE"};
+    int nsig = r->nsig;
+    CHECK_EQ_INT(s_kernel(s, 2, saved), 0);
+    CHECK_EQ_INT(r->forks, 1);
+    CHECK_STR(r->forked, "STATE");
+    CHECK_STR(r->forked_unsaved, "gen");
+    CHECK(!r->snapshot);        /* nothing stored */
+    CHECK_EQ_INT(r->nsig, nsig); /* nothing killed */
+    CHECK_EQ_INT(session_state(s), SESSION_BUSY); /* the waiting cell went */
+    CHECK(strstr(r->kframes[nk + 1], "execute_request") != NULL);
+    s_reply(s, "execute_reply", id, "{\"status\":\"ok\"}");
+    /* A save that fails is told as such, the kernel stays. */
+    CHECK_EQ_INT(session_fork_save(s), 0);
+    const char *failed[] = {"{\"op\":\"saved\",\"error\":\"MemoryError: \"}"};
+    CHECK_EQ_INT(s_kernel(s, 1, failed), 0);
+    CHECK_EQ_INT(r->forks, 2);
+    CHECK(strncmp(r->forked, "why: MemoryError", 16) == 0);
+    CHECK_EQ_INT(session_state(s), SESSION_IDLE);
+    /* The kernel dying meanwhile is told too, and it restarts as after any death. */
+    CHECK_EQ_INT(session_fork_save(s), 0);
+    int starts = r->starts;
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
+    CHECK_EQ_INT(r->forks, 3);
+    CHECK(strstr(r->forked, "SIGKILL") != NULL);
+    CHECK_EQ_INT(r->starts, starts + 1);
+
+    /* The fork: its first kernel restores the state, and its first cell hears what the
+     * source's save could not keep, and that it is a fork. */
+    rec_t *r2 = s_rec_new();
+    r2->snapshot = strdup("STATE");
+    r2->snapshot_len = 5;
+    json_t *unsaved = json_pack("[s]", "gen");
+    session_t *d = session_new("id-2", "dst", &(session_limits_t){.max_queued = 8,
+                                                               .grace_ms = 1000,
+                                                               .max_output = 1 << 20},
+                               &s_ops, r2);
+    CHECK_EQ_INT(session_start_forked(d, s, unsaved), 0);
+    json_decref(unsaved);
+    session_note_unsaved(d, "(file a.fifo: a FIFO)");
+    s_request(d, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), id);
+    s_hello(d);
+    CHECK_EQ_INT(session_state(d), SESSION_RESTORING);
+    int before = r2->nsent;
+    const char *restored[] = {"{\"op\":\"restored\",\"failed\":[]}"};
+    CHECK_EQ_INT(s_kernel(d, 1, restored), 0);
+    int st = s_find(r2, before, "stream");
+    CHECK(st >= 0);
+    const char *text = json_string_value(json_object_get(r2->sent[st].content, "text"));
+    CHECK(text && strstr(text, "forked from name1") && strstr(text, "gen") &&
+          strstr(text, "a.fifo"));
+    session_destroy(&d);
+    s_rec_free(r2);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 /*  The saving kernel sends its state ("S"), and the store keeps it. */
 static void s_saved(session_t *s)
 {
@@ -1858,5 +1954,6 @@ int main(void)
     RUN(wall_budget_counts_kennelds_wall_time);
     RUN(output_budget_counts_what_cells_published);
     RUN(budgets_spend_survives_the_record);
+    RUN(fork_save_keeps_the_kernel_and_a_fork_restores_it);
     return harness_done();
 }

@@ -155,6 +155,7 @@ class Session:
                 reply = self._manager("info_request", {"session": name})
                 self.created = False
             info = reply["session"]
+            self.not_copied: List[str] = []  # a fork's: what fork() could not copy
             # The session's own deadline, read once: run() bounds its wait by it.
             self._timeout = float((info.get("limits") or {}).get("timeout") or 0)
             self.id: str = info["id"]
@@ -397,10 +398,24 @@ class Session:
         return sorted((File(f["path"], f["size"], f.get("mtime")) for f in r["files"]),
                       key=lambda f: f.path)
 
-    def fork(self, name: str) -> "Session":
-        """Not built yet: `kennel fork` (issue #29 item 4) has no manager request."""
-        raise NotImplementedError("Session.fork: kenneld has no fork request yet "
-                                  "(issue #29 item 4, docs/not-yet.md)")
+    def fork(self, name: str, **limits: Union[int, float]) -> "Session":
+        """A new session called `name` holding a copy of this one's namespace and workspace
+        files (kenneld's fork_request; this session's kernel pickles its state and serves
+        on). Its limits are this session's, but for those given (as Session's). The fork
+        is the caller's (`created` is True: as a context manager it ends on exit);
+        `not_copied` lists the names and files that could not be copied, which its first
+        cell is also told on stderr. KennelError: "SessionExists" (the name is taken),
+        "SessionBusy" (a cell runs or waits here), "ForkFailed" (the state could not be
+        saved), or create's errors."""
+        self._check_open()
+        content: Dict[str, Any] = {"session": self.id, "name": name}
+        if limits:
+            content["limits"] = limits
+        reply = self._manager("fork_request", content)
+        fork = Session(reply["session"]["id"], state_dir=self.state_dir, create=False)
+        fork.created = True
+        fork.not_copied = list(reply.get("not_copied") or [])
+        return fork
 
     def close(self) -> None:
         """End the session (its kernel stops and its workspace is removed) and let go of it.
