@@ -22,7 +22,7 @@ python3-openpyxl python3-xlrd python3-docx python3-pypdf python3-reportlab pytho
 python3-lxml python3-tabulate python3-imageio python3-skimage python3-h5py python3-xarray
 python3-plotly python3-nltk python3-joblib python3-jinja2 python3-requests python3-dateutil
 python3-tz python3-yaml
-redis-server libhiredis-dev iproute2"
+redis-server libhiredis-dev iproute2 openssh-server openssh-client"
 
 missing=""
 for p in $PKGS; do

@@ -205,12 +205,12 @@ def _random_op(rng, root, outside):
         elif op == 10:  # mtime set back, or ahead, size kept
             stamp = time.time_ns() + rng.choice([-HOUR_NS, HOUR_NS, 0])
             os.utime(path, ns=(stamp, stamp))
-        elif op == 11:
-            os.symlink("/etc/passwd", path)
+        elif op == 11:  # a file out of the workspace (the test's own: ops write through it)
+            os.symlink(outside / "decoy", path)
         elif op == 12:
             os.mkfifo(path)
         elif op == 13:  # a symlink to a directory, in the workspace or out of it
-            target = rng.choice(["d0", str(outside), "/tmp"])
+            target = rng.choice(["d0", str(outside), str(outside / "seed")])
             os.symlink(target, root / rng.choice(["d9", "d0/d1/d3"]))
         elif op == 14:  # a directory moved aside and a symlink put in its place
             d = rng.choice(dirs[1:5])[:-1]
@@ -233,6 +233,7 @@ def _random_cells(tmp_path, seed, cells, **bounds):
     outside.mkdir()
     (outside / "seed").mkdir()
     (outside / "seed" / "f").write_bytes(b"seed")
+    (outside / "decoy").write_bytes(b"decoy")  # what a symlink out of the workspace names
     rng = random.Random(seed)
     tracker = Tracker(str(root), watch_from=0, **bounds)
     tracker.snapshot()
