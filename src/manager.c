@@ -213,25 +213,25 @@ static const char *s_check_name(const char *name)
 
 /*  A tenant's names are its own: "work" is TENANT.work (what kennel-gateway calls that
  *  tenant's kernel "work"), and two tenants' "work" are two sessions. Unnamed, it is
- *  TENANT.k-…, as the gateway names them. The name to use (name itself for an operator, or
- *  full), or NULL when the prefixed name is too long. */
-static const char *s_tenant_name(const tenant_t *caller, const char *name, char *full,
-                                 size_t len)
+ *  TENANT.k-…, as the gateway names them. *name becomes the name to use (for an operator,
+ *  itself, NULL included), or full. 0, or -1 when the prefixed name is too long. */
+static int s_tenant_name(const tenant_t *caller, const char **name, char *full, size_t len)
 {
     if (!caller)
-        return name;
+        return 0;
     size_t n = strlen(caller->name);
-    if (!name) {
+    if (!*name) {
         char id[40];
         snprintf(full, len, "%s.k-%.8s", caller->name, util_uuid(id));
-    } else if (strncmp(name, caller->name, n) == 0 && name[n] == '.') {
-        snprintf(full, len, "%s", name);
-    } else if (n + 1 + strlen(name) > 128) {
-        return NULL;
+    } else if (strncmp(*name, caller->name, n) == 0 && (*name)[n] == '.') {
+        snprintf(full, len, "%s", *name);
+    } else if (n + 1 + strlen(*name) > 128) {
+        return -1;
     } else {
-        snprintf(full, len, "%s.%s", caller->name, name);
+        snprintf(full, len, "%s.%s", caller->name, *name);
     }
-    return full;
+    *name = full;
+    return 0;
 }
 
 /*  Over owner's quota with one more session of these limits: the error, else NULL. */
@@ -272,7 +272,7 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req, const tenant_t *c
     if (bad)
         return s_error("BadRequest", bad);
     char full[TENANTS_NAME_MAX + 2 + 129];
-    if (!(name = s_tenant_name(caller, name, full, sizeof full)))
+    if (s_tenant_name(caller, &name, full, sizeof full) < 0)
         return s_error("BadRequest", "name, with the tenant's prefix, must be at most 128 "
                                      "characters");
     const tenant_t *owner = s_owner_of(self, caller, name);
@@ -348,7 +348,7 @@ static json_t *s_on_fork(manager_t *self, const jmsg_t *req, const char *src,
         return s_error("BadRequest", bad);
     /* The fork is its source's tenant's, named and counted as that tenant's new session. */
     char full[TENANTS_NAME_MAX + 2 + 129];
-    if (!(name = s_tenant_name(caller, name, full, sizeof full)))
+    if (s_tenant_name(caller, &name, full, sizeof full) < 0)
         return s_error("BadRequest", "name, with the tenant's prefix, must be at most 128 "
                                      "characters");
     /* The fork's limits are its source's unless it asks otherwise. */
