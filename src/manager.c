@@ -362,7 +362,8 @@ static json_t *s_on_fork(manager_t *self, const jmsg_t *req, const char *src,
     const tenant_t *owner = self->tenants && owner_name && owner_name[0]
                                 ? tenants_find(self->tenants, owner_name)
                                 : NULL;
-    json_t *over = s_over_quota(self, owner, &limits);
+    /* (Asked again once the source's state is in, the fork exists: it was counted then.) */
+    json_t *over = broker_tenant(self->broker, name) ? NULL : s_over_quota(self, owner, &limits);
     if (over)
         return over;
     int pending;

@@ -208,6 +208,30 @@ def test_each_quota_is_hit_and_named(kenneld):
     assert "quotas" in out and '"sessions": 2' in out.replace(" 2,", " 2"), out
 
 
+def test_a_tenant_forks_only_its_own_sessions_within_its_quota(kenneld):
+    """A fork is its source's tenant's new session: alice's `kennel fork work w2` is
+    alice.w2, with work's state, and counts against her sessions quota; bob cannot fork
+    alice's session (answered as for no session)."""
+    rc, _, err = kennel(ALICE, "new", "--name", "work")
+    assert rc == 0, err
+    _ready(kenneld, "alice.work")
+    rc, _, err = kennel(ALICE, "exec", "work", "x = 41")
+    assert rc == 0, err
+    rc, out, err = kennel(BOB, "fork", "alice.work", "mine")
+    assert rc != 0 and "no session has that id or name" in out + err, (out, err)
+    rc, out, err = kennel(ALICE, "fork", "work", "w2")
+    assert rc == 0, err
+    info = kenneld.call("info_request", {"session": "alice.w2"})["session"]
+    assert info["tenant"] == "alice", info
+    _ready(kenneld, "alice.w2")
+    rc, out, err = kennel(ALICE, "exec", "w2", "print(x + 1)")
+    assert rc == 0 and "42" in out, (out, err)
+    rc, out, err = kennel(ALICE, "fork", "work", "w3")  # a third: past sessions=2
+    assert rc != 0 and "tenant alice's sessions quota is 2: it has 2 live" in out + err, \
+        (out, err)
+    assert "alice.w3" not in [s["name"] for s in kenneld.call("list_request")["sessions"]]
+
+
 def test_an_unknown_user_gets_no_answer(kenneld):
     """A user the tenants file does not name is refused by the gate before a frame of its
     is read: the same signed request that alice gets answered gets nothing."""
