@@ -337,7 +337,9 @@ def test_limit_slow_request(gateway):
 
 
 def test_limit_idle_websocket(gateway):
-    gw = gateway(["--idle", "1"])
+    # 3 s: a new kernel's first cell under the parallel suite's load took over 1 s, which
+    # closed the WebSocket during the run rather than after it.
+    gw = gateway(["--idle", "3"])
     k = gw.start_kernel()
     ch = gw.connect(k["id"])
     ch.run("1")
