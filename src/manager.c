@@ -214,24 +214,27 @@ static const char *s_check_name(const char *name)
 /*  A tenant's names are its own: "work" is TENANT.work (what kennel-gateway calls that
  *  tenant's kernel "work"), and two tenants' "work" are two sessions. Unnamed, it is
  *  TENANT.k-…, as the gateway names them. *name becomes the name to use (for an operator,
- *  itself, NULL included), or full. 0, or -1 when the prefixed name is too long. */
-static int s_tenant_name(const tenant_t *caller, const char **name, char *full, size_t len)
+ *  itself, NULL included), or full. NULL, or the error when the prefixed name is too long. */
+#define TENANT_NAME_BUF (TENANTS_NAME_MAX + 2 + 129)
+static json_t *s_tenant_name(const tenant_t *caller, const char **name,
+                             char full[TENANT_NAME_BUF])
 {
     if (!caller)
-        return 0;
+        return NULL;
     size_t n = strlen(caller->name);
     if (!*name) {
         char id[40];
-        snprintf(full, len, "%s.k-%.8s", caller->name, util_uuid(id));
+        snprintf(full, TENANT_NAME_BUF, "%s.k-%.8s", caller->name, util_uuid(id));
     } else if (strncmp(*name, caller->name, n) == 0 && (*name)[n] == '.') {
-        snprintf(full, len, "%s", *name);
+        snprintf(full, TENANT_NAME_BUF, "%s", *name);
     } else if (n + 1 + strlen(*name) > 128) {
-        return -1;
+        return s_error("BadRequest", "name, with the tenant's prefix, must be at most 128 "
+                                     "characters");
     } else {
-        snprintf(full, len, "%s.%s", caller->name, *name);
+        snprintf(full, TENANT_NAME_BUF, "%s.%s", caller->name, *name);
     }
     *name = full;
-    return 0;
+    return NULL;
 }
 
 /*  Over owner's quota with one more session of these limits: the error, else NULL. */
@@ -271,10 +274,10 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req, const tenant_t *c
     const char *bad = s_parse_limits(json_object_get(content, "limits"), &limits);
     if (bad)
         return s_error("BadRequest", bad);
-    char full[TENANTS_NAME_MAX + 2 + 129];
-    if (s_tenant_name(caller, &name, full, sizeof full) < 0)
-        return s_error("BadRequest", "name, with the tenant's prefix, must be at most 128 "
-                                     "characters");
+    char full[TENANT_NAME_BUF];
+    json_t *too_long = s_tenant_name(caller, &name, full);
+    if (too_long)
+        return too_long;
     const tenant_t *owner = s_owner_of(self, caller, name);
     const char *existing = name ? broker_tenant(self->broker, name) : NULL;
     if (existing && strcmp(existing, owner ? owner->name : "") != 0)
@@ -347,10 +350,10 @@ static json_t *s_on_fork(manager_t *self, const jmsg_t *req, const char *src,
     if (bad)
         return s_error("BadRequest", bad);
     /* The fork is its source's tenant's, named and counted as that tenant's new session. */
-    char full[TENANTS_NAME_MAX + 2 + 129];
-    if (s_tenant_name(caller, &name, full, sizeof full) < 0)
-        return s_error("BadRequest", "name, with the tenant's prefix, must be at most 128 "
-                                     "characters");
+    char full[TENANT_NAME_BUF];
+    json_t *too_long = s_tenant_name(caller, &name, full);
+    if (too_long)
+        return too_long;
     /* The fork's limits are its source's unless it asks otherwise. */
     reslimits_t limits;
     if (broker_limits_of(self->broker, src, &limits) < 0)

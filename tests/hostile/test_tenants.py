@@ -365,13 +365,7 @@ def test_on_tcp_a_caller_is_its_curve_key(users):
         op.s.close()
     finally:
         ctx.destroy(linger=0)
-        try:
-            if k:
-                for s in k.call("list_request")["sessions"]:
-                    k.call("end_request", {"session": s["id"]})
-                stop_checked(k)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+        _end_and_remove(k, root)
 
 
 def test_a_tenants_session_stays_its_own_across_a_restart_and_on_ipc(users):
@@ -420,13 +414,19 @@ def test_a_tenants_session_stays_its_own_across_a_restart_and_on_ipc(users):
         rc, out, err = kennel(BOB, "info", "alice.r")
         assert rc != 0 and "no session has that id or name" in out + err, (out, err)
     finally:
-        try:
-            if k:
-                for s in k.call("list_request")["sessions"]:
-                    k.call("end_request", {"session": s["id"]})
-                stop_checked(k)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+        _end_and_remove(k, root)
+
+
+def _end_and_remove(k, root):
+    """A test's own kenneld (None: it did not start): its sessions ended, stopped and
+    checked; its root removed whatever happened."""
+    try:
+        if k:
+            for s in k.call("list_request")["sessions"]:
+                k.call("end_request", {"session": s["id"]})
+            stop_checked(k)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def pwd_gid(user):
