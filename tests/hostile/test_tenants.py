@@ -217,6 +217,10 @@ def test_a_tenant_forks_only_its_own_sessions_within_its_quota(kenneld):
     _ready(kenneld, "alice.work")
     rc, _, err = kennel(ALICE, "exec", "work", "x = 41")
     assert rc == 0, err
+    for cmd in (["new", "--name", "n" * 125], ["fork", "work", "f" * 125]):  # alice. + 125
+        rc, out, err = kennel(ALICE, *cmd)
+        assert rc != 0 and "with the tenant's prefix, must be at most 128" in out + err, \
+            (cmd, out, err)
     rc, out, err = kennel(BOB, "fork", "alice.work", "mine")
     assert rc != 0 and "no session has that id or name" in out + err, (out, err)
     rc, out, err = kennel(ALICE, "fork", "work", "w2")
