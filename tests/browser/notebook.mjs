@@ -77,7 +77,7 @@ export class Notebook {
     }
 
     // Types code into the last cell and runs it (Shift+Enter, which adds an empty cell below);
-    // the text of its output area once its prompt shows an execution count.
+    // the text of its output area once its prompt shows an execution count and its idle came.
     async runCell(code, timeoutMs) {
         const cells = this.page.locator('#notebook-container .cell');
         const cell = cells.nth(await cells.count() - 1); // stays this cell when one is added
@@ -85,8 +85,12 @@ export class Notebook {
         await this.page.keyboard.press('Control+A');
         await this.page.keyboard.insertText(code); // as a paste: no auto-closed brackets
         await this.page.keyboard.press('Shift+Enter');
+        // Its reply sets the prompt; its output comes on iopub, a socket of its own that the
+        // server may relay after the reply. The cell's idle (iopub_done) follows its output.
         await this.waitFor(`the cell ${JSON.stringify(code)} to finish`, async () =>
-            /^In\s*\[\d+\]/.test((await cell.locator('.input_prompt').innerText()).trim()),
+            /^In\s*\[\d+\]/.test((await cell.locator('.input_prompt').innerText()).trim()) &&
+            this.page.evaluate(() => Object.values(window.Jupyter.notebook.kernel._msg_callbacks)
+                .every((c) => c.shell_done && c.iopub_done)),
             timeoutMs);
         return this.outputOf(cell);
     }
