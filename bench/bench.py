@@ -2453,11 +2453,32 @@ class _Closer:
         self.sock.close(0)
 
 
+def _chandshakes(tool, url, n, keys=None):
+    """n handshakes of the C timer (bench/chandshake.c) against url: ms each."""
+    out = subprocess.run([tool, "connect", url, str(n), *(keys or [])], capture_output=True,
+                         text=True, timeout=600, check=True).stdout
+    return [float(x) for x in out.split()]
+
+
+def _bare_server(tool, secret, client_public=None):
+    """A bare CURVE ROUTER in a process of its own (bench/chandshake.c serve), with a ZAP
+    handler admitting client_public when given: (process, its URL)."""
+    p = subprocess.Popen([tool, "serve", secret, *([client_public] if client_public else [])],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    port = p.stdout.readline().strip()
+    if not port.isdigit():
+        p.kill()
+        raise BenchError("chandshake serve did not start")
+    return p, f"tcp://127.0.0.1:{port}"
+
+
 def bench_curve(res):
     log("curve: warm 1+1 round trips and handshakes, a CURVE session against one without")
+    tool = _build_tool("chandshake", ["-lzmq", "-lpthread"])
     (k,) = start_kennelds([("curve", [])])
     ctx = zmq.Context()
     clients = []
+    servers = []
     try:
         k.wait_pool()
         conns = {"plain": conn_of(k.create("plain")),
@@ -2469,46 +2490,52 @@ def bench_curve(res):
         clients += raw.values()
         for c in raw.values():
             prime(c)
-        # The floor: the same handshakes with a bare ROUTER of this process's own (no ZAP).
+        cc = conns["curve"]
+        ckeys = [cc["curve_publickey"], cc["curve_publickey"], cc["curve_secretkey"]]  # JEP 145
+        # The floors, each a process of its own as kenneld is: a bare CURVE ROUTER (CURVE's
+        # own cost here), and one whose ZAP handler admits the one key (what checking the
+        # client's key costs at the least). The client's keys are the session's.
         pub, sec = zmq.curve_keypair()
-        bare = {}
-        for label in ("plain", "curve"):
-            r = ctx.socket(zmq.ROUTER)
-            r.linger = 0
-            if label == "curve":
-                r.curve_server = True
-                r.curve_secretkey = sec
-            clients.append(_Closer(r))
-            bare[label] = {"ip": "127.0.0.1",
-                           "shell_port": r.bind_to_random_port("tcp://127.0.0.1")}
-            if label == "curve":
-                bare[label].update(curve_publickey=pub.decode(), curve_secretkey=sec.decode())
+        floors = {"bare": _bare_server(tool, sec.decode()),
+                  "bare_zap": _bare_server(tool, sec.decode(), ckeys[1])}
+        servers += [p for p, _ in floors.values()]
+        fkeys = [pub.decode(), ckeys[1], ckeys[2]]
         half = max(1, N["curve_trips"] // 2)
         lat = {"plain": [], "curve": []}
-        hs = {"plain": [], "curve": [], "bare_plain": [], "bare_curve": []}
+        hs = {"plain": [], "curve": [], "c_curve": [], "c_bare": [], "c_bare_zap": []}
         hs_half = max(1, N["handshakes"] // 2)
         for _ in range(2):  # halves, alternating, so a load change hits both
             for label in ("plain", "curve"):
                 times, _ = round_trips(raw[label], half)
                 lat[label] += times
                 hs[label] += handshake_times(ctx, conns[label], hs_half)
-                hs["bare_" + label] += handshake_times(ctx, bare[label], hs_half)
+            hs["c_curve"] += _chandshakes(tool, _url(cc, "shell_port"), hs_half, ckeys)
+            for label, (_, url) in floors.items():
+                hs["c_" + label] += _chandshakes(tool, url, hs_half, fkeys)
     finally:
         for c in clients:
             c.close()
+        for p in servers:
+            p.stdin.close()
+            p.wait(10)
         ctx.term()
         stop(k)
     res["curve_ms"] = {
         "what": "warm execute 1+1 (execute_reply and idle; lean client) and connect-to-"
                 "HANDSHAKE_SUCCEEDED on shell, in one kenneld: a session with CURVE "
-                "(kennel new --curve) against one without (NULL, through the same ZAP gate)",
+                "(kennel new --curve) against one without (NULL, through the same ZAP gate); "
+                "and handshakes by a C client against kenneld and against bare CURVE "
+                "servers in processes of their own",
         "rtt_plain": summary(lat["plain"]), "rtt_curve": summary(lat["curve"]),
         "rtt_ratio_p50": statistics.median(lat["curve"]) / statistics.median(lat["plain"]),
         "handshake_plain": summary(hs["plain"]), "handshake_curve": summary(hs["curve"]),
-        "handshake_bare_plain": dict(summary(hs["bare_plain"]),
-                                     what="the same to a bare pyzmq ROUTER, no ZAP"),
-        "handshake_bare_curve": dict(summary(hs["bare_curve"]),
-                                     what="the same to a bare pyzmq CURVE ROUTER, no ZAP"),
+        "handshake_c_curve": dict(summary(hs["c_curve"]),
+                                  what="a C client (bench/chandshake.c), a CURVE session"),
+        "handshake_c_bare": dict(summary(hs["c_bare"]),
+                                 what="a C client, a bare CURVE ROUTER, no ZAP"),
+        "handshake_c_bare_zap": dict(summary(hs["c_bare_zap"]),
+                                     what="a C client, a bare CURVE ROUTER whose ZAP thread "
+                                          "admits one key"),
     }
 
 
@@ -2687,10 +2714,13 @@ def table(res):
         for q, lbl in (("median", "p50"), ("p99", "p99")):
             rows.append((f"warm `1+1` with CURVE (without: {fmt_ms(cv['rtt_plain'][q])}): {lbl}",
                          fmt_ms(cv["rtt_curve"][q]), "", ""))
-            rows.append((f"a CURVE handshake, connect to ready (NULL: "
-                         f"{fmt_ms(cv['handshake_plain'][q])}; a bare pyzmq CURVE ROUTER: "
-                         f"{fmt_ms(cv['handshake_bare_curve'][q])}): {lbl}",
+            rows.append((f"a CURVE handshake, pyzmq client, connect to ready (NULL: "
+                         f"{fmt_ms(cv['handshake_plain'][q])}): {lbl}",
                          fmt_ms(cv["handshake_curve"][q]), "", ""))
+            rows.append((f"a CURVE handshake, C client (floors, processes of their own: a "
+                         f"bare CURVE ROUTER {fmt_ms(cv['handshake_c_bare'][q])}, with a ZAP "
+                         f"thread {fmt_ms(cv['handshake_c_bare_zap'][q])}): {lbl}",
+                         fmt_ms(cv["handshake_c_curve"][q]), "", ""))
     return rows
 
 
