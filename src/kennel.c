@@ -26,6 +26,7 @@
 #include "config.h"
 #include "jvalid.h"
 #include "mcp.h"
+#include "securemem.h"
 #include "statedir.h"
 #include "termsafe.h"
 #include "util.h"
@@ -2188,6 +2189,7 @@ int main(int argc, char **argv)
 {
     if (sodium_init() < 0)
         return 1;
+    securemem_use(); /* its CURVE handshakes too: securemem.h */
     /* Signals keep their defaults unless a command handles them (exec, kernel). */
     zsys_handler_set(NULL);
     if (statedir_default(s_state_dir, sizeof s_state_dir) < 0)

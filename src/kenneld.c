@@ -30,6 +30,7 @@
 #include "cluster.h"
 #include "manager.h"
 #include "statedir.h"
+#include "securemem.h"
 #include "tenants.h"
 #include "util.h"
 #include "walls.h"
@@ -227,6 +228,7 @@ int main(int argc, char **argv)
         LOG_E("libsodium failed to initialise");
         return 1;
     }
+    securemem_use(); /* CURVE connections' keys off libsodium's guarded heap: securemem.h */
     zsys_handler_set(NULL);
     if (s_size_for_sessions(cfg.max_sessions) < 0)
         return 1;
