@@ -1581,11 +1581,48 @@ static int s_origin_ok(struct lws *wsi)
     return sep && s_header(wsi, WSI_TOKEN_HOST, host, sizeof host) > 0 && !strcmp(sep + 3, host);
 }
 
+/*  The kernelspec's resources, as Jupyter Server serves them from a kernelspec's directory
+ *  (its logo-* files, kernel.js and kernel.css): read from kennel's kernelspec directory once,
+ *  at start, and served from memory, so the serving process needs no path into the
+ *  filesystem. A file that is not there is not listed. */
+static struct {
+    const char *file, *key, *ctype;
+    char *data;
+    size_t len;
+} s_res[] = {{"logo-32x32.png", "logo-32x32", "image/png", NULL, 0},
+             {"logo-64x64.png", "logo-64x64", "image/png", NULL, 0},
+             {"logo-svg.svg", "logo-svg", "image/svg+xml", NULL, 0},
+             {"kernel.js", "kernel.js", "application/javascript", NULL, 0},
+             {"kernel.css", "kernel.css", "text/css", NULL, 0}};
+#define NRES (sizeof s_res / sizeof *s_res)
+
+static void s_load_resources(const char *dir)
+{
+    for (size_t i = 0; i < NRES; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, s_res[i].file);
+        s_res[i].data = util_read_file(path, 1u << 20, &s_res[i].len);
+    }
+}
+
 static json_t *s_spec(const char *name)
 {
-    return json_pack("{s:s, s:{s:[], s:s, s:s, s:s, s:{}, s:{}}, s:{}}", "name", name, "spec",
+    json_t *res = json_object();
+    for (size_t i = 0; i < NRES; i++)
+        if (s_res[i].data)
+            json_object_set_new(res, s_res[i].key,
+                                json_sprintf("/kernelspecs/%s/%s", name, s_res[i].file));
+    return json_pack("{s:s, s:{s:[], s:s, s:s, s:s, s:{}, s:{}}, s:o}", "name", name, "spec",
                      "argv", "display_name", "Python 3 (kennel)", "language", "python",
-                     "interrupt_mode", "message", "env", "metadata", "resources");
+                     "interrupt_mode", "message", "env", "metadata", "resources", res);
+}
+
+static void s_spec_file(conn_t *c, const char *spec, const char *file)
+{
+    for (size_t i = 0; i < NRES && (!strcmp(spec, "kennel") || !strcmp(spec, "python3")); i++)
+        if (s_res[i].data && !strcmp(s_res[i].file, file))
+            return s_respond(c, 200, s_res[i].ctype, s_res[i].data, s_res[i].len);
+    s_respond_error(c, 404, "no such kernel spec resource");
 }
 
 /*  The session name a POST /api/kernels body asks for: env.KERNEL_SESSION_NAME (or
@@ -1696,7 +1733,10 @@ static void s_dispatch(conn_t *c)
             return;
         }
         break;
-    case GWPROTO_R_SPECFILE: /* not served yet */
+    case GWPROTO_R_SPECFILE:
+        if (m == 'G')
+            return s_spec_file(c, r->id, r->file);
+        break;
     case GWPROTO_R_NOTFOUND: return s_respond_error(c, 404, "not found");
     }
     s_respond_error(c, 405, "method not allowed");
@@ -2289,6 +2329,7 @@ int main(int argc, char **argv)
     g.tokens = s_load_tokens();
     if (!g.tokens)
         return 2;
+    s_load_resources(KENNEL_SPEC_DIR);
     struct passwd *pw = NULL;
     int privileged = geteuid() == 0;
     if (privileged && !(pw = getpwnam(opt.user))) {

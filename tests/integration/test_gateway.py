@@ -623,3 +623,41 @@ def test_limit_sessions_per_tenant(gw):
     assert gw.request("POST", "/api/sessions", _session_body("n3.ipynb"))[0] == 201
     assert gw.request("POST", "/api/sessions", _session_body("n3.ipynb"), token=TOKEN_B)[0] == 201
     assert len(gw.request("GET", "/api/sessions")[1]) == 256
+
+
+# -- kernel-spec resources ---------------------------------------------------------------
+
+def _get_bytes(gw, path, token=TOKEN_A):
+    """(status, content type, body bytes) of a GET."""
+    import urllib.error
+    import urllib.request
+    req = urllib.request.Request(gw.url(path))
+    if token:
+        req.add_header("Authorization", f"token {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return r.status, r.headers.get("content-type", ""), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("content-type", ""), e.read()
+
+
+def test_kernelspec_resources(gw):
+    from .kenneld_proc import ROOT
+    specs = gw.request("GET", "/api/kernelspecs")[1]["kernelspecs"]
+    for name in ("kennel", "python3"):
+        res = specs[name]["resources"]
+        assert res == gw.request("GET", f"/api/kernelspecs/{name}")[1]["resources"]
+        assert res["logo-64x64"] == f"/kernelspecs/{name}/logo-64x64.png"
+        assert res["logo-32x32"] == f"/kernelspecs/{name}/logo-32x32.png"
+        for key, url in res.items():
+            status, ctype, body = _get_bytes(gw, url)
+            fname = url.rsplit("/", 1)[1]
+            assert status == 200 and body == (ROOT / "kernels" / "kernelspec" / fname).read_bytes()
+            if fname.endswith(".png"):
+                assert ctype == "image/png" and body.startswith(b"\x89PNG\r\n\x1a\n")
+    assert _get_bytes(gw, "/kernelspecs/kennel/logo-64x64.png", token=None)[0] == 401
+    for path in ("/kernelspecs/kennel/kernel.json", "/kernelspecs/R/logo-64x64.png",
+                 "/kernelspecs/kennel/..%2f..%2fkernels%2fkernelspec%2flogo-64x64.png",
+                 "/kernelspecs/kennel/sub/logo-64x64.png", "/kernelspecs/kennel/"):
+        status, ctype, body = _get_bytes(gw, path)
+        assert status == 404 and json.loads(body)["message"], (path, status)
