@@ -31,6 +31,7 @@
 #include "gwproto.h"
 #include "gwqueue.h"
 #include "jmsg.h"
+#include "jvalid.h"
 #include "log.h"
 #include "util.h"
 #include "wire.h"
@@ -40,6 +41,8 @@
 #define MAX_HELD 64           /* a WebSocket's messages held until its kernel is ready */
 #define MAX_REPLAYS 16        /* replay buffers per kernel */
 #define PRIV_MAX (128u << 10) /* a file the monitor reads */
+#define MAX_JSESSIONS 256     /* Jupyter sessions (POST /api/sessions) per tenant */
+#define MAX_JSESSION_FIELD 4096 /* bytes of a session's path, name or type */
 
 /* ---------------------------------------------------------------------------------- */
 /* Options                                                                            */
@@ -83,7 +86,16 @@ typedef enum {
     MP_INTERRUPT,
     MP_RESTART,
     MP_ATTACH,
-    MP_METRICS
+    MP_METRICS,
+    MP_SPOST_HAVE, /* POST /api/sessions: is the kernel of the path's session still there? */
+    MP_SPOST_KID,  /* ... with kernel.id: is it the tenant's? */
+    MP_SPOST_NEW,  /* ... the path's kennel session, made or found */
+    MP_SGET,
+    MP_SDELETE,
+    MP_SPATCH_OLD, /* PATCH of a kernel listed as a session without an entry: is it there? */
+    MP_SPATCH_KID, /* PATCH to kernel.id */
+    MP_SPATCH_NEW, /* PATCH to kernel.name: a fresh kernel */
+    MP_SPATCH_INFO /* PATCH of path, name or type only */
 } mp_kind_t;
 
 typedef struct {
@@ -91,7 +103,18 @@ typedef struct {
     mp_kind_t kind;
     conn_t *conn; /* NULL once the connection is gone */
     long long deadline_ms;
+    char jsess[40]; /* the Jupyter session a sessions call is about */
 } mpend_t;
+
+/*  A Jupyter session (POST /api/sessions): what a front end calls a notebook's tie to its
+ *  kernel. Kept by the gateway, in memory; the kernel is a kennel session. */
+typedef struct {
+    char id[40];
+    char tenant[40];
+    char kernel[40];
+    char spec[16]; /* the kernelspec name it asked for; "" for the kernel's own */
+    char *path, *name, *type; /* as the client gave them; name may be NULL */
+} jsess_t;
 
 typedef struct {
     kern_t *kern; /* NULL: the manager socket */
@@ -124,7 +147,7 @@ struct conn {
     int is_ws;
     char tenant[40];
     /* HTTP */
-    int method; /* 'G', 'P', 'D', 'O' */
+    int method; /* 'G', 'P' (POST), 'D', 'O', 'A' (PATCH) */
     gwproto_route_t route;
     char *body;
     size_t body_len;
@@ -164,6 +187,7 @@ static struct {
     zhashx_t *mpend;      /* msg_id -> mpend_t (owned) */
     zhashx_t *kerns;      /* id -> kern_t (owned) */
     zhashx_t *exec_start; /* execute msg_id -> start time in µs (malloc'd) */
+    zhashx_t *jsess;      /* Jupyter session id -> jsess_t (owned) */
     int monitor_fd;       /* -1: read files directly */
     lws_sorted_usec_list_t sul;
     volatile sig_atomic_t stop;
@@ -275,11 +299,13 @@ static json_t *s_priv_json(const char *req)
 /* ZeroMQ sockets on libwebsockets' poll                                              */
 
 static void s_drain_kern(kern_t *k);
+static void s_drain_chan(kern_t *k, int ch);
 static void s_drain_mgr(void);
 
 /*  Watch a ZeroMQ socket's descriptor (a dup: libwebsockets closes what it adopted, and the
  *  original is libzmq's). libzmq's descriptor signals an edge, so every handler drains its
- *  socket until ZMQ_EVENTS says no more, and every send is followed by a drain. */
+ *  socket until a receive finds nothing (the manager's: until ZMQ_EVENTS says no more), and
+ *  every send is followed by a drain of that socket. */
 static struct lws *s_watch(zsock_t *sock, watch_t *w)
 {
     int fd = dup(zsock_fd(sock));
@@ -316,7 +342,7 @@ static int s_on_zmq(struct lws *wsi, enum lws_callback_reasons reason, void *use
     if (reason == LWS_CALLBACK_RAW_RX_FILE) {
         watch_t *w = lws_get_opaque_user_data(wsi);
         if (w && w->kern)
-            s_drain_kern(w->kern);
+            s_drain_chan(w->kern, w->channel); /* each socket has its own descriptor */
         else if (w)
             s_drain_mgr();
     }
@@ -490,6 +516,10 @@ static int s_kern_send(kern_t *k, int ch, jmsg_t **m_p);
 static void s_metrics(conn_t *c, json_t *sessions);
 static int s_forward(kern_t *k, gwproto_channel_t ch, jmsg_t **m_p);
 
+static void s_on_jsess_reply(mpend_t *p, conn_t *c, int owned, const json_t *info,
+                             const json_t *content);
+static json_t *s_jsess_list(const conn_t *c, const json_t *sessions);
+
 static void s_on_mgr_reply(mpend_t *p, jmsg_t *rep)
 {
     json_t *content = jmsg_content(rep);
@@ -505,24 +535,20 @@ static void s_on_mgr_reply(mpend_t *p, jmsg_t *rep)
     const char *id = json_string_value(json_object_get(info, "id"));
     int owned = ok && s_owned(c->tenant, name) && id;
     switch (p->kind) {
-    case MP_LIST:
-    case MP_SESSIONS: {
+    case MP_SESSIONS:
+        if (!ok)
+            s_respond_error(c, 503, "kenneld refused the request");
+        else
+            s_respond_json(c, 200, s_jsess_list(c, json_object_get(content, "sessions")));
+        break;
+    case MP_LIST: {
         json_t *out = json_array();
         size_t i;
         json_t *s;
         json_array_foreach(json_object_get(content, "sessions"), i, s)
         {
-            if (!s_owned(c->tenant, json_string_value(json_object_get(s, "name"))))
-                continue;
-            json_t *model = s_model(s);
-            if (p->kind == MP_SESSIONS) {
-                const char *nm = json_string_value(json_object_get(s, "name"));
-                model = json_pack("{s:s, s:s, s:s, s:s, s:o}", "id",
-                                  json_string_value(json_object_get(model, "id")), "path",
-                                  strchr(nm, '.') + 1, "name", strchr(nm, '.') + 1, "type",
-                                  "notebook", "kernel", model);
-            }
-            json_array_append_new(out, model);
+            if (s_owned(c->tenant, json_string_value(json_object_get(s, "name"))))
+                json_array_append_new(out, s_model(s));
         }
         if (!ok)
             s_respond_error(c, 503, "kenneld refused the request");
@@ -614,6 +640,7 @@ static void s_on_mgr_reply(mpend_t *p, jmsg_t *rep)
                 s_attach(c, k);
         }
         break;
+    default: s_on_jsess_reply(p, c, owned, info, content); break;
     }
 }
 
@@ -652,6 +679,461 @@ static void s_drain_mgr(void)
 }
 
 /* ---------------------------------------------------------------------------------- */
+/* Jupyter sessions: /api/sessions, a table of path -> kernel per tenant                */
+
+static void s_jsess_destroy(jsess_t **s_p)
+{
+    jsess_t *s = *s_p;
+    if (!s)
+        return;
+    free(s->path);
+    free(s->name);
+    free(s->type);
+    free(s);
+    *s_p = NULL;
+}
+
+/*  zhashx's destructor for g.jsess. */
+static void s_jsess_free(void **item)
+{
+    s_jsess_destroy((jsess_t **)item);
+}
+
+static void s_jsess_drop(jsess_t *s)
+{
+    char key[40];
+    snprintf(key, sizeof key, "%s", s->id); /* the key must outlive the item */
+    zhashx_delete(g.jsess, key);
+}
+
+static jsess_t *s_jsess_get(const char *tenant, const char *id)
+{
+    jsess_t *s = zhashx_lookup(g.jsess, id);
+    return s && !strcmp(s->tenant, tenant) ? s : NULL;
+}
+
+static jsess_t *s_jsess_by_path(const char *tenant, const char *path)
+{
+    for (jsess_t *s = zhashx_first(g.jsess); s; s = zhashx_next(g.jsess))
+        if (!strcmp(s->tenant, tenant) && !strcmp(s->path, path))
+            return s;
+    return NULL;
+}
+
+/*  1 when some entry of tenant has kernel (a kernel listed through one is not listed again
+ *  as a session of its own). */
+static int s_jsess_has_kernel(const char *tenant, const char *kernel)
+{
+    for (jsess_t *s = zhashx_first(g.jsess); s; s = zhashx_next(g.jsess))
+        if (!strcmp(s->tenant, tenant) && !strcmp(s->kernel, kernel))
+            return 1;
+    return 0;
+}
+
+static size_t s_jsess_count(const char *tenant)
+{
+    size_t n = 0;
+    for (jsess_t *s = zhashx_first(g.jsess); s; s = zhashx_next(g.jsess))
+        n += !strcmp(s->tenant, tenant);
+    return n;
+}
+
+/*  Forget tenant's entries whose kernel is kernel (it ended) or, with keep, whose kernel is
+ *  not a key of keep (the kernels kenneld still has). */
+static void s_jsess_forget(const char *tenant, const char *kernel, const json_t *keep)
+{
+    zlistx_t *gone = zlistx_new();
+    for (jsess_t *s = zhashx_first(g.jsess); s; s = zhashx_next(g.jsess))
+        if (!strcmp(s->tenant, tenant) &&
+            (kernel ? !strcmp(s->kernel, kernel) : !json_object_get(keep, s->kernel)))
+            zlistx_add_end(gone, s->id);
+    for (const char *id = zlistx_first(gone); id; id = zlistx_next(gone)) {
+        char key[40];
+        snprintf(key, sizeof key, "%s", id); /* the key must outlive the item */
+        zhashx_delete(g.jsess, key);
+    }
+    zlistx_destroy(&gone);
+}
+
+/*  A Jupyter session model: {id, path, name, type, kernel} with kernel the kernel model
+ *  from a manager INFO. New reference. */
+static json_t *s_jsess_model(const char *id, const char *path, const char *name,
+                             const char *type, const char *spec, const json_t *info)
+{
+    json_t *k = s_model(info);
+    if (spec && spec[0])
+        json_object_set_new(k, "name", json_string(spec));
+    return json_pack("{s:s, s:s, s:s?, s:s, s:o}", "id", id, "path", path, "name", name, "type",
+                     type, "kernel", k);
+}
+
+/*  A kernel without an entry, as a session: its id is the kernel's, its path and name the
+ *  kennel session's name (without the tenant), as GET /api/sessions always listed them. */
+static json_t *s_jsess_model_bare(const json_t *info)
+{
+    const char *nm = json_string_value(json_object_get(info, "name"));
+    const char *dot = nm ? strchr(nm, '.') : NULL;
+    const char *id = json_string_value(json_object_get(info, "id"));
+    return s_jsess_model(id ? id : "", dot ? dot + 1 : "", dot ? dot + 1 : "", "notebook", NULL,
+                         info);
+}
+
+static json_t *s_jsess_model_of(const jsess_t *s, const json_t *info)
+{
+    return s_jsess_model(s->id, s->path, s->name, s->type, s->spec, info);
+}
+
+/*  A POST or PATCH body, checked. Fields are NULL when absent (or null). */
+typedef struct {
+    json_t *json; /* owned */
+    const char *path, *name, *type, *kernel_id, *kernel_name;
+    int has_name; /* name was given, possibly as null */
+} sbody_t;
+
+/*  One optional string field; -1 when it is of another type or too long. */
+static int s_sbody_str(json_t *obj, const char *key, const char **out)
+{
+    json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v) || json_string_length(v) > MAX_JSESSION_FIELD ||
+        strlen(json_string_value(v)) != json_string_length(v))
+        return -1;
+    *out = json_string_value(v);
+    return 0;
+}
+
+/*  Parse and check c's body for POST (path and type required) or PATCH. NULL when good,
+ *  else the message of a 400 (501 for a kernelspec that is not served: *status says). */
+static const char *s_sbody_parse(const conn_t *c, int is_post, sbody_t *b, int *status)
+{
+    memset(b, 0, sizeof *b);
+    *status = 400;
+    b->json = c->body_len ? json_loadb(c->body, c->body_len, 0, NULL) : NULL;
+    if (!json_is_object(b->json))
+        return "the body is not a JSON object";
+    json_t *kernel = json_object_get(b->json, "kernel");
+    if (s_sbody_str(b->json, "path", &b->path) < 0)
+        return "path: a string of at most 4096 bytes";
+    if (s_sbody_str(b->json, "type", &b->type) < 0)
+        return "type: a string of at most 4096 bytes";
+    if (s_sbody_str(b->json, "name", &b->name) < 0)
+        return "name: a string of at most 4096 bytes";
+    b->has_name = json_object_get(b->json, "name") != NULL;
+    if (kernel && !json_is_null(kernel) && !json_is_object(kernel))
+        return "kernel: an object with a name or an id";
+    if (s_sbody_str(kernel, "id", &b->kernel_id) < 0 ||
+        s_sbody_str(kernel, "name", &b->kernel_name) < 0)
+        return "kernel: an object with a name or an id";
+    if (is_post && !b->path)
+        return "Missing field in JSON data: path";
+    if (is_post && !b->type)
+        return "Missing field in JSON data: type";
+    if (b->kernel_id && !gwproto_is_uuid(b->kernel_id))
+        return "No such kernel";
+    if (!b->kernel_id && b->kernel_name && strcmp(b->kernel_name, "kennel") &&
+        strcmp(b->kernel_name, "python3")) {
+        *status = 501; /* as Jupyter Server answers a kernel it does not have */
+        return "no such kernel spec";
+    }
+    return NULL;
+}
+
+static int s_sbody_error(conn_t *c, sbody_t *b, int is_post)
+{
+    int status;
+    const char *err = s_sbody_parse(c, is_post, b, &status);
+    if (err) {
+        s_respond_error(c, status, err);
+        json_decref(b->json);
+        b->json = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/*  A sessions call to the manager: an info_request about kernel, or (kernel NULL) a
+ *  create_request of name; p->jsess is jsess_id. */
+static void s_jsess_call(conn_t *c, mp_kind_t kind, const char *jsess_id, const char *kernel,
+                         const char *name)
+{
+    int rc = kernel ? s_mgr_call_session(c, kind, "info_request", kernel)
+                    : s_mgr_call(c, kind, "create_request", json_pack("{s:s}", "name", name));
+    if (rc < 0)
+        s_respond_error(c, 503, "kenneld is not reachable");
+    else if (c->pending && jsess_id)
+        snprintf(c->pending->jsess, sizeof c->pending->jsess, "%s", jsess_id);
+}
+
+/*  POST /api/sessions: the path's session if the tenant has one whose kernel is there, else
+ *  a new one, on kernel.id or on the kennel session the path names. */
+static void s_jsess_post(conn_t *c)
+{
+    sbody_t b;
+    if (s_sbody_error(c, &b, 1) < 0)
+        return;
+    jsess_t *s = s_jsess_by_path(c->tenant, b.path);
+    if (s) {
+        s_jsess_call(c, MP_SPOST_HAVE, s->id, s->kernel, NULL);
+    } else if (s_jsess_count(c->tenant) >= MAX_JSESSIONS) {
+        s_respond_error(c, 503, "too many sessions");
+    } else if (b.kernel_id) {
+        s_jsess_call(c, MP_SPOST_KID, NULL, b.kernel_id, NULL);
+    } else {
+        char n[GWPROTO_PATH_NAME_MAX + 1], name[160];
+        gwproto_path_session_name(b.path, strlen(b.path), n);
+        snprintf(name, sizeof name, "%s.%s", c->tenant, n);
+        s_jsess_call(c, MP_SPOST_NEW, NULL, NULL, name);
+    }
+    json_decref(b.json);
+}
+
+static jsess_t *s_jsess_new(const conn_t *c, const sbody_t *b, const char *kernel)
+{
+    jsess_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    util_uuid(s->id);
+    snprintf(s->tenant, sizeof s->tenant, "%s", c->tenant);
+    snprintf(s->kernel, sizeof s->kernel, "%s", kernel);
+    snprintf(s->spec, sizeof s->spec, "%s", b->kernel_id ? "" : b->kernel_name ?: "");
+    s->path = strdup(b->path);
+    s->type = strdup(b->type);
+    s->name = b->name ? strdup(b->name) : NULL;
+    if (!s->path || !s->type || (b->name && !s->name)) {
+        s_jsess_destroy(&s);
+        return NULL;
+    }
+    zhashx_insert(g.jsess, s->id, s);
+    return s;
+}
+
+/*  Apply a PATCH body's path, name and type to s, and its kernel (when not NULL). */
+static int s_jsess_apply(jsess_t *s, const sbody_t *b, const char *kernel, const char *spec)
+{
+    char *path = b->path ? strdup(b->path) : NULL, *type = b->type ? strdup(b->type) : NULL;
+    char *name = b->name ? strdup(b->name) : NULL;
+    if ((b->path && !path) || (b->type && !type) || (b->name && !name)) {
+        free(path);
+        free(type);
+        free(name);
+        return -1;
+    }
+    if (path)
+        free(s->path), s->path = path;
+    if (type)
+        free(s->type), s->type = type;
+    if (b->has_name)
+        free(s->name), s->name = name;
+    if (kernel) {
+        snprintf(s->kernel, sizeof s->kernel, "%s", kernel);
+        snprintf(s->spec, sizeof s->spec, "%s", spec ? spec : "");
+    }
+    return 0;
+}
+
+/*  PATCH once s is an entry: to kernel.id, to a fresh kernel of kernel.name, or the path,
+ *  name and type only. */
+static void s_jsess_patch(conn_t *c, jsess_t *s)
+{
+    sbody_t b;
+    if (s_sbody_error(c, &b, 0) < 0)
+        return;
+    if (b.kernel_id && strcmp(b.kernel_id, s->kernel)) {
+        s_jsess_call(c, MP_SPATCH_KID, s->id, b.kernel_id, NULL);
+    } else if (!b.kernel_id && b.kernel_name) {
+        /* Jupyter Server starts a new kernel for the session, and ends the old one. */
+        char u[40], name[160];
+        util_uuid(u);
+        snprintf(name, sizeof name, "%s.k-%.8s%.4s", c->tenant, u, u + 9);
+        s_jsess_call(c, MP_SPATCH_NEW, s->id, NULL, name);
+    } else {
+        s_jsess_call(c, MP_SPATCH_INFO, s->id, s->kernel, NULL);
+    }
+    json_decref(b.json);
+}
+
+static void s_jsess_dispatch(conn_t *c, const char *id)
+{
+    jsess_t *s = s_jsess_get(c->tenant, id);
+    /* Without an entry, id may be a kernel's that GET /api/sessions listed on its own. */
+    const char *kernel = s ? s->kernel : s_jsess_has_kernel(c->tenant, id) ? NULL : id;
+    if (!kernel)
+        return s_respond_error(c, 404, "no such session");
+    if (c->method == 'G' || c->method == 'D')
+        return s_jsess_call(c, c->method == 'G' ? MP_SGET : MP_SDELETE, s ? s->id : NULL, kernel,
+                            NULL);
+    if (c->method == 'A') {
+        sbody_t b;
+        if (s_sbody_error(c, &b, 0) < 0)
+            return;
+        json_decref(b.json);
+        if (s)
+            s_jsess_patch(c, s);
+        else
+            s_jsess_call(c, MP_SPATCH_OLD, NULL, kernel, NULL);
+        return;
+    }
+    s_respond_error(c, 405, "method not allowed");
+}
+
+/*  End a kernel a session no longer uses (PATCH to another), as Jupyter Server does. */
+static void s_jsess_end_kernel(const char *tenant, const char *kernel)
+{
+    char id[40];
+    snprintf(id, sizeof id, "%s", kernel);
+    if (s_jsess_has_kernel(tenant, id))
+        return; /* another session of the tenant still uses it */
+    zhashx_delete(g.kerns, id);
+    s_mgr_call_session(NULL, MP_END, "end_request", id);
+}
+
+/*  A manager reply to a sessions call. info: the session kenneld answered about, owned: it
+ *  is there and c's tenant's. */
+static void s_on_jsess_reply(mpend_t *p, conn_t *c, int owned, const json_t *info,
+                             const json_t *content)
+{
+    const char *kid = json_string_value(json_object_get(info, "id"));
+    jsess_t *s = p->jsess[0] ? s_jsess_get(c->tenant, p->jsess) : NULL;
+    if (p->jsess[0] && !s)
+        return s_respond_error(c, 404, "no such session"); /* deleted meanwhile */
+    sbody_t b = {0};
+    int status;
+    if (p->kind == MP_SPOST_HAVE || p->kind == MP_SPOST_KID || p->kind == MP_SPOST_NEW ||
+        p->kind >= MP_SPATCH_KID) {
+        if (s_sbody_parse(c, p->kind <= MP_SPOST_NEW, &b, &status)) {
+            json_decref(b.json);
+            return s_respond_error(c, 500, "the body changed"); /* not reached */
+        }
+    }
+    switch (p->kind) {
+    case MP_SPOST_HAVE:
+        if (owned) {
+            s_respond_json(c, 201, s_jsess_model_of(s, info));
+        } else { /* its kernel ended: the path gets a new session */
+            s_jsess_drop(s);
+            s_jsess_post(c);
+        }
+        break;
+    case MP_SPOST_KID:
+    case MP_SPOST_NEW:
+        if (!owned && p->kind == MP_SPOST_KID) {
+            s_respond_error(c, 400, "No such kernel");
+        } else if (!owned) {
+            const char *e = json_string_value(json_object_get(content, "evalue"));
+            s_respond_error(c, 503, e ? e : "kenneld could not create the session");
+        } else if (!(s = s_jsess_by_path(c->tenant, b.path) ?: s_jsess_new(c, &b, kid))) {
+            s_respond_error(c, 500, "out of memory");
+        } else {
+            s_respond_json(c, 201, s_jsess_model_of(s, info));
+        }
+        break;
+    case MP_SGET:
+        if (owned)
+            s_respond_json(c, 200, s ? s_jsess_model_of(s, info) : s_jsess_model_bare(info));
+        else {
+            if (s)
+                s_jsess_drop(s);
+            s_respond_error(c, 404, "no such session");
+        }
+        break;
+    case MP_SDELETE:
+        if (!owned) {
+            if (s)
+                s_jsess_drop(s);
+            s_respond_error(c, 404, "no such session");
+            break;
+        }
+        s_jsess_forget(c->tenant, kid, NULL);
+        zhashx_delete(g.kerns, kid); /* its WebSockets are closed: "kernel ended" */
+        if (s_mgr_call_session(c, MP_END, "end_request", kid) < 0)
+            s_respond_error(c, 503, "kenneld is not reachable");
+        break;
+    case MP_SPATCH_OLD:
+        if (!owned) {
+            s_respond_error(c, 404, "no such session");
+        } else {
+            /* The bare kernel becomes an entry, under its own id, then the PATCH goes on. */
+            json_t *bare = s_jsess_model_bare(info);
+            sbody_t nb = {.path = json_string_value(json_object_get(bare, "path")),
+                          .name = json_string_value(json_object_get(bare, "name")),
+                          .type = "notebook"};
+            s = s_jsess_count(c->tenant) < MAX_JSESSIONS ? s_jsess_new(c, &nb, kid) : NULL;
+            json_decref(bare);
+            if (!s) {
+                s_respond_error(c, 503, "too many sessions");
+                break;
+            }
+            zhashx_rename(g.jsess, s->id, kid);
+            snprintf(s->id, sizeof s->id, "%s", kid);
+            s_jsess_patch(c, s);
+        }
+        break;
+    case MP_SPATCH_KID:
+    case MP_SPATCH_NEW:
+        if (!owned) {
+            const char *e = json_string_value(json_object_get(content, "evalue"));
+            if (p->kind == MP_SPATCH_KID)
+                s_respond_error(c, 400, "No such kernel");
+            else
+                s_respond_error(c, 503, e ? e : "kenneld could not create the session");
+            break;
+        }
+        {
+            char old[40];
+            snprintf(old, sizeof old, "%s", s->kernel);
+            if (s_jsess_apply(s, &b, kid, p->kind == MP_SPATCH_NEW ? b.kernel_name : NULL) < 0) {
+                s_respond_error(c, 500, "out of memory");
+                break;
+            }
+            s_respond_json(c, 200, s_jsess_model_of(s, info));
+            s_jsess_end_kernel(c->tenant, old);
+        }
+        break;
+    case MP_SPATCH_INFO:
+        if (!owned) {
+            s_jsess_drop(s);
+            s_respond_error(c, 404, "no such session");
+        } else if (s_jsess_apply(s, &b, NULL, NULL) < 0) {
+            s_respond_error(c, 500, "out of memory");
+        } else {
+            s_respond_json(c, 200, s_jsess_model_of(s, info));
+        }
+        break;
+    default: break;
+    }
+    json_decref(b.json);
+}
+
+/*  GET /api/sessions: the tenant's entries whose kernels kenneld still has (the others are
+ *  forgotten), then its kernels without an entry, each as a session of its own. */
+static json_t *s_jsess_list(const conn_t *c, const json_t *sessions)
+{
+    json_t *out = json_array(), *live = json_object();
+    size_t i;
+    json_t *info;
+    json_array_foreach(sessions, i, info)
+    {
+        const char *id = json_string_value(json_object_get(info, "id"));
+        if (id && s_owned(c->tenant, json_string_value(json_object_get(info, "name"))))
+            json_object_set(live, id, info);
+    }
+    s_jsess_forget(c->tenant, NULL, live);
+    for (jsess_t *s = zhashx_first(g.jsess); s; s = zhashx_next(g.jsess))
+        if (!strcmp(s->tenant, c->tenant))
+            json_array_append_new(out, s_jsess_model_of(s, json_object_get(live, s->kernel)));
+    const char *id;
+    json_object_foreach(live, id, info)
+    {
+        if (!s_jsess_has_kernel(c->tenant, id))
+            json_array_append_new(out, s_jsess_model_bare(info));
+    }
+    json_decref(live);
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------- */
 /* Kernels: one Jupyter client (shell, control, stdin DEALERs, an iopub SUB) per kennel   */
 /* session a WebSocket or a REST call needs, shared by all of that session's WebSockets.  */
 
@@ -686,6 +1168,11 @@ static kern_t *s_kern_get(const char *id, const char *name, const char *tenant)
     wire_limits_t lim;
     wire_limits_default(&lim);
     lim.max_msg_bytes = (1u << 30);
+    /* The gateway reads a kernel's header, two strings of its parent (s_parent_str) and the
+     * content of two kinds of message (s_content_str); the rest goes to WebSockets as the
+     * bytes that came. Parsing all four parts with jansson was two thirds of its
+     * instructions a cell. */
+    lim.raw_parts = (1u << JMSG_PARENT) | (1u << JMSG_METADATA) | (1u << JMSG_CONTENT);
     k->wire = wire_new(key, strlen(key), &lim);
     if (!k->conns || !k->replay || !k->wire)
         goto fail;
@@ -696,6 +1183,7 @@ static kern_t *s_kern_get(const char *id, const char *name, const char *tenant)
         if (!k->sock[i])
             goto fail;
         zsock_set_linger(k->sock[i], 0);
+        zsock_set_rcvtimeo(k->sock[i], 0); /* s_drain_chan */
         if (i == GWPROTO_IOPUB)
             zsock_set_subscribe(k->sock[i], "");
         else
@@ -768,7 +1256,7 @@ static int s_kern_send(kern_t *k, int ch, jmsg_t **m_p)
     jmsg_destroy(m_p);
     int rc = z && zmsg_send(&z, k->sock[ch]) == 0 ? 0 : -1;
     zmsg_destroy(&z);
-    s_drain_kern(k);
+    s_drain_chan(k, ch); /* a send may take that socket's wake-up: only that one's */
     return rc;
 }
 
@@ -857,11 +1345,74 @@ static int s_forward(kern_t *k, gwproto_channel_t ch, jmsg_t **m_p)
     return s_kern_send(k, ch, m_p);
 }
 
+/*  The string member key of m's content, which wire kept unparsed, into out ("" when there
+ *  is none). Only the short members of a large content are parsed (jmsg_set_raw). */
+static void s_content_str(const jmsg_t *m, const char *key, char *out, size_t out_len)
+{
+    size_t n;
+    const void *raw = jmsg_raw(m, JMSG_CONTENT, &n);
+    jmsg_t *tmp = raw ? jmsg_new_empty() : NULL;
+    const char *v = tmp && jmsg_set_raw(tmp, JMSG_CONTENT, raw, n) == 0
+                        ? jmsg_cstr(json_object_get(jmsg_content(tmp), key))
+                        : NULL;
+    snprintf(out, out_len, "%s", v ? v : "");
+    jmsg_destroy(&tmp);
+}
+
+typedef struct {
+    const char *data;
+    const char *key; /* with its quotes */
+    size_t key_len;
+    char *out;
+    size_t out_len;
+    int found;
+} member_find_t;
+
+static int s_member_find(void *arg, size_t key_at, size_t key_len, size_t value_at,
+                         size_t value_len)
+{
+    member_find_t *f = arg;
+    if (key_len != f->key_len || memcmp(f->data + key_at, f->key, key_len) != 0)
+        return 0;
+    /* The last member of a key stands, as in jansson's parse. */
+    const char *v = f->data + value_at;
+    f->found = 0;
+    if (value_len >= 2 && v[0] == '"' && !memchr(v, '\\', value_len) &&
+        value_len - 2 < f->out_len) {
+        memcpy(f->out, v + 1, value_len - 2); /* no escapes: the bytes are the string */
+        f->out[value_len - 2] = '\0';
+        f->found = 1;
+    } else if (value_len >= 2 && v[0] == '"') {
+        json_t *s = json_loadb(v, value_len, JSON_DECODE_ANY | JMSG_JSON_LOAD_FLAGS, NULL);
+        const char *c = jmsg_cstr(s);
+        if (c && strlen(c) < f->out_len) {
+            memcpy(f->out, c, strlen(c) + 1);
+            f->found = 1;
+        }
+        json_decref(s);
+    }
+    return 0;
+}
+
+/*  The string member key of m's parent header, which wire kept unparsed, into out: out, or
+ *  NULL when there is none (or it holds a NUL, or is out_len bytes or more). A walk of the
+ *  bytes (jvalid) rather than a jansson parse of the whole part, ~10x the instructions. */
+static const char *s_parent_str(const jmsg_t *m, const char *key, char *out, size_t out_len)
+{
+    size_t n, values;
+    char quoted[32];
+    member_find_t f = {jmsg_raw(m, JMSG_PARENT, &n), quoted, 0, out, out_len, 0};
+    f.key_len = (size_t)snprintf(quoted, sizeof quoted, "\"%s\"", key);
+    if (!f.data || jvalid_members(f.data, n, &values, s_member_find, &f, JVALID_UTF8_CHECKED) < 0)
+        return NULL;
+    return f.found ? out : NULL;
+}
+
 static void s_on_kernel_msg(kern_t *k, gwproto_channel_t ch, jmsg_t *m)
 {
-    json_t *parent = jmsg_json(m, JMSG_PARENT);
-    const char *psess = jmsg_cstr(json_object_get(parent, "session"));
-    const char *pid = jmsg_cstr(json_object_get(parent, "msg_id"));
+    char psess_buf[256], pid_buf[256];
+    const char *psess = s_parent_str(m, "session", psess_buf, sizeof psess_buf);
+    const char *pid = s_parent_str(m, "msg_id", pid_buf, sizeof pid_buf);
     const char *type = jmsg_type(m);
     if (ch == GWPROTO_IOPUB && !k->ready) {
         k->ready = 1;
@@ -874,8 +1425,9 @@ static void s_on_kernel_msg(kern_t *k, gwproto_channel_t ch, jmsg_t *m)
         }
     }
     if (ch == GWPROTO_IOPUB && !strcmp(type, "status")) {
-        const char *st = jmsg_cstr(json_object_get(jmsg_content(m), "execution_state"));
-        if (st)
+        char st[16];
+        s_content_str(m, "execution_state", st, sizeof st);
+        if (st[0])
             snprintf(k->state, sizeof k->state, "%s", st);
     }
     if (psess && !strcmp(psess, k->own)) {
@@ -892,10 +1444,11 @@ static void s_on_kernel_msg(kern_t *k, gwproto_channel_t ch, jmsg_t *m)
         return;
     }
     if (ch == GWPROTO_SHELL && !strcmp(type, "execute_reply")) {
-        const char *st = jmsg_cstr(json_object_get(jmsg_content(m), "status"));
-        if (st && !strcmp(st, "ok"))
+        char st[16];
+        s_content_str(m, "status", st, sizeof st);
+        if (!strcmp(st, "ok"))
             g.cells_ok++;
-        else if (st && !strcmp(st, "aborted"))
+        else if (!strcmp(st, "aborted"))
             g.cells_aborted++;
         else
             g.cells_error++;
@@ -918,24 +1471,30 @@ static void s_on_kernel_msg(kern_t *k, gwproto_channel_t ch, jmsg_t *m)
     s_replay_keep(k, m, ch, psess);
 }
 
+/*  Receive what channel ch of k has, until none is left. A kernel's sockets have a receive
+ *  timeout of 0: the receive that finds nothing is the check (one look at libzmq's mailbox:
+ *  a poll and a getpid), where a ZMQ_EVENTS before every message made it one more each. */
+static void s_drain_chan(kern_t *k, int ch)
+{
+    zmsg_t *z;
+    while (k->sock[ch] && (z = zmsg_recv(k->sock[ch]))) {
+        jmsg_t *m = NULL;
+        int rc = wire_decode(k->wire, &z, &m);
+        if (rc < 0) {
+            LOG_W("session=%s: a %s message kennel-gateway cannot read: %s", k->id,
+                  gwproto_channel_name(ch), wire_strerror(rc));
+            continue;
+        }
+        s_on_kernel_msg(k, ch, m);
+        jmsg_destroy(&m);
+    }
+}
+
+/*  All of k's channels (the sweep's backstop). */
 static void s_drain_kern(kern_t *k)
 {
-    for (int ch = 0; ch < GWPROTO_NCHANNELS && k; ch++) {
-        while (k->sock[ch] && (zsock_events(k->sock[ch]) & ZMQ_POLLIN)) {
-            zmsg_t *z = zmsg_recv(k->sock[ch]);
-            if (!z)
-                break;
-            jmsg_t *m = NULL;
-            int rc = wire_decode(k->wire, &z, &m);
-            if (rc < 0) {
-                LOG_W("session=%s: a %s message kennel-gateway cannot read: %s", k->id,
-                      gwproto_channel_name(ch), wire_strerror(rc));
-                continue;
-            }
-            s_on_kernel_msg(k, ch, m);
-            jmsg_destroy(&m);
-        }
-    }
+    for (int ch = 0; ch < GWPROTO_NCHANNELS; ch++)
+        s_drain_chan(k, ch);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -1083,6 +1642,8 @@ static int s_method(struct lws *wsi)
         return 'D';
     if (lws_hdr_total_length(wsi, WSI_TOKEN_OPTIONS_URI))
         return 'O';
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_PATCH_URI))
+        return 'A';
     return 0;
 }
 
@@ -1100,11 +1661,48 @@ static int s_origin_ok(struct lws *wsi)
     return sep && s_header(wsi, WSI_TOKEN_HOST, host, sizeof host) > 0 && !strcmp(sep + 3, host);
 }
 
+/*  The kernelspec's resources, as Jupyter Server serves them from a kernelspec's directory
+ *  (its logo-* files, kernel.js and kernel.css): read from kennel's kernelspec directory once,
+ *  at start, and served from memory, so the serving process needs no path into the
+ *  filesystem. A file that is not there is not listed. */
+static struct {
+    const char *file, *key, *ctype;
+    char *data;
+    size_t len;
+} s_res[] = {{"logo-32x32.png", "logo-32x32", "image/png", NULL, 0},
+             {"logo-64x64.png", "logo-64x64", "image/png", NULL, 0},
+             {"logo-svg.svg", "logo-svg", "image/svg+xml", NULL, 0},
+             {"kernel.js", "kernel.js", "application/javascript", NULL, 0},
+             {"kernel.css", "kernel.css", "text/css", NULL, 0}};
+#define NRES (sizeof s_res / sizeof *s_res)
+
+static void s_load_resources(const char *dir)
+{
+    for (size_t i = 0; i < NRES; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, s_res[i].file);
+        s_res[i].data = util_read_file(path, 1u << 20, &s_res[i].len);
+    }
+}
+
 static json_t *s_spec(const char *name)
 {
-    return json_pack("{s:s, s:{s:[], s:s, s:s, s:s, s:{}, s:{}}, s:{}}", "name", name, "spec",
+    json_t *res = json_object();
+    for (size_t i = 0; i < NRES; i++)
+        if (s_res[i].data)
+            json_object_set_new(res, s_res[i].key,
+                                json_sprintf("/kernelspecs/%s/%s", name, s_res[i].file));
+    return json_pack("{s:s, s:{s:[], s:s, s:s, s:s, s:{}, s:{}}, s:o}", "name", name, "spec",
                      "argv", "display_name", "Python 3 (kennel)", "language", "python",
-                     "interrupt_mode", "message", "env", "metadata", "resources");
+                     "interrupt_mode", "message", "env", "metadata", "resources", res);
+}
+
+static void s_spec_file(conn_t *c, const char *spec, const char *file)
+{
+    for (size_t i = 0; i < NRES && (!strcmp(spec, "kennel") || !strcmp(spec, "python3")); i++)
+        if (s_res[i].data && !strcmp(s_res[i].file, file))
+            return s_respond(c, 200, s_res[i].ctype, s_res[i].data, s_res[i].len);
+    s_respond_error(c, 404, "no such kernel spec resource");
 }
 
 /*  The session name a POST /api/kernels body asks for: env.KERNEL_SESSION_NAME (or
@@ -1204,14 +1802,20 @@ static void s_dispatch(conn_t *c)
                 s_respond_error(c, 503, "kenneld is not reachable");
             return;
         }
+        if (m == 'P')
+            return s_jsess_post(c);
         break;
-    case GWPROTO_R_SESSION: return s_respond_error(c, 404, "no such session");
+    case GWPROTO_R_SESSION: return s_jsess_dispatch(c, r->id);
     case GWPROTO_R_METRICS:
         if (m == 'G') {
             if (s_mgr_call(c, MP_METRICS, "list_request", json_object()) < 0)
                 s_metrics(c, NULL);
             return;
         }
+        break;
+    case GWPROTO_R_SPECFILE:
+        if (m == 'G')
+            return s_spec_file(c, r->id, r->file);
         break;
     case GWPROTO_R_NOTFOUND: return s_respond_error(c, 404, "not found");
     }
@@ -1320,7 +1924,7 @@ static int s_write_response(struct lws *wsi, conn_t *c)
         static const char *const h[][2] = {
             {"Access-Control-Allow-Origin:", NULL},
             {"Access-Control-Allow-Headers:", "Authorization, Content-Type"},
-            {"Access-Control-Allow-Methods:", "GET, POST, DELETE, OPTIONS"}};
+            {"Access-Control-Allow-Methods:", "GET, POST, PATCH, DELETE, OPTIONS"}};
         for (int i = 0; i < 3; i++) {
             const char *v = h[i][1] ? h[i][1] : opt.cors;
             if (lws_add_http_header_by_name(wsi, (const unsigned char *)h[i][0],
@@ -1402,7 +2006,8 @@ static int s_callback(struct lws *wsi, enum lws_callback_reasons reason, void *u
             s_respond_error(c, a == 0 ? 401 : 403, a == 0 ? "a token is needed" : "bad token");
             return 0;
         }
-        if (c->method == 'P' && lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0) {
+        if ((c->method == 'P' || c->method == 'A') &&
+            lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0) {
             char cl[32];
             if (s_header(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, cl, sizeof cl) > 0 && atol(cl) > 0)
                 return 0; /* the body comes next */
@@ -1804,6 +2409,7 @@ int main(int argc, char **argv)
     g.tokens = s_load_tokens();
     if (!g.tokens)
         return 2;
+    s_load_resources(KENNEL_SPEC_DIR);
     struct passwd *pw = NULL;
     int privileged = geteuid() == 0;
     if (privileged && !(pw = getpwnam(opt.user))) {
@@ -1881,6 +2487,8 @@ int main(int argc, char **argv)
     zhashx_set_destructor(g.kerns, s_kern_free);
     g.exec_start = zhashx_new();
     zhashx_set_destructor(g.exec_start, s_free_item);
+    g.jsess = zhashx_new();
+    zhashx_set_destructor(g.jsess, s_jsess_free);
     g.tenant_conns = json_object();
     g.tenants = json_object();
     const char *tk;
@@ -1903,6 +2511,7 @@ int main(int argc, char **argv)
     lws_context_destroy(g.ctx);
     zhashx_destroy(&g.mpend);
     zhashx_destroy(&g.exec_start);
+    zhashx_destroy(&g.jsess);
     zsock_destroy(&g.mgr);
     wire_destroy(&g.mgr_wire);
     json_decref(g.tokens);

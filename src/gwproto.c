@@ -76,7 +76,7 @@ void gwproto_route(const char *path, gwproto_route_t *out)
     memset(out, 0, sizeof *out);
     s_route(path, out);
     if (out->kind == GWPROTO_R_NOTFOUND)
-        out->id[0] = '\0'; /* a segment read on the way is no id */
+        out->id[0] = out->file[0] = '\0'; /* a segment read on the way is no id */
 }
 
 static void s_route(const char *path, gwproto_route_t *out)
@@ -98,6 +98,13 @@ static void s_route(const char *path, gwproto_route_t *out)
         int k = s_segment(buf + 17, out->id);
         if (k > 0 && buf[17 + k] == '\0' && gwproto_is_session_name(out->id))
             out->kind = GWPROTO_R_KERNELSPEC;
+    } else if (strncmp(buf, "/kernelspecs/", 13) == 0) {
+        int k = s_segment(buf + 13, out->id);
+        const char *rest = buf + 13 + (k > 0 ? k : 0);
+        int f = k > 0 && *rest == '/' ? s_segment(rest + 1, out->file) : -1;
+        if (f > 0 && rest[1 + f] == '\0' && gwproto_is_session_name(out->id) &&
+            gwproto_is_session_name(out->file))
+            out->kind = GWPROTO_R_SPECFILE;
     } else if (strcmp(buf, "/api/kernels") == 0) {
         out->kind = GWPROTO_R_KERNELS;
     } else if (strcmp(buf, "/api/sessions") == 0) {
@@ -120,6 +127,22 @@ static void s_route(const char *path, gwproto_route_t *out)
         else if (strcmp(rest, "/channels") == 0)
             out->kind = GWPROTO_R_CHANNELS;
     }
+}
+
+void gwproto_path_session_name(const char *path, size_t len, char *out)
+{
+    if (len <= GWPROTO_PATH_NAME_MAX && strlen(path) == len && gwproto_is_session_name(path)) {
+        memcpy(out, path, len + 1);
+        return;
+    }
+    unsigned char h[4];
+    crypto_generichash(h, sizeof h, (const unsigned char *)path, len, NULL, 0);
+    size_t n = 0;
+    if (len == 0 || !s_name_char(path[0], 0) || path[0] == '-' || path[0] == '_')
+        out[n++] = 'p'; /* a name starts with a letter or a digit */
+    for (size_t i = 0; i < len && n < 40; i++)
+        out[n++] = s_name_char(path[i], 1) ? path[i] : '_';
+    snprintf(out + n, GWPROTO_PATH_NAME_MAX + 1 - n, "-%02x%02x%02x%02x", h[0], h[1], h[2], h[3]);
 }
 
 void gwproto_token_key(const char *token, size_t len, char *out)

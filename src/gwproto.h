@@ -38,17 +38,20 @@ typedef enum {
     GWPROTO_R_SESSIONS,    /* /api/sessions */
     GWPROTO_R_SESSION,     /* /api/sessions/ID */
     GWPROTO_R_METRICS,     /* /metrics */
+    GWPROTO_R_SPECFILE,    /* /kernelspecs/NAME/FILE: a kernelspec's resource (a logo) */
 } gwproto_route_kind_t;
 
 #define GWPROTO_ID_MAX 64
 typedef struct {
     gwproto_route_kind_t kind;
-    char id[GWPROTO_ID_MAX + 1]; /* the ID or NAME segment, when the route has one */
+    char id[GWPROTO_ID_MAX + 1];   /* the ID or NAME segment, when the route has one */
+    char file[GWPROTO_ID_MAX + 1]; /* GWPROTO_R_SPECFILE's FILE */
 } gwproto_route_t;
 
 /*  Route path (NUL-terminated, at most a few KiB: libwebsockets caps it). A trailing slash is
  *  ignored. A kernel ID must look like a UUID (36 lowercase hex digits and dashes), a
- *  kernelspec NAME like [A-Za-z0-9._-]{1,64}; anything else is GWPROTO_R_NOTFOUND. */
+ *  kernelspec NAME (and a resource's FILE) like [A-Za-z0-9._-]{1,64}, not starting with a dot;
+ *  anything else is GWPROTO_R_NOTFOUND. */
 void gwproto_route(const char *path, gwproto_route_t *out);
 
 /*  1 when s is a lowercase UUID string (8-4-4-4-12). */
@@ -59,6 +62,13 @@ int gwproto_is_tenant(const char *s);
 /*  1 when s is a session name a client may give: 1 to 64 of [A-Za-z0-9_.-], starting with
  *  a letter or a digit. */
 int gwproto_is_session_name(const char *s);
+
+/*  The kennel session name (without the tenant's prefix) that a Jupyter session's path names:
+ *  the path itself when it is a gwproto_is_session_name, else its characters that may be in
+ *  a name (others become '_', at most 40 of them) and '-' and 8 hex digits of the path's
+ *  BLAKE2b hash, so that two paths are two sessions. out holds GWPROTO_PATH_NAME_MAX + 1. */
+#define GWPROTO_PATH_NAME_MAX 64
+void gwproto_path_session_name(const char *path, size_t len, char *out);
 
 /*  Parse a tokens file: one `TOKEN TENANT` a line, blanks and `#` lines ignored; a token is
  *  16 to 256 printable non-space ASCII bytes, a tenant gwproto_is_tenant. Returns a new

@@ -29,6 +29,7 @@ void wire_limits_default(wire_limits_t *limits)
     limits->replay_window = 8192;
     limits->max_values = JMSG_MAX_VALUES;
     limits->parse_max = JMSG_PARSE_MAX;
+    limits->raw_parts = 0;
 }
 
 wire_t *wire_new(const void *key, size_t key_len, const wire_limits_t *limits)
@@ -182,10 +183,18 @@ static int s_finish(wire_t *self, wire_pending_t *p, jmsg_t **out)
     int rc = 0;
     for (int i = 0; i < JMSG_NPARTS; i++) {
         zmsg_remove(msg, p->parts[i]);
-        /* (a part over parse_max was checked as UTF-8 in slices by wire_decode_step) */
-        if (rc == 0 && jmsg_take_raw(m, (jmsg_part_t)i, &p->parts[i], self->limits.max_values,
-                                     self->limits.parse_max, JMSG_UTF8_CHECKED) < 0)
+        /* (a part over parse_max was checked as UTF-8 in slices by wire_decode_step; a
+         * smaller one is checked here, by its parse or by jvalid) */
+        if (rc == 0 && i != JMSG_HEADER && (self->limits.raw_parts & (1u << i))) {
+            unsigned checked =
+                zframe_size(p->parts[i]) > self->limits.parse_max ? JMSG_UTF8_CHECKED : 0;
+            if (jmsg_take_raw_unparsed(m, (jmsg_part_t)i, &p->parts[i], checked) < 0)
+                rc = WIRE_EJSON;
+        } else if (rc == 0 &&
+                   jmsg_take_raw(m, (jmsg_part_t)i, &p->parts[i], self->limits.max_values,
+                                 self->limits.parse_max, JMSG_UTF8_CHECKED) < 0) {
             rc = WIRE_EJSON;
+        }
         zframe_destroy(&p->parts[i]);
     }
     /* A NUL inside either would make kenneld and the kernel read different strings. */

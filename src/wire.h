@@ -38,9 +38,12 @@ typedef struct {
     size_t max_values;       /* JSON values and keys in one part (JMSG_MAX_VALUES) */
     size_t parse_max;        /* a larger part is parsed shallowly (JMSG_PARSE_MAX; SIZE_MAX:
                               * none is) */
+    unsigned raw_parts;      /* parts (1u << JMSG_PARENT, _METADATA, _CONTENT) kept as checked
+                              * bytes only, not parsed (jmsg_json is NULL): for a relay that
+                              * passes them on unread. 0: all parsed. Never the header. */
 } wire_limits_t;
 
-/*  The defaults: 16 identities, 64 buffers, 64 MiB, 8192 signatures. */
+/*  The defaults: 16 identities, 64 buffers, 64 MiB, 8192 signatures, every part parsed. */
 void wire_limits_default(wire_limits_t *limits);
 
 typedef struct wire wire_t;

@@ -90,6 +90,10 @@ class Gateway:
     def request(self, method, path, body=None, token=TOKEN_A, headers=None, context=None):
         """(status, parsed JSON or text) of one request."""
         data = json.dumps(body).encode() if body is not None else None
+        return self.raw_request(method, path, data, token, headers, context)
+
+    def raw_request(self, method, path, data, token=TOKEN_A, headers=None, context=None):
+        """request() with the body's bytes as they are (None: no body)."""
         req = urllib.request.Request(self.url(path), data=data, method=method)
         if token:
             req.add_header("Authorization", f"token {token}")

@@ -462,3 +462,202 @@ def test_limit_slow_websocket(gateway):
         time.sleep(0.5)
     assert result_text(fast.run("'still served'")[1]) == "'still served'"
     slow.ws.close()
+
+
+# -- Jupyter sessions: /api/sessions as Jupyter Server's REST API has them ---------------
+
+def _session_body(path, type_="notebook", name=None, kernel=None):
+    """A POST /api/sessions body shaped as JupyterLab's services send it."""
+    return {"path": path, "type": type_, "name": name if name is not None else path,
+            "kernel": kernel if kernel is not None else {"name": "python3"}}
+
+
+def _check_session_model(s):
+    assert set(s) >= {"id", "path", "name", "type", "kernel"}
+    uuid.UUID(s["id"])
+    assert set(s["kernel"]) >= {"id", "name", "last_activity", "execution_state", "connections"}
+
+
+def test_sessions_lifecycle(gw):
+    status, s = gw.request("POST", "/api/sessions", _session_body("work/Untitled 1.ipynb"))
+    assert status == 201, s
+    _check_session_model(s)
+    assert s["path"] == "work/Untitled 1.ipynb" and s["type"] == "notebook"
+    assert s["kernel"]["name"] == "python3"
+    # The same path is the same session and the same kernel.
+    status, again = gw.request("POST", "/api/sessions", _session_body("work/Untitled 1.ipynb"))
+    assert status == 201 and again["id"] == s["id"] and again["kernel"]["id"] == s["kernel"]["id"]
+    # The kernel is a kennel session named after the path, and runs cells.
+    kernel = gw.request("GET", f"/api/kernels/{s['kernel']['id']}")[1]
+    assert kernel["kennel"]["session"].startswith("work_Untitled_1.ipynb-")
+    ch = gw.connect(s["kernel"]["id"])
+    ch.run("v = 7")
+    # A path that is a session name is that session: KERNEL_SESSION_NAME=plain's too.
+    plain = gw.request("POST", "/api/sessions", _session_body("plain"))[1]
+    assert gw.start_kernel("plain")["id"] == plain["kernel"]["id"]
+    status, got = gw.request("GET", f"/api/sessions/{s['id']}")
+    assert status == 200 and got == {**s, "kernel": {**got["kernel"]}} and got["kernel"]["connections"] == 1
+    listed = gw.request("GET", "/api/sessions")[1]
+    assert {x["id"] for x in listed} == {s["id"], plain["id"]}
+    # PATCH: a new path and name keep the kernel (and its state).
+    status, moved = gw.request("PATCH", f"/api/sessions/{s['id']}",
+                               {"path": "work/renamed.ipynb", "name": "renamed.ipynb"})
+    assert status == 200, moved
+    assert moved["path"] == "work/renamed.ipynb" and moved["name"] == "renamed.ipynb"
+    assert moved["kernel"]["id"] == s["kernel"]["id"] and moved["type"] == "notebook"
+    assert result_text(ch.run("v")[1]) == "7"
+    # the old path is no session now; the new one is this one
+    assert gw.request("POST", "/api/sessions", _session_body("work/renamed.ipynb"))[1]["id"] == s["id"]
+    # PATCH kernel.id: the session moves to that kernel, and its old kernel is ended.
+    other = gw.start_kernel("other")
+    status, swapped = gw.request("PATCH", f"/api/sessions/{s['id']}", {"kernel": {"id": other["id"]}})
+    assert status == 200 and swapped["kernel"]["id"] == other["id"]
+    assert _closed_with(ch)[0] == 1001  # "kernel ended"
+    assert gw.request("GET", f"/api/kernels/{s['kernel']['id']}")[0] == 404
+    # PATCH kernel.name: a fresh kernel, the one before ended.
+    status, fresh = gw.request("PATCH", f"/api/sessions/{s['id']}", {"kernel": {"name": "kennel"}})
+    assert status == 200 and fresh["kernel"]["id"] not in (other["id"], s["kernel"]["id"])
+    assert fresh["kernel"]["name"] == "kennel"
+    assert gw.request("GET", f"/api/kernels/{other['id']}")[0] == 404
+    # DELETE ends the kernel.
+    assert gw.request("DELETE", f"/api/sessions/{s['id']}")[0] == 204
+    assert gw.request("GET", f"/api/sessions/{s['id']}")[0] == 404
+    assert gw.request("GET", f"/api/kernels/{fresh['kernel']['id']}")[0] == 404
+    assert [x["id"] for x in gw.request("GET", "/api/sessions")[1]] == [plain["id"]]
+
+
+def test_sessions_on_a_given_kernel(gw):
+    k = gw.start_kernel("given")
+    status, s = gw.request("POST", "/api/sessions",
+                           _session_body("a.py", type_="file", kernel={"id": k["id"]}))
+    assert status == 201 and s["kernel"]["id"] == k["id"] and s["type"] == "file"
+    # A kernel ended under a session (DELETE /api/kernels) takes the session with it; the
+    # path's next POST makes a new one.
+    assert gw.request("DELETE", f"/api/kernels/{k['id']}")[0] == 204
+    assert gw.request("GET", f"/api/sessions/{s['id']}")[0] == 404
+    status, s2 = gw.request("POST", "/api/sessions", _session_body("a.py", type_="file"))
+    assert status == 201 and s2["id"] != s["id"] and s2["kernel"]["id"] != k["id"]
+    # A kernel made with POST /api/kernels is listed as a session of its own, and may be
+    # read, patched and deleted as one.
+    bare = gw.start_kernel("bare")
+    listed = gw.request("GET", "/api/sessions")[1]
+    mine = [x for x in listed if x["kernel"]["id"] == bare["id"]]
+    assert len(mine) == 1 and mine[0]["id"] == bare["id"] and mine[0]["path"] == "bare"
+    assert gw.request("GET", f"/api/sessions/{bare['id']}")[1]["path"] == "bare"
+    status, p = gw.request("PATCH", f"/api/sessions/{bare['id']}", {"path": "bare.ipynb"})
+    assert status == 200 and p["id"] == bare["id"] and p["path"] == "bare.ipynb"
+    assert p["kernel"]["id"] == bare["id"]
+    assert gw.request("DELETE", f"/api/sessions/{bare['id']}")[0] == 204
+    assert gw.request("GET", f"/api/kernels/{bare['id']}")[0] == 404
+
+
+def test_sessions_bad_input(gw):
+    s = gw.request("POST", "/api/sessions", _session_body("mine.ipynb"))[1]
+    nobody = str(uuid.uuid4())
+    cases = [
+        ("POST", "/api/sessions", None, 400),
+        ("POST", "/api/sessions", [1, 2], 400),
+        ("POST", "/api/sessions", {"type": "notebook"}, 400),              # no path
+        ("POST", "/api/sessions", {"path": "x"}, 400),                     # no type
+        ("POST", "/api/sessions", {"path": 5, "type": "notebook"}, 400),
+        ("POST", "/api/sessions", {"path": "x", "type": ["notebook"]}, 400),
+        ("POST", "/api/sessions", {"path": "x", "type": "t", "name": {}}, 400),
+        ("POST", "/api/sessions", {"path": "x", "type": "t", "kernel": "python3"}, 400),
+        ("POST", "/api/sessions", {"path": "x", "type": "t", "kernel": {"id": 3}}, 400),
+        ("POST", "/api/sessions", {"path": "x", "type": "t", "kernel": {"id": "nope"}}, 400),
+        ("POST", "/api/sessions", {"path": "x", "type": "t", "kernel": {"id": nobody}}, 400),
+        ("POST", "/api/sessions", {"path": "x", "type": "t", "kernel": {"name": "R"}}, 501),
+        ("POST", "/api/sessions", {"path": "x" * 4097, "type": "t"}, 400),
+        ("GET", f"/api/sessions/{nobody}", None, 404),
+        ("GET", "/api/sessions/not-a-uuid", None, 404),
+        ("DELETE", f"/api/sessions/{nobody}", None, 404),
+        ("PATCH", f"/api/sessions/{nobody}", {"path": "y"}, 404),
+        ("PATCH", f"/api/sessions/{s['id']}", None, 400),
+        ("PATCH", f"/api/sessions/{s['id']}", {"path": 1}, 400),
+        ("PATCH", f"/api/sessions/{s['id']}", {"kernel": {"id": nobody}}, 400),
+        ("PUT", f"/api/sessions/{s['id']}", {"path": "y"}, 405),
+    ]
+    for method, path, body, want in cases:
+        if body is None and method in ("POST", "PATCH"):
+            raw = gw.raw_request(method, path, b"{not json")
+            status, got = raw
+        else:
+            status, got = gw.request(method, path, body)
+        assert status == want, (method, path, body, status, got)
+        assert isinstance(got, dict) and got.get("message"), (method, path, got)
+    # nothing of it changed the session
+    assert gw.request("GET", f"/api/sessions/{s['id']}")[1]["path"] == "mine.ipynb"
+
+
+def test_sessions_tenants_apart(gw):
+    a = gw.request("POST", "/api/sessions", _session_body("same.ipynb"), token=TOKEN_A)[1]
+    b = gw.request("POST", "/api/sessions", _session_body("same.ipynb"), token=TOKEN_B)[1]
+    assert a["id"] != b["id"] and a["kernel"]["id"] != b["kernel"]["id"]
+    assert [x["id"] for x in gw.request("GET", "/api/sessions", token=TOKEN_B)[1]] == [b["id"]]
+    for method, body in (("GET", None), ("DELETE", None), ("PATCH", {"path": "stolen"})):
+        status, got = gw.request(method, f"/api/sessions/{a['id']}", body, token=TOKEN_B)
+        assert status == 404 and got["message"], (method, status, got)
+    # nor may bob put his session on alice's kernel, or alice's on his
+    status, _ = gw.request("POST", "/api/sessions",
+                           _session_body("x.ipynb", kernel={"id": a["kernel"]["id"]}), token=TOKEN_B)
+    assert status == 400
+    status, _ = gw.request("PATCH", f"/api/sessions/{b['id']}",
+                           {"kernel": {"id": a["kernel"]["id"]}}, token=TOKEN_B)
+    assert status == 400
+    got = gw.request("GET", f"/api/sessions/{a['id']}", token=TOKEN_A)[1]
+    assert got["path"] == "same.ipynb" and got["kernel"]["id"] == a["kernel"]["id"]
+
+
+def test_limit_sessions_per_tenant(gw):
+    """At most 256 Jupyter sessions per tenant (each on the same kernel here: the limit is the
+    gateway's table, not kenneld's)."""
+    k = gw.start_kernel("shared")
+    for i in range(256):
+        status, _ = gw.request("POST", "/api/sessions",
+                               _session_body(f"n{i}.ipynb", kernel={"id": k["id"]}))
+        assert status == 201, (i, status)
+    status, got = gw.request("POST", "/api/sessions",
+                             _session_body("one-more.ipynb", kernel={"id": k["id"]}))
+    assert status == 503 and "too many sessions" in got["message"]
+    # an existing path is still answered, and another tenant is not counted against it
+    assert gw.request("POST", "/api/sessions", _session_body("n3.ipynb"))[0] == 201
+    assert gw.request("POST", "/api/sessions", _session_body("n3.ipynb"), token=TOKEN_B)[0] == 201
+    assert len(gw.request("GET", "/api/sessions")[1]) == 256
+
+
+# -- kernel-spec resources ---------------------------------------------------------------
+
+def _get_bytes(gw, path, token=TOKEN_A):
+    """(status, content type, body bytes) of a GET."""
+    import urllib.error
+    import urllib.request
+    req = urllib.request.Request(gw.url(path))
+    if token:
+        req.add_header("Authorization", f"token {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return r.status, r.headers.get("content-type", ""), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("content-type", ""), e.read()
+
+
+def test_kernelspec_resources(gw):
+    from .kenneld_proc import ROOT
+    specs = gw.request("GET", "/api/kernelspecs")[1]["kernelspecs"]
+    for name in ("kennel", "python3"):
+        res = specs[name]["resources"]
+        assert res == gw.request("GET", f"/api/kernelspecs/{name}")[1]["resources"]
+        assert res["logo-64x64"] == f"/kernelspecs/{name}/logo-64x64.png"
+        assert res["logo-32x32"] == f"/kernelspecs/{name}/logo-32x32.png"
+        for key, url in res.items():
+            status, ctype, body = _get_bytes(gw, url)
+            fname = url.rsplit("/", 1)[1]
+            assert status == 200 and body == (ROOT / "kernels" / "kernelspec" / fname).read_bytes()
+            if fname.endswith(".png"):
+                assert ctype == "image/png" and body.startswith(b"\x89PNG\r\n\x1a\n")
+    assert _get_bytes(gw, "/kernelspecs/kennel/logo-64x64.png", token=None)[0] == 401
+    for path in ("/kernelspecs/kennel/kernel.json", "/kernelspecs/R/logo-64x64.png",
+                 "/kernelspecs/kennel/..%2f..%2fkernels%2fkernelspec%2flogo-64x64.png",
+                 "/kernelspecs/kennel/sub/logo-64x64.png", "/kernelspecs/kennel/"):
+        status, ctype, body = _get_bytes(gw, path)
+        assert status == 404 and json.loads(body)["message"], (path, status)

@@ -6,6 +6,7 @@ plot's image in the page. Notebook's server, Chromium and node are this test's o
 
 import json
 import time
+import urllib.request
 import uuid
 
 import nbformat
@@ -92,6 +93,9 @@ class NotebookChannels:
 def test_notebook_with_gateway_url_runs_cells(kenneld, gw, server):
     status, specs = server.request("GET", "api/kernelspecs")
     assert status == 200 and "python3" in specs["kernelspecs"], specs
+    # the kernel's logo, which Notebook fetches from the gateway for its pages
+    with urllib.request.urlopen(server.url("kernelspecs/python3/logo-64x64.png"), timeout=30) as r:
+        assert r.status == 200 and r.read().startswith(b"\x89PNG\r\n\x1a\n")
     status, k = server.request("POST", "api/kernels", {"name": "python3"})
     assert status == 201, (status, k, server.log())
     # Notebook's kernel is the gateway's, a kennel session of tenant alice.

@@ -47,6 +47,46 @@ TEST(routes)
     gwproto_route("/", &r);
     CHECK_EQ_INT(r.kind, GWPROTO_R_NOTFOUND);
     CHECK_STR(r.id, "");
+    /* a kernelspec's resources: one file name, no path */
+    gwproto_route("/kernelspecs/kennel/logo-64x64.png", &r);
+    CHECK_EQ_INT(r.kind, GWPROTO_R_SPECFILE);
+    CHECK_STR(r.id, "kennel");
+    CHECK_STR(r.file, "logo-64x64.png");
+    gwproto_route("/kernelspecs/kennel/../../etc/passwd", &r);
+    CHECK_EQ_INT(r.kind, GWPROTO_R_NOTFOUND);
+    CHECK_STR(r.file, "");
+    gwproto_route("/kernelspecs/kennel/.hidden", &r);
+    CHECK_EQ_INT(r.kind, GWPROTO_R_NOTFOUND);
+    gwproto_route("/kernelspecs/kennel", &r);
+    CHECK_EQ_INT(r.kind, GWPROTO_R_NOTFOUND);
+    gwproto_route("/api/sessions/" KID, &r);
+    CHECK_EQ_INT(r.kind, GWPROTO_R_SESSION);
+}
+
+TEST(path_session_names)
+{
+    char out[GWPROTO_PATH_NAME_MAX + 1], again[GWPROTO_PATH_NAME_MAX + 1];
+    gwproto_path_session_name("work", 4, out);
+    CHECK_STR(out, "work"); /* the same session as KERNEL_SESSION_NAME=work */
+    const char *p = "notebooks/Untitled 1.ipynb";
+    gwproto_path_session_name(p, strlen(p), out);
+    CHECK(strncmp(out, "notebooks_Untitled_1.ipynb-", 27) == 0 && strlen(out) == 35);
+    CHECK(gwproto_is_session_name(out));
+    gwproto_path_session_name(p, strlen(p), again);
+    CHECK_STR(out, again);
+    gwproto_path_session_name("notebooks/Untitled_1.ipynb", 26, again);
+    CHECK(strcmp(out, again) != 0); /* the hash keeps apart what '_' made alike */
+    gwproto_path_session_name("", 0, out);
+    CHECK(gwproto_is_session_name(out));
+    gwproto_path_session_name("/abs/x", 6, out);
+    CHECK(gwproto_is_session_name(out) && out[0] == 'p');
+    char longp[300];
+    memset(longp, 'a', sizeof longp - 1);
+    longp[sizeof longp - 1] = '\0';
+    gwproto_path_session_name(longp, strlen(longp), out);
+    CHECK(gwproto_is_session_name(out) && strlen(out) == 49);
+    gwproto_path_session_name("a\0b", 3, out); /* a NUL inside is no name */
+    CHECK(gwproto_is_session_name(out) && strlen(out) > 3);
 }
 
 TEST(names)
@@ -274,6 +314,7 @@ int main(void)
         return 1;
     RUN(routes);
     RUN(names);
+    RUN(path_session_names);
     RUN(tokens_file);
     RUN(decode_text);
     RUN(decode_text_malformed);

@@ -696,6 +696,38 @@ TEST(msg_ids_are_distinct_uuids)
         CHECK(strcmp(ids[i - 1], ids[i]) != 0);
 }
 
+TEST(raw_parts)
+{
+    /* A relay's decoder keeps metadata and content as checked bytes, unparsed. */
+    wire_limits_t lim;
+    wire_limits_default(&lim);
+    lim.raw_parts = (1u << JMSG_METADATA) | (1u << JMSG_CONTENT) | (1u << JMSG_HEADER);
+    wire_t *w = wire_new("k", 1, &lim);
+    jmsg_t *m = NULL;
+    zmsg_t *z = s_encode_new(w, "execute_request", "1+1");
+    CHECK_EQ_INT(wire_decode(w, &z, &m), 0);
+    CHECK_STR(jmsg_type(m), "execute_request"); /* the header is parsed whatever is asked */
+    CHECK(jmsg_json(m, JMSG_PARENT) != NULL);
+    CHECK(jmsg_json(m, JMSG_CONTENT) == NULL && jmsg_json(m, JMSG_METADATA) == NULL);
+    size_t n;
+    const char *raw = jmsg_raw(m, JMSG_CONTENT, &n);
+    CHECK(raw && memmem(raw, n, "1+1", 3));
+    jmsg_destroy(&m);
+    wire_destroy(&w);
+    /* Unparsed is not unchecked: a content that is no JSON object, or not UTF-8, is refused
+     * (signed with key "k", as s_signed_with signs). */
+    static const char *const bad[] = {"[1]", "{\"a\": \"\xff\"}", "{\"a\": 1"};
+    for (size_t b = 0; b < sizeof bad / sizeof *bad; b++) {
+        const char *texts[JMSG_NPARTS] = {NULL, NULL, NULL, bad[b]};
+        size_t lens[JMSG_NPARTS] = {0, 0, 0, strlen(bad[b])};
+        w = wire_new("k", 1, &lim);
+        zmsg_t *bz = s_signed_with(texts, lens);
+        CHECK_EQ_INT(wire_decode(w, &bz, &m), WIRE_EJSON);
+        CHECK(m == NULL);
+        wire_destroy(&w);
+    }
+}
+
 int main(void)
 {
     zsys_handler_set(NULL);
@@ -706,6 +738,7 @@ int main(void)
     RUN(a_signature_of_the_wrong_length_is_refused_before_hashing);
     RUN(round_trip_and_replay);
     RUN(replay_window_evicts_oldest);
+    RUN(raw_parts);
     RUN(limits);
     RUN(hmac_known_answer);
     RUN(reply_reuses_raw_parent);
