@@ -238,12 +238,25 @@ def _json_default(obj):
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
+class Chunks(tuple):
+    """One part given as the byte strings (memoryviews) that make it, in order: written to
+    the pipe from where they are, never joined (a snapshot's arrays, each in its own
+    memory)."""
+
+    @property
+    def nbytes(self):
+        return sum(memoryview(c).nbytes for c in self)
+
+
 def encode_part(obj):
-    """Encode one part: bytes as they are, anything else as strict UTF-8 JSON.
+    """Encode one part: bytes as they are (Chunks too: their pieces as bytes-like views),
+    anything else as strict UTF-8 JSON.
 
     NaN and infinities are refused (they are not JSON), and lone surrogates, which
     Python strings may hold but UTF-8 cannot, become '?'.
     """
+    if isinstance(obj, Chunks):
+        return Chunks(memoryview(c).cast("B") for c in obj)
     if isinstance(obj, memoryview) and obj.c_contiguous:
         return obj.cast("B")  # not copied: encode_frame copies it once, into the frame
     if isinstance(obj, (bytes, bytearray, memoryview)):
@@ -265,13 +278,17 @@ def _frame_chunks(parts):
     """The byte strings that, written in order, make one frame of the encoded parts."""
     if not 1 <= len(parts) <= MAX_PARTS:
         raise FrameError(f"{len(parts)} parts")
-    body_len = 4 + sum(4 + len(p) for p in parts)
+    sizes = [p.nbytes if isinstance(p, Chunks) else len(p) for p in parts]
+    body_len = 4 + sum(4 + n for n in sizes)
     if body_len > MAX_FRAME_BYTES:
         raise FrameError(f"frame of {body_len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
     chunks = [_U32.pack(body_len), _U32.pack(len(parts))]
-    for p in parts:
-        chunks.append(_U32.pack(len(p)))
-        chunks.append(p)
+    for p, n in zip(parts, sizes):
+        chunks.append(_U32.pack(n))
+        if isinstance(p, Chunks):
+            chunks.extend(p)
+        else:
+            chunks.append(p)
     return chunks
 
 

@@ -1069,7 +1069,7 @@ def test_snapshots_of_earlier_formats_still_load():
     count, failed, _ = kennel_snapshot.restore(pickle.dumps(v2_each), ns)
     assert failed == ["b"] and ns["a"] == 5
     data, _ = kennel_snapshot.save({"shared": shared, "alias": shared}, {}, 4)
-    v3, values = kennel_snapshot._read(bytes(data))  # FORMAT 3: the values in the pickle
+    v3, values = kennel_snapshot._read(b"".join(data))  # FORMAT 3: the values in the pickle
     ns = {}
     count, failed, _ = kennel_snapshot.restore(pickle.dumps({**v3, "format": 3,
                                                              "values": values}), ns)
@@ -1078,3 +1078,93 @@ def test_snapshots_of_earlier_formats_still_load():
     ns = {}
     count, failed, history = kennel_snapshot.restore(pickle.dumps(v1), ns)
     assert (count, failed, ns, history["inputs"]) == (2, [], {"y": 2}, [])
+
+
+def _snapshot_module():
+    import sys
+    sys.path.insert(0, str(KERNEL.parent))
+    import kennel_snapshot
+    return kennel_snapshot
+
+
+def test_large_arrays_are_kept_out_of_band_and_restored_as_views_with_their_flags():
+    # FORMAT 5: a large plain array's bytes are written from the array itself and, restored
+    # from a writable buffer (the pipe's), the array is a view of it: no copy either way.
+    import mmap
+    import numpy as np
+    ks = _snapshot_module()
+    c = np.arange(100_000, dtype=np.float64)
+    f = np.asfortranarray(np.arange(60_000, dtype=np.int32).reshape(300, 200))
+    ro = np.arange(50_000, dtype=np.int16)
+    ro.setflags(write=False)
+    ns = {"c": c, "f": f, "ro": ro, "alias": c, "small": np.arange(3)}
+    data, unsaved = ks.save(ns, {}, 7)
+    assert unsaved == []
+    pieces = list(data)
+    assert any(p.obj is c or getattr(p, "obj", None) is c for p in pieces
+               if isinstance(p, memoryview)), "c's bytes were copied, not written from c"
+    joined = b"".join(data)
+    assert len(joined) == data.nbytes
+    buf = mmap.mmap(-1, len(joined))  # as the pipe's large buffer: writable
+    buf[:] = joined
+    out = {}
+    count, failed, _ = ks.restore(memoryview(buf), out)
+    assert (count, failed) == (7, [])
+    assert np.array_equal(out["c"], c) and np.array_equal(out["f"], f)
+    assert np.array_equal(out["ro"], ro) and out["alias"] is out["c"]
+    assert out["f"].flags.f_contiguous and out["f"].shape == (300, 200)
+    assert out["c"].flags.writeable and not out["ro"].flags.writeable
+    assert np.shares_memory(out["c"], np.frombuffer(buf, dtype=np.uint8))
+    assert out["c"].ctypes.data % 64 == 0  # aligned in the snapshot
+    out["c"][0] = 42.0  # a view, and writable
+    assert out["c"][0] == 42.0
+    # From read-only bytes (a small frame), each array gets its own writable copy.
+    out = {}
+    assert ks.restore(joined, out)[1] == []
+    assert out["c"].flags.writeable and np.array_equal(out["c"], c)
+    assert not np.shares_memory(out["c"], out["f"])
+
+
+def test_a_part_that_fails_after_its_array_leaves_the_next_parts_arrays_right():
+    import io
+    import numpy as np
+    ks = _snapshot_module()
+    a = np.full(20_000, 1.0)
+    b = [np.full(20_000, 2.0), io.FileIO("/dev/null")]  # pickles its array, then fails
+    c = np.full(20_000, 3.0)
+    data, unsaved = ks.save({"a": a, "b": b, "c": c}, {}, 1)
+    assert unsaved == ["b"]
+    out = {}
+    assert ks.restore(b"".join(data), out)[1] == []
+    assert out["a"][0] == 1.0 and out["c"][0] == 3.0 and "b" not in out
+    b[1].close()
+
+
+def test_arrays_count_against_a_snapshots_bound():
+    import numpy as np
+    ks = _snapshot_module()
+    try:
+        ks.save({"big": np.zeros(1 << 20)}, {}, 1, max_bytes=4 << 20)  # 8 MiB of array
+    except ks.TooLarge:
+        pass
+    else:
+        raise AssertionError("an 8 MiB array fit a 4 MiB bound")
+
+
+def test_a_format_4_snapshot_with_an_inline_array_still_loads():
+    import pickle
+    import numpy as np
+    ks = _snapshot_module()
+    arr = np.arange(20_000, dtype=np.float64)
+
+    class Inline:  # how format 4 wrote a large array: its bytes inline, in a bytearray
+        def __reduce__(self):
+            return ks._array_from, (bytearray(arr.tobytes()), arr.dtype, arr.shape, "C", True)
+
+    stream = pickle.dumps(Inline(), protocol=5)
+    snapshot = {"format": 4, "modules": {}, "execution_count": 2, "inputs": [], "reprs": {},
+                "unders": [], "parts": [(("ns", "arr"), 0, 0)], "comms": []}
+    data = stream + pickle.dumps(snapshot) + ks._END.pack(len(stream), ks._END_TAG)
+    out = {}
+    assert ks.restore(data, out)[:2] == (2, [])
+    assert np.array_equal(out["arr"], arr) and out["arr"].flags.writeable
