@@ -563,6 +563,22 @@ static int s_op_snapshot_load(void *ctx, void **data, size_t *len)
     return snapstore_load(s->broker->snaps, s->dir, data, len);
 }
 
+/*  A revival's snapshot as its file, for the kernel to map (session.h); a fork's first
+ *  kernel gets its source's state from memory instead. */
+static int s_op_snapshot_fd(void *ctx)
+{
+    sess_t *s = ctx;
+    if (s->seed)
+        return -1;
+    return snapstore_open(s->broker->snaps, s->dir);
+}
+
+static int s_op_fd_to_kernel(void *ctx, int fd)
+{
+    sess_t *s = ctx;
+    return kernpipe_send_fd(s->pipe, fd);
+}
+
 static void s_op_snapshot_drop(void *ctx)
 {
     sess_t *s = ctx;
@@ -2177,7 +2193,7 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
                                 s_op_kernel_signal,  s_op_ended,          s_op_timer_arm,
                                 s_op_timer_cancel,   s_op_snapshot_store, s_op_snapshot_load,
                                 s_op_snapshot_drop,  s_op_iopub_backlog,  s_op_cell_done,
-                                s_op_forked};
+                                s_op_forked,         s_op_snapshot_fd,    s_op_fd_to_kernel};
     return self;
 }
 

@@ -325,6 +325,37 @@ int kernpipe_send(kernpipe_t *self, const kpipe_iov_t *parts, size_t n)
     return self->fd >= 0 ? 0 : -1;
 }
 
+int kernpipe_send_fd(kernpipe_t *self, int fd)
+{
+    if (self->fd < 0) {
+        errno = EPIPE;
+        return -1;
+    }
+    if (self->out_off < self->out_len) {
+        errno = EBUSY;
+        return -1;
+    }
+    char byte = 'F';
+    struct iovec iov = {&byte, 1};
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                         .msg_controllen = sizeof control.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    ssize_t n;
+    do
+        n = sendmsg(self->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n == 1 ? 0 : -1;
+}
+
 void kernpipe_drain(kernpipe_t *self)
 {
     s_pipe_read(self, SIZE_MAX, 1);

@@ -23,6 +23,7 @@ typedef void(free_fn)(void *);
 
 static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char *s_slabs[MAX_SLABS];
+static unsigned char s_in_use[MAX_SLABS][SLOTS_PER_SLAB / 8]; /* a bit per slot handed out */
 static size_t s_nslabs;
 static void *s_free_list; /* a free slot's first bytes point at the next free slot */
 static size_t s_used, s_given;
@@ -64,13 +65,29 @@ static int s_grow(void)
     return 0;
 }
 
-static int s_ours(const void *ptr)
+/*  The slot ptr is, as slab * SLOTS_PER_SLAB + index; -1 when no slab holds it. A pointer
+ *  inside a slab that is not a slot's start is a caller's bug: abort, as libsodium's canary
+ *  check does, rather than corrupt the free list. */
+static long s_slot_of(const void *ptr)
 {
     const unsigned char *p = ptr;
     for (size_t i = 0; i < s_nslabs; i++)
-        if (p >= s_slabs[i] && p < s_slabs[i] + SLAB_BYTES)
-            return 1;
-    return 0;
+        if (p >= s_slabs[i] && p < s_slabs[i] + SLAB_BYTES) {
+            size_t off = (size_t)(p - s_slabs[i]);
+            if (off % SECUREMEM_SLOT)
+                abort();
+            return (long)(i * SLOTS_PER_SLAB + off / SECUREMEM_SLOT);
+        }
+    return -1;
+}
+
+static void s_mark(long slot, int used)
+{
+    unsigned char *byte = &s_in_use[slot / SLOTS_PER_SLAB][(slot % SLOTS_PER_SLAB) / 8];
+    unsigned char bit = (unsigned char)(1u << (slot % 8));
+    if (!!(*byte & bit) == used)
+        abort(); /* handed out twice, or freed twice */
+    *byte = used ? (unsigned char)(*byte | bit) : (unsigned char)(*byte & ~bit);
 }
 
 void *sodium_allocarray(size_t count, size_t size)
@@ -88,6 +105,7 @@ void *sodium_allocarray(size_t count, size_t size)
             slot = s_free_list;
             memcpy(&s_free_list, slot, sizeof s_free_list);
             memset(slot, 0, sizeof s_free_list);
+            s_mark(s_slot_of(slot), 1);
             s_used++;
             s_given++;
         }
@@ -108,8 +126,10 @@ void sodium_free(void *ptr)
         return;
     securemem_use();
     pthread_mutex_lock(&s_lock);
-    int ours = s_ours(ptr);
+    long slot = s_slot_of(ptr);
+    int ours = slot >= 0;
     if (ours) {
+        s_mark(slot, 0);
         sodium_memzero(ptr, SECUREMEM_SLOT);
         memcpy(ptr, &s_free_list, sizeof s_free_list);
         s_free_list = ptr;

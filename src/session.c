@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <czmq.h>
 
@@ -84,6 +85,8 @@ struct session {
     int stopping;              /* kenneld is stopping: session_save evicts, no TTL runs */
     int live_at_stop;          /* restored: the last kenneld stopped with its kernel alive */
     int restore_pending;       /* the next hello gets the snapshot */
+    int restore_fd;            /* the snapshot's file, sent once the kernel is ready for it
+                                * (restore_ready); -1: none */
     int forking;               /* the state being saved is for a fork (session_fork_save):
                                 * the kernel stays, its state goes to ops->forked */
     char *forked_from;         /* a fork's source's name: what the notice of lost names says */
@@ -115,6 +118,13 @@ static void s_jmsg_free(void **item)
 
 static void s_outbox_send(void *arg, jmsg_t **msg_p);
 
+static void s_restore_fd_close(session_t *self)
+{
+    if (self->restore_fd >= 0)
+        close(self->restore_fd);
+    self->restore_fd = -1;
+}
+
 session_t *session_new(const char *id, const char *name, const session_limits_t *limits,
                        const session_ops_t *ops, void *ops_ctx)
 {
@@ -139,6 +149,7 @@ session_t *session_new(const char *id, const char *name, const session_limits_t 
     self->ops = ops;
     self->ctx = ops_ctx;
     self->state = SESSION_DEAD;
+    self->restore_fd = -1;
     util_iso_now(self->created);
     self->active_ms = self->used_ms = util_now_ms();
     return self;
@@ -149,6 +160,7 @@ void session_destroy(session_t **self_p)
     if (!self_p || !*self_p)
         return;
     session_t *self = *self_p;
+    s_restore_fd_close(self);
     zlistx_destroy(&self->queue);
     zlistx_destroy(&self->info_waiting);
     outbox_destroy(&self->outbox);
@@ -1349,11 +1361,28 @@ static int s_on_hello(session_t *self, const kpipe_frame_t *f, const char **why)
     self->had_hello = 1;
     self->state = SESSION_IDLE;
     if (self->restore_pending) {
-        /* The snapshot goes first; the queue waits for `restored`. */
+        /* The snapshot goes first; the queue waits for `restored`. Its file, if it has one,
+         * goes as a descriptor the kernel maps (s_on_restore_ready): no copy of it in
+         * kenneld, and the kernel reads pages already in the page cache. */
         void *snap = NULL;
         size_t len = 0;
-        static const char op[] = "{\"op\":\"restore\"}";
-        if (self->ops->snapshot_load(self->ctx, &snap, &len) == 0) {
+        /* Padded so that the snapshot starts 64 bytes into the frame's body (part count,
+         * this part's length, the op, the snapshot's length): its arrays are views of the
+         * buffer the kernel reads the frame into, aligned only if the snapshot is. */
+        static const char op[] = "{\"op\":\"restore\"}                                    ";
+        _Static_assert(4 + 4 + sizeof op - 1 + 4 == 64, "the snapshot 64 bytes into the body");
+        static const char op_fd[] = "{\"op\":\"restore\",\"fd\":true}";
+        int fd = self->ops->snapshot_fd ? self->ops->snapshot_fd(self->ctx) : -1;
+        if (fd >= 0) {
+            kpipe_iov_t parts[1] = {{op_fd, sizeof op_fd - 1}};
+            if (self->ops->to_kernel(self->ctx, parts, 1) == 0) {
+                self->restore_fd = fd;
+                self->state = SESSION_RESTORING;
+                s_state_deadline(self);
+            } else {
+                close(fd);
+            }
+        } else if (self->ops->snapshot_load(self->ctx, &snap, &len) == 0) {
             kpipe_iov_t parts[2] = {{op, sizeof op - 1}, {snap, len}};
             if (self->ops->to_kernel(self->ctx, parts, 2) == 0) {
                 self->state = SESSION_RESTORING;
@@ -1367,7 +1396,9 @@ static int s_on_hello(session_t *self, const kpipe_frame_t *f, const char **why)
         self->restore_pending = 0;
     }
     LOG_I("session=%s: kernel ready%s", self->id,
-          self->state == SESSION_RESTORING ? ", restoring its state" : "");
+          self->state != SESSION_RESTORING ? ""
+          : self->restore_fd >= 0          ? ", restoring its state (its file, mapped)"
+                                           : ", restoring its state");
     jmsg_t *req;
     size_t i = 0;
     while ((req = zlistx_detach(self->info_waiting, NULL))) {
@@ -1488,6 +1519,21 @@ static void s_note_lost(session_t *self, const json_t *failed)
     s_set_notice(self, line);
 }
 
+/*  The kernel has read the restore frame and waits for the snapshot's descriptor (nothing
+ *  else is in flight to it: the queue waits for `restored`). */
+static int s_on_restore_ready(session_t *self, const char **why)
+{
+    if (self->state != SESSION_RESTORING || self->restore_fd < 0 || !self->ops->fd_to_kernel) {
+        *why = "unexpected restore_ready";
+        return -1;
+    }
+    int rc = self->ops->fd_to_kernel(self->ctx, self->restore_fd);
+    s_restore_fd_close(self);
+    if (rc < 0)
+        LOG_W("session=%s: cannot pass the snapshot to the kernel", self->id);
+    return 0; /* a kernel that got nothing answers restored with the failure, or its deadline */
+}
+
 static int s_on_restored(session_t *self, const json_t *op, const char **why)
 {
     const json_t *failed = json_object_get(op, "failed");
@@ -1497,6 +1543,7 @@ static int s_on_restored(session_t *self, const json_t *op, const char **why)
     }
     if (self->deadline_phase == 3)
         return 0; /* too late: the kernel is being killed, and its exit says so */
+    s_restore_fd_close(self); /* a kernel that could not ask for it */
     s_cell_end(self);
     s_note_lost(self, json_is_array(failed) ? failed : NULL);
     json_decref(self->unsaved);
@@ -1640,6 +1687,8 @@ int session_on_kernel(session_t *self, kpipe_frame_t *frame, const char **why)
         rc = s_on_saved(self, frame, op, why);
     } else if (strcmp(name, "restored") == 0) {
         rc = s_on_restored(self, op, why);
+    } else if (strcmp(name, "restore_ready") == 0) {
+        rc = s_on_restore_ready(self, why);
     } else if (strcmp(name, "reply") == 0) {
         rc = s_on_reply(self, frame, op, why);
     } else if (strcmp(name, "done") == 0) {
@@ -1751,6 +1800,7 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
         self->ops->snapshot_drop(self->ctx);
         self->restore_pending = 0;
     }
+    s_restore_fd_close(self);
     int expected = self->restart_pending;
     self->restart_pending = 0;
     self->awaiting_input = 0;

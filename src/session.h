@@ -76,6 +76,13 @@ typedef struct {
      * be had (the save failed, the kernel died, the session ended). NULL: no forks. */
     void (*forked)(void *ctx, const void *data, size_t len, const json_t *unsaved,
                    const char *why);
+    /* The snapshot as an open file (O_RDONLY; the session closes it), for a revival to pass
+     * to the kernel instead of its bytes; -1 when there is none to open (a fork's state in
+     * memory: snapshot_load then). NULL: never. */
+    int (*snapshot_fd)(void *ctx);
+    /* Pass fd to the kernel (SCM_RIGHTS, with one byte), which asked for it; the caller
+     * keeps and closes its own. 0 or -1. NULL: never. */
+    int (*fd_to_kernel)(void *ctx, int fd);
 } session_ops_t;
 
 /*  How a kernel ended, as far as kenneld can tell. */

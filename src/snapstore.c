@@ -3,6 +3,7 @@
 #include "snapstore.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,6 +195,23 @@ int snapstore_load(snapstore_t *self, const char *dir, void **data, size_t *len)
     s_snapshot_path(dir, path, sizeof path);
     *data = util_read_file(path, self->max_bytes, len);
     return *data ? 0 : -1;
+}
+
+int snapstore_open(snapstore_t *self, const char *dir)
+{
+    char path[PATH_MAX + 16];
+    s_snapshot_path(dir, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+        (unsigned long long)st.st_size > self->max_bytes) {
+        close(fd);
+        errno = EFBIG;
+        return -1;
+    }
+    return fd;
 }
 
 void snapstore_drop(snapstore_t *self, const char *id, const char *dir)

@@ -34,6 +34,11 @@ int snapstore_store(snapstore_t *self, const char *id, const char *dir, const vo
                     size_t len, unsigned long long cap_bytes, const char **why);
 /*  Read dir's snapshot: 0 and *data (the caller frees it), or -1 with errno. */
 int snapstore_load(snapstore_t *self, const char *dir, void **data, size_t *len);
+/*  Open dir's snapshot to read (close-on-exec; the caller closes it), if it is a regular file
+ *  of at most the store's max_bytes: the descriptor, or -1 with errno. A snapshot is always
+ *  replaced whole (a new file renamed over it), never rewritten in place, so a reader that
+ *  mapped it keeps what it mapped. */
+int snapstore_open(snapstore_t *self, const char *dir);
 /*  Delete session id's snapshot in dir; a store still on the worker answers no one. */
 void snapstore_drop(snapstore_t *self, const char *id, const char *dir);
 /*  1 while a job of session id's is on the worker: its directory must be removed there,

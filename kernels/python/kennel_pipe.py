@@ -16,6 +16,7 @@ import mmap
 import os
 import select
 import signal
+import socket
 import struct
 import threading
 
@@ -34,9 +35,12 @@ LARGE_FRAME_BYTES = 4 << 20
 
 
 def large_buffer(size):
-    """A zeroed, writable buffer of size bytes (an anonymous mmap, asking for transparent
-    huge pages: a hint, ignored where not taken)."""
-    m = mmap.mmap(-1, max(size, 1))
+    """A zeroed, writable buffer of size bytes (a private anonymous mmap, asking for
+    transparent huge pages: a hint, ignored where not taken). Private: a restored
+    snapshot's arrays are views of it for the session's life, and a process the kernel
+    forks must get its own copy of them, not share the parent's (Python's mmap is shared
+    unless told)."""
+    m = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE)
     try:
         m.madvise(mmap.MADV_HUGEPAGE)
     except (AttributeError, OSError):
@@ -464,6 +468,27 @@ class Pipe:
             if not data:
                 os._exit(0)  # EOF: kenneld is done with this kernel
             self._rbuf += data
+
+    def recv_fd(self):
+        """The descriptor kenneld passes next (SCM_RIGHTS, with one byte, outside the
+        framing), once this kernel asked for it: nothing else is on its way then. Its file
+        is the caller's to close. Raises OSError when none came."""
+        if self._rbuf or self._large is not None:
+            self.fatal("a descriptor asked for with frames still unread")
+        with self._gate.shielded():
+            self._check()
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, os.dup(self._fd))
+            try:
+                data, fds, _, _ = socket.recv_fds(sock, 1, 1, socket.MSG_CMSG_CLOEXEC)
+            finally:
+                sock.close()  # the duplicate only
+        if not data:
+            os._exit(0)  # EOF: kenneld is done with this kernel
+        if data != b"F" or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise OSError(f"kenneld sent {data!r} and {len(fds)} descriptors, not one file")
+        return fds[0]
 
     def _check(self):
         # User code can close the pipe's fd or put another file on its number (os.dup2(x,

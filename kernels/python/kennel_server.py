@@ -11,6 +11,7 @@ cell created, changed or deleted (kennel_files).
 """
 
 import asyncio
+import mmap
 import os
 import resource
 import sys
@@ -129,6 +130,9 @@ class Kernel:
             if op["op"] == "restore" and parts:
                 self._restore(parts[0])
                 continue
+            if op["op"] == "restore" and op.get("fd") is True:
+                self._restore_mapped()
+                continue
             channel = op.get("channel") if op["op"] == "request" else None
             if channel == "shell":
                 self._serve_shell(parts)
@@ -170,6 +174,26 @@ class Kernel:
         except (FrameError, MemoryError) as e:  # too large for a frame or for memory: keep it
             error = f"{type(e).__name__}: {e}"[:500]
         self._pipe.send({"op": "saved", "error": error})
+
+    def _restore_mapped(self):
+        """A revival whose snapshot kenneld passes as its file: mapped copy-on-write, so
+        that its large arrays are views of pages the page cache already holds (what it
+        costs to copy them into fresh memory is most of a revival on this VM kind). kenneld
+        replaces a snapshot by renaming a new file over it, so the mapping never changes
+        under the arrays; they keep it, and the file's blocks, while they live."""
+        self._pipe.send({"op": "restore_ready"})
+        try:
+            fd = self._pipe.recv_fd()
+            try:
+                data = memoryview(mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE,
+                                            prot=mmap.PROT_READ | mmap.PROT_WRITE))
+            finally:
+                os.close(fd)
+        except (OSError, ValueError) as e:
+            self._pipe.send({"op": "restored",
+                             "failed": [f"(the whole snapshot: {type(e).__name__})"]})
+            return
+        self._restore(data)
 
     def _restore(self, data):
         """A revived session: load the snapshot before any request, under kenneld's deadline

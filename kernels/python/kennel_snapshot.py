@@ -95,7 +95,7 @@ class _BoundedFile:
             return self._io.write(view)
         if self._map is None:
             try:
-                self._map = mmap.mmap(-1, max(self._max_bytes, 1))
+                self._map = mmap.mmap(-1, max(self._max_bytes, 1), flags=mmap.MAP_PRIVATE)
             except OSError as e:  # (RLIMIT_AS): short of memory, as a copy would be
                 if e.errno != errno.ENOMEM:
                     raise
@@ -281,7 +281,10 @@ class _RawBytes:
     __slots__ = ("view",)
 
     def __init__(self, array):
-        self.view = memoryview(array).cast("B")
+        # Through a uint8 view: the buffer protocol refuses datetime64 and timedelta64
+        # ("cannot include dtype 'M' in a buffer"), and every such array of 64 KiB and
+        # more (a DataFrame's date column) was lost at eviction. C-contiguous: no copy.
+        self.view = memoryview(array.reshape(-1).view("u1"))
 
 
 def _array_from(buf, dtype, shape, order, writeable=True):
@@ -522,6 +525,12 @@ def _is_short_of_resources(e):
         isinstance(e, OSError) and e.errno in _SHORT_ERRNOS
 
 
+def _address(view):
+    """Where a writable buffer's bytes start."""
+    import ctypes
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))
+
+
 class _Buffers:
     """The out-of-band buffers of a snapshot, for the unpickler's NEXT_BUFFER: views of the
     snapshot's bytes where they can be written to (its buffer from the pipe), else copies
@@ -531,9 +540,12 @@ class _Buffers:
 
     def __init__(self, data, where):
         view = memoryview(data).cast("B") if where else None
+        self._data = data
+        self._where = list(where)
         self._views = [view[o:o + n] for o, n in where]
         self._writable = view is not None and not view.readonly
         self._next = 0
+        self._base = _address(view) if self._writable else None
 
     def at(self, index):
         self._next = index
@@ -544,9 +556,36 @@ class _Buffers:
     def __next__(self):
         if self._next >= len(self._views):
             raise pickle.UnpicklingError("a snapshot's stream asks for more buffers than it has")
+        offset = self._where[self._next][0]
         view = self._views[self._next]
         self._next += 1
-        return view if self._writable else bytearray(view)
+        # A view only where its items are aligned (the buffer's start is a page, and kenneld
+        # puts the snapshot on a 64-byte boundary of it): numpy computes slowly on
+        # misaligned arrays and calls them unaligned. Else a copy (malloc aligns it).
+        if self._writable and (self._base + offset) % _BUFFER_ALIGN == 0:
+            return view
+        return bytearray(view)
+
+    def release_unused(self):
+        """Give back the buffer's pages no array is a view of (the stream's, the pickle's):
+        the arrays keep the whole buffer alive, which would hold all of a revived kernel's
+        snapshot for the session's life."""
+        buf = self._data.obj if isinstance(self._data, memoryview) else self._data
+        if not self._writable or not isinstance(buf, mmap.mmap):
+            return
+        page, kept, start = mmap.PAGESIZE, [], 0
+        for offset, n in sorted(self._where):
+            if (self._base + offset) % _BUFFER_ALIGN == 0:
+                kept.append((offset, offset + n))
+        for lo, hi in kept + [(len(buf), len(buf))]:
+            first = -(-start // page) * page  # whole pages strictly between the arrays
+            last = lo // page * page
+            if last > first:
+                try:
+                    buf.madvise(mmap.MADV_DONTNEED, first, last - first)
+                except (OSError, ValueError, AttributeError):
+                    return
+            start = max(start, hi)
 
 
 def _load_parts(data, parts, ns, buffers):
@@ -604,9 +643,10 @@ def restore(data, ns):
                "reprs": snapshot.get("reprs", {}), "unders": snapshot.get("unders", []),
                "comms": [tuple(c) for c in snapshot.get("comms", [])]}
     if "parts" in snapshot:
+        buffers = _Buffers(values, snapshot.get("buffers", ()))
         try:
-            values, lost = _load_parts(values, snapshot["parts"], ns,
-                                       _Buffers(values, snapshot.get("buffers", ())))
+            values, lost = _load_parts(values, snapshot["parts"], ns, buffers)
+            buffers.release_unused()
         except _STOPPED:  # the deadline: none of the values, as they may refer to each other
             return snapshot["execution_count"], sorted(failed + ["(all saved values)"]), history
         ns.update({name: v for (kind, name), v in values.items() if kind == "ns"})

@@ -300,6 +300,31 @@ def test_idle_eviction_saves_and_revives_the_namespace(kenneld, connect):
 
 
 @pytest.mark.parametrize("kenneld", [["--idle", "1"]], indirect=True)
+def test_large_arrays_come_back_mapped_from_the_snapshot_file_and_stay_the_kernels(
+        kenneld, connect):
+    """A revival passes the snapshot's file, which the kernel maps: large arrays (a
+    DataFrame's date column too) come back equal and writable, aligned, and private to
+    the kernel: a process it forks writes into its own copy."""
+    info = kenneld.create("mapped")
+    kc = connect(info["connection_file"])
+    run(kc, "import numpy as np, pandas as pd, os\n"
+            "arr = np.arange(2_000_000, dtype=np.float64)\n"
+            "df = pd.DataFrame({'t': pd.date_range('2026-01-01', periods=20_000, freq='s'),"
+            " 'v': np.arange(20_000)})", timeout=20)
+    wait_for(lambda: kenneld.ok("info_request", {"session": "mapped"})["session"]["state"]
+             == "evicted", timeout=20, what="eviction")
+    cell = run(kc, "pid = os.fork()\n"
+                   "if pid == 0:\n    arr[0] = -1.0\n    os._exit(0)\n"
+                   "os.waitpid(pid, 0)\n"
+                   "(float(arr[0]), float(arr.sum()), arr.flags.writeable, arr.flags.aligned,"
+                   " str(df.t.iloc[-1]), int(df.v.sum()))", timeout=30)
+    assert cell.result == ("(0.0, 1999999000000.0, True, True, '2026-01-01 05:33:19', "
+                           "199990000)"), (cell.result, cell.stream("stderr"))
+    assert "(its file, mapped)" in kenneld.log(None)
+    assert run(kc, "arr[1] = 5.0; float(arr[1])").result == "5.0"
+
+
+@pytest.mark.parametrize("kenneld", [["--idle", "1"]], indirect=True)
 def test_eviction_keeps_underscore_names_and_the_history(kenneld, connect):
     kc = connect(kenneld.create("history")["connection_file"])
     run(kc, "_cache = {'a': 1}")                                   # 1

@@ -1,6 +1,9 @@
 /*  securemem: libzmq's CURVE keys in kennel's slabs instead of libsodium's guarded heap. */
 #include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <sys/wait.h>
 
 #include <sodium.h>
 #include <zmq.h>
@@ -131,6 +134,34 @@ TEST(libzmq_keeps_a_curve_connections_keys_here)
     CHECK_EQ_INT(securemem_slots_used(), used); /* and every block came back */
 }
 
+/*  Freeing a slot twice, or a pointer inside one, stops the process (as libsodium's canary
+ *  does) rather than corrupt the free list; run in a child. */
+static int s_aborts(int how)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        unsigned char *p = sodium_allocarray(1, 32);
+        if (how == 0) {
+            sodium_free(p);
+            sodium_free(p);
+        } else {
+            sodium_free(p + 8);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+TEST(a_double_free_or_an_inner_pointer_aborts)
+{
+    if (RUNNING_ON_VALGRIND)
+        return; /* (valgrind reports the child's abort as an error of its own) */
+    CHECK(s_aborts(0));
+    CHECK(s_aborts(1));
+}
+
 int main(void)
 {
     securemem_use();
@@ -140,5 +171,6 @@ int main(void)
     RUN(many_blocks_take_more_slabs_and_are_reused);
     RUN(threads_share_the_slabs);
     RUN(libzmq_keeps_a_curve_connections_keys_here);
+    RUN(a_double_free_or_an_inner_pointer_aborts);
     return harness_done();
 }

@@ -2,10 +2,13 @@
  *  queueing one request at a time, busy/idle order, kernel_info before and after hello,
  *  stop_on_error aborts, kernel protocol violations, stdin, interrupt, shutdown, kernel death,
  *  a failed start, and the queue limit. */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../harness.h"
 #include "log.h"
@@ -50,6 +53,9 @@ typedef struct {
     int forks;              /* forked calls */
     char forked[64];        /* the last one's data, or "why: ..." */
     char forked_unsaved[64]; /* its unsaved names, comma-joined */
+    int fd_restores;        /* snapshot_fd opens a file (else -1: the bytes go) */
+    int snapshot_fd;        /* the last one opened, or -1 */
+    int fds_passed;         /* fd_to_kernel calls with that very descriptor */
 } rec_t;
 
 /*  A part as a client would read it: kenneld passes a kernel's iopub parts on as bytes. New
@@ -212,11 +218,25 @@ static void op_forked(void *ctx, const void *data, size_t len, const json_t *uns
                  json_string_value(n));
 }
 
+static int op_snapshot_fd(void *ctx)
+{
+    rec_t *r = ctx;
+    r->snapshot_fd = r->fd_restores && r->snapshot ? open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
+    return r->snapshot_fd;
+}
+
+static int op_fd_to_kernel(void *ctx, int fd)
+{
+    rec_t *r = ctx;
+    r->fds_passed += fd == r->snapshot_fd && fcntl(fd, F_GETFD) >= 0;
+    return 0;
+}
+
 static const session_ops_t s_ops = {op_send,          op_to_kernel,      op_kernel_start,
                                     op_kernel_signal, op_ended,          op_timer_arm,
                                     op_timer_cancel,  op_snapshot_store, op_snapshot_load,
                                     op_snapshot_drop, op_iopub_backlog,  op_cell_done,
-                                    op_forked};
+                                    op_forked,        op_snapshot_fd,    op_fd_to_kernel};
 
 static rec_t *s_rec_new(void)
 {
@@ -1317,6 +1337,59 @@ TEST(kernel_dies_while_restoring)
     s_rec_free(r);
 }
 
+/*  1 when fd is closed. */
+static int s_closed(int fd)
+{
+    return fd >= 0 && fcntl(fd, F_GETFD) < 0 && errno == EBADF;
+}
+
+TEST(a_revival_passes_the_snapshot_file_once_the_kernel_asks)
+{
+    rec_t *r = s_rec_new();
+    r->fd_restores = 1;
+    session_t *s = s_restoring(r);
+    int fd = r->snapshot_fd;
+    CHECK(fd >= 0);
+    CHECK(strstr(r->kframes[r->nk - 1], "{\"op\":\"restore\",\"fd\":true}") == r->kframes[r->nk - 1]);
+    CHECK_EQ_INT(r->fds_passed, 0); /* not before the kernel is ready for it */
+    const char *ready[] = {"{\"op\":\"restore_ready\"}"};
+    CHECK_EQ_INT(s_kernel(s, 1, ready), 0);
+    CHECK_EQ_INT(r->fds_passed, 1);
+    CHECK(s_closed(fd)); /* passed: the session's own copy is closed */
+    CHECK_EQ_INT(s_kernel(s, 1, ready), -1); /* a second ask is a protocol violation */
+    const char *restored[] = {"{\"op\":\"restored\",\"failed\":[]}"};
+    CHECK_EQ_INT(s_kernel(s, 1, restored), 0);
+    CHECK_EQ_INT(session_state(s), SESSION_BUSY); /* the cell that revived it runs */
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(a_snapshot_file_not_asked_for_is_closed_with_the_kernel_or_the_session)
+{
+    rec_t *r = s_rec_new();
+    r->fd_restores = 1;
+    session_t *s = s_restoring(r);
+    int fd = r->snapshot_fd;
+    session_on_kernel_exit(s, "was killed by signal 11 (SIGSEGV)", SESSION_EXIT_CRASH);
+    CHECK(s_closed(fd));
+    session_destroy(&s);
+    r->snapshot = NULL; /* (dropped with the state) */
+    s = s_restoring(r);
+    fd = r->snapshot_fd;
+    session_destroy(&s);
+    CHECK(fd < 0 || s_closed(fd));
+    s_rec_free(r);
+    /* Without a file (snapshot_fd -1, or a session that never asked), restore_ready is a
+     * violation, and the bytes go as before. */
+    r = s_rec_new();
+    s = s_restoring(r);
+    CHECK(strncmp(r->kframes[r->nk - 1], "{\"op\":\"restore\"}", 16) == 0);
+    const char *ready[] = {"{\"op\":\"restore_ready\"}"};
+    CHECK_EQ_INT(s_kernel(s, 1, ready), -1);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 TEST(restore_past_its_deadline_then_killed)
 {
     rec_t *r = s_rec_new();
@@ -1943,6 +2016,8 @@ int main(void)
     RUN(kernel_dies_while_restoring);
     RUN(evicted_session_expires_after_ttl);
     RUN(request_too_large_for_a_frame);
+    RUN(a_revival_passes_the_snapshot_file_once_the_kernel_asks);
+    RUN(a_snapshot_file_not_asked_for_is_closed_with_the_kernel_or_the_session);
     RUN(restore_past_its_deadline_then_killed);
     RUN(kernel_info_past_the_waiting_bound_keeps_the_latest);
     RUN(kenneld_replies_carry_the_cells_execution_count);
