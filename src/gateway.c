@@ -428,8 +428,11 @@ static int s_mgr_connect(void)
     return rc;
 }
 
-/*  Send a manager request for conn (may be NULL) of kind; content stolen. 0 or -1. */
-static int s_mgr_call(conn_t *c, mp_kind_t kind, const char *msg_type, json_t *content)
+/*  Send a manager request for conn (may be NULL) of kind, for the Jupyter session jsess (or
+ *  NULL); content stolen. 0 or -1. The reply may be handled before this returns (what came
+ *  is drained at once): everything its handler needs is in the pending entry by then. */
+static int s_mgr_call_for(conn_t *c, mp_kind_t kind, const char *msg_type, json_t *content,
+                          const char *jsess)
 {
     jmsg_t *m = jmsg_new(msg_type, g.mgr_session);
     if (!m || !g.mgr) {
@@ -450,6 +453,8 @@ static int s_mgr_call(conn_t *c, mp_kind_t kind, const char *msg_type, json_t *c
     jmsg_destroy(&m);
     p->kind = kind;
     p->conn = c;
+    if (jsess)
+        snprintf(p->jsess, sizeof p->jsess, "%s", jsess);
     p->deadline_ms = util_now_ms() + MGR_TIMEOUT_MS;
     if (c) {
         c->pending = p;
@@ -460,6 +465,11 @@ static int s_mgr_call(conn_t *c, mp_kind_t kind, const char *msg_type, json_t *c
     zhashx_insert(g.mpend, p->msg_id, p);
     s_drain_mgr();
     return 0;
+}
+
+static int s_mgr_call(conn_t *c, mp_kind_t kind, const char *msg_type, json_t *content)
+{
+    return s_mgr_call_for(c, kind, msg_type, content, NULL);
 }
 
 static int s_mgr_call_session(conn_t *c, mp_kind_t kind, const char *msg_type, const char *id)
@@ -858,12 +868,12 @@ static int s_sbody_error(conn_t *c, sbody_t *b, int is_post)
 static void s_jsess_call(conn_t *c, mp_kind_t kind, const char *jsess_id, const char *kernel,
                          const char *name)
 {
-    int rc = kernel ? s_mgr_call_session(c, kind, "info_request", kernel)
-                    : s_mgr_call(c, kind, "create_request", json_pack("{s:s}", "name", name));
+    int rc = kernel ? s_mgr_call_for(c, kind, "info_request",
+                                     json_pack("{s:s}", "session", kernel), jsess_id)
+                    : s_mgr_call_for(c, kind, "create_request",
+                                     json_pack("{s:s}", "name", name), jsess_id);
     if (rc < 0)
         s_respond_error(c, 503, "kenneld is not reachable");
-    else if (c->pending && jsess_id)
-        snprintf(c->pending->jsess, sizeof c->pending->jsess, "%s", jsess_id);
 }
 
 /*  POST /api/sessions: the path's session if the tenant has one whose kernel is there, else
