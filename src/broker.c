@@ -1474,10 +1474,15 @@ static void s_op_forked(void *ctx, const void *data, size_t len, const json_t *u
                  "cannot save the state of %.128s: %.100s", session_name(s->core), why);
         LOG_W("session=%s: fork not made: %s", s->id, why);
     } else {
-        /* Into a memfd, which the fork's kernel maps (as a revival maps its file): page-cache
-         * pages written by the kernel, where a malloc'd copy and then the pipe's frame were
-         * two more copies into fresh memory, each ~0.25 s per 50 MB on this VM kind. */
-        int fd = memfd_create("kennel-fork", MFD_CLOEXEC);
+        /* Into a file without a name beside the source's (O_TMPFILE), which the fork's
+         * kernel maps as a revival maps its snapshot: page-cache pages written by the kernel,
+         * where a malloc'd copy and then the pipe's frame were two more copies into fresh
+         * memory, each ~0.25 s per 50 MB on this VM kind. Not a memfd: its pages would be
+         * pinned, charged to kenneld and to no session's memory limit, for the fork's life;
+         * a file's can be written back and reclaimed. Its blocks go with the last mapping. */
+        int fd = open(s->dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR))
+            fd = memfd_create("kennel-fork", MFD_CLOEXEC); /* a file system without it */
         if (fd < 0 || util_write_all(fd, data, len) < 0) {
             int e = errno;
             if (fd >= 0)
