@@ -375,7 +375,10 @@ def start_sleeping_cell(kernel, code, announce=True):
 
 def test_sigusr2_ends_cell_past_deadline(kernel):
     kernel.execute("kept = 41")
-    msg_id = start_sleeping_cell(kernel, "time.sleep(10)")
+    # One statement: IPython compiles and runs a cell's statements one by one, and a signal
+    # sent once 'sleeping' came could land while it compiled the next (a loaded CI run).
+    msg_id = start_sleeping_cell(kernel, "(print('sleeping', flush=True), time.sleep(10))",
+                                 announce=False)
     started = time.monotonic()
     kernel.proc.send_signal(signal.SIGUSR2)
     _, reply, iopub = kernel.collect(msg_id)
