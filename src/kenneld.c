@@ -343,10 +343,15 @@ int main(int argc, char **argv)
     /* Every session's sockets are guarded: the gate admits at most --max-clients connections
      * on each. */
     gate_t *gate = loop ? gate_new(loop) : NULL;
+    /* What a failure from here on ends, in one place (fail:): each is NULL until made. */
+    broker_t *broker = NULL;
+    manager_t *manager = NULL, *tmanager = NULL;
+    cluster_t *cluster = NULL;
+    int tenants_written = 0; /* tenants.json is ours to remove */
+    int status = 1;
     if (loop && !gate) {
         PLOG_E("cannot serve ZAP (the gate)");
-        loop_destroy(&loop);
-        return 1;
+        goto fail;
     }
     broker_cfg_t bcfg = {
         .state_dir = state_dir,
@@ -405,41 +410,29 @@ int main(int argc, char **argv)
     };
     wire_limits_default(&bcfg.wire_limits);
     bcfg.wire_limits.max_msg_bytes = cfg.max_message_bytes;
-    broker_t *broker = loop ? broker_new(loop, &bcfg) : NULL;
+    broker = loop ? broker_new(loop, &bcfg) : NULL;
     char key[40];
     util_uuid(key);
     /* Under --curve the manager's key pair goes into kenneld.json (0600, in the 0700 state
      * directory), beside the HMAC key: whoever may read one may read the other. A cluster's
      * nodes share theirs (--cluster-key), so `kennel --cluster` reaches every manager. */
     char curve_pub[41] = "", curve_sec[41] = "";
-    if (cfg.cluster[0] && cluster_keys(cfg.cluster_key, key, curve_pub, curve_sec) < 0) {
-        broker_destroy(&broker);
-        gate_destroy(&gate);
-        loop_destroy(&loop);
-        return 1;
-    }
+    if (cfg.cluster[0] && cluster_keys(cfg.cluster_key, key, curve_pub, curve_sec) < 0)
+        goto fail;
     if (cfg.curve && !cfg.cluster[0] && zmq_curve_keypair(curve_pub, curve_sec) < 0) {
         PLOG_E("cannot make a CURVE key pair (libzmq without libsodium?)");
-        broker_destroy(&broker);
-        gate_destroy(&gate);
-        loop_destroy(&loop);
-        return 1;
+        goto fail;
     }
-    manager_t *manager = loop && broker ? manager_new(loop, broker, manager_ep, key, cfg.max_file,
-                                                      NULL, gate, cfg.curve ? curve_sec : NULL,
-                                                      tenants, 0)
-                                        : NULL;
+    manager = loop && broker ? manager_new(loop, broker, manager_ep, key, cfg.max_file, NULL,
+                                           gate, cfg.curve ? curve_sec : NULL, tenants, 0)
+                             : NULL;
     if (!manager) {
         PLOG_E("cannot serve the manager on %s", manager_ep);
-        broker_destroy(&broker);
-        gate_destroy(&gate);
-        loop_destroy(&loop);
-        return 1;
+        goto fail;
     }
     /* The tenant manager: a socket of its own, with an HMAC key of its own that every tenant
      * may read (tenants.json, 0644): there the gate's answer (the caller's uid or CURVE key)
      * is the credential, not the key. kenneld.json's key stays the operators' alone. */
-    manager_t *tmanager = NULL;
     char tkey[40] = "", tpub[41] = "", tsec[41] = "", tenant_ep[PATH_MAX + 32];
     if (tenants) {
         util_uuid(tkey);
@@ -466,36 +459,20 @@ int main(int argc, char **argv)
             PLOG_E("chmod 0666 %s", tenant_ep + 6);
             manager_destroy(&tmanager);
         }
-        if (!tmanager) {
-            manager_destroy(&manager);
-            broker_destroy(&broker);
-            gate_destroy(&gate);
-            loop_destroy(&loop);
-            return 1;
-        }
+        if (!tmanager)
+            goto fail;
     }
     if (loop_fd(loop, sfd, LOOP_IN, s_on_signal, broker) < 0) {
         PLOG_E("cannot watch the signalfd");
-        manager_destroy(&tmanager);
-        manager_destroy(&manager);
-        broker_destroy(&broker);
-        gate_destroy(&gate);
-        loop_destroy(&loop);
-        return 1;
+        goto fail;
     }
     broker_restore(broker);
-    cluster_t *cluster = NULL;
     if (cfg.cluster[0]) {
         cluster_cfg_t ccfg = {cfg.cluster, cfg.node, cfg.advertise, cfg.shared, state_dir,
                               cfg.max_sessions};
         cluster = cluster_new(loop, broker, &ccfg);
-        if (!cluster) {
-            manager_destroy(&manager);
-            broker_destroy(&broker);
-            gate_destroy(&gate);
-            loop_destroy(&loop);
-            return 1;
-        }
+        if (!cluster)
+            goto fail;
         manager_set_cluster(manager, cluster);
         cluster_serve(cluster, manager_endpoint(manager));
     }
@@ -517,13 +494,9 @@ int main(int argc, char **argv)
         json_decref(t);
         if (wrote < 0 || chmod(tenants_path, 0644) < 0) {
             PLOG_E("write %s", tenants_path);
-            manager_destroy(&tmanager);
-            manager_destroy(&manager);
-            broker_destroy(&broker);
-            gate_destroy(&gate);
-            loop_destroy(&loop);
-            return 1;
+            goto fail;
         }
+        tenants_written = 1;
         LOG_I("tenant manager %s", manager_endpoint(tmanager));
     }
     json_t *info = json_pack("{s:{s:s, s:s, s:s}, s:I, s:I, s:s, s:s}", "manager", "endpoint",
@@ -544,39 +517,34 @@ int main(int argc, char **argv)
         json_object_set_new(m, "curve_secretkey", json_string(curve_sec));
     }
     sodium_memzero(curve_sec, sizeof curve_sec);
-    if (statedir_write_json(info_path, info, STATEDIR_DURABLE) < 0) {
-        PLOG_E("write %s", info_path);
-        if (tmanager)
-            unlink(tenants_path);
-        manager_destroy(&tmanager);
-        json_decref(info);
-        cluster_destroy(&cluster);
-        manager_destroy(&manager);
-        broker_destroy(&broker);
-        gate_destroy(&gate);
-        loop_destroy(&loop);
-        return 1;
-    }
+    int wrote = statedir_write_json(info_path, info, STATEDIR_DURABLE);
     json_decref(info);
+    if (wrote < 0) {
+        PLOG_E("write %s", info_path);
+        goto fail;
+    }
     LOG_I("serving: state %s, manager %s, sessions on %s", state_dir, manager_endpoint(manager),
           cfg.transport);
 
     if (loop_run(loop) < 0)
         PLOG_E("the loop failed (epoll_wait)");
-
     unlink(info_path);
+    status = 0;
+fail: /* the managers and the sessions' sockets go before the gate that guards them */
     cluster_destroy(&cluster);
-    if (tmanager)
+    if (tenants_written)
         unlink(tenants_path);
     manager_destroy(&tmanager);
     manager_destroy(&manager);
     broker_destroy(&broker);
     gate_destroy(&gate);
     tenants_destroy(&tenants);
-    loop_fd_end(loop, sfd);
+    if (loop)
+        loop_fd_end(loop, sfd);
     loop_destroy(&loop);
     close(sfd);
     sodium_memzero(key, sizeof key);
-    LOG_I("stopped");
-    return 0;
+    if (status == 0)
+        LOG_I("stopped");
+    return status;
 }
