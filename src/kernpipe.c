@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "log.h"
+#include "util.h"
 
 #define READ_SLICE (256u << 10) /* bytes read from one kernel per wakeup */
 /* KERNPIPE_FRAMES_PER_TURN: each frame is a parse, a signature and a send, so a kernel that
@@ -335,25 +336,7 @@ int kernpipe_send_fd(kernpipe_t *self, int fd)
         errno = EBUSY;
         return -1;
     }
-    char byte = 'F';
-    struct iovec iov = {&byte, 1};
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } control;
-    memset(&control, 0, sizeof control);
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                         .msg_controllen = sizeof control.buf};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    ssize_t n;
-    do
-        n = sendmsg(self->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    return n == 1 ? 0 : -1;
+    return util_send_fds(self->fd, "F", 1, &fd, 1, MSG_DONTWAIT);
 }
 
 void kernpipe_drain(kernpipe_t *self)

@@ -332,6 +332,8 @@ static const char s_boot[] =
     "import kennel_zygote\n"
     "kennel_zygote.main(s,c,f)\n";
 
+_Static_assert(SPAWNER_MAX_FDS <= UTIL_MAX_SEND_FDS, "util_send_fds takes them all");
+
 /*  Send one datagram with fds (ending in -1) attached. 0, or -1 with errno. */
 static int s_send_fds(int sock, const char *text, const int fds[])
 {
@@ -342,27 +344,7 @@ static int s_send_fds(int sock, const char *text, const int fds[])
         errno = E2BIG;
         return -1;
     }
-    union {
-        char buf[CMSG_SPACE(sizeof(int) * SPAWNER_MAX_FDS)];
-        struct cmsghdr align;
-    } ctl;
-    memset(&ctl, 0, sizeof ctl);
-    struct iovec iov = {(void *)text, strlen(text)};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (nfds) {
-        msg.msg_control = ctl.buf;
-        msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-        memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-    }
-    ssize_t n;
-    do
-        n = sendmsg(sock, &msg, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    return n == (ssize_t)iov.iov_len ? 0 : -1;
+    return util_send_fds(sock, text, strlen(text), fds, nfds, 0);
 }
 
 spawner_zygote_t *spawner_zygote_new(const spawner_zygote_cfg_t *cfg)

@@ -208,6 +208,36 @@ void util_hugepage_hint(void *p, size_t len)
         (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
 }
 
+int util_send_fds(int sock, const void *data, size_t len, const int fds[], size_t nfds,
+                  int flags)
+{
+    if (nfds > UTIL_MAX_SEND_FDS) {
+        errno = E2BIG;
+        return -1;
+    }
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * UTIL_MAX_SEND_FDS)];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {(void *)data, len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (nfds) {
+        msg.msg_control = ctl.buf;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+    }
+    ssize_t n;
+    do
+        n = sendmsg(sock, &msg, flags | MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)len ? 0 : -1;
+}
+
 void util_socket_buffers(int fd, int bytes)
 {
     (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);

@@ -24,6 +24,13 @@ long long util_now_ms(void);
  *  costs a page fault each, which on this kind of VM made copying 50 MB take ~0.5 s. A hint:
  *  ignored where it cannot be taken. */
 void util_hugepage_hint(void *p, size_t len);
+/*  Send len bytes (at least one) with nfds descriptors attached (SCM_RIGHTS; at most
+ *  UTIL_MAX_SEND_FDS) in one sendmsg, with flags (MSG_NOSIGNAL added), retried on EINTR.
+ *  0 once all len bytes went; -1 with errno otherwise (E2BIG: too many fds; a short send
+ *  leaves errno as it was). */
+#define UTIL_MAX_SEND_FDS 8
+int util_send_fds(int sock, const void *data, size_t len, const int fds[], size_t nfds,
+                  int flags);
 /*  Let a socket hold bytes in flight each way (SO_SNDBUF, SO_RCVBUF; capped by the
  *  system's wmem_max and rmem_max). A hint: failures are ignored. */
 void util_socket_buffers(int fd, int bytes);
