@@ -1283,12 +1283,16 @@ def _kernel_python(kernel_pid):
     return kids[0] if kids else kernel_pid
 
 
+def _tool_ms(argv):
+    """Run one of the bench's C tools, which prints a time in ms per line: those times."""
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True).stdout
+    return [float(x) for x in out.split()]
+
+
 def _cclient_trips(conn, warmup, n):
     """n warm round trips of the C client (bench/cclient.c): latencies in ms."""
-    out = subprocess.run([CCLIENT[0], _url(conn, "shell_port"), _url(conn, "iopub_port"),
-                          conn["key"], str(warmup), str(n)],
-                         capture_output=True, text=True, timeout=600, check=True).stdout
-    return [float(x) for x in out.split()]
+    return _tool_ms([CCLIENT[0], _url(conn, "shell_port"), _url(conn, "iopub_port"),
+                     conn["key"], str(warmup), str(n)])
 
 
 CCLIENT = [None]
@@ -2527,9 +2531,7 @@ class _Closer:
 
 def _chandshakes(tool, url, n, keys=None):
     """n handshakes of the C timer (bench/chandshake.c) against url: ms each."""
-    out = subprocess.run([tool, "connect", url, str(n), *(keys or [])], capture_output=True,
-                         text=True, timeout=600, check=True).stdout
-    return [float(x) for x in out.split()]
+    return _tool_ms([tool, "connect", url, str(n), *(keys or [])])
 
 
 def _bare_server(tool, secret, client_public=None):
