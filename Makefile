@@ -114,6 +114,7 @@ PYTEST     := $(PY) -m pytest -q -p no:cacheprovider --durations=12
 WORKERS    ?= 3
 EXEC_TESTS := tests/integration/test_lifecycle.py tests/integration/test_files.py
 check: all unit
+	@echo "== open files: soft $$(ulimit -Sn), hard $$(ulimit -Hn); cores: $$(nproc)"
 	@echo "== side by side: memcheck (build/memcheck.log); pytest on $(WORKERS) workers; pytest of the spawning files with KENNEL_SPAWNER=exec (build/check-exec.log)"
 	@$(MAKE) -s --no-print-directory memcheck > $(BUILD)/memcheck.log 2>&1 & mem=$$!; \
 	KENNEL_SPAWNER=exec $(PYTEST) -m "not quiet" $(EXEC_TESTS) > $(BUILD)/check-exec.log 2>&1 & exe=$$!; \

@@ -6,6 +6,18 @@ import sys
 import time
 
 
+# A test process holds many clients at once (a load test's hundreds of sockets; every
+# jupyter_client client's own ZeroMQ context until it is closed), and a worker runs a few
+# hundred tests: take the descriptors the hard limit allows, as kenneld itself does at start
+# (kenneld.c), rather than fail on a 1024 soft limit with "Too many open files".
+_soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if _soft != resource.RLIM_INFINITY and (_hard == resource.RLIM_INFINITY or _soft < _hard):
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (_hard, _hard))
+    except (ValueError, OSError):
+        pass  # an infinite hard limit Linux will not grant as a soft one: keep the soft one
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",

@@ -36,7 +36,7 @@ import time
 import pytest
 from kennel_shared import SharedKennelds
 
-from .itest_helpers import make_client
+from .itest_helpers import close_client, make_client
 from .kenneld_proc import new_kenneld, pid_alive, processes_in, session_processes
 
 TEST_TIMEOUT_S = 30
@@ -204,7 +204,7 @@ def connect():
 
     yield _connect
     for kc in clients:
-        kc.stop_channels()
+        close_client(kc)
 
 
 @pytest.fixture

@@ -169,6 +169,16 @@ def kennel_kernelspec(kenneld, tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
 
 
+def close_client(kc):
+    """Stops kc's channels and ends the ZeroMQ context it made for itself. jupyter_client ends
+    that context only when the client is garbage-collected, and a client sits in reference
+    cycles: a worker running hundreds of tests would hold each one's I/O thread and sockets
+    (about five descriptors) until a collection, and has run out of descriptors that way."""
+    kc.stop_channels()
+    if kc._created_context and not kc.context.closed:
+        kc.context.destroy(linger=0)
+
+
 def make_client(connection_file, ready=True):
     """A BlockingKernelClient on connection_file, its channels started; ready: wait_ready()."""
     kc = BlockingKernelClient()
@@ -178,7 +188,7 @@ def make_client(connection_file, ready=True):
         try:
             wait_ready(kc)
         except BaseException:
-            kc.stop_channels()
+            close_client(kc)
             raise
     return kc
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from .itest_helpers import run, wait_for
+from .itest_helpers import close_client, run, wait_for
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass"
 
@@ -111,7 +111,7 @@ def test_a_budget_outlives_a_kenneld_restart(kenneld, connect):
     info = kenneld.create("durable", limits={"budget_cells": 1, "budget_wall": 3600})
     kc = connect(info["connection_file"])
     run(kc, "import time\ntime.sleep(0.02)\nkept = 1")  # wall time to count in whole ms
-    kc.stop_channels()
+    close_client(kc)
     kenneld.stop()
     assert kenneld.proc.returncode == 0
     second = kenneld.successor()

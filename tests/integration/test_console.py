@@ -13,7 +13,7 @@ import pytest
 from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from .itest_helpers import collect_iopub, kennel_kernelspec, run, shell_reply, wait_for
+from .itest_helpers import close_client, collect_iopub, kennel_kernelspec, run, shell_reply, wait_for
 from .kenneld_proc import KENNEL, PYTHON, pid_alive
 
 CODE = "x = 6 * 7\nprint('printed', x + 1)\nx\n1 / 0\nx - 2\n"
@@ -100,7 +100,7 @@ def _launch(kenneld, tmp_path, env=None, **popen):
 
 
 def _stop(kc, launcher):
-    kc.stop_channels()
+    close_client(kc)
     launcher.terminate()  # it ends its session
     assert launcher.wait(10) == 0
 
@@ -191,7 +191,7 @@ def test_a_front_ends_interrupt_reaches_the_cell_not_the_session(kenneld, tmp_pa
         results = [m for m in collect_iopub(kc, after) if m["msg_type"] == "execute_result"]
         assert results[0]["content"]["data"]["text/plain"] == "42"
         assert len(kenneld.sessions()) == 1
-        kc.stop_channels()
+        close_client(kc)
     finally:
         km.shutdown_kernel(now=True)
     wait_for(lambda: kenneld.sessions() == [], timeout=10, what="the session ended")
@@ -232,7 +232,7 @@ def test_a_front_ends_restart_is_answered_restart_true_and_leaves_a_fresh_kernel
         assert run(kc, "6 * 7").result == "42"
         now = kenneld.sessions()
         assert len(now) == 1 and now[0]["id"] != first[0]["id"]  # the next launcher's
-        kc.stop_channels()
+        close_client(kc)
     finally:
         km.shutdown_kernel(now=True)
     wait_for(lambda: kenneld.sessions() == [], timeout=10, what="the session ended")
@@ -315,7 +315,7 @@ def test_a_launched_session_outlives_a_kenneld_restart_and_ends_with_its_launche
         wait_for(lambda: second.sessions() == [], timeout=10, what="the session ended")
         assert "its launcher is gone; ending it" in second.log(tail=None)
     finally:
-        kc.stop_channels()
+        close_client(kc)
         launcher.kill()
         launcher.wait(10)
         if second:

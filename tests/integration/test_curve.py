@@ -15,7 +15,7 @@ from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 from jupyter_client.session import Session
 
-from .itest_helpers import wait_ready
+from .itest_helpers import close_client, wait_ready
 from .kenneld_proc import KENNEL
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients"))
@@ -32,7 +32,7 @@ def _curve_client(path):
     try:
         wait_ready(kc)
     except BaseException:
-        kc.stop_channels()
+        close_client(kc)
         raise
     return kc
 
@@ -130,13 +130,13 @@ def test_a_curve_session_admits_only_its_key_pair(kenneld, tmp_path):
         try:
             wait_ready(open_kc)
         finally:
-            open_kc.stop_channels()
+            close_client(open_kc)
         assert kenneld.ok("info_request", {"session": "open"})["session"]["curve"] is False
     finally:
         for s in socks:
             s.close()
         ctx.term()
-        kc.stop_channels()
+        close_client(kc)
 
 
 def test_rekey_refuses_the_old_keys(kenneld):
@@ -164,11 +164,11 @@ def test_rekey_refuses_the_old_keys(kenneld):
         try:
             assert "still here" in _output(fresh, "print(kept)")
         finally:
-            fresh.stop_channels()
+            close_client(fresh)
         r = kenneld.cli("rekey", kenneld.create("plain")["id"])
         assert r.returncode != 0 and "CURVE" in r.stderr
     finally:
-        kc.stop_channels()
+        close_client(kc)
 
 
 @pytest.mark.parametrize("kenneld", [["--curve"]], indirect=True)
@@ -222,7 +222,7 @@ def test_kernelspec_launcher_applies_the_front_ends_keys(kenneld, tmp_path):
         try:
             assert "launched" in _output(kc, "print('launched')")
         finally:
-            kc.stop_channels()
+            close_client(kc)
     finally:
         launcher.terminate()
         assert launcher.wait(10) == 0
@@ -245,7 +245,7 @@ def test_a_curve_session_keeps_its_keys_across_a_restart(kenneld):
     try:
         _output(kc, "kept = 'across restarts'")
     finally:
-        kc.stop_channels()
+        close_client(kc)
     kenneld.stop()
     assert kenneld.proc.returncode == 0
     second = kenneld.successor()
@@ -258,6 +258,6 @@ def test_a_curve_session_keeps_its_keys_across_a_restart(kenneld):
         try:
             assert "across restarts" in _output(kc2, "print(kept)")
         finally:
-            kc2.stop_channels()
+            close_client(kc2)
     finally:
         second.stop()

@@ -15,7 +15,7 @@ import zmq
 
 from .kenneld_proc import KENNELD, descendants, pid_alive
 from large_result import MAKE_LARGE_RESULT, RESULT_BYTES, WRITE_LARGE_RESULT
-from .itest_helpers import (collect_iopub, control, control_reply, finish, run, send_control,
+from .itest_helpers import (close_client, collect_iopub, control, control_reply, finish, run, send_control,
                            shell_reply, shell_request, wait_for, wait_iopub)
 
 # ---- kernel_info -------------------------------------------------------------------------
@@ -818,7 +818,7 @@ def test_reattach_by_name(kenneld, connect):
     assert first["created"] is True
     kc1 = connect(first["session"]["connection_file"])
     run(kc1, "remembered = 'yes'")
-    kc1.stop_channels()
+    close_client(kc1)
     second = kenneld.ok("create_request", {"name": "x"})
     assert second["created"] is False
     assert second["session"]["id"] == first["session"]["id"]

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from .itest_helpers import (control, finish, run, shell_reply, shell_request,
+from .itest_helpers import (close_client, control, finish, run, shell_reply, shell_request,
                            skip_without_disk_caps, wait_for, wait_iopub, wait_ready)
 from .kenneld_proc import new_kenneld
 from large_result import MAKE_LARGE_RESULT, WRITE_LARGE_RESULT
@@ -425,7 +425,7 @@ def test_kenneld_restart_brings_sessions_back(kenneld, connect):
     info = kenneld.create("durable")
     kc = connect(info["connection_file"])
     run(kc, "kept = 'across restarts'")
-    kc.stop_channels()
+    close_client(kc)
     kenneld.stop()  # SIGTERM: every idle session saves its state
     assert kenneld.proc.returncode == 0
     assert os.path.exists(info["connection_file"])
@@ -451,7 +451,7 @@ def test_a_session_idle_past_its_ttl_survives_kenneld_stopping(kenneld, connect)
     info = kenneld.create("longidle", limits={"idle": 86400})
     kc = connect(info["connection_file"])
     run(kc, "kept = 'still here'")
-    kc.stop_channels()
+    close_client(kc)
     kenneld.stop()
     assert kenneld.proc.returncode == 0
     assert "ending it" not in kenneld.log(None)
@@ -480,7 +480,7 @@ def test_a_restart_keeps_each_sessions_history_and_ttl_clock(kenneld, connect):
     run(kc, "x = 6\ngen = (i for i in range(3))")
     before = kenneld.ok("info_request", {"session": "record"})["session"]
     assert before["restarts"] == 1 and before["cells"] == 1, before  # the crash counts not
-    kc.stop_channels()
+    close_client(kc)
     kenneld.stop()
     assert kenneld.proc.returncode == 0
     stopped = time.monotonic()
@@ -516,8 +516,8 @@ def test_sessions_in_use_when_kenneld_stops_count_the_stop_as_their_last_use(ken
     kept = connect(kenneld.create("kept", limits={"idle": 0})["connection_file"])
     run(kept, "v = 1")
     time.sleep(6)
-    busy.stop_channels()
-    kept.stop_channels()
+    close_client(busy)
+    close_client(kept)
     second = _restart(kenneld, ["--ttl", "5"])
     try:
         assert {x["name"]: x["state"] for x in second.sessions()} == \
@@ -695,7 +695,7 @@ def test_a_capped_workspace_survives_eviction_and_restart(kenneld, connect):
     wait_for(lambda: kenneld.ok("info_request", {"session": "disk"})["session"]["state"]
              == "evicted", timeout=10, what="eviction")
     assert run(kc, "open('kept.txt').read(), size", timeout=20).result.startswith("('on disk'")
-    kc.stop_channels()
+    close_client(kc)
     kenneld.stop()
     assert kenneld.proc.returncode == 0
     assert _loops_backed_by(kenneld.state_dir) == [], "kenneld left its loop devices attached"
@@ -735,7 +735,7 @@ def test_a_crashed_kenneld_leaks_no_loop_device_and_loses_no_file(connect):
         kc = connect(info["connection_file"])
         run(kc, "import os\nwith open('kept.txt', 'w') as f:\n    f.write('written')\n"
                 "    f.flush()\n    os.fsync(f.fileno())")
-        kc.stop_channels()
+        close_client(kc)
         assert len(_loops_backed_by(os.path.dirname(info["connection_file"]))) == 1
         first.proc.kill()
         first.proc.wait(5)
@@ -788,7 +788,7 @@ def test_a_session_whose_files_were_cut_short_keeps_its_workspace(connect):
         skip_without_disk_caps(first)
         kc = connect(info["connection_file"])
         run(kc, "open('precious.txt', 'w').write('keep me')")
-        kc.stop_channels()
+        close_client(kc)
         bare = first.create("bare", limits={"disk": 0})
         # Without an image the user's files are in workspace/ itself: they count too.
         files = first.create("files", limits={"disk": 0})

@@ -6,7 +6,7 @@ jupyter_client and the kennel CLI against a real kenneld."""
 import subprocess
 import time
 
-from .itest_helpers import collect_iopub, control_reply, make_client, run, shell_reply
+from .itest_helpers import close_client, collect_iopub, control_reply, make_client, run, shell_reply
 from .kenneld_proc import KENNEL
 
 TICKS = ("import time\n"
@@ -28,7 +28,7 @@ def test_a_client_that_comes_back_mid_cell_gets_every_output_once_in_order(kenne
     first = connect(info["connection_file"])
     msg_id = first.execute(TICKS)
     time.sleep(1)  # a few ticks went to the first client only
-    first.stop_channels()  # it goes away mid-cell
+    close_client(first)  # it goes away mid-cell
     again = make_client(info["connection_file"])  # and comes back, subscribed from now on
     try:
         reply = _replay(again, msg_id)
@@ -57,7 +57,7 @@ def test_a_client_that_comes_back_mid_cell_gets_every_output_once_in_order(kenne
             [m["header"]["msg_id"] for m in outputs]
         assert _replay(again, "no-such-cell")["content"]["ename"] == "NoSuchCell"
     finally:
-        again.stop_channels()
+        close_client(again)
 
 
 def test_a_replay_is_answered_while_the_kernel_is_busy(kenneld, connect):
