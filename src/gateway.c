@@ -157,6 +157,7 @@ struct conn {
     unsigned char *resp; /* LWS_PRE + resp_len */
     size_t resp_len;
     const char *ctype;
+    char location[80]; /* a 201's Location: the new resource's path */
     int responded;
     /* WebSocket */
     gwproto_ws_mode_t mode;
@@ -384,6 +385,16 @@ static void s_respond_json(conn_t *c, int status, json_t *j /* stolen */)
     free(s);
 }
 
+/*  201 Created with the new resource's model, and a Location header naming it under
+ *  COLLECTION (/api/kernels, /api/sessions), as Jupyter Server answers a POST. */
+static void s_respond_created(conn_t *c, const char *collection, json_t *model /* stolen */)
+{
+    const char *id = json_string_value(json_object_get(model, "id"));
+    if (id)
+        snprintf(c->location, sizeof c->location, "%s/%s", collection, id);
+    s_respond_json(c, 201, model);
+}
+
 static void s_respond_error(conn_t *c, int status, const char *message)
 {
     s_respond_json(c, status, json_pack("{s:s, s:s}", "message", message, "reason", message));
@@ -583,7 +594,7 @@ static void s_on_mgr_reply(mpend_t *p, jmsg_t *rep)
                 json_decref(b);
             }
         }
-        s_respond_json(c, 201, s_model(info));
+        s_respond_created(c, "/api/kernels", s_model(info));
         break;
     case MP_GET:
         if (!owned)
@@ -1020,7 +1031,7 @@ static void s_on_jsess_reply(mpend_t *p, conn_t *c, int owned, const json_t *inf
     switch (p->kind) {
     case MP_SPOST_HAVE:
         if (owned) {
-            s_respond_json(c, 201, s_jsess_model_of(s, info));
+            s_respond_created(c, "/api/sessions", s_jsess_model_of(s, info));
         } else { /* its kernel ended: the path gets a new session */
             s_jsess_drop(s);
             s_jsess_post(c);
@@ -1036,7 +1047,7 @@ static void s_on_jsess_reply(mpend_t *p, conn_t *c, int owned, const json_t *inf
         } else if (!(s = s_jsess_by_path(c->tenant, b.path) ?: s_jsess_new(c, &b, kid))) {
             s_respond_error(c, 500, "out of memory");
         } else {
-            s_respond_json(c, 201, s_jsess_model_of(s, info));
+            s_respond_created(c, "/api/sessions", s_jsess_model_of(s, info));
         }
         break;
     case MP_SGET:
@@ -1930,6 +1941,11 @@ static int s_write_response(struct lws *wsi, conn_t *c)
         lws_add_http_header_by_name(wsi, (const unsigned char *)"WWW-Authenticate:",
                                     (const unsigned char *)"token", 5, &p, end))
         return -1;
+    if (c->status == 201 && c->location[0] &&
+        lws_add_http_header_by_name(wsi, (const unsigned char *)"Location:",
+                                    (const unsigned char *)c->location, (int)strlen(c->location),
+                                    &p, end))
+        return -1;
     if (opt.cors) {
         static const char *const h[][2] = {
             {"Access-Control-Allow-Origin:", NULL},
@@ -1994,6 +2010,7 @@ static int s_callback(struct lws *wsi, enum lws_callback_reasons reason, void *u
         if (!c && !(c = s_conn_new(wsi)))
             return -1;
         c->responded = 0;
+        c->location[0] = '\0';
         free(c->body);
         c->body = NULL;
         c->body_len = 0;

@@ -93,7 +93,8 @@ class Gateway:
         return self.raw_request(method, path, data, token, headers, context)
 
     def raw_request(self, method, path, data, token=TOKEN_A, headers=None, context=None):
-        """request() with the body's bytes as they are (None: no body)."""
+        """request() with the body's bytes as they are (None: no body). The response's
+        headers are left in self.last_headers."""
         req = urllib.request.Request(self.url(path), data=data, method=method)
         if token:
             req.add_header("Authorization", f"token {token}")
@@ -101,9 +102,10 @@ class Gateway:
             req.add_header(k, v)
         try:
             with urllib.request.urlopen(req, timeout=REPLY_TIMEOUT_S, context=context) as r:
-                status, raw, ctype = r.status, r.read(), r.headers.get("content-type", "")
+                status, raw, self.last_headers = r.status, r.read(), r.headers
         except urllib.error.HTTPError as e:
-            status, raw, ctype = e.code, e.read(), e.headers.get("content-type", "")
+            status, raw, self.last_headers = e.code, e.read(), e.headers
+        ctype = self.last_headers.get("content-type", "")
         if "json" in ctype and raw:
             return status, json.loads(raw)
         return status, raw.decode(errors="replace")

@@ -122,8 +122,11 @@ def test_rest_lifecycle_and_names(gw):
     assert gw.start_kernel("work")["id"] == k["id"]
     other = gw.start_kernel()
     assert other["id"] != k["id"]
+    # A POST that made a kernel names it, as Jupyter Server does; other answers do not.
+    assert gw.last_headers["Location"] == f"/api/kernels/{other['id']}"
     status, listed = gw.request("GET", "/api/kernels")
     assert status == 200 and {k["id"], other["id"]} <= {m["id"] for m in listed}
+    assert "Location" not in gw.last_headers
     status, got = gw.request("GET", f"/api/kernels/{k['id']}")
     assert status == 200 and got["id"] == k["id"]
     assert gw.request("POST", "/api/kernels", {"name": "R"})[0] == 404
@@ -484,6 +487,7 @@ def test_sessions_lifecycle(gw):
     _check_session_model(s)
     assert s["path"] == "work/Untitled 1.ipynb" and s["type"] == "notebook"
     assert s["kernel"]["name"] == "python3"
+    assert gw.last_headers["Location"] == f"/api/sessions/{s['id']}"
     # The same path is the same session and the same kernel.
     status, again = gw.request("POST", "/api/sessions", _session_body("work/Untitled 1.ipynb"))
     assert status == 201 and again["id"] == s["id"] and again["kernel"]["id"] == s["kernel"]["id"]
