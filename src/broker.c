@@ -568,13 +568,35 @@ static int s_op_snapshot_fd(void *ctx)
         s->seed_fd = -1;
         return fd;
     }
-    return snapstore_open(s->broker->snaps, s->dir);
+    return snapstore_open(s->dir);
 }
 
 static int s_op_fd_to_kernel(void *ctx, int fd)
 {
     sess_t *s = ctx;
     return kernpipe_send_fd(s->pipe, fd);
+}
+
+/*  A save's file, beside the snapshot it will replace (session.h). The kernel writes it with
+ *  its own identity and limits: its RLIMIT_FSIZE is the session's disk cap (launch, zygote),
+ *  so a kernel that writes more than it announced cannot fill kenneld's disk past that. */
+static int s_op_snapshot_file(void *ctx)
+{
+    sess_t *s = ctx;
+    return snapstore_file(s->dir);
+}
+
+static int s_op_snapshot_fits(void *ctx, size_t len, const char **why)
+{
+    sess_t *s = ctx;
+    return snapstore_fits(s->dir, len, s->limits.disk_bytes, why);
+}
+
+static int s_op_snapshot_store_fd(void *ctx, int fd, size_t len, const char **why)
+{
+    sess_t *s = ctx;
+    (void)len;
+    return snapstore_store_fd(s->broker->snaps, s->id, s->dir, fd, why);
 }
 
 static void s_op_snapshot_drop(void *ctx)
@@ -1460,40 +1482,46 @@ static json_t *s_fork_make(broker_t *b, sess_t *src, int seed_fd, const json_t *
 }
 
 /*  The source's kernel sent its state (or could not): make the fork. */
-static void s_op_forked(void *ctx, const void *data, size_t len, const json_t *unsaved,
+static void s_op_forked(void *ctx, const void *data, size_t len, int fd, const json_t *unsaved,
                         const char *why)
 {
     sess_t *s = ctx;
     broker_t *b = s->broker;
-    if (b->fork.state != FORK_SAVING || strcmp(b->fork.src, s->id) != 0)
+    if (b->fork.state != FORK_SAVING || strcmp(b->fork.src, s->id) != 0) {
+        if (fd >= 0)
+            close(fd);
         return;
+    }
     b->fork.state = FORK_DONE;
-    if (!data) {
+    if (fd >= 0) {
+        /* The kernel wrote its state into a file without a name beside the source's
+         * (snapstore_file), which the fork's first kernel maps. */
+        b->fork.info = s_fork_make(b, s, fd, unsaved);
+    } else if (!data) {
         b->fork.err.ename = "ForkFailed";
         snprintf(b->fork.err.evalue, sizeof b->fork.err.evalue,
                  "cannot save the state of %.128s: %.100s", session_name(s->core), why);
         LOG_W("session=%s: fork not made: %s", s->id, why);
     } else {
-        /* Into a file without a name beside the source's (O_TMPFILE), which the fork's
-         * kernel maps as a revival maps its snapshot: page-cache pages written by the kernel,
-         * where a malloc'd copy and then the pipe's frame were two more copies into fresh
-         * memory, each ~0.25 s per 50 MB on this VM kind. Not a memfd: its pages would be
-         * pinned, charged to kenneld and to no session's memory limit, for the fork's life;
-         * a file's can be written back and reclaimed. Its blocks go with the last mapping. */
-        int fd = open(s->dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-        if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR))
-            fd = memfd_create("kennel-fork", MFD_CLOEXEC); /* a file system without it */
-        if (fd < 0 || util_write_all(fd, data, len) < 0) {
+        /* Sent through the pipe (no O_TMPFILE where the kernel could have written it):
+         * into a file without a name beside the source's, which the fork's kernel maps as a
+         * revival maps its snapshot. Not a memfd: its pages would be pinned, charged to
+         * kenneld and to no session's memory limit, for the fork's life; a file's can be
+         * written back and reclaimed. Its blocks go with the last mapping. */
+        int file = snapstore_file(s->dir);
+        if (file < 0 && (errno == EOPNOTSUPP || errno == EISDIR))
+            file = memfd_create("kennel-fork", MFD_CLOEXEC); /* a file system without it */
+        if (file < 0 || util_write_all(file, data, len) < 0) {
             int e = errno;
-            if (fd >= 0)
-                close(fd);
+            if (file >= 0)
+                close(file);
             b->fork.err.ename = "ForkFailed";
             snprintf(b->fork.err.evalue, sizeof b->fork.err.evalue,
                      "cannot keep the state of %.128s: %.100s", session_name(s->core),
                      strerror(e));
             LOG_W("session=%s: fork not made: %s", s->id, strerror(e));
         } else {
-            b->fork.info = s_fork_make(b, s, fd, unsaved);
+            b->fork.info = s_fork_make(b, s, file, unsaved);
         }
     }
     s_settled(b);
@@ -1543,7 +1571,7 @@ json_t *broker_fork(broker_t *self, const char *src, const char *name, const res
          * replacement of the file, by a rename, leaves this one as it is), with the names its
          * eviction lost. */
         json_t *info = NULL;
-        int fd = snapstore_open(self->snaps, s->dir);
+        int fd = snapstore_open(s->dir);
         if (fd < 0) {
             err->ename = "ForkFailed";
             snprintf(err->evalue, sizeof err->evalue, "cannot read the snapshot of %s: %s", src,
@@ -2208,7 +2236,8 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
                                 s_op_kernel_signal,  s_op_ended,          s_op_timer_arm,
                                 s_op_timer_cancel,   s_op_snapshot_store, s_op_snapshot_load,
                                 s_op_snapshot_drop,  s_op_iopub_backlog,  s_op_cell_done,
-                                s_op_forked,         s_op_snapshot_fd,    s_op_fd_to_kernel};
+                                s_op_forked,         s_op_snapshot_fd,    s_op_fd_to_kernel,
+                                s_op_snapshot_file,  s_op_snapshot_fits,  s_op_snapshot_store_fd};
     return self;
 }
 

@@ -336,6 +336,8 @@ int kernpipe_send_fd(kernpipe_t *self, int fd)
         errno = EBUSY;
         return -1;
     }
+    if (fd < 0) /* a refusal: the byte alone */
+        return util_send_fds(self->fd, "N", 1, NULL, 0, MSG_DONTWAIT);
     return util_send_fds(self->fd, "F", 1, &fd, 1, MSG_DONTWAIT);
 }
 

@@ -49,7 +49,8 @@ int kernpipe_is_open(const kernpipe_t *self);
 int kernpipe_send(kernpipe_t *self, const kpipe_iov_t *parts, size_t n);
 /*  Pass fd to the kernel (SCM_RIGHTS) with one byte, which the kernel reads with recvmsg
  *  outside its framing: only when it asked for it and nothing else is on its way to it (the
- *  out buffer empty; else -1 with EBUSY). The caller keeps its fd. 0, or -1 with errno. */
+ *  out buffer empty; else -1 with EBUSY). The caller keeps its fd; fd -1 sends the byte
+ *  alone (a refusal). 0, or -1 with errno. */
 int kernpipe_send_fd(kernpipe_t *self, int fd);
 /*  The kernel is gone: dispatch every frame it wrote before it went, paused or not. */
 void kernpipe_drain(kernpipe_t *self);

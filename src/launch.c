@@ -117,6 +117,7 @@ void launch_cold(const launch_t *self, const char *workspace, const char *dir, s
         ARG("--uid"), ARG(FMT("%u", (unsigned)uid)), ARG("--gid"), ARG(FMT("%u", (unsigned)gid));
         ARG("--tmp"), ARG(FMT("%llu", limits->tmp_bytes));
         ARG("--as"), ARG(FMT("%llu", limits->cg.memory_bytes));
+        ARG("--fsize"), ARG(FMT("%llu", limits->disk_bytes)); /* 0: none */
         ARG("--nproc"), ARG(FMT("%lu", limits->cg.pids));
         ARG("--nofile"), ARG(FMT("%lu", limits->nofile));
         for (size_t i = 0; i < cfg->nbinds && i < SANDBOX_MAX_BINDS; i++)

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <czmq.h>
 
 #include "journal.h"
@@ -85,6 +87,10 @@ struct session {
     int stopping;              /* kenneld is stopping: session_save evicts, no TTL runs */
     int live_at_stop;          /* restored: the last kenneld stopped with its kernel alive */
     int restore_pending;       /* the next hello gets the snapshot */
+    int save_fd;               /* the file a save goes to (ops->snapshot_file), passed once the
+                                * kernel says its size (save_ready); -1: the pipe carries it */
+    size_t save_len;           /* what save_ready announced; 0 before */
+    char save_refused[200];    /* why the file was refused at save_ready, for the log */
     int restore_fd;            /* the snapshot's file, sent once the kernel is ready for it
                                 * (restore_ready); -1: none */
     int forking;               /* the state being saved is for a fork (session_fork_save):
@@ -125,6 +131,14 @@ static void s_restore_fd_close(session_t *self)
     self->restore_fd = -1;
 }
 
+static void s_save_fd_close(session_t *self)
+{
+    if (self->save_fd >= 0)
+        close(self->save_fd);
+    self->save_fd = -1;
+    self->save_len = 0;
+}
+
 session_t *session_new(const char *id, const char *name, const session_limits_t *limits,
                        const session_ops_t *ops, void *ops_ctx)
 {
@@ -150,6 +164,7 @@ session_t *session_new(const char *id, const char *name, const session_limits_t 
     self->ctx = ops_ctx;
     self->state = SESSION_DEAD;
     self->restore_fd = -1;
+    self->save_fd = -1;
     util_iso_now(self->created);
     self->active_ms = self->used_ms = util_now_ms();
     return self;
@@ -161,6 +176,7 @@ void session_destroy(session_t **self_p)
         return;
     session_t *self = *self_p;
     s_restore_fd_close(self);
+    s_save_fd_close(self);
     zlistx_destroy(&self->queue);
     zlistx_destroy(&self->info_waiting);
     outbox_destroy(&self->outbox);
@@ -805,15 +821,33 @@ static void s_state_deadline(session_t *self)
     self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->cell_timeout_ms);
 }
 
+/*  Ask the kernel for its state, into a file of its own where there is one
+ *  (s_on_save_ready): the kernel writes its arrays from where they are into the page cache,
+ *  where the pipe took two copies into fresh memory (kenneld's frame, then the worker's or
+ *  the fork's file) and bounded a snapshot to one frame. 0, or -1 (the kernel is going). */
+static int s_ask_save(session_t *self)
+{
+    static const char op[] = "{\"op\":\"save\"}", op_file[] = "{\"op\":\"save\",\"fd\":true}";
+    s_save_fd_close(self);
+    self->save_refused[0] = '\0';
+    if (self->ops->snapshot_file && self->ops->fd_to_kernel)
+        self->save_fd = self->ops->snapshot_file(self->ctx);
+    kpipe_iov_t part = self->save_fd >= 0 ? (kpipe_iov_t){op_file, sizeof op_file - 1}
+                                          : (kpipe_iov_t){op, sizeof op - 1};
+    if (self->ops->to_kernel(self->ctx, &part, 1) < 0) {
+        s_save_fd_close(self);
+        return -1;
+    }
+    return 0;
+}
+
 /*  Idle eviction, step 1: ask the kernel for its state. Busy or starting kernels are left
  *  alone; the end of their work restarts the idle clock. */
 static void s_evict(session_t *self)
 {
     if (self->state != SESSION_IDLE || zlistx_size(self->queue) > 0)
         return;
-    static const char op[] = "{\"op\":\"save\"}";
-    kpipe_iov_t part = {op, sizeof op - 1};
-    if (self->ops->to_kernel(self->ctx, &part, 1) == 0) {
+    if (s_ask_save(self) == 0) {
         LOG_I("session=%s: idle for %lld ms: saving its state", self->id, self->limits.idle_timeout_ms);
         self->state = SESSION_SAVING;
         s_state_deadline(self);
@@ -826,9 +860,7 @@ int session_fork_save(session_t *self)
         errno = EBUSY;
         return -1;
     }
-    static const char op[] = "{\"op\":\"save\"}";
-    kpipe_iov_t part = {op, sizeof op - 1};
-    if (self->ops->to_kernel(self->ctx, &part, 1) < 0) {
+    if (s_ask_save(self) < 0) {
         errno = EBUSY; /* the kernel is going; its exit comes */
         return -1;
     }
@@ -847,7 +879,7 @@ static void s_fork_failed(session_t *self, const char *why)
     if (!self->forking)
         return;
     self->forking = 0;
-    self->ops->forked(self->ctx, NULL, 0, NULL, why);
+    self->ops->forked(self->ctx, NULL, 0, -1, NULL, why);
 }
 
 int session_save(session_t *self)
@@ -1410,6 +1442,22 @@ static int s_on_hello(session_t *self, const kpipe_frame_t *f, const char **why)
     return 0;
 }
 
+static int s_on_saved_file(session_t *self, const json_t *op, const char *failed);
+
+/*  A fork's save is over: the state (data, or the file fd, taken) goes to the fork, or why
+ *  not; this kernel serves on. */
+static void s_forked(session_t *self, const void *data, size_t len, int fd,
+                     const json_t *unsaved, const char *why)
+{
+    self->forking = 0;
+    self->state = SESSION_IDLE;
+    self->ops->forked(self->ctx, data, len, fd, unsaved, why);
+    if (self->state == SESSION_IDLE) { /* (the callback may have ended the session) */
+        s_idle_rearm(self);
+        s_pump(self);
+    }
+}
+
 /*  Idle eviction, step 2: the kernel sent its snapshot; keep it and end the kernel. */
 static int s_on_saved(session_t *self, const kpipe_frame_t *f, const json_t *op, const char **why)
 {
@@ -1426,21 +1474,21 @@ static int s_on_saved(session_t *self, const kpipe_frame_t *f, const json_t *op,
     s_cell_end(self);
     char clean[160];
     const char *failed = error ? log_sanitize(clean, sizeof clean, error, strlen(error))
-                         : kpipe_frame_count(f) != 2 || !json_is_array(unsaved) ? "no snapshot"
-                                                                                 : NULL;
+                         : !json_is_array(unsaved) ||
+                                   kpipe_frame_count(f) != (self->save_len ? 1u : 2u)
+                             ? "no snapshot"
+                             : NULL;
+    if (error && self->save_refused[0])
+        failed = self->save_refused; /* kenneld's reason, not the kernel's "refused" */
+    if (self->save_len) /* the kernel wrote it to the file of s_on_save_ready */
+        return s_on_saved_file(self, op, failed);
+    s_save_fd_close(self);
     if (self->forking) {
-        /* A fork's: the state goes to the fork, and this kernel serves on. */
-        self->forking = 0;
-        self->state = SESSION_IDLE;
         if (failed)
-            self->ops->forked(self->ctx, NULL, 0, NULL, failed);
+            s_forked(self, NULL, 0, -1, NULL, failed);
         else
-            self->ops->forked(self->ctx, kpipe_frame_part(f, 1).data, kpipe_frame_part(f, 1).len,
-                              unsaved, NULL);
-        if (self->state == SESSION_IDLE) { /* (the callback may have ended the session) */
-            s_idle_rearm(self);
-            s_pump(self);
-        }
+            s_forked(self, kpipe_frame_part(f, 1).data, kpipe_frame_part(f, 1).len, -1, unsaved,
+                     NULL);
         return 0;
     }
     if (!failed && self->ops->snapshot_store(self->ctx, kpipe_frame_part(f, 1).data,
@@ -1451,6 +1499,50 @@ static int s_on_saved(session_t *self, const kpipe_frame_t *f, const json_t *op,
         self->unsaved = json_deep_copy(unsaved);
         self->storing = 1;
         return 0;
+    }
+    self->storing = 1;
+    session_on_snapshot_stored(self, failed ? failed : "cannot keep the snapshot");
+    return 0;
+}
+
+/*  The kernel wrote its snapshot to save_fd (s_on_save_ready), or failed to (failed): kept
+ *  as ops->snapshot_store keeps one sent through the pipe, once the file holds what the
+ *  kernel announced and nothing else. */
+static int s_on_saved_file(session_t *self, const json_t *op, const char *failed)
+{
+    static char reason[160];
+    int fd = self->save_fd;
+    size_t want = self->save_len;
+    self->save_fd = -1;
+    self->save_len = 0;
+    const json_t *bytes = json_object_get(op, "bytes");
+    struct stat st;
+    if (!failed && (!json_is_integer(bytes) || (size_t)json_integer_value(bytes) != want)) {
+        failed = "the kernel's saved names another size than its save_ready";
+    } else if (!failed && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+                           (unsigned long long)st.st_size != want)) {
+        snprintf(reason, sizeof reason, "the kernel wrote %lld bytes, not the %zu it announced",
+                 (long long)st.st_size, want);
+        failed = reason;
+    }
+    const json_t *unsaved = json_object_get(op, "unsaved");
+    if (self->forking) {
+        if (failed)
+            close(fd);
+        s_forked(self, NULL, want, failed ? -1 : fd, unsaved, failed);
+        return 0;
+    }
+    if (!failed) {
+        LOG_D("session=%s: the kernel wrote its snapshot; syncing and naming it", self->id);
+        if (self->ops->snapshot_store_fd(self->ctx, fd, want, &failed) == 0) {
+            /* Made durable and named off the loop (an fsync: tens of ms), as a store is. */
+            json_decref(self->unsaved);
+            self->unsaved = json_deep_copy(unsaved);
+            self->storing = 1;
+            return 0;
+        }
+    } else {
+        close(fd);
     }
     self->storing = 1;
     session_on_snapshot_stored(self, failed ? failed : "cannot keep the snapshot");
@@ -1517,6 +1609,36 @@ static void s_note_lost(session_t *self, const json_t *failed)
                  "not be saved and are gone: %s]\n",
                  text);
     s_set_notice(self, line);
+}
+
+/*  The kernel has its snapshot, of `bytes` bytes, and waits for the file to write it to
+ *  (nothing else is in flight to it: requests wait while it saves). One over the session's
+ *  disk cap gets a refusal instead, and the kernel then reports its save failed. */
+static int s_on_save_ready(session_t *self, const json_t *op, const char **why)
+{
+    const json_t *bytes = json_object_get(op, "bytes");
+    if (self->state != SESSION_SAVING || self->save_fd < 0 || self->save_len ||
+        self->storing || !json_is_integer(bytes) || json_integer_value(bytes) <= 0) {
+        *why = "unexpected save_ready";
+        return -1;
+    }
+    size_t len = (size_t)json_integer_value(bytes);
+    const char *no = NULL;
+    if (self->ops->snapshot_fits(self->ctx, len, &no) < 0) {
+        snprintf(self->save_refused, sizeof self->save_refused, "%s",
+                 no ? no : "cannot keep the snapshot");
+        s_save_fd_close(self);
+        if (self->ops->fd_to_kernel(self->ctx, -1) < 0)
+            LOG_W("session=%s: cannot refuse the kernel its snapshot's file", self->id);
+        return 0; /* its saved says it failed; or its deadline ends it */
+    }
+    self->save_refused[0] = '\0';
+    self->save_len = len;
+    LOG_D("session=%s: its snapshot is %zu bytes; the kernel writes it to its file", self->id,
+          len);
+    if (self->ops->fd_to_kernel(self->ctx, self->save_fd) < 0)
+        LOG_W("session=%s: cannot pass the kernel its snapshot's file", self->id);
+    return 0; /* a kernel that got nothing answers saved with the failure, or its deadline */
 }
 
 /*  The kernel has read the restore frame and waits for the snapshot's descriptor (nothing
@@ -1689,6 +1811,8 @@ int session_on_kernel(session_t *self, kpipe_frame_t *frame, const char **why)
         rc = s_on_restored(self, op, why);
     } else if (strcmp(name, "restore_ready") == 0) {
         rc = s_on_restore_ready(self, why);
+    } else if (strcmp(name, "save_ready") == 0) {
+        rc = s_on_save_ready(self, op, why);
     } else if (strcmp(name, "reply") == 0) {
         rc = s_on_reply(self, frame, op, why);
     } else if (strcmp(name, "done") == 0) {
@@ -1801,6 +1925,7 @@ void session_on_kernel_exit(session_t *self, const char *how, session_exit_t kin
         self->restore_pending = 0;
     }
     s_restore_fd_close(self);
+    s_save_fd_close(self);
     int expected = self->restart_pending;
     self->restart_pending = 0;
     self->awaiting_input = 0;

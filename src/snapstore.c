@@ -31,7 +31,7 @@ typedef struct {
     unsigned gen;            /* bumped by each store and drop: a store answers if still last */
 } pending_t;
 
-typedef enum { SNAP_STORE, SNAP_DROP } snap_kind_t;
+typedef enum { SNAP_STORE, SNAP_LINK, SNAP_DROP } snap_kind_t;
 
 typedef struct {
     snapstore_t *store;
@@ -41,6 +41,7 @@ typedef struct {
     char path[PATH_MAX + 16]; /* the snapshot */
     void *data;        /* SNAP_STORE: a copy of the snapshot */
     size_t len;
+    int fd;            /* SNAP_LINK: the unnamed file holding it (snapstore_file) */
     int rc, err;
 } snap_job_t;
 
@@ -84,17 +85,47 @@ void snapstore_destroy(snapstore_t **self_p)
     *self_p = NULL;
 }
 
+/*  Give fd's unnamed file (O_TMPFILE) the name path, durably: its data synced, then linked
+ *  under a temporary name and renamed over path, so that a reader sees the old snapshot or
+ *  the new one, whole. 0, or -1 with errno. */
+static int s_link_durable(int fd, const char *path)
+{
+    char tmp[PATH_MAX + 32], proc[64];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    if (fsync(fd) < 0)
+        return -1;
+    (void)unlink(tmp); /* one an earlier kenneld left */
+    int rc = linkat(fd, "", AT_FDCWD, tmp, AT_EMPTY_PATH);
+    if (rc < 0 && (errno == ENOENT || errno == EPERM)) {
+        /* AT_EMPTY_PATH wants CAP_DAC_READ_SEARCH; the /proc path does not. */
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+        rc = linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW);
+    }
+    if (rc == 0 && rename(tmp, path) < 0) {
+        int saved = errno;
+        unlink(tmp);
+        errno = saved;
+        rc = -1;
+    }
+    return rc;
+}
+
 /*  On the worker thread: touches nothing but the job. */
 static void s_snap_run(void *arg)
 {
     snap_job_t *j = arg;
     if (j->kind == SNAP_STORE)
         j->rc = statedir_write_file(j->path, j->data, j->len, STATEDIR_DURABLE);
+    else if (j->kind == SNAP_LINK)
+        j->rc = s_link_durable(j->fd, j->path);
     else
         j->rc = unlink(j->path) < 0 && errno != ENOENT ? -1 : 0;
     j->err = j->rc < 0 ? errno : 0;
     free(j->data);
     j->data = NULL;
+    if (j->fd >= 0)
+        close(j->fd);
+    j->fd = -1;
 }
 
 static void s_snap_done(void *arg)
@@ -105,12 +136,12 @@ static void s_snap_done(void *arg)
     int live = self->ops.live(self->ctx, j->id);
     /* A session ended meanwhile took its directory to the trash: nothing to say. */
     if (j->rc < 0 && (live || j->err != ENOENT))
-        LOG_W("session=%s: %s %s: %s", j->id, j->kind == SNAP_STORE ? "write" : "unlink",
+        LOG_W("session=%s: %s %s: %s", j->id, j->kind == SNAP_DROP ? "unlink" : "write",
               j->path, strerror(j->err));
     int last = p && j->gen == p->gen;
     if (p && --p->jobs == 0)
         zhashx_delete(self->pending, j->id);
-    if (live && j->kind == SNAP_STORE && last) {
+    if (live && j->kind != SNAP_DROP && last) {
         char why[160];
         snprintf(why, sizeof why, "writing it: %s", strerror(j->err));
         self->ops.stored(self->ctx, j->id, j->rc < 0 ? why : NULL);
@@ -118,15 +149,20 @@ static void s_snap_done(void *arg)
     free(j);
 }
 
-/*  Queue a store (data is copied) or a drop of id's snapshot. 0, or -1 with errno. */
+/*  Queue a store (data is copied), a link (fd is taken, closed either way) or a drop of id's
+ *  snapshot. 0, or -1 with errno. */
 static int s_snap_submit(snapstore_t *self, snap_kind_t kind, const char *id, const char *dir,
-                         const void *data, size_t len)
+                         const void *data, size_t len, int fd)
 {
     snap_job_t *j = calloc(1, sizeof *j);
-    if (!j)
+    if (!j) {
+        if (fd >= 0)
+            close(fd);
         return -1;
+    }
     j->store = self;
     j->kind = kind;
+    j->fd = fd;
     snprintf(j->id, sizeof j->id, "%s", id);
     s_snapshot_path(dir, j->path, sizeof j->path);
     if (kind == SNAP_STORE) {
@@ -143,6 +179,8 @@ static int s_snap_submit(snapstore_t *self, snap_kind_t kind, const char *id, co
     if (!p && (!(p = calloc(1, sizeof *p)) || zhashx_insert(self->pending, id, p) < 0)) {
         free(p);
         free(j->data);
+        if (fd >= 0)
+            close(fd);
         free(j);
         errno = ENOMEM;
         return -1;
@@ -153,6 +191,8 @@ static int s_snap_submit(snapstore_t *self, snap_kind_t kind, const char *id, co
         if (p->jobs == 0)
             zhashx_delete(self->pending, id);
         free(j->data);
+        if (fd >= 0)
+            close(fd);
         free(j);
         errno = saved;
         return -1;
@@ -161,8 +201,7 @@ static int s_snap_submit(snapstore_t *self, snap_kind_t kind, const char *id, co
     return 0;
 }
 
-int snapstore_store(snapstore_t *self, const char *id, const char *dir, const void *data,
-                    size_t len, unsigned long long cap_bytes, const char **why)
+int snapstore_fits(const char *dir, size_t len, unsigned long long cap_bytes, const char **why)
 {
     static char reason[200];
     /* A snapshot counts against the session's --disk, with what its workspace image holds. */
@@ -181,7 +220,33 @@ int snapstore_store(snapstore_t *self, const char *id, const char *dir, const vo
             return -1;
         }
     }
-    if (s_snap_submit(self, SNAP_STORE, id, dir, data, len) < 0) {
+    return 0;
+}
+
+int snapstore_store(snapstore_t *self, const char *id, const char *dir, const void *data,
+                    size_t len, unsigned long long cap_bytes, const char **why)
+{
+    static char reason[200];
+    if (snapstore_fits(dir, len, cap_bytes, why) < 0)
+        return -1;
+    if (s_snap_submit(self, SNAP_STORE, id, dir, data, len, -1) < 0) {
+        snprintf(reason, sizeof reason, "cannot queue its write: %s", strerror(errno));
+        *why = reason;
+        return -1;
+    }
+    return 0;
+}
+
+int snapstore_file(const char *dir)
+{
+    return open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+}
+
+int snapstore_store_fd(snapstore_t *self, const char *id, const char *dir, int fd,
+                       const char **why)
+{
+    static char reason[200];
+    if (s_snap_submit(self, SNAP_LINK, id, dir, NULL, 0, fd) < 0) {
         snprintf(reason, sizeof reason, "cannot queue its write: %s", strerror(errno));
         *why = reason;
         return -1;
@@ -197,7 +262,7 @@ int snapstore_load(snapstore_t *self, const char *dir, void **data, size_t *len)
     return *data ? 0 : -1;
 }
 
-int snapstore_open(snapstore_t *self, const char *dir)
+int snapstore_open(const char *dir)
 {
     char path[PATH_MAX + 16];
     s_snapshot_path(dir, path, sizeof path);
@@ -205,8 +270,7 @@ int snapstore_open(snapstore_t *self, const char *dir)
     if (fd < 0)
         return -1;
     struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
-        (unsigned long long)st.st_size > self->max_bytes) {
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
         close(fd);
         errno = EFBIG;
         return -1;
@@ -219,7 +283,7 @@ void snapstore_drop(snapstore_t *self, const char *id, const char *dir)
     pending_t *p = zhashx_lookup(self->pending, id);
     if (p) {
         p->gen++; /* a store still on the worker answers no one */
-        if (s_snap_submit(self, SNAP_DROP, id, dir, NULL, 0) == 0)
+        if (s_snap_submit(self, SNAP_DROP, id, dir, NULL, 0, -1) == 0)
             return;
     }
     char path[PATH_MAX + 16];

@@ -32,13 +32,25 @@ void snapstore_destroy(snapstore_t **self_p);
  *  together. 0: ops->stored answers later; or -1 and *why (static) at once. */
 int snapstore_store(snapstore_t *self, const char *id, const char *dir, const void *data,
                     size_t len, unsigned long long cap_bytes, const char **why);
+/*  0 when a snapshot of len bytes fits in cap_bytes (the session's disk cap; 0: none) beside
+ *  dir's workspace image; else -1 and *why (static). */
+int snapstore_fits(const char *dir, size_t len, unsigned long long cap_bytes, const char **why);
+/*  A new file without a name in dir (O_TMPFILE, read-write, close-on-exec) for a kernel to
+ *  write a snapshot into: the descriptor, or -1 with errno (a file system without O_TMPFILE).
+ *  It holds no blocks once closed unless snapstore_store_fd named it. */
+int snapstore_file(const char *dir);
+/*  Queue the naming of fd's file (snapstore_file's, written) as session id's snapshot in
+ *  dir: synced, then renamed over the old one. fd is taken (closed either way). 0:
+ *  ops->stored answers later; or -1 and *why (static) at once. */
+int snapstore_store_fd(snapstore_t *self, const char *id, const char *dir, int fd,
+                       const char **why);
 /*  Read dir's snapshot: 0 and *data (the caller frees it), or -1 with errno. */
 int snapstore_load(snapstore_t *self, const char *dir, void **data, size_t *len);
 /*  Open dir's snapshot to read (close-on-exec; the caller closes it), if it is a regular file
- *  of at most the store's max_bytes: the descriptor, or -1 with errno. A snapshot is always
+ *  (of any size: a kernel maps it): the descriptor, or -1 with errno. A snapshot is always
  *  replaced whole (a new file renamed over it), never rewritten in place, so a reader that
  *  mapped it keeps what it mapped. */
-int snapstore_open(snapstore_t *self, const char *dir);
+int snapstore_open(const char *dir);
 /*  Delete session id's snapshot in dir; a store still on the worker answers no one. */
 void snapstore_drop(snapstore_t *self, const char *id, const char *dir);
 /*  1 while a job of session id's is on the worker: its directory must be removed there,

@@ -171,7 +171,7 @@ int zygote_request(zygote_t *self, const char *workspace, size_t slot, const res
     json_t *req = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "uid", (json_int_t)uid,
                             "gid", (json_int_t)gid,
                             "tmp", (json_int_t)limits->tmp_bytes, "as",
-                            (json_int_t)limits->cg.memory_bytes, "fsize", (json_int_t)0,
+                            (json_int_t)limits->cg.memory_bytes, "fsize", (json_int_t)limits->disk_bytes,
                             "nproc", (json_int_t)limits->cg.pids, "nofile",
                             (json_int_t)limits->nofile, "env", envo);
     /* Only descriptors cross over. The workspace goes as a detached copy of its mount, which

@@ -469,6 +469,26 @@ class Pipe:
                 os._exit(0)  # EOF: kenneld is done with this kernel
             self._rbuf += data
 
+    def write_file(self, fd, chunks):
+        """Write chunks (a Chunks, or bytes) to the file fd from its start, all of them, each
+        from where it is; shielded as the pipe's own writes are. Raises OSError (EFBIG past
+        RLIMIT_FSIZE, ENOSPC)."""
+        views = [memoryview(c).cast("B") for c in
+                 (chunks if isinstance(chunks, Chunks) else (chunks,))]
+        views = [v for v in views if v.nbytes]
+        offset = 0
+        with self._gate.shielded():
+            while views:
+                n = os.pwritev(fd, views[:64], offset)
+                if n <= 0:
+                    raise OSError(f"no progress writing the snapshot at byte {offset}")
+                offset += n
+                while n and n >= views[0].nbytes:
+                    n -= views[0].nbytes
+                    views.pop(0)
+                if n:
+                    views[0] = views[0][n:]
+
     def recv_fd(self):
         """The descriptor kenneld passes next (SCM_RIGHTS, with one byte, outside the
         framing), once this kernel asked for it: nothing else is on its way then. Its file

@@ -125,7 +125,7 @@ class Kernel:
         while True:
             op, parts = self._pipe.recv()
             if op["op"] == "save":
-                self._save()
+                self._save(to_file=op.get("fd") is True)
                 continue
             if op["op"] == "restore" and parts:
                 self._restore(parts[0])
@@ -139,11 +139,18 @@ class Kernel:
             elif channel != "stdin":  # stdin: an input_reply that came after an interrupt
                 self._pipe.diag(f"ignoring {op['op']!r} frame for channel {channel!r}")
 
-    def _save(self):
+    def _save(self, to_file=False):
         """Idle eviction: the namespace as a snapshot for kenneld to keep. Pickling runs user
         code (__reduce__): the gate is armed, so that kenneld's deadline for it (SIGUSR2)
-        stops it with CellTimeout, and the kernel stays."""
+        stops it with CellTimeout, and the kernel stays.
+
+        to_file: kenneld has a file for it. The kernel says the snapshot's size
+        (save_ready), gets the file (or a refusal: over the session's disk cap) and writes
+        the snapshot there, its arrays from where they are; `saved` then carries no bytes.
+        No frame bounds a snapshot then; the session's disk cap (and this process's
+        RLIMIT_FSIZE, the same cap) does."""
         shell = self._shell
+        max_bytes = sys.maxsize if to_file else MAX_SNAPSHOT_BYTES
         comms = self._comms.open_comms()
         self._gate.arm()
         try:
@@ -151,7 +158,7 @@ class Kernel:
             try:
                 data, unsaved = kennel_snapshot.save(shell.user_ns, shell.user_ns_hidden,
                                                      shell.execution_count, history,
-                                                     MAX_SNAPSHOT_BYTES, comms)
+                                                     max_bytes, comms)
             except kennel_snapshot.TooLarge:
                 if not history["outputs"]:
                     raise
@@ -161,17 +168,28 @@ class Kernel:
                 history["outputs"] = {}
                 data, unsaved = kennel_snapshot.save(shell.user_ns, shell.user_ns_hidden,
                                                      shell.execution_count, history,
-                                                     MAX_SNAPSHOT_BYTES, comms)
+                                                     max_bytes, comms)
                 unsaved = sorted(set(unsaved) | set(lost))
             error = None
         except BaseException as e:  # short of memory, the pickler broke, stopped: keep it all
             error = f"{type(e).__name__}: {e}"[:500]
         self._gate.disarm()
         try:
+            if error is None and to_file:
+                self._pipe.send({"op": "save_ready", "bytes": data.nbytes})
+                fd = self._pipe.recv_fd()
+                try:
+                    self._pipe.write_file(fd, data)
+                finally:
+                    os.close(fd)
+                self._pipe.send({"op": "saved", "unsaved": _some(unsaved),
+                                 "bytes": data.nbytes})
+                return
             if error is None:
                 self._pipe.send({"op": "saved", "unsaved": _some(unsaved)}, data)
                 return
-        except (FrameError, MemoryError) as e:  # too large for a frame or for memory: keep it
+        except (FrameError, MemoryError, OSError) as e:
+            # too large for a frame or for memory, no file, or the disk cap: keep it all
             error = f"{type(e).__name__}: {e}"[:500]
         self._pipe.send({"op": "saved", "error": error})
 

@@ -383,18 +383,46 @@ def test_saving_state_has_a_deadline(kenneld, connect):
 
 
 @pytest.mark.parametrize("kenneld", [["--idle", "1"]], indirect=True)
-def test_outputs_too_large_for_a_snapshot_are_left_out(kenneld, connect):
-    # A 70 MB result shown once and bound to no name: the snapshot goes without the outputs
-    # rather than the session never being evicted.
-    kc = connect(kenneld.create("bigout")["connection_file"])
-    run(kc, "kept = 1\nclass Big:\n    def __init__(self):\n        self.data = bytes(70 << 20)\n"
-            "    def __repr__(self):\n        return 'Big()'")
+def test_a_session_past_a_frame_is_evicted_and_revived_whole(kenneld, connect):
+    """The kernel writes its snapshot into a file kenneld gives it, not through the pipe
+    (whose frames stop at 64 MiB): an 80 MiB array and a 70 MB result shown once and bound
+    to no name are both kept, and nothing is reported lost."""
+    info = kenneld.create("bigout")
+    kc = connect(info["connection_file"])
+    run(kc, "import numpy as np\narr = np.arange(10 << 20, dtype=np.float64)\nkept = 1\n"
+            "class Big:\n    def __init__(self):\n        self.data = bytes(70 << 20)\n"
+            "    def __repr__(self):\n        return 'Big()'", timeout=20)
     assert run(kc, "Big()").result == "Big()"
     wait_for(lambda: kenneld.ok("info_request", {"session": "bigout"})["session"]["state"]
-             == "evicted", timeout=20, what="the eviction")
-    cell = run(kc, "(kept, 2 in Out, In[2])", timeout=20)
-    assert cell.result == "(1, False, 'Big()')"
-    assert "Out[2]" in cell.stream("stderr")
+             == "evicted", timeout=30, what="the eviction")
+    snapshot = os.path.join(os.path.dirname(info["connection_file"]), "snapshot")
+    assert os.path.getsize(snapshot) > (80 << 20) + (70 << 20)
+    cell = run(kc, "(kept, float(arr[-1]), 2 in Out, In[2], len(Out[2].data))", timeout=30)
+    assert cell.result == f"(1, {float((10 << 20) - 1)}, True, 'Big()', {70 << 20})", \
+        (cell.result, cell.stream("stderr"))
+    assert cell.stream("stderr") == ""
+
+
+@pytest.mark.parametrize("kenneld", [["--idle", "1"]], indirect=True)
+def test_a_kernel_that_writes_other_than_it_announced_is_not_evicted(kenneld, connect):
+    """The kernel says its snapshot's size before it gets the file; a kernel whose code was
+    changed to write more than that (user code can reach the kernel's own) is not evicted
+    on that file: it keeps its state and serves on, and evicts once it writes what it says."""
+    kc = connect(kenneld.create("liar")["connection_file"])
+    run(kc, "import os, kennel_pipe\nkept = 41\n_honest = kennel_pipe.Pipe.write_file\n"
+            "def _more(self, fd, chunks):\n    _honest(self, fd, chunks)\n"
+            "    os.pwrite(fd, b'more', os.fstat(fd).st_size)\n"
+            "kennel_pipe.Pipe.write_file = _more")
+    pid = kenneld.ok("info_request", {"session": "liar"})["session"]["kernel_pid"]
+    wait_for(lambda: "bytes, not the" in kenneld.log(None), timeout=10,
+             what="the save to be refused")
+    session = kenneld.ok("info_request", {"session": "liar"})["session"]
+    assert session["state"] != "evicted" and session["kernel_pid"] == pid
+    assert run(kc, "kept + 1").result == "42"
+    run(kc, "kennel_pipe.Pipe.write_file = _honest")
+    wait_for(lambda: kenneld.ok("info_request", {"session": "liar"})["session"]["state"]
+             == "evicted", timeout=10, what="the eviction")
+    assert run(kc, "kept", timeout=20).result == "41"
 
 
 @pytest.mark.parametrize("kenneld", [["--idle", "1", "--disk", "16M"]], indirect=True)
@@ -414,6 +442,11 @@ def test_a_snapshot_counts_against_the_disk_cap(kenneld, connect):
     session_dir = os.path.dirname(info["connection_file"])
     assert not [f for f in os.listdir(session_dir) if f.startswith("snapshot")]
     # With room for it, the next idle period evicts, and the state comes back.
+    # The kernel cannot write a file past the cap either (RLIMIT_FSIZE): a kernel that
+    # announced a small snapshot and then wrote more would stop there.
+    cap = 16 << 20
+    assert run(kc, "import resource\nresource.getrlimit(resource.RLIMIT_FSIZE)").result == \
+        f"({cap}, {cap})"
     run(kc, "os.remove('fill.bin')")
     wait_for(lambda: kenneld.ok("info_request", {"session": "snapcap"})["session"]["state"]
              == "evicted", timeout=10, what="the eviction")

@@ -11,6 +11,7 @@ import os
 import random
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -749,6 +750,90 @@ def test_a_save_names_at_most_what_kenneld_keeps(kernel):
     assert op["unsaved"][0].startswith("g0000_") and op["unsaved"][-1].startswith("g0255_")
     assert len(json.dumps(op, ensure_ascii=False).encode()) < 256 << 10
     assert parts and parts[0]
+
+
+def _save_to_file(kernel, path):
+    """A save into the file at path, as kenneld asks for one where it can make the file:
+    (save_ready's op, saved's op, saved's parts)."""
+    kernel.send_frame([jdump({"op": "save", "fd": True})])
+    ready, _ = kernel.recv_frame()
+    assert ready["op"] == "save_ready" and ready["bytes"] > 0, ready
+    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        socket.send_fds(kernel.sock, [b"F"], [fd])
+    finally:
+        os.close(fd)
+    op, parts = kernel.recv_frame()
+    return ready, op, parts
+
+
+def test_a_save_to_a_file_has_no_frame_limit_and_comes_back_mapped(kernel, tmp_path):
+    """With a file to write, the snapshot does not go through the pipe: an 80 MiB array and
+    a 70 MB result shown once (past the pipe's 64 MiB frame) are kept, the file holds
+    exactly what save_ready announced, and a revival that maps it has them all."""
+    reply, _ = kernel.execute(
+        "import numpy as np\narr = np.arange(10 << 20, dtype=np.float64)\nkept = 1\n"
+        "class Big:\n    def __init__(self):\n        self.data = bytes(70 << 20)\n"
+        "    def __repr__(self):\n        return 'Big()'")
+    assert reply["status"] == "ok", reply
+    assert kernel.execute("Big()")[0]["status"] == "ok"
+    snap = tmp_path / "snapshot"
+    ready, op, parts = _save_to_file(kernel, snap)
+    assert op == {"op": "saved", "unsaved": [], "bytes": ready["bytes"]}, op
+    assert parts == []
+    assert os.path.getsize(snap) == ready["bytes"] > (80 << 20) + (70 << 20)
+    fresh = KernelProcess(tmp_path)
+    try:
+        fresh.send_frame([jdump({"op": "restore", "fd": True})])
+        op, _ = fresh.recv_frame()
+        assert op == {"op": "restore_ready"}, op
+        fd = os.open(snap, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            socket.send_fds(fresh.sock, [b"F"], [fd])
+        finally:
+            os.close(fd)
+        op, _ = fresh.recv_frame()
+        assert op == {"op": "restored", "failed": []}, op
+        reply, iopub = fresh.execute("(kept, float(arr[-1]), 2 in Out, len(Out[2].data))")
+        assert reply["status"] == "ok", reply
+        assert only(iopub, "execute_result")["data"]["text/plain"] == \
+            f"(1, {float((10 << 20) - 1)}, True, {70 << 20})"
+    finally:
+        fresh.kill()
+
+
+def test_a_refused_file_fails_the_save_and_the_kernel_serves_on(kernel):
+    """kenneld refuses the file (a snapshot over the session's disk cap) with the byte
+    alone: the kernel reports its save failed, keeps everything, and serves on."""
+    assert kernel.execute("kept = 41")[0]["status"] == "ok"
+    kernel.send_frame([jdump({"op": "save", "fd": True})])
+    ready, _ = kernel.recv_frame()
+    assert ready["op"] == "save_ready", ready
+    kernel.sock.sendall(b"N")
+    op, parts = kernel.recv_frame()
+    assert op["op"] == "saved" and "OSError" in op["error"] and parts == [], op
+    reply, iopub = kernel.execute("kept + 1")
+    assert only(iopub, "execute_result")["data"]["text/plain"] == "42"
+
+
+def test_outputs_too_large_for_a_frame_are_left_out_of_a_save_through_the_pipe(kernel,
+                                                                               tmp_path):
+    """Where kenneld has no file for a save (a file system without O_TMPFILE), the snapshot
+    comes through the pipe, whose frames stop at 64 MiB: a 70 MB result shown once and bound
+    to no name is left out, rather than the session never being evicted."""
+    reply, _ = kernel.execute(
+        "kept = 1\nclass Big:\n    def __init__(self):\n        self.data = bytes(70 << 20)\n"
+        "    def __repr__(self):\n        return 'Big()'")
+    assert reply["status"] == "ok", reply
+    assert kernel.execute("Big()")[0]["status"] == "ok"
+    op, parts = _save(kernel)
+    assert op["unsaved"] == ["Out[2]"], op
+    fresh, op = _revive(kernel, tmp_path, parts)
+    try:
+        reply, iopub = fresh.execute("(kept, 2 in Out, In[2])")
+        assert only(iopub, "execute_result")["data"]["text/plain"] == "(1, False, 'Big()')"
+    finally:
+        fresh.kill()
 
 
 def test_save_and_restore_into_a_new_kernel(kernel, tmp_path):

@@ -100,12 +100,14 @@ static size_t s_argc(char *const *argv)
 TEST(cold_start_sandboxed_goes_through_kennel_init)
 {
     launch_t *l = launch_new(&SANDBOXED, 8);
-    reslimits_t lim = {{512ull << 20, 64, 1.0}, 32ull << 20, 256, 0, 0, 0, 0, 0, 0, 0};
+    reslimits_t lim = {{512ull << 20, 64, 1.0}, 32ull << 20, 256, 0, 0, 1ull << 30, 0, 0, 0, 0};
     launch_cmd_t cmd;
     launch_cold(l, "/s/a/workspace", "/s/a", 5, &lim, &cmd);
+    /* --fsize: the disk cap, which bounds a snapshot file the kernel writes (broker.c). */
     const char *want[] = {"/k/init", "--workspace", "/s/a/workspace", "--kernel-dir", "/k/python",
                           "--uid", "70005", "--gid", "70005", "--tmp", "33554432", "--as",
-                          "536870912", "--nproc", "64", "--nofile", "256", "--",
+                          "536870912", "--fsize", "1073741824", "--nproc", "64", "--nofile",
+                          "256", "--",
                           "/usr/bin/python3", "-I", "/opt/kennel/kennel_kernel.py", "--pipe-fd",
                           "3"};
     size_t n = sizeof want / sizeof want[0];

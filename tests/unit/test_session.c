@@ -200,11 +200,13 @@ static void op_cell_done(void *ctx, const jmsg_t *request, const json_t *metadat
     r->done[r->ndone++].output_bytes = output_bytes;
 }
 
-static void op_forked(void *ctx, const void *data, size_t len, const json_t *unsaved,
+static void op_forked(void *ctx, const void *data, size_t len, int fd, const json_t *unsaved,
                       const char *why)
 {
     rec_t *r = ctx;
     r->forks++;
+    if (fd >= 0)
+        close(fd);
     if (!data)
         snprintf(r->forked, sizeof r->forked, "why: %s", why);
     else
@@ -236,7 +238,8 @@ static const session_ops_t s_ops = {op_send,          op_to_kernel,      op_kern
                                     op_kernel_signal, op_ended,          op_timer_arm,
                                     op_timer_cancel,  op_snapshot_store, op_snapshot_load,
                                     op_snapshot_drop, op_iopub_backlog,  op_cell_done,
-                                    op_forked,        op_snapshot_fd,    op_fd_to_kernel};
+                                    op_forked,        op_snapshot_fd,    op_fd_to_kernel,
+                                    NULL,             NULL,              NULL};
 
 static rec_t *s_rec_new(void)
 {

@@ -2,6 +2,7 @@
  *  a store still on the worker leaves no snapshot and silences the store; a snapshot over the
  *  disk cap is refused at once; an ended session's store answers no one; busy says when a
  *  session's jobs are on the worker. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,18 @@ static int s_exists(const char *path)
 {
     struct stat st;
     return lstat(path, &st) == 0;
+}
+
+/*  How many entries of s_root have a name that starts with "snapshot". */
+static int s_snapshot_names(void)
+{
+    DIR *d = opendir(s_root);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += strncmp(e->d_name, "snapshot", 8) == 0;
+    if (d)
+        closedir(d);
+    return n;
 }
 
 /*  Every job's done callback has run once the worker is gone. */
@@ -169,6 +182,68 @@ TEST(a_snapshot_over_the_disk_cap_is_refused_at_once)
     loop_destroy(&loop);
 }
 
+/*  A file without a name a kernel wrote (snapstore_file) becomes the snapshot whole, over
+ *  the old one, which a reader that opened it before keeps; and it stays nameless until
+ *  then (nothing new in the directory). */
+TEST(a_written_file_is_named_the_snapshot_over_the_old_one)
+{
+    loop_t *loop = loop_new();
+    worker_t *w = worker_new(loop);
+    rec_t r = {1, 0, ""};
+    snapstore_t *st = snapstore_new(w, 1 << 20, &OPS, &r);
+    const char *why = NULL;
+    CHECK_EQ_INT(snapstore_store(st, "a", s_root, "old", 3, 0, &why), 0);
+    worker_destroy(&w);
+    CHECK_EQ_INT(r.stored, 1);
+    int reader = snapstore_open(s_root);
+    CHECK(reader >= 0);
+    int fd = snapstore_file(s_root);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "newer state", 11) == 11);
+    char path[128];
+    snprintf(path, sizeof path, "%s/snapshot", s_root);
+    struct stat st_before;
+    CHECK(stat(path, &st_before) == 0 && st_before.st_size == 3);
+    CHECK_EQ_INT(s_snapshot_names(), 1); /* the new file has no name yet */
+    w = worker_new(loop);
+    snapstore_destroy(&st);
+    st = snapstore_new(w, 1 << 20, &OPS, &r);
+    CHECK_EQ_INT(snapstore_store_fd(st, "a", s_root, fd, &why), 0); /* fd is the store's */
+    s_settle(&w);
+    CHECK_EQ_INT(r.stored, 2);
+    CHECK_STR(r.why, "");
+    void *data = NULL;
+    size_t len = 0;
+    CHECK_EQ_INT(snapstore_load(st, s_root, &data, &len), 0);
+    CHECK(len == 11 && data && memcmp(data, "newer state", 11) == 0);
+    free(data);
+    char old[4] = "";
+    CHECK(pread(reader, old, 3, 0) == 3 && memcmp(old, "old", 3) == 0);
+    close(reader);
+    CHECK_EQ_INT(s_snapshot_names(), 1); /* the link's temporary name is gone */
+    snapstore_drop(st, "a", s_root);
+    snapstore_destroy(&st);
+    loop_destroy(&loop);
+}
+
+/*  Within the cap, fits; past it (with the workspace image), not, and says why. */
+TEST(fits_counts_the_workspace_image)
+{
+    const char *why = NULL;
+    CHECK_EQ_INT(snapstore_fits(s_root, 100, 0, &why), 0);
+    CHECK_EQ_INT(snapstore_fits(s_root, 100, 1000, &why), 0);
+    char image[128];
+    snprintf(image, sizeof image, "%s/workspace.img", s_root);
+    FILE *f = fopen(image, "w");
+    CHECK(f != NULL);
+    char block[4096] = {1};
+    CHECK(fwrite(block, 1, sizeof block, f) == sizeof block);
+    fclose(f);
+    CHECK_EQ_INT(snapstore_fits(s_root, 100, 4096, &why), -1);
+    CHECK(why && strstr(why, "over the session's disk cap"));
+    unlink(image);
+}
+
 int main(void)
 {
     snprintf(s_root, sizeof s_root, "/tmp/kennel-test-snapstore-XXXXXX");
@@ -182,6 +257,8 @@ int main(void)
     RUN(an_ended_sessions_store_answers_no_one);
     RUN(a_failed_write_is_answered_with_its_reason);
     RUN(a_snapshot_over_the_disk_cap_is_refused_at_once);
+    RUN(a_written_file_is_named_the_snapshot_over_the_old_one);
+    RUN(fits_counts_the_workspace_image);
     statedir_remove_tree(s_root);
     return harness_done();
 }
