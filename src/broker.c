@@ -146,6 +146,8 @@ struct sess {
     long long pss, uss;      /* the kernel's memory as last measured (meter.h) */
     long long mem_at;        /* util_now_ms() of that measure; 0: never */
     size_t dropped_seen;     /* channels_dropped when s_on_flushed last looked */
+    int scratch_fd;          /* the file without a name its kernels write saves into
+                              * (s_op_snapshot_file), kept for the session's life, or -1 */
     int seed_fd;             /* a fork's: the snapshot its first kernel maps (a memfd of the
                               * source kernel's state, or the evicted source's snapshot file,
                               * opened), or -1 */
@@ -577,13 +579,21 @@ static int s_op_fd_to_kernel(void *ctx, int fd)
     return kernpipe_send_fd(s->pipe, fd);
 }
 
-/*  A save's file, beside the snapshot it will replace (session.h). The kernel writes it with
- *  its own identity and limits: its RLIMIT_FSIZE is the session's disk cap (launch, zygote),
- *  so a kernel that writes more than it announced cannot fill kenneld's disk past that. */
+/*  The file a save is written into (session.h): one per session, made once, beside its
+ *  snapshot (O_TMPFILE), emptied before each save and after kenneld has copied what the
+ *  kernel wrote. A kernel may keep the descriptor it was given (its code is the user's):
+ *  through it, it reaches only this file, which its RLIMIT_FSIZE (the session's disk cap)
+ *  bounds and its seccomp filter keeps from growing past that by other means (fallocate's
+ *  modes); what the snapshot and a fork's state are is kenneld's own copy, which no kernel
+ *  holds. */
 static int s_op_snapshot_file(void *ctx)
 {
     sess_t *s = ctx;
-    return snapstore_file(s->dir);
+    if (s->scratch_fd < 0)
+        s->scratch_fd = snapstore_file(s->dir);
+    else if (ftruncate(s->scratch_fd, 0) < 0)
+        return -1;
+    return s->scratch_fd < 0 ? -1 : fcntl(s->scratch_fd, F_DUPFD_CLOEXEC, 0);
 }
 
 static int s_op_snapshot_fits(void *ctx, size_t len, const char **why)
@@ -595,8 +605,7 @@ static int s_op_snapshot_fits(void *ctx, size_t len, const char **why)
 static int s_op_snapshot_store_fd(void *ctx, int fd, size_t len, const char **why)
 {
     sess_t *s = ctx;
-    (void)len;
-    return snapstore_store_fd(s->broker->snaps, s->id, s->dir, fd, why);
+    return snapstore_store_fd(s->broker->snaps, s->id, s->dir, fd, len, why);
 }
 
 static void s_op_snapshot_drop(void *ctx)
@@ -891,6 +900,8 @@ static void s_free_sess(sess_t **s_p)
         close(s->launcher_fd);
     if (s->seed_fd >= 0)
         close(s->seed_fd);
+    if (s->scratch_fd >= 0)
+        close(s->scratch_fd);
     free(s->copy_from);
     free(s);
     *s_p = NULL;
@@ -1070,6 +1081,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const ch
     }
     s->broker = self;
     s->proc.pidfd = s->proc.pipe_fd = -1;
+    s->scratch_fd = -1;
     for (int t = 0; t < SESSION_TIMERS; t++)
         s->timer_id[t] = -1;
     s->hold_timer = -1;
@@ -1494,9 +1506,22 @@ static void s_op_forked(void *ctx, const void *data, size_t len, int fd, const j
     }
     b->fork.state = FORK_DONE;
     if (fd >= 0) {
-        /* The kernel wrote its state into a file without a name beside the source's
-         * (snapstore_file), which the fork's first kernel maps. */
-        b->fork.info = s_fork_make(b, s, fd, unsaved);
+        /* The kernel wrote its state into the session's save file (s_op_snapshot_file),
+         * which it may still hold: the fork's first kernel maps a copy only kenneld holds,
+         * so that the source cannot change the fork's state after the fork. */
+        int copy = snapstore_copy(fd, len, s->dir);
+        int e = errno;
+        (void)!ftruncate(fd, 0);
+        close(fd);
+        if (copy < 0) {
+            b->fork.err.ename = "ForkFailed";
+            snprintf(b->fork.err.evalue, sizeof b->fork.err.evalue,
+                     "cannot keep the state of %.128s: %.100s", session_name(s->core),
+                     strerror(e));
+            LOG_W("session=%s: fork not made: %s", s->id, strerror(e));
+        } else {
+            b->fork.info = s_fork_make(b, s, copy, unsaved);
+        }
     } else if (!data) {
         b->fork.err.ename = "ForkFailed";
         snprintf(b->fork.err.evalue, sizeof b->fork.err.evalue,

@@ -26,6 +26,10 @@
 #define KERNEL_LOG_PER_MINUTE 20 /* kernel log lines kenneld logs, per session */
 #define KERNEL_LOG_CHARS 400     /* and the characters of each it keeps */
 #define SAVE_DEADLINE_MS 60000 /* to save or restore state, where cells have no deadline */
+/* Writing a snapshot of N bytes once it is made: at least SAVE_WRITE_MIN_MS, and 1 ms per
+ * SAVE_WRITE_BYTES_PER_MS bytes (20 MB/s, a slow disk's speed; this VM writes ~250). */
+#define SAVE_WRITE_MIN_MS 2000
+#define SAVE_WRITE_BYTES_PER_MS 20000
 #define INFO_WAITING 64 /* kernel_info requests kept until the first hello */
 #define CELL_RESULT 1
 #define CELL_ERROR 2
@@ -830,7 +834,8 @@ static int s_ask_save(session_t *self)
     static const char op[] = "{\"op\":\"save\"}", op_file[] = "{\"op\":\"save\",\"fd\":true}";
     s_save_fd_close(self);
     self->save_refused[0] = '\0';
-    if (self->ops->snapshot_file && self->ops->fd_to_kernel)
+    if (self->ops->snapshot_file && self->ops->snapshot_fits && self->ops->snapshot_store_fd &&
+        self->ops->fd_to_kernel)
         self->save_fd = self->ops->snapshot_file(self->ctx);
     kpipe_iov_t part = self->save_fd >= 0 ? (kpipe_iov_t){op_file, sizeof op_file - 1}
                                           : (kpipe_iov_t){op, sizeof op - 1};
@@ -1519,8 +1524,9 @@ static int s_on_saved_file(session_t *self, const json_t *op, const char *failed
     struct stat st;
     if (!failed && (!json_is_integer(bytes) || (size_t)json_integer_value(bytes) != want)) {
         failed = "the kernel's saved names another size than its save_ready";
-    } else if (!failed && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-                           (unsigned long long)st.st_size != want)) {
+    } else if (!failed && fstat(fd, &st) < 0) {
+        failed = "cannot read its file's size";
+    } else if (!failed && (!S_ISREG(st.st_mode) || (unsigned long long)st.st_size != want)) {
         snprintf(reason, sizeof reason, "the kernel wrote %lld bytes, not the %zu it announced",
                  (long long)st.st_size, want);
         failed = reason;
@@ -1634,6 +1640,15 @@ static int s_on_save_ready(session_t *self, const json_t *op, const char **why)
     }
     self->save_refused[0] = '\0';
     self->save_len = len;
+    /* The deadline so far covered the pickling; the writing gets a deadline of its own, from
+     * now: the save's again, or more by the snapshot's size, so that a large namespace under
+     * a short --timeout is not killed mid-write (and its state lost) for a disk's speed. */
+    if (self->deadline_phase == 1) {
+        long long write_ms = SAVE_WRITE_MIN_MS + (long long)(len / SAVE_WRITE_BYTES_PER_MS);
+        if (write_ms > self->cell_timeout_ms)
+            self->cell_timeout_ms = write_ms;
+        self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->cell_timeout_ms);
+    }
     LOG_D("session=%s: its snapshot is %zu bytes; the kernel writes it to its file", self->id,
           len);
     if (self->ops->fd_to_kernel(self->ctx, self->save_fd) < 0)

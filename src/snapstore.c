@@ -41,7 +41,7 @@ typedef struct {
     char path[PATH_MAX + 16]; /* the snapshot */
     void *data;        /* SNAP_STORE: a copy of the snapshot */
     size_t len;
-    int fd;            /* SNAP_LINK: the unnamed file holding it (snapstore_file) */
+    int fd;            /* SNAP_LINK: the file a kernel wrote it into (snapstore_file) */
     int rc, err;
 } snap_job_t;
 
@@ -85,6 +85,33 @@ void snapstore_destroy(snapstore_t **self_p)
     *self_p = NULL;
 }
 
+int snapstore_copy(int src, size_t len, const char *dir)
+{
+    int dst = snapstore_file(dir);
+    if (dst < 0)
+        return -1;
+    loff_t in = 0, out = 0;
+    while ((size_t)in < len) {
+        ssize_t n = copy_file_range(src, &in, dst, &out, len - (size_t)in, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) { /* EXDEV, EINVAL (older kernels, some file systems): by hand */
+            char buf[1 << 16];
+            ssize_t r = n < 0 ? pread(src, buf, sizeof buf, in) : 0;
+            if (r <= 0 || pwrite(dst, buf, (size_t)r, out) != r) {
+                int saved = r == 0 ? EIO : errno; /* shorter than it was said to be */
+                close(dst);
+                errno = saved;
+                return -1;
+            }
+            n = r;
+            in += r;
+            out += r;
+        }
+    }
+    return dst;
+}
+
 /*  Give fd's unnamed file (O_TMPFILE) the name path, durably: its data synced, then linked
  *  under a temporary name and renamed over path, so that a reader sees the old snapshot or
  *  the new one, whole. 0, or -1 with errno. */
@@ -116,8 +143,24 @@ static void s_snap_run(void *arg)
     snap_job_t *j = arg;
     if (j->kind == SNAP_STORE)
         j->rc = statedir_write_file(j->path, j->data, j->len, STATEDIR_DURABLE);
-    else if (j->kind == SNAP_LINK)
-        j->rc = s_link_durable(j->fd, j->path);
+    else if (j->kind == SNAP_LINK) {
+        /* kenneld's own copy of what the kernel wrote: the kernel may still hold the file
+         * it was given, and must not reach the snapshot through it. Then that file is
+         * emptied, its blocks freed. */
+        char dir[PATH_MAX + 16];
+        snprintf(dir, sizeof dir, "%s", j->path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        int copy = snapstore_copy(j->fd, j->len, dir);
+        (void)!ftruncate(j->fd, 0);
+        j->rc = copy < 0 ? -1 : s_link_durable(copy, j->path);
+        if (copy >= 0) {
+            int saved = errno;
+            close(copy);
+            errno = saved;
+        }
+    }
     else
         j->rc = unlink(j->path) < 0 && errno != ENOENT ? -1 : 0;
     j->err = j->rc < 0 ? errno : 0;
@@ -165,6 +208,7 @@ static int s_snap_submit(snapstore_t *self, snap_kind_t kind, const char *id, co
     j->fd = fd;
     snprintf(j->id, sizeof j->id, "%s", id);
     s_snapshot_path(dir, j->path, sizeof j->path);
+    j->len = len;
     if (kind == SNAP_STORE) {
         j->data = malloc(len ? len : 1);
         if (!j->data) {
@@ -242,11 +286,11 @@ int snapstore_file(const char *dir)
     return open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 }
 
-int snapstore_store_fd(snapstore_t *self, const char *id, const char *dir, int fd,
+int snapstore_store_fd(snapstore_t *self, const char *id, const char *dir, int fd, size_t len,
                        const char **why)
 {
     static char reason[200];
-    if (s_snap_submit(self, SNAP_LINK, id, dir, NULL, 0, fd) < 0) {
+    if (s_snap_submit(self, SNAP_LINK, id, dir, NULL, len, fd) < 0) {
         snprintf(reason, sizeof reason, "cannot queue its write: %s", strerror(errno));
         *why = reason;
         return -1;

@@ -35,14 +35,18 @@ int snapstore_store(snapstore_t *self, const char *id, const char *dir, const vo
 /*  0 when a snapshot of len bytes fits in cap_bytes (the session's disk cap; 0: none) beside
  *  dir's workspace image; else -1 and *why (static). */
 int snapstore_fits(const char *dir, size_t len, unsigned long long cap_bytes, const char **why);
-/*  A new file without a name in dir (O_TMPFILE, read-write, close-on-exec) for a kernel to
- *  write a snapshot into: the descriptor, or -1 with errno (a file system without O_TMPFILE).
- *  It holds no blocks once closed unless snapstore_store_fd named it. */
+/*  A new file without a name in dir (O_TMPFILE, read-write, close-on-exec): the descriptor,
+ *  or -1 with errno (a file system without O_TMPFILE). It holds no blocks once closed unless
+ *  it was given a name. */
 int snapstore_file(const char *dir);
-/*  Queue the naming of fd's file (snapstore_file's, written) as session id's snapshot in
- *  dir: synced, then renamed over the old one. fd is taken (closed either way). 0:
- *  ops->stored answers later; or -1 and *why (static) at once. */
-int snapstore_store_fd(snapstore_t *self, const char *id, const char *dir, int fd,
+/*  A new file without a name in dir holding the first len bytes of src (copy_file_range):
+ *  its descriptor, or -1 with errno (EIO: src holds fewer). */
+int snapstore_copy(int src, size_t len, const char *dir);
+/*  Queue the keeping of the first len bytes of the file fd (one a kernel wrote, and may
+ *  still hold) as session id's snapshot in dir: copied into a file only kenneld holds,
+ *  synced and renamed over the old one; fd's file is then emptied. fd is taken (closed
+ *  either way). 0: ops->stored answers later; or -1 and *why (static) at once. */
+int snapstore_store_fd(snapstore_t *self, const char *id, const char *dir, int fd, size_t len,
                        const char **why);
 /*  Read dir's snapshot: 0 and *data (the caller frees it), or -1 with errno. */
 int snapstore_load(snapstore_t *self, const char *dir, void **data, size_t *len);

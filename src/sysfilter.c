@@ -82,6 +82,13 @@ static int s_build(scmp_filter_ctx ctx)
             return rc;
     if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0)) < 0)
         return rc;
+    /* fallocate: only its plain mode, which RLIMIT_FSIZE bounds. FALLOC_FL_KEEP_SIZE
+     * allocates blocks past a file's end that neither the limit nor its size sees: through
+     * the save file kenneld gives a kernel (broker.c), they would be blocks of kenneld's
+     * disk. glibc's posix_fallocate uses the plain mode. */
+    if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EOPNOTSUPP), SCMP_SYS(fallocate), 1,
+                               SCMP_A1(SCMP_CMP_NE, 0))) < 0)
+        return rc;
     /* TIOCSTI / TIOCLINUX push input into a terminal: compared on 32 bits, as the kernel does. */
     if ((rc = seccomp_rule_add(ctx, DENY, SCMP_SYS(ioctl), 1,
                                SCMP_A1(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, TIOCSTI))) < 0)

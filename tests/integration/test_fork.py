@@ -201,6 +201,27 @@ def test_state_past_a_frame_forks_whole(kenneld, connect):
     assert run(kc, "(kept, len(big), float(arr[-1]))", timeout=20).result == want
 
 
+def test_a_source_that_kept_its_save_file_cannot_change_the_fork(kenneld, connect):
+    """The source's kernel writes its state into a file kenneld gives it, and its code (the
+    user's) can keep that descriptor. What the fork maps is kenneld's own copy: the source
+    overwriting its kept file after the fork changes nothing in the fork."""
+    kc = connect(kenneld.create("keeper")["connection_file"])
+    run(kc, "import os, numpy as np, kennel_pipe\n"
+            "arr = np.arange(1 << 20, dtype=np.float64)\nkept_fds = []\n"
+            "_honest = kennel_pipe.Pipe.write_file\n"
+            "def _keep(self, fd, chunks):\n    _honest(self, fd, chunks)\n"
+            "    kept_fds.append(os.dup(fd))\n"
+            "kennel_pipe.Pipe.write_file = _keep", timeout=20)
+    r = _fork(kenneld, "keeper", "kept-fork")
+    assert r["status"] == "ok", r
+    assert run(kc, "kennel_pipe.Pipe.write_file = _honest\nlen(kept_fds)").result == "1"
+    run(kc, "fd = kept_fds[0]\nsize = os.fstat(fd).st_size\n"
+            "os.pwrite(fd, b'\\xff' * (8 << 20), 0)\nos.ftruncate(fd, 4096)")
+    kd = connect(r["session"]["connection_file"])
+    cell = run(kd, "(float(arr.sum()), float(arr[12345]))", timeout=30)
+    assert cell.result == f"({float(sum(range(1 << 20)))}, 12345.0)", cell.content
+
+
 def test_the_cli(kenneld, connect):
     kc = connect(kenneld.create("cli-src")["connection_file"])
     run(kc, "v = 3\ngen = (i for i in range(2))")

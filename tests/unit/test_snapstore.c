@@ -182,9 +182,9 @@ TEST(a_snapshot_over_the_disk_cap_is_refused_at_once)
     loop_destroy(&loop);
 }
 
-/*  A file without a name a kernel wrote (snapstore_file) becomes the snapshot whole, over
- *  the old one, which a reader that opened it before keeps; and it stays nameless until
- *  then (nothing new in the directory). */
+/*  What a kernel wrote into a file without a name (snapstore_file) becomes the snapshot,
+ *  copied into a file of kenneld's own, over the old one, which a reader that opened it
+ *  before keeps; the kernel's file stays nameless, is emptied, and reaches nothing after. */
 TEST(a_written_file_is_named_the_snapshot_over_the_old_one)
 {
     loop_t *loop = loop_new();
@@ -208,10 +208,18 @@ TEST(a_written_file_is_named_the_snapshot_over_the_old_one)
     w = worker_new(loop);
     snapstore_destroy(&st);
     st = snapstore_new(w, 1 << 20, &OPS, &r);
-    CHECK_EQ_INT(snapstore_store_fd(st, "a", s_root, fd, &why), 0); /* fd is the store's */
+    int kernels = dup(fd); /* what a kernel that kept its descriptor holds */
+    CHECK(write(fd, " and more", 9) == 9); /* past what it said: not kept */
+    CHECK_EQ_INT(snapstore_store_fd(st, "a", s_root, fd, 11, &why), 0); /* fd is the store's */
     s_settle(&w);
     CHECK_EQ_INT(r.stored, 2);
     CHECK_STR(r.why, "");
+    /* The snapshot is kenneld's copy: not the file the kernel holds, which is emptied. */
+    struct stat kst, sst;
+    CHECK(fstat(kernels, &kst) == 0 && kst.st_size == 0);
+    CHECK(stat(path, &sst) == 0 && sst.st_ino != kst.st_ino && sst.st_size == 11);
+    CHECK(pwrite(kernels, "changed", 7, 0) == 7);
+    close(kernels);
     void *data = NULL;
     size_t len = 0;
     CHECK_EQ_INT(snapstore_load(st, s_root, &data, &len), 0);
