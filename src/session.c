@@ -825,17 +825,19 @@ static void s_state_deadline(session_t *self)
     self->ops->timer_arm(self->ctx, SESSION_TIMER_CELL, self->cell_timeout_ms);
 }
 
-/*  Ask the kernel for its state, into a file of its own where there is one
- *  (s_on_save_ready): the kernel writes its arrays from where they are into the page cache,
- *  where the pipe took two copies into fresh memory (kenneld's frame, then the worker's or
- *  the fork's file) and bounded a snapshot to one frame. 0, or -1 (the kernel is going). */
-static int s_ask_save(session_t *self)
+/*  Ask the kernel for its state: to_file, into the session's save file where there is one
+ *  (s_on_save_ready), where the kernel writes its arrays from where they are into the page
+ *  cache; the pipe took two copies into fresh memory (kenneld's frame, then the worker's)
+ *  and bounds a snapshot to one frame. A fork's state takes the pipe: kenneld writes the
+ *  fork's file from the frame on its loop, which the frame's bound keeps short. 0, or -1
+ *  (the kernel is going). */
+static int s_ask_save(session_t *self, int to_file)
 {
     static const char op[] = "{\"op\":\"save\"}", op_file[] = "{\"op\":\"save\",\"fd\":true}";
     s_save_fd_close(self);
     self->save_refused[0] = '\0';
-    if (self->ops->snapshot_file && self->ops->snapshot_fits && self->ops->snapshot_store_fd &&
-        self->ops->fd_to_kernel)
+    if (to_file && self->ops->snapshot_file && self->ops->snapshot_fits &&
+        self->ops->snapshot_store_fd && self->ops->fd_to_kernel)
         self->save_fd = self->ops->snapshot_file(self->ctx);
     kpipe_iov_t part = self->save_fd >= 0 ? (kpipe_iov_t){op_file, sizeof op_file - 1}
                                           : (kpipe_iov_t){op, sizeof op - 1};
@@ -852,7 +854,7 @@ static void s_evict(session_t *self)
 {
     if (self->state != SESSION_IDLE || zlistx_size(self->queue) > 0)
         return;
-    if (s_ask_save(self) == 0) {
+    if (s_ask_save(self, 1) == 0) {
         LOG_I("session=%s: idle for %lld ms: saving its state", self->id, self->limits.idle_timeout_ms);
         self->state = SESSION_SAVING;
         s_state_deadline(self);
@@ -865,7 +867,7 @@ int session_fork_save(session_t *self)
         errno = EBUSY;
         return -1;
     }
-    if (s_ask_save(self) < 0) {
+    if (s_ask_save(self, 0) < 0) {
         errno = EBUSY; /* the kernel is going; its exit comes */
         return -1;
     }
@@ -884,7 +886,7 @@ static void s_fork_failed(session_t *self, const char *why)
     if (!self->forking)
         return;
     self->forking = 0;
-    self->ops->forked(self->ctx, NULL, 0, -1, NULL, why);
+    self->ops->forked(self->ctx, NULL, 0, NULL, why);
 }
 
 int session_save(session_t *self)
@@ -1449,14 +1451,13 @@ static int s_on_hello(session_t *self, const kpipe_frame_t *f, const char **why)
 
 static int s_on_saved_file(session_t *self, const json_t *op, const char *failed);
 
-/*  A fork's save is over: the state (data, or the file fd, taken) goes to the fork, or why
- *  not; this kernel serves on. */
-static void s_forked(session_t *self, const void *data, size_t len, int fd,
-                     const json_t *unsaved, const char *why)
+/*  A fork's save is over: the state goes to the fork, or why not; this kernel serves on. */
+static void s_forked(session_t *self, const void *data, size_t len, const json_t *unsaved,
+                     const char *why)
 {
     self->forking = 0;
     self->state = SESSION_IDLE;
-    self->ops->forked(self->ctx, data, len, fd, unsaved, why);
+    self->ops->forked(self->ctx, data, len, unsaved, why);
     if (self->state == SESSION_IDLE) { /* (the callback may have ended the session) */
         s_idle_rearm(self);
         s_pump(self);
@@ -1490,9 +1491,9 @@ static int s_on_saved(session_t *self, const kpipe_frame_t *f, const json_t *op,
     s_save_fd_close(self);
     if (self->forking) {
         if (failed)
-            s_forked(self, NULL, 0, -1, NULL, failed);
+            s_forked(self, NULL, 0, NULL, failed);
         else
-            s_forked(self, kpipe_frame_part(f, 1).data, kpipe_frame_part(f, 1).len, -1, unsaved,
+            s_forked(self, kpipe_frame_part(f, 1).data, kpipe_frame_part(f, 1).len, unsaved,
                      NULL);
         return 0;
     }
@@ -1532,12 +1533,6 @@ static int s_on_saved_file(session_t *self, const json_t *op, const char *failed
         failed = reason;
     }
     const json_t *unsaved = json_object_get(op, "unsaved");
-    if (self->forking) {
-        if (failed)
-            close(fd);
-        s_forked(self, NULL, want, failed ? -1 : fd, unsaved, failed);
-        return 0;
-    }
     if (!failed) {
         LOG_D("session=%s: the kernel wrote its snapshot; syncing and naming it", self->id);
         if (self->ops->snapshot_store_fd(self->ctx, fd, want, &failed) == 0) {

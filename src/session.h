@@ -71,11 +71,10 @@ typedef struct {
      * the call. NULL: no records. */
     void (*cell_done)(void *ctx, const jmsg_t *request, const json_t *metadata,
                       const char *ename, long long cell, size_t output_bytes);
-    /* The state session_fork_save asked for: data (borrowed for the call), or the file fd
-     * holding its len bytes (taken; -1 with data), and the names it could not keep (array,
-     * borrowed), the kernel still running; or why neither could be had (the save failed, the
-     * kernel died, the session ended). NULL: no forks. */
-    void (*forked)(void *ctx, const void *data, size_t len, int fd, const json_t *unsaved,
+    /* The state session_fork_save asked for: data (borrowed for the call) and the names it
+     * could not keep (array, borrowed), the kernel still running; or why NULL data could not
+     * be had (the save failed, the kernel died, the session ended). NULL: no forks. */
+    void (*forked)(void *ctx, const void *data, size_t len, const json_t *unsaved,
                    const char *why);
     /* The snapshot as an open file (O_RDONLY; the session closes it), for a revival to pass
      * to the kernel instead of its bytes; -1 when there is none to open (a fork's state in
@@ -84,7 +83,8 @@ typedef struct {
     /* Pass fd to the kernel (SCM_RIGHTS, with one byte), which asked for it; the caller
      * keeps and closes its own. fd -1: the byte alone, a refusal. 0 or -1. NULL: never. */
     int (*fd_to_kernel)(void *ctx, int fd);
-    /* A save the kernel writes to a file of its own instead of sending: snapshot_file opens a new, unnamed file where the
+    /* An eviction's or checkpoint's save the kernel writes to a file instead of sending
+     * (never a fork's): snapshot_file opens a new, unnamed file where the
      * snapshot goes (O_RDWR; the session closes it), -1 when it cannot (the bytes come
      * through the pipe then); snapshot_fits says whether len bytes may be kept (0), or why
      * not (-1, *why); snapshot_store_fd keeps fd's len bytes as the snapshot, taking fd

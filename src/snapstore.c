@@ -91,22 +91,38 @@ int snapstore_copy(int src, size_t len, const char *dir)
     if (dst < 0)
         return -1;
     loff_t in = 0, out = 0;
+    int by_hand = 0; /* copy_file_range cannot here (EXDEV, EINVAL, EOPNOTSUPP, ENOSYS) */
     while ((size_t)in < len) {
-        ssize_t n = copy_file_range(src, &in, dst, &out, len - (size_t)in, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) { /* EXDEV, EINVAL (older kernels, some file systems): by hand */
-            char buf[1 << 16];
-            ssize_t r = n < 0 ? pread(src, buf, sizeof buf, in) : 0;
-            if (r <= 0 || pwrite(dst, buf, (size_t)r, out) != r) {
-                int saved = r == 0 ? EIO : errno; /* shorter than it was said to be */
-                close(dst);
-                errno = saved;
-                return -1;
+        ssize_t n;
+        if (!by_hand) {
+            n = copy_file_range(src, &in, dst, &out, len - (size_t)in, 0);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP ||
+                          errno == ENOSYS)) {
+                by_hand = 1;
+                continue;
             }
-            n = r;
-            in += r;
-            out += r;
+        } else {
+            char buf[1 << 16];
+            size_t want = len - (size_t)in < sizeof buf ? len - (size_t)in : sizeof buf;
+            n = pread(src, buf, want, in);
+            ssize_t w = n > 0 ? pwrite(dst, buf, (size_t)n, out) : n;
+            if (w != n) {
+                if (w >= 0)
+                    errno = EIO; /* a short write */
+                n = -1;
+            }
+            if (n > 0) {
+                in += n;
+                out += n;
+            }
+        }
+        if (n <= 0) {
+            int saved = n == 0 ? EIO : errno; /* 0: the file holds less than it was said to */
+            close(dst);
+            errno = saved;
+            return -1;
         }
     }
     return dst;

@@ -404,6 +404,28 @@ def test_a_session_past_a_frame_is_evicted_and_revived_whole(kenneld, connect):
 
 
 @pytest.mark.parametrize("kenneld", [["--idle", "1"]], indirect=True)
+def test_a_snapshot_larger_than_the_memory_limit_is_refused_and_the_kernel_kept(kenneld,
+                                                                              connect):
+    """A snapshot is what the kernel held in memory, pickled: a kernel that says its snapshot
+    is larger than its memory limit (its code changed to lie) is refused before it writes a
+    byte, and keeps its state; the copy and the write's deadline stay bounded so."""
+    kc = connect(kenneld.create("boast")["connection_file"])
+    run(kc, "import kennel_pipe\nkept = 41\n_honest = kennel_pipe.Pipe.send\n"
+            "def _boast(self, op, *parts, **kw):\n"
+            "    if op.get('op') == 'save_ready':\n        op = dict(op, bytes=2 << 30)\n"
+            "    return _honest(self, op, *parts, **kw)\n"
+            "kennel_pipe.Pipe.send = _boast")
+    wait_for(lambda: "more than the session's memory limit" in kenneld.log(None), timeout=10,
+             what="the save to be refused")
+    assert kenneld.ok("info_request", {"session": "boast"})["session"]["state"] != "evicted"
+    assert run(kc, "kept + 1").result == "42"
+    run(kc, "kennel_pipe.Pipe.send = _honest")
+    wait_for(lambda: kenneld.ok("info_request", {"session": "boast"})["session"]["state"]
+             == "evicted", timeout=10, what="the eviction")
+    assert run(kc, "kept", timeout=20).result == "41"
+
+
+@pytest.mark.parametrize("kenneld", [["--idle", "1"]], indirect=True)
 def test_a_kernel_that_writes_other_than_it_announced_is_not_evicted(kenneld, connect):
     """The kernel says its snapshot's size before it gets the file; a kernel whose code was
     changed to write more than that (user code can reach the kernel's own) is not evicted
@@ -622,6 +644,7 @@ def _restart(kenneld, args=()):
 
 
 @pytest.mark.own_kenneld
+@pytest.mark.timeout_s(90)  # three kennelds in turn, each stop a save: 6 s alone, 30+ in check
 def test_a_session_that_cannot_be_restored_is_kept_not_removed(kenneld, connect):
     """A port another program took while kenneld was down once made the next kenneld remove
     the session, workspace and saved state; and a copy of a session's directory took over

@@ -200,13 +200,11 @@ static void op_cell_done(void *ctx, const jmsg_t *request, const json_t *metadat
     r->done[r->ndone++].output_bytes = output_bytes;
 }
 
-static void op_forked(void *ctx, const void *data, size_t len, int fd, const json_t *unsaved,
+static void op_forked(void *ctx, const void *data, size_t len, const json_t *unsaved,
                       const char *why)
 {
     rec_t *r = ctx;
     r->forks++;
-    if (fd >= 0)
-        close(fd);
     if (!data)
         snprintf(r->forked, sizeof r->forked, "why: %s", why);
     else
