@@ -588,20 +588,21 @@ static int s_op_fd_to_kernel(void *ctx, int fd)
     return kernpipe_send_fd(s->pipe, fd);
 }
 
-/*  The file a save is written into (session.h): one per session, made once, beside its
- *  snapshot (O_TMPFILE), emptied before each save and after kenneld has copied what the
+/*  The file a save is written into (session.h): one per kernel, made by its first save,
+ *  without a name (O_TMPFILE) in the session's own workspace file system (its capped image,
+ *  mounted with discard), emptied before each save and after kenneld has copied what the
  *  kernel wrote. A kernel may keep the descriptor it was given (its code is the user's):
- *  through it, it reaches only this file, which its RLIMIT_FSIZE (the session's disk cap)
- *  bounds and its seccomp filter keeps from growing past that by other means (fallocate's
- *  modes); what the snapshot and a fork's state are is kenneld's own copy, which no kernel
- *  holds. */
+ *  through it, it reaches only this file, whose blocks are its workspace's, bounded by its
+ *  image whatever it does to the file (fallocate, the reserve ioctls); what the snapshot is
+ *  is kenneld's own copy, in the session directory, which no kernel holds. With --disk 0 the
+ *  workspace is a plain directory, as open to the kernel as this file. */
 static int s_op_snapshot_file(void *ctx)
 {
     sess_t *s = ctx;
     if (snapstore_busy(s->broker->snaps, s->id))
         return -1; /* a store may still read the file: this save goes through the pipe */
     if (s->scratch_fd < 0)
-        s->scratch_fd = snapstore_file(s->dir);
+        s->scratch_fd = snapstore_file(s->workspace);
     else if (ftruncate(s->scratch_fd, 0) < 0)
         return -1;
     return s->scratch_fd < 0 ? -1 : fcntl(s->scratch_fd, F_DUPFD_CLOEXEC, 0);
@@ -609,8 +610,8 @@ static int s_op_snapshot_file(void *ctx)
 
 /*  A snapshot is what the kernel held in its memory, pickled: one larger than its memory
  *  limit is refused (and so the copy and the deadline it gets are bounded, --disk 0 or
- *  not). Against the disk cap it counts with the workspace image and with what the save
- *  file holds already (a kernel that kept it may have written there). */
+ *  not). Against the disk cap it counts with the workspace image (which holds the save
+ *  file's blocks too). */
 static int s_op_snapshot_fits(void *ctx, size_t len, const char **why)
 {
     static char reason[160];
@@ -622,10 +623,7 @@ static int s_op_snapshot_fits(void *ctx, size_t len, const char **why)
         *why = reason;
         return -1;
     }
-    struct stat st;
-    size_t held = s->scratch_fd >= 0 && fstat(s->scratch_fd, &st) == 0 ? (size_t)st.st_blocks * 512
-                                                                        : 0;
-    return snapstore_fits(s->dir, len + held, s->limits.disk_bytes, why);
+    return snapstore_fits(s->dir, len, s->limits.disk_bytes, why);
 }
 
 static int s_op_snapshot_store_fd(void *ctx, int fd, size_t len, const char **why)

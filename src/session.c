@@ -1625,7 +1625,9 @@ static int s_on_save_ready(session_t *self, const json_t *op, const char **why)
     }
     size_t len = (size_t)json_integer_value(bytes);
     const char *no = NULL;
-    if (self->ops->snapshot_fits(self->ctx, len, &no) < 0) {
+    if (self->deadline_phase != 1)
+        no = "the save passed its deadline before the kernel could write it"; /* kept */
+    if (no || self->ops->snapshot_fits(self->ctx, len, &no) < 0) {
         snprintf(self->save_refused, sizeof self->save_refused, "%s",
                  no ? no : "cannot keep the snapshot");
         s_save_fd_close(self);

@@ -169,10 +169,12 @@ static void s_snap_run(void *arg)
         if (slash)
             *slash = '\0';
         int copy = snapstore_copy(j->fd, j->len, dir);
+        int saved = errno;
         (void)!ftruncate(j->fd, 0);
+        errno = saved;
         j->rc = copy < 0 ? -1 : s_link_durable(copy, j->path);
         if (copy >= 0) {
-            int saved = errno;
+            saved = errno;
             close(copy);
             errno = saved;
         }

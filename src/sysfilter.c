@@ -89,6 +89,15 @@ static int s_build(scmp_filter_ctx ctx)
     if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EOPNOTSUPP), SCMP_SYS(fallocate), 1,
                                SCMP_A1(SCMP_CMP_NE, 0))) < 0)
         return rc;
+    /* ...and the XFS-era ioctls that reach the same allocation (FS_IOC_RESVSP, _UNRESVSP,
+     * their 64-bit twins, ZERO_RANGE): compared on 32 bits, as TIOCSTI below. */
+    static const unsigned long reserve_ioctls[] = {0x40305828, 0x40305829, 0x4030582a,
+                                                   0x4030582b, 0x40305839};
+    for (size_t i = 0; i < sizeof reserve_ioctls / sizeof reserve_ioctls[0]; i++)
+        if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EOPNOTSUPP), SCMP_SYS(ioctl), 1,
+                                   SCMP_A1(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu,
+                                           reserve_ioctls[i]))) < 0)
+            return rc;
     /* TIOCSTI / TIOCLINUX push input into a terminal: compared on 32 bits, as the kernel does. */
     if ((rc = seccomp_rule_add(ctx, DENY, SCMP_SYS(ioctl), 1,
                                SCMP_A1(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, TIOCSTI))) < 0)

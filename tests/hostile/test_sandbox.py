@@ -1279,18 +1279,22 @@ def test_denied_syscalls_return_eperm(kenneld, victim, bystander):
 
 
 def test_fallocate_only_in_its_plain_mode(kenneld, victim, bystander):
-    """FALLOC_FL_KEEP_SIZE allocates blocks past a file's end that RLIMIT_FSIZE does not see:
-    on the save file kenneld gives a kernel, blocks of kenneld's disk. Refused; the plain mode
-    (glibc's posix_fallocate) works."""
+    """FALLOC_FL_KEEP_SIZE (and the reserve ioctls) allocate blocks past a file's end that
+    RLIMIT_FSIZE does not see. Refused; the plain mode (glibc's posix_fallocate) works."""
     need_x86_64()
     r = verdict(victim, '''
         fd = os.open("/workspace/alloc.bin", os.O_CREAT | os.O_RDWR, 0o600)
         r = {"keep_size": _sys(285, fd, 1, 0, 1 << 20), "punch": _sys(285, fd, 3, 0, 4096),
              "plain": _sys(285, fd, 0, 0, 1 << 16), "size": os.fstat(fd).st_size}
+        # the reserve ioctls reach the same allocation (refused before their argument,
+        # which would otherwise be EFAULT)
+        for name, nr in (("resvsp", 0x40305828), ("resvsp64", 0x4030582a),
+                         ("zero_range", 0x40305839)):
+            r[name] = _sys(16, fd, nr, 0)
         os.close(fd)
         os.remove("/workspace/alloc.bin")
     ''')
-    for k in ("keep_size", "punch"):
+    for k in ("keep_size", "punch", "resvsp", "resvsp64", "zero_range"):
         assert r[k] == {"rc": -1, "errno": errno.EOPNOTSUPP}, (k, r[k])
     assert r["plain"]["rc"] == 0 and r["size"] == 1 << 16, r
     assert_state_kept(victim)
