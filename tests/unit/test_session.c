@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "../harness.h"
 #include "log.h"
 #include "route.h"
@@ -56,6 +58,13 @@ typedef struct {
     int fd_restores;        /* snapshot_fd opens a file (else -1: the bytes go) */
     int snapshot_fd;        /* the last one opened, or -1 */
     int fds_passed;         /* fd_to_kernel calls with that very descriptor */
+    int file_saves;         /* snapshot_file makes a file (else -1: the bytes go) */
+    int save_file;          /* that file (the test's own descriptor), or -1 */
+    int fits_refused;       /* snapshot_fits refuses */
+    int save_fds_passed;    /* fd_to_kernel calls with a copy of the save file */
+    int refusals;           /* fd_to_kernel calls with -1 */
+    long long stored_len;   /* snapshot_store_fd's len, or -1 */
+    long long stored_size;  /* the size of the file it was given */
 } rec_t;
 
 /*  A part as a client would read it: kenneld passes a kernel's iopub parts on as bytes. New
@@ -228,7 +237,43 @@ static int op_snapshot_fd(void *ctx)
 static int op_fd_to_kernel(void *ctx, int fd)
 {
     rec_t *r = ctx;
-    r->fds_passed += fd == r->snapshot_fd && fcntl(fd, F_GETFD) >= 0;
+    struct stat a, b;
+    r->refusals += fd < 0;
+    r->fds_passed += fd >= 0 && fd == r->snapshot_fd && fcntl(fd, F_GETFD) >= 0;
+    r->save_fds_passed += fd >= 0 && r->save_file >= 0 && fstat(fd, &a) == 0 &&
+                          fstat(r->save_file, &b) == 0 && a.st_ino == b.st_ino;
+    return 0;
+}
+
+static int op_snapshot_file(void *ctx)
+{
+    rec_t *r = ctx;
+    if (!r->file_saves)
+        return -1;
+    if (r->save_file < 0)
+        r->save_file = open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    else if (ftruncate(r->save_file, 0) < 0)
+        return -1;
+    return r->save_file < 0 ? -1 : dup(r->save_file);
+}
+
+static int op_snapshot_fits(void *ctx, size_t len, const char **why)
+{
+    (void)len;
+    rec_t *r = ctx;
+    if (r->fits_refused)
+        *why = "over the test's cap";
+    return r->fits_refused ? -1 : 0;
+}
+
+static int op_snapshot_store_fd(void *ctx, int fd, size_t len, const char **why)
+{
+    (void)why;
+    rec_t *r = ctx;
+    struct stat st;
+    r->stored_len = (long long)len;
+    r->stored_size = fstat(fd, &st) == 0 ? (long long)st.st_size : -1;
+    close(fd);
     return 0;
 }
 
@@ -237,12 +282,14 @@ static const session_ops_t s_ops = {op_send,          op_to_kernel,      op_kern
                                     op_timer_cancel,  op_snapshot_store, op_snapshot_load,
                                     op_snapshot_drop, op_iopub_backlog,  op_cell_done,
                                     op_forked,        op_snapshot_fd,    op_fd_to_kernel,
-                                    NULL,             NULL,              NULL};
+                                    op_snapshot_file, op_snapshot_fits,  op_snapshot_store_fd};
 
 static rec_t *s_rec_new(void)
 {
     rec_t *r = calloc(1, sizeof(rec_t));
     r->timer_ms = r->idle_ms = r->flush_ms = -1;
+    r->save_file = -1;
+    r->stored_len = r->stored_size = -1;
     return r;
 }
 
@@ -253,6 +300,8 @@ static void s_rec_free(rec_t *r)
         json_decref(r->metadata[i]);
     }
     free(r->snapshot);
+    if (r->save_file >= 0)
+        close(r->save_file);
     free(r);
 }
 
@@ -1391,6 +1440,102 @@ TEST(a_snapshot_file_not_asked_for_is_closed_with_the_kernel_or_the_session)
     s_rec_free(r);
 }
 
+/*  An idle session of r whose kernel has been asked to save into its file. */
+static session_t *s_saving_to_file(rec_t *r)
+{
+    r->file_saves = 1;
+    session_t *s = s_session_with(r, 8, 0, 1 << 20);
+    s_hello(s);
+    int nk = r->nk;
+    session_on_timer(s, SESSION_TIMER_IDLE);
+    CHECK_EQ_INT(session_state(s), SESSION_SAVING);
+    CHECK_EQ_INT(r->nk, nk + 1);
+    CHECK(strncmp(r->kframes[nk], "{\"op\":\"save\",\"fd\":true} ", 24) == 0);
+    return s;
+}
+
+TEST(an_eviction_saves_into_the_file_the_kernel_is_passed_once_it_says_the_size)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_saving_to_file(r);
+    CHECK_EQ_INT(r->save_fds_passed, 0); /* not before the kernel says the size */
+    const char *ready[] = {"{\"op\":\"save_ready\",\"bytes\":5}"};
+    CHECK_EQ_INT(s_kernel(s, 1, ready), 0);
+    CHECK_EQ_INT(r->save_fds_passed, 1);
+    CHECK_EQ_INT(r->timer_ms, 60000); /* the write's own deadline: the save's, here */
+    CHECK_EQ_INT(s_kernel(s, 1, ready), -1); /* a second one is a protocol violation */
+    CHECK(pwrite(r->save_file, "STATE", 5, 0) == 5);
+    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[],\"bytes\":5}"};
+    int nsig = r->nsig;
+    CHECK_EQ_INT(s_kernel(s, 1, saved), 0);
+    CHECK(r->stored_len == 5 && r->stored_size == 5);
+    CHECK_EQ_INT(r->nsig, nsig); /* the kernel stays until the copy is on disk */
+    session_on_snapshot_stored(s, NULL);
+    CHECK_EQ_INT(r->signals[r->nsig - 1], SIGKILL);
+    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
+    CHECK_EQ_INT(session_state(s), SESSION_EVICTED);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
+TEST(a_file_save_refused_or_written_wrong_keeps_the_kernel)
+{
+    /* Refused at save_ready (the disk cap): the byte alone, and the kernel's failed save
+     * leaves it serving. */
+    rec_t *r = s_rec_new();
+    r->fits_refused = 1;
+    session_t *s = s_saving_to_file(r);
+    const char *ready[] = {"{\"op\":\"save_ready\",\"bytes\":5}"};
+    CHECK_EQ_INT(s_kernel(s, 1, ready), 0);
+    CHECK(r->refusals == 1 && r->save_fds_passed == 0);
+    const char *failed[] = {"{\"op\":\"saved\",\"error\":\"OSError: refused\"}"};
+    int nsig = r->nsig;
+    CHECK_EQ_INT(s_kernel(s, 1, failed), 0);
+    CHECK_EQ_INT(session_state(s), SESSION_IDLE);
+    CHECK(r->nsig == nsig && r->stored_len == -1);
+    session_destroy(&s);
+    s_rec_free(r);
+    /* More bytes in the file than the kernel said: not kept. */
+    r = s_rec_new();
+    s = s_saving_to_file(r);
+    CHECK_EQ_INT(s_kernel(s, 1, ready), 0);
+    CHECK(pwrite(r->save_file, "STATE+more", 10, 0) == 10);
+    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[],\"bytes\":5}"};
+    CHECK_EQ_INT(s_kernel(s, 1, saved), 0);
+    CHECK_EQ_INT(session_state(s), SESSION_IDLE);
+    CHECK(r->stored_len == -1 && r->nsig == 0);
+    session_destroy(&s);
+    s_rec_free(r);
+    /* Past the save's deadline before the kernel asked: refused, and the kernel kept. */
+    r = s_rec_new();
+    s = s_saving_to_file(r);
+    session_on_timer(s, SESSION_TIMER_CELL); /* the deadline: SIGUSR2 */
+    CHECK_EQ_INT(s_kernel(s, 1, ready), 0);
+    CHECK(r->refusals == 1 && r->save_fds_passed == 0);
+    CHECK_EQ_INT(s_kernel(s, 1, failed), 0);
+    CHECK_EQ_INT(session_state(s), SESSION_IDLE);
+    session_destroy(&s);
+    s_rec_free(r);
+    /* save_ready where no file was made (the bytes go through the pipe) is a violation; a
+     * fork's save never asks for a file. */
+    r = s_rec_new();
+    s = s_session_with(r, 8, 0, 1 << 20);
+    s_hello(s);
+    session_on_timer(s, SESSION_TIMER_IDLE);
+    CHECK(strncmp(r->kframes[r->nk - 1], "{\"op\":\"save\"}", 13) == 0);
+    CHECK_EQ_INT(s_kernel(s, 1, ready), -1);
+    session_destroy(&s);
+    s_rec_free(r);
+    r = s_rec_new();
+    r->file_saves = 1;
+    s = s_session_with(r, 8, 0, 1 << 20);
+    s_hello(s);
+    CHECK_EQ_INT(session_fork_save(s), 0);
+    CHECK(strncmp(r->kframes[r->nk - 1], "{\"op\":\"save\"}", 13) == 0);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 TEST(restore_past_its_deadline_then_killed)
 {
     rec_t *r = s_rec_new();
@@ -2018,6 +2163,8 @@ int main(void)
     RUN(evicted_session_expires_after_ttl);
     RUN(request_too_large_for_a_frame);
     RUN(a_revival_passes_the_snapshot_file_once_the_kernel_asks);
+    RUN(an_eviction_saves_into_the_file_the_kernel_is_passed_once_it_says_the_size);
+    RUN(a_file_save_refused_or_written_wrong_keeps_the_kernel);
     RUN(a_snapshot_file_not_asked_for_is_closed_with_the_kernel_or_the_session);
     RUN(restore_past_its_deadline_then_killed);
     RUN(kernel_info_past_the_waiting_bound_keeps_the_latest);

@@ -234,6 +234,33 @@ TEST(a_written_file_is_named_the_snapshot_over_the_old_one)
     loop_destroy(&loop);
 }
 
+/*  A file holding fewer bytes than said (a kernel that truncated it during the copy) is
+ *  answered with an error, and the old snapshot stays. */
+TEST(a_file_shorter_than_said_keeps_the_old_snapshot)
+{
+    loop_t *loop = loop_new();
+    worker_t *w = worker_new(loop);
+    rec_t r = {1, 0, ""};
+    snapstore_t *st = snapstore_new(w, 1 << 20, &OPS, &r);
+    const char *why = NULL;
+    CHECK_EQ_INT(snapstore_store(st, "a", s_root, "old", 3, 0, &why), 0);
+    int fd = snapstore_file(s_root);
+    CHECK(fd >= 0 && write(fd, "new", 3) == 3);
+    CHECK_EQ_INT(snapstore_store_fd(st, "a", s_root, fd, 11, &why), 0);
+    s_settle(&w);
+    CHECK_EQ_INT(r.stored, 1); /* the last store answers: with its error */
+    CHECK(strstr(r.why, "Input/output error") != NULL);
+    void *data = NULL;
+    size_t len = 0;
+    CHECK_EQ_INT(snapstore_load(st, s_root, &data, &len), 0);
+    CHECK(len == 3 && data && memcmp(data, "old", 3) == 0);
+    free(data);
+    CHECK_EQ_INT(s_snapshot_names(), 1);
+    snapstore_drop(st, "a", s_root);
+    snapstore_destroy(&st);
+    loop_destroy(&loop);
+}
+
 /*  Within the cap, fits; past it (with the workspace image), not, and says why. */
 TEST(fits_counts_the_workspace_image)
 {
@@ -266,6 +293,7 @@ int main(void)
     RUN(a_failed_write_is_answered_with_its_reason);
     RUN(a_snapshot_over_the_disk_cap_is_refused_at_once);
     RUN(a_written_file_is_named_the_snapshot_over_the_old_one);
+    RUN(a_file_shorter_than_said_keeps_the_old_snapshot);
     RUN(fits_counts_the_workspace_image);
     statedir_remove_tree(s_root);
     return harness_done();
