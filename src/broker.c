@@ -74,8 +74,10 @@ struct broker {
     snapstore_t *snaps;      /* evicted sessions' snapshots, written on the worker */
     meter_t *meter;          /* measures sessions' memory, off the loop and off the worker */
     sweeper_t *sweeper;      /* removes ended sessions' directories from the trash */
-    worker_t *worker;        /* makes and mounts new workspace images (diskjob), writes and
-                              * drops snapshots (snapstore), off the loop */
+    worker_t *worker;        /* makes and mounts new workspace images (diskjob), off the loop */
+    worker_t *snap_worker;   /* writes, copies and drops snapshots (snapstore), off the loop:
+                              * a thread of its own, so that a session's large snapshot does
+                              * not hold up other sessions' new workspaces */
     worker_t *signer;        /* signs sessions' large messages, off the loop (channels) */
     runlog_t *runlog;        /* run records, written on worker; NULL: none (--runs-keep 0) */
     broker_notify_fn *settled; /* what broker_workspace, broker_info or broker_list waited
@@ -1008,7 +1010,7 @@ static void s_close_sess(sess_t *s, int forget)
          * off the loop once the kernel is gone: a workspace without a cap may hold millions
          * of files. A snapshot still being written there goes first, on the worker. */
         sweeper_trash(b->sweeper, s->dir, o.dir, sizeof o.dir);
-        o.remover = snapstore_busy(b->snaps, s->id) ? b->worker : NULL;
+        o.remover = snapstore_busy(b->snaps, s->id) ? b->snap_worker : NULL;
     } else if (s->disk_mounted) {
         /* Kept for the next kenneld: unmounted cleanly once the kernel has gone. */
         snprintf(o.mount, sizeof o.mount, "%s", s->workspace);
@@ -2219,13 +2221,15 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->tick_timer = -1;
     self->memory_timer = -1;
     self->worker = worker_new(loop);
+    self->snap_worker = worker_new(loop);
     meter_ops_t mo = {s_mem_measured, s_mem_done};
     self->meter = meter_new(loop, &mo, self);
     self->signer = worker_new(loop);
     self->sweeper = sweeper_new(loop, cfg->state_dir);
     snapstore_ops_t snap_ops = {s_snap_live, s_snap_stored};
-    self->snaps = self->worker ? snapstore_new(self->worker, cfg->max_pipe_frame, &snap_ops, self)
-                               : NULL;
+    self->snaps = self->snap_worker
+                      ? snapstore_new(self->snap_worker, cfg->max_pipe_frame, &snap_ops, self)
+                      : NULL;
     if (self->worker && cfg->runs_keep_days && cfg->runs_dir) {
         runlog_cfg_t rc = {cfg->runs_dir, cfg->record_code, cfg->runs_keep_days};
         if (!(self->runlog = runlog_new(self->worker, &rc)))
@@ -2304,6 +2308,7 @@ void broker_destroy(broker_t **self_p)
     if (self->sweeper)
         sweeper_stop(self->sweeper);
     worker_destroy(&self->worker);
+    worker_destroy(&self->snap_worker);
     runlog_destroy(&self->runlog);
     snapstore_destroy(&self->snaps);
     sweeper_destroy(&self->sweeper);

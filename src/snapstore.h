@@ -1,6 +1,7 @@
 /*  snapstore: evicted sessions' snapshots, each a file in its session's directory, out of the
- *  kernel's reach. A store is written and fsynced on the worker (tens of ms for even a small
- *  one on this VM's disk, which on the loop stalled every session). While a job of a
+ *  kernel's reach. A store is written (or copied from the file a kernel wrote) and fsynced
+ *  on the worker it is given, kenneld's snapshot thread (tens of ms for even a small one on
+ *  this VM's disk, which on the loop stalled every session). While a job of a
  *  session's is on the worker, every later step on the same file goes there too (a drop,
  *  the directory's removal when the session ends: snapstore_busy), so that they keep their
  *  order. A store answers its session only if no store or drop of it came after. Knows a
