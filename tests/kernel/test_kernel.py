@@ -495,6 +495,7 @@ def test_a_storm_of_interrupts_never_escapes_the_kernel(kernel):
     stormer = threading.Thread(target=storm)
     stormer.start()
     outcomes = collections.Counter()
+    odd = []  # the error replies other than KeyboardInterrupt, whole: what to look into
     try:
         for _ in range(20):
             ids = [kernel.send_request("execute_request", {
@@ -503,12 +504,17 @@ def test_a_storm_of_interrupts_never_escapes_the_kernel(kernel):
                 for _ in range(50)]
             for msg_id in ids:
                 _, reply, _ = kernel.collect(msg_id)
-                outcomes[reply.get("ename", reply["status"])] += 1
+                outcome = reply.get("ename", reply["status"])
+                outcomes[outcome] += 1
+                if outcome not in ("ok", "KeyboardInterrupt"):
+                    odd.append((reply.get("evalue"), reply.get("traceback")))
     finally:
         stop.set()
         stormer.join()
-    assert kernel.proc.poll() is None, outcomes
-    assert set(outcomes) <= {"ok", "KeyboardInterrupt"}, outcomes
+    assert kernel.proc.poll() is None, (outcomes, odd, kernel.logs)
+    # (Once in a CI run, a SystemError came back in 1 of 1,000 cells under load; not seen in
+    # 50,000 since. Its evalue and traceback now come with the failure.)
+    assert set(outcomes) <= {"ok", "KeyboardInterrupt"}, (outcomes, odd, kernel.logs)
     reply, _ = kernel.execute("1")
     assert reply["status"] == "ok"
 
