@@ -896,7 +896,7 @@ def _large_result_being_signed(kenneld, connect, name):
     """A session whose running cell has just written a 60 MB result (its signing takes ~150
     ms) and sleeps: its client, and the cell's msg_id."""
     kc = connect(kenneld.create(name)["connection_file"])
-    run(kc, MAKE_LARGE_RESULT)
+    run(kc, MAKE_LARGE_RESULT, timeout=30)  # a cold kernel (KENNEL_SPAWNER=exec) under load
     running = kc.execute(WRITE_LARGE_RESULT + "open('written', 'w').close()\n"
                          "import time\ntime.sleep(30)")
 
