@@ -71,7 +71,7 @@ struct broker {
                               * (re)started on demand */
     pool_t *pool;            /* sealed kernels waiting for new sessions */
     orphans_t *orphans;      /* killed kernels waiting to be reaped */
-    snapstore_t *snaps;      /* evicted sessions' snapshots, written on the worker */
+    snapstore_t *snaps;      /* evicted sessions' snapshots, written on snap_worker */
     meter_t *meter;          /* measures sessions' memory, off the loop and off the worker */
     sweeper_t *sweeper;      /* removes ended sessions' directories from the trash */
     worker_t *worker;        /* makes and mounts new workspace images (diskjob), off the loop */
@@ -148,8 +148,9 @@ struct sess {
     long long pss, uss;      /* the kernel's memory as last measured (meter.h) */
     long long mem_at;        /* util_now_ms() of that measure; 0: never */
     size_t dropped_seen;     /* channels_dropped when s_on_flushed last looked */
-    int scratch_fd;          /* the file without a name its kernels write saves into
-                              * (s_op_snapshot_file), kept for the session's life, or -1 */
+    int scratch_fd;          /* the file without a name its kernel writes saves into
+                              * (s_op_snapshot_file): made by the kernel's first save, closed
+                              * when the kernel goes (s_kernel_gone); or -1 */
     int seed_fd;             /* a fork's: the snapshot its first kernel maps (a memfd of the
                               * source kernel's state, or the evicted source's snapshot file,
                               * opened), or -1 */
