@@ -31,7 +31,7 @@ typedef struct {
     unsigned gen;            /* bumped by each store and drop: a store answers if still last */
 } pending_t;
 
-typedef enum { SNAP_STORE, SNAP_LINK, SNAP_DROP } snap_kind_t;
+typedef enum { SNAP_STORE, SNAP_COPY, SNAP_DROP } snap_kind_t;
 
 typedef struct {
     snapstore_t *store;
@@ -41,7 +41,7 @@ typedef struct {
     char path[PATH_MAX + 16]; /* the snapshot */
     void *data;        /* SNAP_STORE: a copy of the snapshot */
     size_t len;
-    int fd;            /* SNAP_LINK: the file a kernel wrote it into (snapstore_file) */
+    int fd;            /* SNAP_COPY: the file a kernel wrote it into (snapstore_file) */
     int rc, err;
 } snap_job_t;
 
@@ -85,11 +85,10 @@ void snapstore_destroy(snapstore_t **self_p)
     *self_p = NULL;
 }
 
-int snapstore_copy(int src, size_t len, const char *dir)
+/*  Copy the first len bytes of src to dst (both from their start). 0, or -1 with errno (EIO:
+ *  src holds fewer). */
+static int s_copy(int src, int dst, size_t len)
 {
-    int dst = snapstore_file(dir);
-    if (dst < 0)
-        return -1;
     loff_t in = 0, out = 0;
     int by_hand = 0; /* copy_file_range cannot here (EXDEV, EINVAL, EOPNOTSUPP, ENOSYS) */
     while ((size_t)in < len) {
@@ -119,37 +118,34 @@ int snapstore_copy(int src, size_t len, const char *dir)
             }
         }
         if (n <= 0) {
-            int saved = n == 0 ? EIO : errno; /* 0: the file holds less than it was said to */
-            close(dst);
-            errno = saved;
+            if (n == 0)
+                errno = EIO; /* the file holds less than it was said to */
             return -1;
         }
     }
-    return dst;
+    return 0;
 }
 
-/*  Give fd's unnamed file (O_TMPFILE) the name path, durably: its data synced, then linked
- *  under a temporary name and renamed over path, so that a reader sees the old snapshot or
- *  the new one, whole. 0, or -1 with errno. */
-static int s_link_durable(int fd, const char *path)
+/*  Make path hold the first len bytes of src, durably: copied into a temporary file beside
+ *  it (a name, not O_TMPFILE: the state directory may be on NFS), synced and renamed over
+ *  path, so that a reader sees the old snapshot or the new one, whole. 0, or -1 with errno. */
+static int s_copy_durable(int src, size_t len, const char *path)
 {
-    char tmp[PATH_MAX + 32], proc[64];
+    char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    if (fsync(fd) < 0)
+    int dst = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (dst < 0)
         return -1;
-    (void)unlink(tmp); /* one an earlier kenneld left */
-    int rc = linkat(fd, "", AT_FDCWD, tmp, AT_EMPTY_PATH);
-    if (rc < 0 && (errno == ENOENT || errno == EPERM)) {
-        /* AT_EMPTY_PATH wants CAP_DAC_READ_SEARCH; the /proc path does not. */
-        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-        rc = linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW);
-    }
+    int rc = s_copy(src, dst, len) == 0 && fsync(dst) == 0 ? 0 : -1;
+    int saved = errno;
+    close(dst);
     if (rc == 0 && rename(tmp, path) < 0) {
-        int saved = errno;
-        unlink(tmp);
-        errno = saved;
+        saved = errno;
         rc = -1;
     }
+    if (rc < 0)
+        unlink(tmp);
+    errno = saved;
     return rc;
 }
 
@@ -159,25 +155,14 @@ static void s_snap_run(void *arg)
     snap_job_t *j = arg;
     if (j->kind == SNAP_STORE)
         j->rc = statedir_write_file(j->path, j->data, j->len, STATEDIR_DURABLE);
-    else if (j->kind == SNAP_LINK) {
+    else if (j->kind == SNAP_COPY) {
         /* kenneld's own copy of what the kernel wrote: the kernel may still hold the file
          * it was given, and must not reach the snapshot through it. Then that file is
          * emptied, its blocks freed. */
-        char dir[PATH_MAX + 16];
-        snprintf(dir, sizeof dir, "%s", j->path);
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *slash = '\0';
-        int copy = snapstore_copy(j->fd, j->len, dir);
+        j->rc = s_copy_durable(j->fd, j->len, j->path);
         int saved = errno;
         (void)!ftruncate(j->fd, 0);
         errno = saved;
-        j->rc = copy < 0 ? -1 : s_link_durable(copy, j->path);
-        if (copy >= 0) {
-            saved = errno;
-            close(copy);
-            errno = saved;
-        }
     }
     else
         j->rc = unlink(j->path) < 0 && errno != ENOENT ? -1 : 0;
@@ -308,7 +293,7 @@ int snapstore_store_fd(snapstore_t *self, const char *id, const char *dir, int f
                        const char **why)
 {
     static char reason[200];
-    if (s_snap_submit(self, SNAP_LINK, id, dir, NULL, len, fd) < 0) {
+    if (s_snap_submit(self, SNAP_COPY, id, dir, NULL, len, fd) < 0) {
         snprintf(reason, sizeof reason, "cannot queue its write: %s", strerror(errno));
         *why = reason;
         return -1;

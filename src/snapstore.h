@@ -40,12 +40,9 @@ int snapstore_fits(const char *dir, size_t len, unsigned long long cap_bytes, co
  *  or -1 with errno (a file system without O_TMPFILE). It holds no blocks once closed unless
  *  it was given a name. */
 int snapstore_file(const char *dir);
-/*  A new file without a name in dir holding the first len bytes of src (copy_file_range):
- *  its descriptor, or -1 with errno (EIO: src holds fewer). */
-int snapstore_copy(int src, size_t len, const char *dir);
 /*  Queue the keeping of the first len bytes of the file fd (one a kernel wrote, and may
- *  still hold) as session id's snapshot in dir: copied into a file only kenneld holds,
- *  synced and renamed over the old one; fd's file is then emptied. fd is taken (closed
+ *  still hold) as session id's snapshot in dir: copied (copy_file_range) into a file only
+ *  kenneld holds, synced and renamed over the old one; fd's file is then emptied. fd is taken (closed
  *  either way). 0: ops->stored answers later; or -1 and *why (static) at once. */
 int snapstore_store_fd(snapstore_t *self, const char *id, const char *dir, int fd, size_t len,
                        const char **why);

@@ -228,7 +228,7 @@ TEST(a_written_file_is_named_the_snapshot_over_the_old_one)
     char old[4] = "";
     CHECK(pread(reader, old, 3, 0) == 3 && memcmp(old, "old", 3) == 0);
     close(reader);
-    CHECK_EQ_INT(s_snapshot_names(), 1); /* the link's temporary name is gone */
+    CHECK_EQ_INT(s_snapshot_names(), 1); /* the copy's temporary name is gone */
     snapstore_drop(st, "a", s_root);
     snapstore_destroy(&st);
     loop_destroy(&loop);
