@@ -126,27 +126,15 @@ static int s_copy(int src, int dst, size_t len)
     return 0;
 }
 
-/*  Make path hold the first len bytes of src, durably: copied into a temporary file beside
- *  it (a name, not O_TMPFILE: the state directory may be on NFS), synced and renamed over
- *  path, so that a reader sees the old snapshot or the new one, whole. 0, or -1 with errno. */
-static int s_copy_durable(int src, size_t len, const char *path)
+typedef struct {
+    int src;
+    size_t len;
+} copy_t;
+
+static int s_fill_copy(int fd, void *arg)
 {
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    int dst = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (dst < 0)
-        return -1;
-    int rc = s_copy(src, dst, len) == 0 && fsync(dst) == 0 ? 0 : -1;
-    int saved = errno;
-    close(dst);
-    if (rc == 0 && rename(tmp, path) < 0) {
-        saved = errno;
-        rc = -1;
-    }
-    if (rc < 0)
-        unlink(tmp);
-    errno = saved;
-    return rc;
+    const copy_t *c = arg;
+    return s_copy(c->src, fd, c->len);
 }
 
 /*  On the worker thread: touches nothing but the job. */
@@ -156,10 +144,12 @@ static void s_snap_run(void *arg)
     if (j->kind == SNAP_STORE)
         j->rc = statedir_write_file(j->path, j->data, j->len, STATEDIR_DURABLE);
     else if (j->kind == SNAP_COPY) {
-        /* kenneld's own copy of what the kernel wrote: the kernel may still hold the file
-         * it was given, and must not reach the snapshot through it. Then that file is
-         * emptied, its blocks freed. */
-        j->rc = s_copy_durable(j->fd, j->len, j->path);
+        /* kenneld's own copy of what the kernel wrote (into a named temporary file, as a
+         * store writes: the state directory may be on NFS, which has no O_TMPFILE): the
+         * kernel may still hold the file it was given, and must not reach the snapshot
+         * through it. Then that file is emptied, its blocks freed. */
+        copy_t c = {j->fd, j->len};
+        j->rc = statedir_write_with(j->path, s_fill_copy, &c, STATEDIR_DURABLE);
         int saved = errno;
         (void)!ftruncate(j->fd, 0);
         errno = saved;

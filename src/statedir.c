@@ -115,7 +115,8 @@ int statedir_session_create(const char *dir, const char *id, char *out, size_t o
     return 0;
 }
 
-int statedir_write_file(const char *path, const void *data, size_t len, statedir_sync_t sync)
+int statedir_write_with(const char *path, statedir_fill_fn *fill, void *arg,
+                        statedir_sync_t sync)
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
@@ -125,9 +126,7 @@ int statedir_write_file(const char *path, const void *data, size_t len, statedir
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return -1;
-    int rc = util_write_all(fd, data, len) == 0 && (sync != STATEDIR_DURABLE || fsync(fd) == 0)
-                 ? 0
-                 : -1;
+    int rc = fill(fd, arg) == 0 && (sync != STATEDIR_DURABLE || fsync(fd) == 0) ? 0 : -1;
     int saved = errno;
     close(fd);
     if (rc == 0 && rename(tmp, path) < 0) {
@@ -138,6 +137,23 @@ int statedir_write_file(const char *path, const void *data, size_t len, statedir
         unlink(tmp);
     errno = saved;
     return rc;
+}
+
+typedef struct {
+    const void *data;
+    size_t len;
+} bytes_t;
+
+static int s_fill_bytes(int fd, void *arg)
+{
+    const bytes_t *b = arg;
+    return util_write_all(fd, b->data, b->len);
+}
+
+int statedir_write_file(const char *path, const void *data, size_t len, statedir_sync_t sync)
+{
+    bytes_t b = {data, len};
+    return statedir_write_with(path, s_fill_bytes, &b, sync);
 }
 
 int statedir_write_json(const char *path, const json_t *obj, statedir_sync_t sync)

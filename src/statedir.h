@@ -29,6 +29,12 @@ typedef enum { STATEDIR_ATOMIC = 0, STATEDIR_DURABLE = 1 } statedir_sync_t;
 int statedir_write_json(const char *path, const json_t *obj, statedir_sync_t sync);
 /*  Write len bytes to path the same way. 0 or -1. */
 int statedir_write_file(const char *path, const void *data, size_t len, statedir_sync_t sync);
+/*  Fill the new file (open for writing, at its start) with what path is to hold: 0, or -1
+ *  with errno. */
+typedef int(statedir_fill_fn)(int fd, void *arg);
+/*  Write path the same way, its bytes from fill(fd, arg). 0 or -1 with errno. */
+int statedir_write_with(const char *path, statedir_fill_fn *fill, void *arg,
+                        statedir_sync_t sync);
 /*  Remove a session directory recursively, however deep. Safe against a tree that changes
  *  while it runs (symlinks are removed, never followed; every step is relative to a
  *  directory fd). It holds at most 64 directories open: deeper ones are moved up to the top
