@@ -1,5 +1,9 @@
 # kennel — one Makefile. `make run` and `make check` are the two commands in the README.
 PY        ?= /usr/bin/python3
+# Build on every core unless told otherwise (make -jN): `make check` starts with a build.
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc)
+endif
 STATE     ?=
 CC        ?= cc
 PKGS      := libzmq libczmq jansson libseccomp libsodium uuid hiredis

@@ -5,7 +5,36 @@ Kenneld class and checks; it hands them in as three functions:
 - start(key) -> (root, kenneld): a started kenneld for that configuration, in root;
 - stop_checked(kenneld): SIGTERM, then assert that it exited cleanly and left nothing running;
 - reap(root, kenneld): whatever happened, kill what is left of it and remove root.
+
+And the preload the tests' kennelds start with (`preload_args`).
 """
+
+# kenneld's default preload (numpy, pandas, matplotlib and a first figure drawn) costs its
+# zygote ~2.4 s of CPU at start; numpy alone ~1.1 s. `make check` starts some 200 kennelds
+# on two cores, so the tests' kennelds preload numpy only, unless the test's module is
+# marked `default_preload` (those that plot, or compare kennel with ipykernel, or test the
+# preload itself) or the test passes its own --preload. The conftests set LIGHT per test
+# from that marker, before its fixtures start anything.
+LIGHT_PRELOAD = ("--preload", "numpy")
+LIGHT = True
+
+
+def preload_args(args):
+    """The arguments a test's kenneld starts with: args, after the light preload when the
+    test takes it (a --preload in args wins: kenneld takes an option's last value)."""
+    return [*LIGHT_PRELOAD, *args] if LIGHT else list(args)
+
+
+def mark_preload(item):
+    """pytest_runtest_setup's part: LIGHT for this test, from its default_preload marker."""
+    global LIGHT
+    LIGHT = item.get_closest_marker("default_preload") is None
+
+
+def register_preload_marker(config):
+    config.addinivalue_line(
+        "markers", "default_preload: this module's kennelds preload what kenneld's default "
+        "does (numpy, pandas, matplotlib) rather than numpy only")
 
 
 class SharedKennelds:

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 
 import pytest
+import kennel_shared
 from kennel_shared import SharedKennelds
 
 from kennel_hostile import Client, Kenneld, release_checked, stop_checked
@@ -26,6 +27,11 @@ OWN_KENNELD = os.environ.get("KENNEL_TEST_OWN_KENNELD", "") not in ("", "0")
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "own_kenneld: the test's kenneld is its own, not shared")
+    kennel_shared.register_preload_marker(config)
+
+
+def pytest_runtest_setup(item):
+    kennel_shared.mark_preload(item)  # before the test's fixtures start a kenneld
 
 
 def _reap(root, k):

@@ -8,6 +8,7 @@ import sys
 import time
 import uuid
 
+import kennel_shared
 import zmq
 from jupyter_client.session import Session
 
@@ -31,7 +32,8 @@ class Kenneld:
         self.args = args
         self.log_path = os.path.join(os.path.dirname(state_dir), "kenneld.log")
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([*prefix, binary, "--state-dir", state_dir, *args],
+        self.proc = subprocess.Popen([*prefix, binary, "--state-dir", state_dir,
+                                      *kennel_shared.preload_args(args)],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env)
         info_path = os.path.join(state_dir, "kenneld.json")
         deadline = time.monotonic() + 10

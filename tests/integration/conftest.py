@@ -34,6 +34,7 @@ import signal
 import time
 
 import pytest
+import kennel_shared
 from kennel_shared import SharedKennelds
 
 from .itest_helpers import close_client, make_client
@@ -47,6 +48,11 @@ OWN_KENNELD = os.environ.get("KENNEL_TEST_OWN_KENNELD", "") not in ("", "0")
 def pytest_configure(config):
     config.addinivalue_line("markers", "timeout_s(n): per-test deadline in seconds")
     config.addinivalue_line("markers", "own_kenneld: the test's kenneld is its own, not shared")
+    kennel_shared.register_preload_marker(config)
+
+
+def pytest_runtest_setup(item):
+    kennel_shared.mark_preload(item)  # before the test's fixtures start a kenneld
 
 
 class DeadlineExceeded(Exception):

@@ -9,6 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import kennel_shared
 import zmq
 from jupyter_client.session import Session
 
@@ -149,7 +150,7 @@ class Kenneld:
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [str(KENNELD), "--state-dir", str(self.state_dir), "--transport", self.transport,
-             "--log-level", "debug", *self.args],
+             "--log-level", "debug", *kennel_shared.preload_args(self.args)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -12,6 +12,8 @@ import pytest
 from .itest_helpers import png_size, shell_reply
 from .kenneld_proc import KENNEL, run_kennel
 
+pytestmark = pytest.mark.default_preload  # its cells draw figures and make DataFrames
+
 EXEC_NOTICE_S = 6  # how long `kennel exec` may take to notice that its session is gone
 STALE_NOTICE_S = 3  # how long kennel may take to notice that kenneld is gone
 

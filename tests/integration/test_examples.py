@@ -8,6 +8,8 @@ import pytest
 from .itest_helpers import png_size, wait_for
 from .kenneld_proc import KENNEL, PYTHON, ROOT
 
+pytestmark = pytest.mark.default_preload  # the examples, as a user runs them
+
 PLOT_PNG = ROOT / "examples" / "plot_png.py"
 EXAMPLE_TIMEOUT_S = 60
 

@@ -17,7 +17,8 @@ from .gateway_proc import TOKEN_A, Gateway, free_port, result_text
 from .test_notebook_browser import _drive, start_notebook
 
 MGR = f"tcp://127.0.0.1:{free_port()}"
-pytestmark = pytest.mark.parametrize("kenneld", [["--manager", MGR, "--admit-user", "nobody"]], indirect=True)
+pytestmark = [pytest.mark.parametrize("kenneld", [["--manager", MGR, "--admit-user", "nobody"]], indirect=True),
+              pytest.mark.default_preload]  # its cells draw figures
 SERVER_START_S = 30
 REPLY_TIMEOUT_S = 30
 

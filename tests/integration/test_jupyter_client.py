@@ -18,6 +18,8 @@ from large_result import MAKE_LARGE_RESULT, RESULT_BYTES, WRITE_LARGE_RESULT
 from .itest_helpers import (close_client, collect_iopub, control, control_reply, finish, run, send_control,
                            shell_reply, shell_request, wait_for, wait_iopub)
 
+pytestmark = pytest.mark.default_preload  # Jupyter's client against kennel as it runs by default
+
 # ---- kernel_info -------------------------------------------------------------------------
 
 

@@ -16,6 +16,8 @@ import pytest
 from .itest_helpers import PNG_SIGNATURE
 from .kenneld_proc import KENNEL, ROOT, end_process
 
+pytestmark = pytest.mark.default_preload  # its cells draw figures
+
 CALLS = ROOT / "tests" / "mcp" / "calls.mjs"
 SDK = ROOT / "tests" / "mcp" / "node_modules" / "@modelcontextprotocol" / "sdk"
 NODE_TIMEOUT_S = 60

@@ -16,6 +16,8 @@ from traitlets.config import Config
 
 from .kenneld_proc import KENNEL, PYTHON
 
+pytestmark = pytest.mark.default_preload  # a notebook's outputs against ipykernel's
+
 DATA = Path(__file__).parent / "data"
 
 

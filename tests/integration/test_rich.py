@@ -11,6 +11,8 @@ from PIL import Image
 
 from .itest_helpers import png_size, run
 
+pytestmark = pytest.mark.default_preload  # it draws figures and compares what each kind of kernel shows
+
 PLOT_TIMEOUT_S = 20  # the first figure of a kernel builds matplotlib's font cache
 
 

@@ -14,6 +14,8 @@ import pytest
 from .itest_helpers import png_size, run, shell_reply
 from .kenneld_proc import KENNELD
 
+pytestmark = pytest.mark.default_preload  # what a session can import, as it runs by default
+
 IMPORT_TIMEOUT_S = 90  # a new session importing the whole list, on a busy 2-core machine
 
 # import name -> the Debian package that brings it (scripts/install-deps.sh)

@@ -10,6 +10,8 @@ from .kenneld_proc import ROOT
 sys.path.insert(0, str(ROOT / "clients" / "python"))
 from kennel_client import KennelError, Output, Session, strip_ansi  # noqa: E402
 
+pytestmark = pytest.mark.default_preload  # its cells draw figures
+
 
 @pytest.fixture
 def sdk(kenneld):

@@ -21,6 +21,8 @@ import pytest
 from .itest_helpers import finish, run, shell_reply, wait_for
 from .kenneld_proc import ROOT, children, pid_alive
 
+pytestmark = pytest.mark.default_preload  # it tests the zygote kenneld starts by default
+
 KERNEL_DIR = ROOT / "kernels" / "python"
 
 ZYGOTE = ["--spawner", "zygote"]
