@@ -6,7 +6,7 @@ MAKEFLAGS += -j$(shell nproc)
 endif
 STATE     ?=
 CC        ?= cc
-PKGS      := libzmq libczmq jansson libseccomp libsodium uuid hiredis
+PKGS      := libzmq libczmq jansson libseccomp libsodium libcrypto uuid hiredis
 WERROR    := $(if $(CI),-Werror,)
 # CFLAGS is yours to set (make CFLAGS=…, as `asan` does); KFLAGS are what kennel needs.
 CFLAGS    ?= -O2 -g

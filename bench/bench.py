@@ -1249,6 +1249,18 @@ def _tree_cpu_ns(root_pid):
     return total
 
 
+def _threads_cpu_ns(pid):
+    """CPU time (ns, /proc schedstat) of pid's own threads: no child processes."""
+    total = 0
+    for task in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+        try:
+            with open(task) as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
 def _strace_calls(pids, run):
     """System calls made by pids (every thread: strace -f) while run() runs: {pid: (total,
     {name: calls})}."""
@@ -1317,14 +1329,14 @@ def bench_rtt_cost(res):
         prime(c)
         round_trips(c, 1, warmup=50)
         kpy = _kernel_python(info["kernel_pid"])
-        # CPU from schedstat: kenneld (all its threads) and the kernel's Python.
-        kd0, kp0 = _tree_cpu_ns(k.proc.pid) - _tree_cpu_ns(info["kernel_pid"]), \
-            _tree_cpu_ns(kpy)
+        # The pool refills after the create (a fork and a kernel's warm-up): not in the count.
+        k.wait_pool(300)
+        # CPU from schedstat: kenneld's own threads (not its zygote and pool) and the
+        # kernel's Python.
+        kd0, kp0 = _threads_cpu_ns(k.proc.pid), _tree_cpu_ns(kpy)
         half = max(1, n // 2)
         times = round_trips(c, n, warmup=0)[0]
-        kd1, kp1 = _tree_cpu_ns(k.proc.pid) - _tree_cpu_ns(info["kernel_pid"]), \
-            _tree_cpu_ns(kpy)
-        # (kenneld's tree less the session's: the pool's idle kernels and the zygote add ~0)
+        kd1, kp1 = _threads_cpu_ns(k.proc.pid), _tree_cpu_ns(kpy)
         out["kenneld_cpu_ms"] = (kd1 - kd0) / 1e6 / n
         out["kernel_cpu_ms"] = (kp1 - kp0) / 1e6 / n
         out["lean_python_client"] = summary(times)

@@ -10,7 +10,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 PKGS="build-essential pkg-config
-libzmq3-dev libczmq-dev libjansson-dev libseccomp-dev libsodium-dev uuid-dev libwebsockets-dev
+libzmq3-dev libczmq-dev libjansson-dev libseccomp-dev libsodium-dev libssl-dev uuid-dev libwebsockets-dev
 python3 python3-dev python3-jupyter-client jupyter-console python3-nbclient python3-nbformat
 python3-ipykernel python3-ipython python3-pytest python3-pytest-xdist python3-zmq
 python3-numpy python3-pandas python3-matplotlib python3-pil python3-dill

@@ -1,4 +1,4 @@
-/*  hmac: HMAC-SHA256 over the four JSON frames of a Jupyter message, via libsodium.
+/*  hmac: HMAC-SHA256 over the four JSON frames of a Jupyter message, on libcrypto's SHA-256.
  *  Verification compares hex digests in constant time. The key copy is wiped on destroy. */
 #ifndef KENNEL_HMAC_H
 #define KENNEL_HMAC_H
@@ -21,8 +21,8 @@ int hmac_is_null(const hmac_t *self);
 /*  The length of the signatures this key makes: HMAC_HEX_LEN, or 0 with an empty key. */
 size_t hmac_sig_len(const hmac_t *self);
 /*  Sign n parts; writes HMAC_HEX_LEN lowercase hex digits plus NUL into hex_out.
- *  With an empty key writes "". */
-void hmac_sign(const hmac_t *self, const void *const *parts, const size_t *lens, size_t n,
+ *  With an empty key writes "". 0, or -1 (hex_out "") when libcrypto fails (out of memory). */
+int hmac_sign(const hmac_t *self, const void *const *parts, const size_t *lens, size_t n,
                char *hex_out);
 /*  1 when sig (sig_len bytes, lowercase hex as Jupyter sends it) signs the parts, else 0. */
 int hmac_verify(const hmac_t *self, const void *const *parts, const size_t *lens, size_t n,
@@ -32,7 +32,7 @@ int hmac_verify(const hmac_t *self, const void *const *parts, const size_t *lens
  *  kenneld's loop). */
 typedef struct hmac_check hmac_check_t;
 /*  Start checking sig (sig_len bytes, lowercase hex as Jupyter sends it; copied) against
- *  what is fed next. NULL on allocation failure. */
+ *  what is fed next. NULL on allocation failure. The check may outlive self. */
 hmac_check_t *hmac_check_new(const hmac_t *self, const void *sig, size_t sig_len);
 void hmac_check_feed(hmac_check_t *check, const void *data, size_t len);
 /*  1 when sig signs all that was fed, else 0. Wipes and frees *check_p, sets it to NULL. */

@@ -69,12 +69,27 @@ long long util_wall_ms(void)
 
 char *util_iso_now(char *out)
 {
+    /* Every message kenneld makes has a date: the part to the second is formatted once a
+     * second (per thread), the microseconds by hand. */
+    static __thread time_t cached_sec = -1;
+    static __thread char cached[32]; /* YYYY-MM-DDTHH:MM:SS */
+    static __thread size_t cached_len;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    snprintf(out, UTIL_ISO_LEN, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000);
+    if (ts.tv_sec != cached_sec) {
+        struct tm tm;
+        gmtime_r(&ts.tv_sec, &tm);
+        cached_len = strftime(cached, sizeof cached, "%Y-%m-%dT%H:%M:%S", &tm);
+        cached_sec = ts.tv_sec;
+    }
+    memcpy(out, cached, cached_len);
+    char *p = out + cached_len;
+    *p++ = '.';
+    long us = ts.tv_nsec / 1000;
+    for (int i = 5; i >= 0; i--, us /= 10)
+        p[i] = (char)('0' + us % 10);
+    p[6] = 'Z';
+    p[7] = '\0';
     return out;
 }
 

@@ -341,8 +341,8 @@ static zmsg_t *s_encode(wire_t *self, jmsg_t *msg, int take, int sign, size_t *s
         }
     }
     char sig[HMAC_HEX_LEN + 1] = "";
-    if (sign)
-        hmac_sign(self->hmac, data, lens, JMSG_NPARTS, sig);
+    if (sign && hmac_sign(self->hmac, data, lens, JMSG_NPARTS, sig) < 0)
+        goto fail;
     *signed_len = 0;
     for (int i = 0; i < JMSG_NPARTS; i++)
         *signed_len += lens[i];
@@ -426,7 +426,8 @@ int wire_sign(const hmac_t *hmac, zmsg_t *z, size_t sig_frame)
         lens[i] = zframe_size(f);
     }
     char hex[HMAC_HEX_LEN + 1];
-    hmac_sign(hmac, data, lens, JMSG_NPARTS, hex);
+    if (hmac_sign(hmac, data, lens, JMSG_NPARTS, hex) < 0)
+        return -1;
     memcpy(zframe_data(sig), hex, zframe_size(sig));
     return 0;
 }

@@ -2,6 +2,8 @@
  *  (protocol/vectors/wire.json), round trips, every malformed case and the limits. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <czmq.h>
 #include <jansson.h>
@@ -11,6 +13,7 @@
 #include "../harness.h"
 #include "hmac.h"
 #include "jmsg.h"
+#include "util.h"
 #include "wire.h"
 
 #ifndef VECTORS
@@ -286,7 +289,7 @@ TEST(hmac_known_answer)
     const void *parts[] = {"what do ya ", "want for nothing?"};
     size_t lens[] = {11, 17};
     char hex[HMAC_HEX_LEN + 1];
-    hmac_sign(h, parts, lens, 2, hex);
+    CHECK(hmac_sign(h, parts, lens, 2, hex) == 0);
     CHECK_STR(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
     CHECK(hmac_verify(h, parts, lens, 2, hex, HMAC_HEX_LEN));
     hex[0] = 'X';
@@ -295,6 +298,60 @@ TEST(hmac_known_answer)
     hmac_destroy(&h);
     CHECK(h == NULL);
     hmac_destroy(&h);
+}
+
+TEST(hmac_key_longer_than_a_block_and_empty_key)
+{
+    /* RFC 4231 test case 6: a 131-byte key is hashed first. */
+    unsigned char key[131];
+    memset(key, 0xaa, sizeof key);
+    hmac_t *h = hmac_new(key, sizeof key);
+    const char *text = "Test Using Larger Than Block-Size Key - Hash Key First";
+    const void *parts[] = {text};
+    size_t lens[] = {strlen(text)};
+    char hex[HMAC_HEX_LEN + 1];
+    CHECK(hmac_sign(h, parts, lens, 1, hex) == 0);
+    CHECK_STR(hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+    /* A check made from a signer outlives it (a session rekeyed meanwhile). */
+    hmac_check_t *c = hmac_check_new(h, hex, HMAC_HEX_LEN);
+    CHECK(c != NULL);
+    hmac_destroy(&h);
+    hmac_check_feed(c, text, 20);
+    hmac_check_feed(c, text + 20, strlen(text) - 20);
+    CHECK(hmac_check_end(&c));
+    CHECK(c == NULL);
+    /* No key: an empty signature, and only that, checks. */
+    h = hmac_new("", 0);
+    CHECK(hmac_sign(h, parts, lens, 1, hex) == 0);
+    CHECK_STR(hex, "");
+    CHECK(hmac_verify(h, parts, lens, 1, "", 0));
+    CHECK(!hmac_verify(h, parts, lens, 1, "ab", 2));
+    hmac_destroy(&h);
+}
+
+TEST(message_dates_are_iso_8601_utc_with_microseconds)
+{
+    /* util_iso_now formats the seconds once a second and the microseconds by hand. */
+    for (int round = 0; round < 3; round++) {
+        time_t before = time(NULL);
+        char a[UTIL_ISO_LEN], b[UTIL_ISO_LEN];
+        util_iso_now(a);
+        util_iso_now(b);
+        time_t after = time(NULL);
+        CHECK(strlen(a) == 27 && a[19] == '.' && a[26] == 'Z');
+        for (int i = 20; i < 26; i++)
+            CHECK(a[i] >= '0' && a[i] <= '9');
+        CHECK(strcmp(a, b) <= 0); /* later or the same, as text too */
+        struct tm tm;
+        char lo[32], hi[32];
+        gmtime_r(&before, &tm);
+        strftime(lo, sizeof lo, "%Y-%m-%dT%H:%M:%S", &tm);
+        gmtime_r(&after, &tm);
+        strftime(hi, sizeof hi, "%Y-%m-%dT%H:%M:%S", &tm);
+        CHECK(strncmp(a, lo, 19) >= 0 && strncmp(a, hi, 19) <= 0);
+        if (round == 0)
+            usleep(1100 * 1000); /* the next second's prefix is made afresh */
+    }
 }
 
 TEST(reply_reuses_raw_parent)
@@ -435,7 +492,7 @@ static zmsg_t *s_signed_with(const char *const text[JMSG_NPARTS], const size_t l
         lens[k] = zframe_size(part);
     }
     char hex[HMAC_HEX_LEN + 1];
-    hmac_sign(h, data, lens, JMSG_NPARTS, hex);
+    CHECK(hmac_sign(h, data, lens, JMSG_NPARTS, hex) == 0);
     hmac_destroy(&h);
     zframe_reset(sig, hex, HMAC_HEX_LEN);
     return z;
@@ -741,6 +798,8 @@ int main(void)
     RUN(raw_parts);
     RUN(limits);
     RUN(hmac_known_answer);
+    RUN(hmac_key_longer_than_a_block_and_empty_key);
+    RUN(message_dates_are_iso_8601_utc_with_microseconds);
     RUN(reply_reuses_raw_parent);
     RUN(a_large_part_is_parsed_shallowly);
     RUN(amending_a_shallow_part_keeps_what_it_left_out);
