@@ -2404,6 +2404,32 @@ static json_t *s_load_tokens(void)
     return t;
 }
 
+/*  Make an empty directory this process's whole filesystem, then remove it, as sshd's
+ *  privilege-separated child is kept in an empty /run/sshd: what the serving process needs
+ *  from files (kenneld.json, a session's connection.json) it asks its parent for, and
+ *  everything else it read before this (its tokens, the kernelspec's files, the TLS pair).
+ *  A taken-over gateway then sees no file at all, and cannot make one (a removed directory
+ *  takes no new entries, even from root). */
+static int s_enter_empty_root(void)
+{
+    char dir[] = "/tmp/kennel-gateway-root-XXXXXX";
+    if (!mkdtemp(dir)) {
+        PLOG_E("making an empty root");
+        return -1;
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = fd >= 0 && rmdir(dir) == 0 && fchdir(fd) == 0 && chroot(".") == 0 && chdir("/") == 0
+                 ? 0
+                 : -1;
+    if (rc < 0) {
+        PLOG_E("entering the empty root %s", dir);
+        rmdir(dir);
+    }
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
 /*  Become --user for good: groups, then gid, then uid (after setuid there is no right left
  *  to change the others), then no_new_privs so nothing exec'd could regain any. */
 static int s_drop(const struct passwd *pw)
@@ -2502,7 +2528,7 @@ int main(int argc, char **argv)
         return 1;
     }
     g.vh = lws_get_vhost_by_name(g.ctx, "default");
-    if (privileged && s_drop(pw) < 0)
+    if (privileged && (s_enter_empty_root() < 0 || s_drop(pw) < 0))
         return 1;
     /* From here on this process parses what the network sends. */
     zsys_handler_set(NULL);

@@ -97,7 +97,8 @@ def test_tokens_file_must_be_private(kenneld, tmp_path):
 
 
 def test_serves_unprivileged(gw):
-    """Started as root, what parses HTTP runs as nobody with no_new_privs."""
+    """Started as root, what parses HTTP runs as nobody with no_new_privs, its whole
+    filesystem an empty directory already removed."""
     if os.geteuid() != 0:
         pytest.skip("the gateway drops privileges only when started as root")
     with open(f"/proc/{gw.proc.pid}/task/{gw.proc.pid}/children") as f:
@@ -107,6 +108,10 @@ def test_serves_unprivileged(gw):
     uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
     assert set(uids) == {"65534"}, status
     assert "NoNewPrivs:\t1" in status
+    root = os.readlink(f"/proc/{kids[0]}/root")
+    assert root.startswith("/tmp/kennel-gateway-root-") and root.endswith(" (deleted)"), root
+    assert os.listdir(f"/proc/{kids[0]}/root") == []
+    assert not os.path.exists(root.removesuffix(" (deleted)"))
     assert gw.request("GET", "/api")[0] == 200
 
 
