@@ -17,8 +17,11 @@ import resource
 import sys
 import threading
 
-from IPython.core.async_helpers import get_asyncio_loop
-from IPython.utils.tokenutil import line_at_cursor, token_at_cursor
+import kennel_ipython
+
+kennel_ipython.import_ipython()  # before IPython's first import: its terminal deferred
+from IPython.core.async_helpers import get_asyncio_loop  # noqa: E402
+from IPython.utils.tokenutil import line_at_cursor, token_at_cursor  # noqa: E402
 
 from kennel_deadline import CellTimeout
 import kennel_files
