@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -97,11 +98,15 @@ static char *s_next_text(int fd)
                 }
                 if (op == 9) { /* ping: pong with the same payload, masked with zeros */
                     unsigned char pong[2 + 4 + 125];
+                    if (len > 125) {
+                        fprintf(stderr, "wsclient: a ping over 125 bytes\n");
+                        return NULL;
+                    }
                     pong[0] = 0x8a;
                     pong[1] = (unsigned char)(0x80 | len);
                     memset(pong + 2, 0, 4);
                     memcpy(pong + 6, rbuf + hl, len);
-                    if (len > 125 || s_write_all(fd, pong, 6 + len) < 0)
+                    if (s_write_all(fd, pong, 6 + len) < 0)
                         return NULL;
                     s_consume(hl + len);
                     continue;
@@ -193,6 +198,8 @@ int main(int argc, char **argv)
     freeaddrinfo(ai);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct timeval limit = {.tv_sec = 60}; /* as cclient: no answer in 60 s ends the run */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
     char req[2048];
     int rl = snprintf(req, sizeof req,
                       "GET %s HTTP/1.1\r\nHost: %s:%s\r\nUpgrade: websocket\r\n"

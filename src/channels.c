@@ -968,7 +968,7 @@ static void s_sign_done(void *arg)
     head->z = j->z;
     head->is_signed = j->rc == 0;
     if (!head->is_signed)
-        zmsg_destroy(&head->z); /* (never: z is wire_encode_unsigned's) dropped, not resent */
+        zmsg_destroy(&head->z); /* (only when libcrypto is out of memory) dropped, not resent */
     free(j);
     s_pump(self);
     if (self->flushed)

@@ -26,6 +26,7 @@
 #include <czmq.h>
 #include <jansson.h>
 #include <libwebsockets.h>
+#include <openssl/crypto.h>
 #include <sodium.h>
 
 #include "gwproto.h"
@@ -60,6 +61,7 @@ static struct {
     size_t replay_bytes; /* per dropped client */
     size_t max_pending;  /* bytes waiting for one WebSocket before it is dropped */
     int replay_s;        /* how long a dropped client's messages are kept */
+    int answer_s;        /* a kernel kenneld never answers: its WebSockets closed after this */
 } opt = {.user = "nobody",
          .max_header = 8192,
          .max_frame = 32u << 20,
@@ -68,6 +70,7 @@ static struct {
          .request_s = 10,
          .replay_bytes = 32u << 20,
          .replay_s = 120,
+         .answer_s = 30,
          .max_pending = 64u << 20};
 
 /* ---------------------------------------------------------------------------------- */
@@ -133,6 +136,7 @@ struct kern {
     wire_t *wire;
     int ready; /* iopub has delivered: clients' messages go through */
     long long nudged_ms;
+    long long waiting_ms; /* since when clients have waited for it to be ready (0: none) */
     zlistx_t *conns;  /* conn_t *, not owned */
     zhashx_t *replay; /* client session id -> gwqueue_t * */
     char state[16];   /* Jupyter execution_state as iopub last said */
@@ -518,7 +522,7 @@ static json_t *s_model(const json_t *info)
     char now[UTIL_ISO_LEN];
     util_iso_now(now);
     return json_pack(
-        "{s:s, s:s, s:s, s:s, s:i, s:{s:s, s:s, s:O?, s:O?}}", "id", id ? id : "", "name",
+        "{s:s, s:s, s:s, s:s, s:i, s:{s:s, s:s, s:O*, s:O*}}", "id", id ? id : "", "name",
         k && k->spec[0] ? k->spec : "kennel", "last_activity", now, "execution_state",
         s_exec_state(json_string_value(json_object_get(info, "state"))), "connections",
         k ? (int)zlistx_size(k->conns) : 0, "kennel", "session", dot ? dot + 1 : "", "state",
@@ -1511,6 +1515,32 @@ static void s_drain_chan(kern_t *k, int ch)
     }
 }
 
+static char s_serving_user[64]; /* who serves: --user, or who started the gateway */
+
+/*  Clients waiting on a kernel that kenneld never answers are told why and closed, rather
+ *  than left hanging: the usual cause is a kenneld that cuts this gateway's user (started
+ *  without --admit-user naming it), and otherwise a kenneld that is gone or stuck. */
+static void s_check_answering(kern_t *k, long long now)
+{
+    if (k->ready || !zlistx_size(k->conns)) {
+        k->waiting_ms = 0;
+        return;
+    }
+    if (!k->waiting_ms) {
+        k->waiting_ms = now;
+        return;
+    }
+    if (now - k->waiting_ms < (long long)opt.answer_s * 1000)
+        return;
+    LOG_W("session=%s: kenneld has not answered this gateway in %d s; its WebSockets are "
+          "closed. If kenneld runs as another user, start it with --admit-user %s.",
+          k->id, opt.answer_s, s_serving_user);
+    for (conn_t *c = zlistx_first(k->conns); c; c = zlistx_next(k->conns))
+        s_ws_close(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION,
+                   "kenneld does not answer this gateway (is it started with --admit-user?)");
+    k->waiting_ms = 0;
+}
+
 /*  All of k's channels (the sweep's backstop). */
 static void s_drain_kern(kern_t *k)
 {
@@ -1935,7 +1965,10 @@ static void s_metrics(conn_t *c, json_t *sessions)
 static int s_write_response(struct lws *wsi, conn_t *c)
 {
     unsigned char hb[LWS_PRE + 1024], *start = hb + LWS_PRE, *p = start, *end = hb + sizeof hb - 1;
-    if (lws_add_http_common_headers(wsi, (unsigned)c->status, c->ctype, c->resp_len, &p, end))
+    /* A 204 has a status line and no content headers: RFC 9110 forbids its Content-Length. */
+    if (c->status == 204 ? lws_add_http_header_status(wsi, 204, &p, end)
+                         : lws_add_http_common_headers(wsi, (unsigned)c->status, c->ctype,
+                                                       c->resp_len, &p, end))
         return -1;
     if (c->status == 401 &&
         lws_add_http_header_by_name(wsi, (const unsigned char *)"WWW-Authenticate:",
@@ -2229,6 +2262,7 @@ static void s_sweep(lws_sorted_usec_list_t *sul)
         s_drain_kern(k);
         if (!k->ready && zlistx_size(k->conns) && now - k->nudged_ms > 200)
             s_nudge(k);
+        s_check_answering(k, now);
         zlistx_t *expired = zlistx_new();
         for (gwqueue_t *q = zhashx_first(k->replay); q; q = zhashx_next(k->replay))
             if (now - q->since_ms > (long long)opt.replay_s * 1000)
@@ -2278,7 +2312,7 @@ static void s_usage(FILE *f)
             "                      [--max-header BYTES] [--max-frame BYTES] [--max-conns N]\n"
             "                      [--idle SECONDS] [--request-timeout SECONDS]\n"
             "                      [--replay-bytes BYTES] [--replay-seconds SECONDS]\n"
-            "                      [--max-pending BYTES]\n"
+            "                      [--max-pending BYTES] [--answer-timeout SECONDS]\n"
             "                      [--log-level LEVEL]\n"
             "The Jupyter Server kernel API (REST and WebSocket) in front of kenneld: see "
             "docs/gateway.md.\n");
@@ -2301,6 +2335,7 @@ static int s_parse_args(int argc, char **argv)
                                          {"replay-bytes", required_argument, NULL, 'B'},
                                          {"replay-seconds", required_argument, NULL, 'S'},
                                          {"max-pending", required_argument, NULL, 'P'},
+                                         {"answer-timeout", required_argument, NULL, 'A'},
                                          {"log-level", required_argument, NULL, 'L'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
@@ -2308,7 +2343,7 @@ static int s_parse_args(int argc, char **argv)
     const char *listen = NULL;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         long v = 0;
-        if (strchr("HFCirBSP", c)) {
+        if (strchr("HFCirBSPA", c)) {
             char *end;
             v = strtol(optarg, &end, 10);
             if (*end || v <= 0) {
@@ -2338,6 +2373,7 @@ static int s_parse_args(int argc, char **argv)
         case 'B': opt.replay_bytes = (size_t)v; break;
         case 'S': opt.replay_s = (int)v; break;
         case 'P': opt.max_pending = (size_t)v; break;
+        case 'A': opt.answer_s = (int)v; break;
         case 'L':
             if ((level = log_level_parse(optarg)) < 0) {
                 fprintf(stderr, "kennel-gateway: --log-level is error, warn, info or debug\n");
@@ -2349,7 +2385,12 @@ static int s_parse_args(int argc, char **argv)
         }
     }
     log_init("kennel-gateway", (log_level_t)level);
-    if (!opt.state_dir[0] || !listen || !opt.tokens || optind != argc || (!opt.cert != !opt.key)) {
+    if (!opt.cert != !opt.key) {
+        fprintf(stderr, "kennel-gateway: --cert and --key go together (a PEM certificate and "
+                        "its private key)\n");
+        return -1;
+    }
+    if (!opt.state_dir[0] || !listen || !opt.tokens || optind != argc) {
         s_usage(stderr);
         return -1;
     }
@@ -2412,22 +2453,31 @@ static json_t *s_load_tokens(void)
  *  takes no new entries, even from root). */
 static int s_enter_empty_root(void)
 {
-    char dir[] = "/tmp/kennel-gateway-root-XXXXXX";
-    if (!mkdtemp(dir)) {
-        PLOG_E("making an empty root");
-        return -1;
+    /* Where root can make a directory: systemd's RuntimeDirectory=, /run, /tmp (a read-only
+     * root filesystem may have only one of them). */
+    const char *bases[] = {getenv("RUNTIME_DIRECTORY"), "/run", "/tmp"};
+    for (size_t i = 0; i < sizeof bases / sizeof *bases; i++) {
+        char dir[PATH_MAX];
+        if (!bases[i] || bases[i][0] != '/' ||
+            snprintf(dir, sizeof dir, "%s/kennel-gateway-root-XXXXXX", bases[i]) >=
+                (int)sizeof dir ||
+            !mkdtemp(dir))
+            continue;
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int rc = fd >= 0 && rmdir(dir) == 0 && fchdir(fd) == 0 && chroot(".") == 0 &&
+                         chdir("/") == 0
+                     ? 0
+                     : -1;
+        if (rc < 0) {
+            PLOG_E("entering the empty root %s", dir);
+            rmdir(dir);
+        }
+        if (fd >= 0)
+            close(fd);
+        return rc;
     }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = fd >= 0 && rmdir(dir) == 0 && fchdir(fd) == 0 && chroot(".") == 0 && chdir("/") == 0
-                 ? 0
-                 : -1;
-    if (rc < 0) {
-        PLOG_E("entering the empty root %s", dir);
-        rmdir(dir);
-    }
-    if (fd >= 0)
-        close(fd);
-    return rc;
+    LOG_E("cannot make an empty root directory in $RUNTIME_DIRECTORY, /run or /tmp");
+    return -1;
 }
 
 /*  Become --user for good: groups, then gid, then uid (after setuid there is no right left
@@ -2469,6 +2519,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "kennel-gateway: no user %s\n", opt.user);
         return 2;
     }
+    struct passwd *me = privileged ? pw : getpwuid(getuid());
+    if (me)
+        snprintf(s_serving_user, sizeof s_serving_user, "%s", me->pw_name);
+    else
+        snprintf(s_serving_user, sizeof s_serving_user, "%d", (int)getuid());
     if (privileged && pw->pw_uid == 0) {
         fprintf(stderr, "kennel-gateway: --user must not be root\n");
         return 2;
@@ -2528,6 +2583,12 @@ int main(int argc, char **argv)
         return 1;
     }
     g.vh = lws_get_vhost_by_name(g.ctx, "default");
+    /* libcrypto (message signatures) reads the system's OpenSSL configuration now, while
+     * there is a filesystem: without TLS its first use would come after the chroot. */
+    if (!OPENSSL_init_crypto(OPENSSL_INIT_LOAD_CONFIG, NULL)) {
+        LOG_E("cannot initialise libcrypto");
+        return 1;
+    }
     if (privileged && (s_enter_empty_root() < 0 || s_drop(pw) < 0))
         return 1;
     /* From here on this process parses what the network sends. */

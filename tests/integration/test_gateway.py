@@ -94,6 +94,12 @@ def test_tokens_file_must_be_private(kenneld, tmp_path):
                         f"127.0.0.1:{free_port()}", "--tokens", str(tokens)],
                        capture_output=True, text=True, timeout=10)
     assert r.returncode != 0 and "line 1" in r.stderr
+    # A certificate without its key (or the other way round) is named, not just refused.
+    r = subprocess.run([str(GATEWAY), "--state-dir", str(kenneld.state_dir), "--listen",
+                        f"127.0.0.1:{free_port()}", "--tokens", str(tokens),
+                        "--cert", str(tmp_path / "cert.pem")],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "--cert and --key go together" in r.stderr, r.stderr
 
 
 def test_serves_unprivileged(gw):
@@ -109,7 +115,8 @@ def test_serves_unprivileged(gw):
     assert set(uids) == {"65534"}, status
     assert "NoNewPrivs:\t1" in status
     root = os.readlink(f"/proc/{kids[0]}/root")
-    assert root.startswith("/tmp/kennel-gateway-root-") and root.endswith(" (deleted)"), root
+    assert os.path.basename(root).startswith("kennel-gateway-root-") and \
+        root.endswith(" (deleted)"), root
     assert os.listdir(f"/proc/{kids[0]}/root") == []
     assert not os.path.exists(root.removesuffix(" (deleted)"))
     assert gw.request("GET", "/api")[0] == 200
@@ -138,6 +145,8 @@ def test_rest_lifecycle_and_names(gw):
     assert gw.request("POST", "/api/kernels", {"env": {"KERNEL_SESSION_NAME": "../x"}})[0] == 400
     assert gw.request("GET", "/api/kernels/not-a-uuid")[0] == 404
     assert gw.request("DELETE", f"/api/kernels/{k['id']}")[0] == 204
+    # A 204 carries no content headers (RFC 9110: no Content-Length in a 204).
+    assert "Content-Length" not in gw.last_headers and "Content-Type" not in gw.last_headers
     assert gw.request("GET", f"/api/kernels/{k['id']}")[0] == 404
     status, sessions = gw.request("GET", "/api/sessions")
     assert status == 200 and [s["kernel"]["id"] for s in sessions] == [other["id"]]
@@ -264,6 +273,7 @@ def test_interrupt_and_restart(gw):
     assert result_text(ch.run("z")[1]) == "5"
     status, model = gw.request("POST", f"/api/kernels/{k['id']}/restart", {})
     assert status == 200 and model["id"] == k["id"]
+    assert None not in model["kennel"].values(), model  # what it does not know, it leaves out
     reply, _ = ch.run("z")
     assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "NameError"
 
