@@ -107,6 +107,9 @@ def test_serves_unprivileged(gw):
     filesystem an empty directory already removed."""
     if os.geteuid() != 0:
         pytest.skip("the gateway drops privileges only when started as root")
+    # A served request first: the port listens from before the drop (connections wait in
+    # its backlog, unread, until the child serves, which it does only once it has dropped).
+    assert gw.request("GET", "/api")[0] == 200
     with open(f"/proc/{gw.proc.pid}/task/{gw.proc.pid}/children") as f:
         kids = [int(p) for p in f.read().split()]
     assert len(kids) == 1
@@ -119,7 +122,6 @@ def test_serves_unprivileged(gw):
         root.endswith(" (deleted)"), root
     assert os.listdir(f"/proc/{kids[0]}/root") == []
     assert not os.path.exists(root.removesuffix(" (deleted)"))
-    assert gw.request("GET", "/api")[0] == 200
 
 
 def test_rest_lifecycle_and_names(gw):
