@@ -13,6 +13,7 @@ the real module, which replaces it from then on. Nothing else of IPython changes
 kernel's shell needs (IPython.core) is imported as before.
 """
 import importlib
+import importlib.machinery
 import sys
 import types
 
@@ -46,6 +47,12 @@ def _package_getattr(name):
     raise AttributeError(f"module 'IPython' has no attribute {name!r}")
 
 
+def is_stand_in(obj):
+    """Whether obj is the stand-in for IPython.terminal.embed (a snapshot keeps it by its
+    name, as the module it stands for: after a revival the name gives the real module)."""
+    return isinstance(obj, _Deferred)
+
+
 def _placeholder(*args, **kwargs):
     """What IPython's __init__ binds as `embed` while the stand-in is in place; replaced by
     the package's __getattr__ before anyone can call it."""
@@ -64,7 +71,20 @@ def import_ipython():
     except BaseException:
         sys.modules.pop(_NAME, None)
         raise
+    # The stand-in's own `embed` goes: from now on `from IPython.terminal.embed import
+    # embed` asks __getattr__, which gives the real function (called from the user's frame).
+    del stand_in.embed
     if vars(IPython).get("embed") is _placeholder:
         del IPython.embed
         IPython.__getattr__ = _package_getattr
+        IPython.__dir__ = lambda: sorted({*vars(IPython), "embed"})
+    # IPython.terminal itself (an empty __init__), which IPython's own import no longer
+    # reaches, with the stand-in as its `embed` until the real one replaces it; and the
+    # stand-in's __file__, found without importing it.
+    terminal = importlib.import_module("IPython.terminal")
+    if sys.modules.get(_NAME) is stand_in:
+        terminal.embed = stand_in
+        spec = importlib.machinery.PathFinder.find_spec(_NAME, terminal.__path__)
+        if spec is not None and spec.origin:
+            stand_in.__file__ = spec.origin
     return IPython

@@ -31,6 +31,7 @@ import threading
 import types
 from collections import OrderedDict
 
+import kennel_ipython
 from kennel_deadline import CellTimeout
 from kennel_pipe import Chunks
 
@@ -217,7 +218,7 @@ class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
                 raise pickle.PicklingError("RLock: held by a thread")
             obj.release()
             return _RLOCK, ()
-        if isinstance(obj, types.ModuleType) and sys.modules.get(obj.__name__) is not obj:
+        if isinstance(obj, types.ModuleType) and not _by_name(obj):
             state = dict(obj.__dict__)
             state.pop("__builtins__", None)
             return _new_module, (obj.__name__,), state
@@ -269,6 +270,13 @@ class _Pickler(_pickler.Pickler if _pickler is not pickle else pickle._Pickler):
 
 def _new_module(name):
     return types.ModuleType(name)
+
+
+def _by_name(module):
+    """Whether a module is kept as the import of its name: the one imported under it, or
+    kennel_ipython's stand-in for IPython's terminal (which that name gives back, the real
+    module once something has asked for it)."""
+    return sys.modules.get(module.__name__) is module or kennel_ipython.is_stand_in(module)
 
 
 # Plain numpy arrays of this many bytes and more are pickled as their raw bytes.
@@ -324,7 +332,7 @@ def _is_named(obj):
     if isinstance(obj, (str, bytes, int, float, complex)):
         return True
     if isinstance(obj, types.ModuleType):
-        return sys.modules.get(obj.__name__) is obj
+        return _by_name(obj)
     if not isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
         return False
     found = sys.modules.get(getattr(obj, "__module__", None) or "__main__")
@@ -404,7 +412,7 @@ def save(ns, skip, execution_count, history=None, max_bytes=sys.maxsize, comms=(
     for name, value in list(ns.items()):
         if name not in unders and (_is_shells(name, value, skip) or _is_ipythons(name, lines)):
             continue
-        if isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is value:
+        if isinstance(value, types.ModuleType) and _by_name(value):
             modules[name] = value.__name__
             continue
         items.append((("ns", name), value))
@@ -619,7 +627,7 @@ def _is_whole(obj):
     lest the failure of one instance of a class lose every later one). Containers and other
     objects are filled in after they are made, and may be half made."""
     if isinstance(obj, types.ModuleType):
-        return sys.modules.get(obj.__name__) is obj
+        return _by_name(obj)
     return isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType, str, bytes,
                             int, float, complex, type(None)))
 

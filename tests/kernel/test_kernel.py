@@ -292,6 +292,34 @@ def test_ipythons_terminal_is_imported_only_when_asked_for(kernel):
     assert reply["evalue"] == "module 'IPython' has no attribute 'no_such_name'"
 
 
+def test_ipythons_deferred_terminal_module_is_the_real_one_when_held_and_revived(kernel,
+                                                                                tmp_path):
+    """The stand-in for IPython.terminal.embed, held under a name before anything asked for
+    the real module: it answers for the real one, `from … import embed` gives the real
+    function, IPython.terminal is there, and a snapshot keeps the name as that module."""
+    reply, iopub = kernel.execute(
+        "import sys, IPython, IPython.terminal.embed as early\n"
+        "print('prompt_toolkit' in sys.modules, 'embed' in dir(IPython),\n"
+        "      early.__file__.endswith('embed.py'), IPython.terminal.embed is early)\n"
+        "from IPython.terminal.embed import embed\n"
+        "print(embed.__module__, embed is IPython.embed, early.InteractiveShellEmbed.__name__)")
+    assert reply["status"] == "ok", reply
+    assert streams(iopub, "stdout") == ("False True True True\n"
+                                        "IPython.terminal.embed True InteractiveShellEmbed\n")
+    op, parts = _save(kernel)
+    assert "early" not in op["unsaved"], op
+    fresh, op = _revive(kernel, tmp_path, parts)
+    try:
+        assert op["failed"] == [], op
+        reply, iopub = fresh.execute("print(early.InteractiveShellEmbed is sys.modules["
+                                     "'IPython.terminal.embed'].InteractiveShellEmbed, "
+                                     "early.InteractiveShellEmbed.__name__)")
+        assert reply["status"] == "ok", reply
+        assert streams(iopub, "stdout") == "True InteractiveShellEmbed\n"
+    finally:
+        fresh.kill()
+
+
 # -- stdin -----------------------------------------------------------------------
 
 
