@@ -316,23 +316,29 @@ int catalog_release(catalog_t *self, const char *name, long long gen)
     return 0;
 }
 
-/*  ARGV[1] the node; then name, gen, id for each session it holds. A missing entry (Redis
- *  restarted without its data) or garbage is written back as the node's; kennel:gen is kept
- *  above every generation a node still holds, so a new claim never reuses one. */
+/*  ARGV[1] the node; then name, gen, id for each session it holds. Garbage is written back
+ *  as the node's, and so is a missing entry when Redis has lost its data: kennel:up:NODE,
+ *  which this script sets, is then missing too. While it is there, a missing entry was
+ *  released on purpose (`kennel rm` ends a session, then releases its name, and a heartbeat
+ *  can carry a list of sessions taken before the end): the name is returned as stale, never
+ *  written back. kennel:gen is kept above every generation a node still holds, so a new
+ *  claim never reuses one. */
 static const char s_fence_lua[] =
     "local me = ARGV[1] local out = {} "
     "local top = tonumber(redis.call('GET', 'kennel:gen') or '0') or 0 "
+    "local known = redis.call('EXISTS', 'kennel:up:' .. me) == 1 "
     "for i = 2, #ARGV - 2, 3 do "
     "  local k = 'kennel:s:' .. ARGV[i] local g = tonumber(ARGV[i+1]) or 0 "
     "  local t = redis.call('TYPE', k).ok "
     "  local e = t == 'hash' and redis.call('HMGET', k, 'node', 'gen') or {false, false} "
-    "  if t ~= 'hash' or not e[1] or not tonumber(e[2]) then "
+    "  if t == 'none' and known then out[#out+1] = ARGV[i] "
+    "  elseif t ~= 'hash' or not e[1] or not tonumber(e[2]) then "
     "    if g == 0 then g = redis.call('INCR', 'kennel:gen') top = g end "
     "    redis.call('DEL', k) "
     "    redis.call('HSET', k, 'node', me, 'gen', g, 'id', ARGV[i+2]) "
     "    if g > top then redis.call('SET', 'kennel:gen', g) top = g end "
     "  elseif e[1] ~= me or (g ~= 0 and tonumber(e[2]) ~= g) then out[#out+1] = ARGV[i] end "
-    "end return out";
+    "end redis.call('SET', 'kennel:up:' .. me, '1') return out";
 
 json_t *catalog_fence(catalog_t *self, const char *node, const json_t *held)
 {

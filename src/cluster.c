@@ -366,8 +366,9 @@ static int s_on_stale(loop_t *loop, int fd, int events, void *arg)
     json_array_foreach(names, i, v) {
         const char *name = json_string_value(v);
         if (name && broker_release(self->broker, name) == 0) {
-            LOG_W("cluster: session %s is another node's now (the catalog's generation moved "
-                  "on): this node's stale copy is dropped, never served", name);
+            LOG_W("cluster: session %s is no longer this node's in the catalog (another "
+                  "node's now, or its name released): this node's stale copy is dropped, never "
+                  "served", name);
             json_object_del(self->gens, name);
         }
     }

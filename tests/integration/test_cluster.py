@@ -96,6 +96,12 @@ def test_spread_resolve_and_connection_files(net):
     # rm ends it on its node and takes it out of the catalog
     assert net.kennel("rm", names[1]).returncode == 0
     assert net.redis("EXISTS", f"kennel:s:{names[1]}").strip() == "0"
+    # A name released while its node's heartbeat still lists it (as rm's release can race
+    # one) is never written back, and the node drops its copy.
+    assert net.redis("DEL", f"kennel:s:{names[2]}").strip() == "1"
+    time.sleep(2.5)  # (more than two heartbeats)
+    assert net.redis("EXISTS", f"kennel:s:{names[2]}").strip() == "0"
+    assert net.redis("EXISTS", f"kennel:s:{names[1]}").strip() == "0"
     r = net.kennel("info", names[1])
     assert r.returncode != 0 and "NoSuchSession" in r.stderr
 
