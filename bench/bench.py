@@ -1236,19 +1236,6 @@ def _build_tool(name, libs, shared=False, suffix=""):
     return out
 
 
-def _tree_cpu_ns(root_pid):
-    """CPU time (ns, /proc schedstat: every thread) of root_pid and all its descendants."""
-    total = 0
-    for pid in [root_pid, *descendants(root_pid)]:
-        for task in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-            try:
-                with open(task) as f:
-                    total += int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                pass
-    return total
-
-
 def _threads_cpu_ns(pid):
     """CPU time (ns, /proc schedstat) of pid's own threads: no child processes."""
     total = 0
@@ -1259,6 +1246,11 @@ def _threads_cpu_ns(pid):
         except (OSError, ValueError, IndexError):
             pass
     return total
+
+
+def _tree_cpu_ns(root_pid):
+    """CPU time (ns, /proc schedstat: every thread) of root_pid and all its descendants."""
+    return sum(_threads_cpu_ns(pid) for pid in [root_pid, *descendants(root_pid)])
 
 
 def _strace_calls(pids, run):
