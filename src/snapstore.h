@@ -42,8 +42,8 @@ int snapstore_fits(const char *dir, size_t len, unsigned long long cap_bytes, co
 int snapstore_file(const char *dir);
 /*  Queue the keeping of the first len bytes of the file fd (one a kernel wrote, and may
  *  still hold) as session id's snapshot in dir: copied (copy_file_range) into a file only
- *  kenneld holds, synced and renamed over the old one; fd's file is then emptied. fd is taken (closed
- *  either way). 0: ops->stored answers later; or -1 and *why (static) at once. */
+ *  kenneld holds, synced and renamed over the old one; fd's file is then emptied. fd is
+ *  taken (closed either way). 0: ops->stored answers later; or -1 and *why (static) at once. */
 int snapstore_store_fd(snapstore_t *self, const char *id, const char *dir, int fd, size_t len,
                        const char **why);
 /*  Read dir's snapshot: 0 and *data (the caller frees it), or -1 with errno. */
