@@ -1202,6 +1202,17 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const ch
         cc.ip = ipc_prefix;
     }
     s->ch = channels_new(&cc, &self->cfg.wire_limits);
+    if (!s->ch && errno == EADDRINUSE && restoring && !s->launched &&
+        strcmp(cc.transport, "tcp") == 0) {
+        /* A port another program took while no kenneld held it: the session is served on
+         * new ports and its connection file rewritten (kennel and the manager hand out the
+         * new one). A kernelspec's session keeps its front end's ports or is not served. */
+        LOG_W("session=%s: a port of its connection is taken; serving it on new ports "
+              "(its connection file is rewritten)", s->id);
+        for (int c = 0; c < CHANNELS_N; c++)
+            cc.ports[c] = 0;
+        s->ch = channels_new(&cc, &self->cfg.wire_limits);
+    }
     sodium_memzero(curve_sec, sizeof curve_sec);
     if (!s->ch) {
         err->ename = errno == EADDRINUSE ? "AddressInUse" : "SpawnFailed";

@@ -5,6 +5,7 @@ again and leaves."""
 import os
 import queue
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -346,6 +347,41 @@ def test_a_launched_session_whose_launcher_died_with_kenneld_down_is_not_restore
         launcher.wait(10)
         if second:
             second.stop()
+
+
+@pytest.mark.own_kenneld
+@pytest.mark.timeout_s(60)
+def test_a_launched_session_whose_port_was_taken_is_kept_not_moved(kenneld, tmp_path):
+    """A session kenneld made on its own moves to new ports when one was taken while no
+    kenneld ran; a front end's ports are its connection file's, so a launched session is
+    kept, not served, and comes back once the port is free."""
+    kc, launcher = _launch(kenneld, tmp_path)
+    second = third = None
+    squatter = socket.socket()
+    try:
+        _wait_idle(kenneld, launcher)
+        kenneld.stop()
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", kc.shell_port))
+        squatter.listen()
+        second = kenneld.successor()
+        second.start()
+        assert second.sessions() == []
+        log = second.log(tail=None)
+        assert "kept, not served" in log and "new ports" not in log, log
+        second.stop()
+        squatter.close()
+        third = second.successor()
+        third.start()
+        assert len(third.sessions()) == 1, third.log(tail=None)
+    finally:
+        squatter.close()
+        close_client(kc)
+        launcher.kill()
+        launcher.wait(10)
+        for k in (second, third):
+            if k:
+                k.stop()
 
 
 @pytest.mark.own_kenneld
