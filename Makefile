@@ -106,9 +106,9 @@ integration: all
 
 # `make check`: the unit tests, then three things side by side — valgrind over the unit tests
 # (build/memcheck.log); the Python suites (kernel, integration, hostile) on three pytest-xdist
-# workers, a module's tests on one worker so that they share its kenneld; and the files of
-# the integration suite that start, kill, restart, evict and revive kernels and mount their
-# workspaces, again with KENNEL_SPAWNER=exec (cold starts; the rest of the suite speaks the
+# workers, a module's tests on one worker so that they share its kenneld; and the tests marked
+# `spawner` (they start, kill, restart, evict, revive or seal kernels, or mount their
+# workspaces) again with KENNEL_SPAWNER=exec (cold starts; the rest of the suite speaks the
 # same protocol to the same kernel code whichever spawner made it; test_zygote*.py and
 # test_rich.py name their spawners themselves).
 # Then, alone, the tests marked `quiet` (tests/conftest.py): they compare wall times, a
@@ -116,19 +116,19 @@ integration: all
 # load would make them measure instead. check fails if any part failed.
 PYTEST     := $(PY) -m pytest -q -p no:cacheprovider --durations=12
 WORKERS    ?= 3
-EXEC_TESTS := tests/integration/test_lifecycle.py tests/integration/test_files.py
+SUITES     := tests/kernel tests/integration tests/hostile
 check: all unit
 	@echo "== open files: soft $$(ulimit -Sn), hard $$(ulimit -Hn); cores: $$(nproc)"
-	@echo "== side by side: memcheck (build/memcheck.log); pytest on $(WORKERS) workers; pytest of the spawning files with KENNEL_SPAWNER=exec (build/check-exec.log)"
+	@echo "== side by side: memcheck (build/memcheck.log); pytest on $(WORKERS) workers; pytest of the tests marked spawner with KENNEL_SPAWNER=exec (build/check-exec.log)"
 	@$(MAKE) -s --no-print-directory memcheck > $(BUILD)/memcheck.log 2>&1 & mem=$$!; \
-	KENNEL_SPAWNER=exec $(PYTEST) -m "not quiet" $(EXEC_TESTS) > $(BUILD)/check-exec.log 2>&1 & exe=$$!; \
-	$(PYTEST) -n $(WORKERS) --dist loadfile -m "not quiet" tests/kernel tests/integration tests/hostile; par=$$?; \
+	KENNEL_SPAWNER=exec $(PYTEST) -m "spawner and not quiet" $(SUITES) > $(BUILD)/check-exec.log 2>&1 & exe=$$!; \
+	$(PYTEST) -n $(WORKERS) --dist loadgroup -m "not quiet" $(SUITES); par=$$?; \
 	wait $$exe; ex=$$?; wait $$mem; mc=$$?; \
 	echo "== pytest with KENNEL_SPAWNER=exec (build/check-exec.log)"; cat $(BUILD)/check-exec.log; \
 	echo "== memcheck (build/memcheck.log)"; tail -n 40 $(BUILD)/memcheck.log; \
-	echo "== alone: the tests marked quiet; then those of the spawning files with KENNEL_SPAWNER=exec"; \
-	$(PYTEST) -m quiet tests/integration tests/hostile; q=$$?; \
-	KENNEL_SPAWNER=exec $(PYTEST) -m quiet $(EXEC_TESTS); qx=$$?; \
+	echo "== alone: the tests marked quiet; then those also marked spawner, with KENNEL_SPAWNER=exec"; \
+	$(PYTEST) -m quiet $(SUITES); q=$$?; \
+	KENNEL_SPAWNER=exec $(PYTEST) -m "spawner and quiet" $(SUITES); qx=$$?; \
 	[ $$par = 0 ] && [ $$ex = 0 ] && [ $$mc = 0 ] && [ $$q = 0 ] && [ $$qx = 0 ]
 
 memcheck: $(UNIT_BINS)

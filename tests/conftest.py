@@ -5,6 +5,8 @@ import resource
 import sys
 import time
 
+import pytest
+
 
 # A test process holds many clients at once (a load test's hundreds of sockets; every
 # jupyter_client client's own ZeroMQ context until it is closed), and a worker runs a few
@@ -24,6 +26,15 @@ def pytest_configure(config):
         "quiet: compares wall times (a bystander's round trip against a stall, a deadline's "
         "margin): `make check` runs these alone, after the parallel phase, so that the other "
         "tests' load is not what they measure")
+    config.addinivalue_line(
+        "markers",
+        "spawner: starts, kills, restarts, evicts, revives or seals kernels, or mounts their "
+        "workspaces: `make check` runs these once more with KENNEL_SPAWNER=exec (cold "
+        "starts); the rest speak the same protocol to the same kernel code either way")
+    config.addinivalue_line(
+        "markers",
+        "spread: the module's tests share nothing (a kernel each, no module-wide kenneld): "
+        "under pytest-xdist they go to whichever worker is free, not all to one")
     global _CPU_LOG
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         _CPU_LOG = None
@@ -69,3 +80,13 @@ def _flush():
 def pytest_sessionfinish(session, exitstatus):
     if _CPU_LOG:
         _flush()
+
+
+def pytest_collection_modifyitems(config, items):
+    """`make check` runs pytest-xdist with --dist loadgroup: a module's tests share its
+    kenneld (and their module-scoped fixtures), so each module is one group, on one worker;
+    a module marked `spread` shares nothing, and its tests are handed out one by one (the
+    kernel tests, a kernel each, were otherwise one worker's 3.5 minutes)."""
+    for item in items:
+        if not item.get_closest_marker("spread") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

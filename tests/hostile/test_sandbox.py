@@ -282,6 +282,7 @@ def victim(kenneld, client, bystander):
 # the layers themselves
 
 
+@pytest.mark.spawner
 def test_layers_are_in_place(kenneld, victim, bystander):
     text = layers(kenneld)
     for layer in ("user,pid,net,mount,ipc,uts,cgroup", "no capabilities", "no_new_privs",
@@ -890,6 +891,7 @@ def test_name_lookup_and_host_unix_sockets_fail(kenneld, victim, bystander):
 # host files, host processes, other sessions
 
 
+@pytest.mark.spawner
 def test_host_files_and_processes_are_out_of_reach(kenneld, victim, bystander, tmp_path):
     (tmp_path / "host-marker").write_text("host")
     r = verdict(victim, f'''
@@ -1079,6 +1081,7 @@ def test_no_way_to_root(kenneld, victim, bystander):
     assert_bystander_unharmed(kenneld, bystander)
 
 
+@pytest.mark.spawner
 def test_the_kernel_holds_no_descriptor_of_kenneld_s_log(kenneld, victim, bystander):
     # kenneld's stderr (here its log file) is a host file outside every cap: a kernel that
     # held it could fill the host's disk or forge kenneld's log lines.
@@ -1338,6 +1341,7 @@ def secret_kenneld(tmp_path, monkeypatch):
         stop_checked(k)
 
 
+@pytest.mark.spawner
 def test_kenneld_environment_does_not_reach_the_kernel(secret_kenneld):
     k = secret_kenneld
     with open(f"/proc/{k.proc.pid}/environ", "rb") as f:

@@ -18,6 +18,7 @@ def _sha(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
+@pytest.mark.spawner
 def test_put_get_round_trip_and_the_cell_sees_it(kenneld, connect, tmp_path):
     info = kenneld.create("files")
     kc = connect(info["connection_file"])
@@ -159,6 +160,7 @@ def _workspace_mounts(kenneld):
         return [line.split()[4] for line in f if str(kenneld.state_dir) in line.split()[4]]
 
 
+@pytest.mark.spawner
 @pytest.mark.parametrize("kenneld", [NO_POOL], indirect=True)
 def test_a_put_right_after_create_lands_in_the_new_workspace(kenneld, connect):
     """The create reply goes out while the session's image is still being made: a put that
@@ -231,6 +233,7 @@ class _MountsTraced:
         self.tracer.wait()
 
 
+@pytest.mark.spawner
 @pytest.mark.own_kenneld
 @pytest.mark.parametrize("kenneld", [NO_POOL], indirect=True)
 def test_a_workspace_image_that_cannot_be_mounted_fails_the_start_not_kenneld(kenneld, connect):
@@ -254,6 +257,7 @@ def test_a_workspace_image_that_cannot_be_mounted_fails_the_start_not_kenneld(ke
     assert run(kc, "os.listdir('.')").result == "['x']"
 
 
+@pytest.mark.spawner
 @pytest.mark.own_kenneld
 @pytest.mark.parametrize("kenneld", [NO_POOL], indirect=True)
 def test_a_restart_asked_for_while_the_image_is_made_is_carried_out(kenneld, connect):

@@ -33,6 +33,7 @@ def _send_with_metadata(kc, code, metadata):
     return msg["header"]["msg_id"]
 
 
+@pytest.mark.spawner
 def test_outcome_and_metrics_of_a_plain_cell(session):
     cell = run(session, "sum(range(2_000_000))")
     md = _meta(cell)
@@ -64,6 +65,7 @@ def test_deadline_raises_catchable_timeout_and_keeps_state(kenneld, connect):
     assert info["restarts"] == 0 and info["last_outcome"] == "timeout"
 
 
+@pytest.mark.spawner
 @pytest.mark.quiet
 @pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
 def test_a_cell_that_ignores_its_deadline_is_killed_and_the_kernel_restarted(kenneld, connect):
@@ -98,6 +100,7 @@ def test_a_sleeping_child_does_not_outlast_the_deadline(kenneld, connect):
     assert run(kc, "'alive'", timeout=15).result == "'alive'"
 
 
+@pytest.mark.spawner
 @pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
 @pytest.mark.parametrize("leave", ["os.setsid()", "os.setpgrp()"])
 def test_a_kernel_that_left_its_process_group_still_gets_deadlines_and_interrupts(
@@ -142,6 +145,7 @@ def test_a_deadline_another_thread_took_still_ends_the_cell_and_keeps_state(kenn
     assert kenneld.ok("info_request", {"session": "threads"})["session"]["restarts"] == 0
 
 
+@pytest.mark.spawner
 @pytest.mark.quiet
 @pytest.mark.parametrize("kenneld", [GRACE], indirect=True)
 def test_a_deadline_reaches_the_process_group_not_a_process_in_its_own_session(kenneld, connect):
@@ -188,6 +192,7 @@ def test_a_cell_s_own_timeout_of_zero_means_none_and_a_bad_one_is_refused(kennel
     assert shell_reply(kc, msg_id, timeout=10)["content"]["status"] == "ok"
 
 
+@pytest.mark.spawner
 @pytest.mark.parametrize("code, outcome", [
     ("import os\nos._exit(3)", "crashed"),
     ("import ctypes\nctypes.string_at(0)", "crashed"),
@@ -274,6 +279,7 @@ def test_output_flood_does_not_slow_other_sessions(kenneld, connect):
     assert statistics.median(times) < 0.1, times
 
 
+@pytest.mark.spawner
 @pytest.mark.parametrize("kenneld", [["--idle", "1"]], indirect=True)
 def test_idle_eviction_saves_and_revives_the_namespace(kenneld, connect):
     info = kenneld.create("sleepy")
@@ -299,6 +305,7 @@ def test_idle_eviction_saves_and_revives_the_namespace(kenneld, connect):
     assert not os.path.exists(snapshot)
 
 
+@pytest.mark.spawner
 @pytest.mark.parametrize("kenneld", [["--idle", "1"]], indirect=True)
 def test_large_arrays_come_back_mapped_from_the_snapshot_file_and_stay_the_kernels(
         kenneld, connect):
@@ -475,6 +482,7 @@ def test_a_snapshot_counts_against_the_disk_cap(kenneld, connect):
     assert run(kc, "len(blob)", timeout=20).result == str(8 << 20)
 
 
+@pytest.mark.spawner
 @pytest.mark.own_kenneld
 def test_kenneld_restart_brings_sessions_back(kenneld, connect):
     info = kenneld.create("durable")
@@ -732,6 +740,7 @@ def _loops_backed_by(directory):
     return found
 
 
+@pytest.mark.spawner
 @pytest.mark.own_kenneld
 @pytest.mark.parametrize("kenneld", [["--idle", "1", "--disk", "32M"]], indirect=True)
 def test_a_capped_workspace_survives_eviction_and_restart(kenneld, connect):

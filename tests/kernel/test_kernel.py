@@ -20,6 +20,8 @@ import pytest
 
 from kernel_pipe_client import KERNEL, KernelProcess, jdump, make_header, streams
 
+pytestmark = pytest.mark.spread  # a kernel per test, nothing shared
+
 
 def types(iopub):
     return [t for t, _ in iopub]
