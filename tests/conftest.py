@@ -82,6 +82,7 @@ def pytest_sessionfinish(session, exitstatus):
         _flush()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group marks
 def pytest_collection_modifyitems(config, items):
     """`make check` runs pytest-xdist with --dist loadgroup: a module's tests share its
     kenneld (and their module-scoped fixtures), so each module is one group, on one worker;
