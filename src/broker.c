@@ -137,6 +137,8 @@ struct sess {
     int launched;            /* made by a kernelspec launcher: lives as long as it */
     launcher_t launcher;
     int launcher_fd;         /* launched: a pidfd of the launcher, whose exit ends it; or -1 */
+    int stdin_timer;         /* retries an input_request whose client's stdin has not joined */
+    long long stdin_wait_ms; /* its last wait (it doubles) */
     int hold_timer;          /* launched: shell is not read until a client is on iopub or
                               * this LAUNCHED_IOPUB_WAIT_MS timer fires; -1: shell is read */
     int closed;              /* in the broker's closing list: freed once its channels hold
@@ -703,6 +705,36 @@ static int s_on_socket(loop_t *loop, zsock_t *sock, void *arg)
     return 0;
 }
 
+/*  An input_request whose client's stdin socket has not joined yet (channels_send said
+ *  CHANNELS_HELD) goes again while the kernel waits for the answer: after STDIN_RETRY_MS,
+ *  then at twice the last wait, up to STDIN_RETRY_MAX_MS (a client without a stdin socket
+ *  may never join). */
+#define STDIN_RETRY_MS 10
+#define STDIN_RETRY_MAX_MS 1000
+
+static int s_on_stdin_retry(loop_t *loop, int timer_id, void *arg)
+{
+    (void)loop;
+    (void)timer_id;
+    sess_t *s = arg;
+    int rc = 0;
+    if (!session_awaiting_input(s->core))
+        channels_drop_held(s->ch);
+    else if ((rc = channels_retry_held(s->ch)) == 0)
+        LOG_D("session=%s: -> stdin input_request, its client there now", s->id);
+    else if (rc < 0 && log_allow(&s->broker->warn_limit, 5))
+        LOG_W("session=%s: send on stdin failed", s->id);
+    if (rc != 1) {
+        loop_timer_end(s->broker->loop, s->stdin_timer);
+        s->stdin_timer = -1;
+    } else if (s->stdin_wait_ms < STDIN_RETRY_MAX_MS) {
+        s->stdin_wait_ms = s->stdin_wait_ms * 2 < STDIN_RETRY_MAX_MS ? s->stdin_wait_ms * 2
+                                                                       : STDIN_RETRY_MAX_MS;
+        loop_timer_reset(s->broker->loop, s->stdin_timer, s->stdin_wait_ms);
+    }
+    return 0;
+}
+
 static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
 {
     sess_t *s = ctx;
@@ -714,7 +746,15 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
     char type[64]; /* for the log line: the send takes the message */
     snprintf(type, sizeof type, "%s", jmsg_type(*msg_p));
     int rc = channels_send(s->ch, i, msg_p);
-    if (rc < 0 && log_allow(&s->broker->warn_limit, 5))
+    if (rc == CHANNELS_HELD) {
+        LOG_D("session=%s: stdin: the client has not joined; %s held", s->id, type);
+        s->stdin_wait_ms = STDIN_RETRY_MS;
+        if (s->stdin_timer >= 0)
+            loop_timer_reset(s->broker->loop, s->stdin_timer, s->stdin_wait_ms);
+        else if ((s->stdin_timer = loop_timer(s->broker->loop, s->stdin_wait_ms, 0,
+                                              s_on_stdin_retry, s)) < 0)
+            PLOG_W("session=%s: cannot arm a timer", s->id);
+    } else if (rc < 0 && log_allow(&s->broker->warn_limit, 5))
         LOG_W("session=%s: send on %s failed", s->id, route_channel_name(channel));
     else if (rc == CHANNELS_DROPPED && i == CHANNELS_IOPUB && log_allow(&s->broker->warn_limit, 5))
         LOG_W("session=%s: iopub's subscribers have not read its last --max-unread bytes: "
@@ -988,6 +1028,8 @@ static void s_close_sess(sess_t *s, int forget)
         s_op_timer_cancel(s, (session_timer_t)t);
     loop_timer_end(b->loop, s->hold_timer);
     s->hold_timer = -1;
+    loop_timer_end(b->loop, s->stdin_timer);
+    s->stdin_timer = -1;
     if (s->launcher_fd >= 0)
         loop_fd_end(b->loop, s->launcher_fd);
     for (int i = 0; i < CHANNELS_N; i++)
@@ -1112,6 +1154,7 @@ static sess_t *s_make(broker_t *self, const char *id, const char *name, const ch
     for (int t = 0; t < SESSION_TIMERS; t++)
         s->timer_id[t] = -1;
     s->hold_timer = -1;
+    s->stdin_timer = -1;
     s->launcher_fd = -1;
     s->seed_fd = -1;
     s->launched = launched != NULL;

@@ -124,6 +124,7 @@ struct channels {
                                 * max_clients (a count walks the kernel's whole table) */
     size_t denied;      /* handshakes refused for their key (CURVE) */
     owners_t own;       /* its own users (cfg.uids) */
+    zmsg_t *held;       /* stdin: signed, for a client not connected yet (CHANNELS_HELD) */
 };
 
 static void s_account_release(unread_account_t *a)
@@ -242,6 +243,11 @@ static zsock_t *s_socket(channels_index_t i, size_t max_msg, const char *curve_s
      * client that lagged. kenneld counts what iopub holds and decides every drop itself
      * (s_iopub_over). */
     zsock_set_sndhwm(s, i == CHANNELS_IOPUB ? 0 : i == CHANNELS_HB ? HB_HWM : 1000);
+    /* stdin says when the client a message is for has not connected (EHOSTUNREACH) rather
+     * than drop it: an input_request that went before a front end's stdin socket joined was
+     * lost, and its cell waited for an answer until its deadline (channels_send). */
+    if (i == CHANNELS_STDIN)
+        zsock_set_router_mandatory(s, 1);
     /* No router handover: a second connection with an identity already in use is ignored, as
      * in ipykernel. With it, anyone who read a client's session id off iopub (no key needed)
      * could connect with it and take that client's replies. */
@@ -761,6 +767,7 @@ void channels_destroy(channels_t **self_p)
         zmsg_destroy(&o->z);
         free(o);
     }
+    zmsg_destroy(&self->held);
     wire_destroy(&self->wire);
     if (self->unread)
         s_account_release(self->unread);
@@ -818,7 +825,7 @@ static int s_send_counted(channels_t *self, channels_index_t i, unread_account_t
     s_charge(h->account, h->bytes);
     s_charge(h->total, h->bytes);
     void *sock = zsock_resolve(self->sock[i]);
-    int rc = 0;
+    int rc = 0, err = 0;
     zframe_t *f;
     while ((f = zmsg_pop(z))) {
         int more = zmsg_size(z) > 0;
@@ -826,18 +833,23 @@ static int s_send_counted(channels_t *self, channels_index_t i, unread_account_t
             h->frame = f;
             zmq_msg_t m;
             if (rc < 0 || zmq_msg_init_data(&m, zframe_data(f), zframe_size(f), s_unread_free, h) < 0) {
+                err = rc < 0 ? err : errno;
                 s_unread_free(NULL, h);
                 rc = -1;
             } else if (zmq_msg_send(&m, sock, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
+                err = errno;
                 zmq_msg_close(&m); /* frees h */
                 rc = -1;
             }
         } else if (rc < 0 || zframe_send(&f, sock, (more ? ZFRAME_MORE : 0) | ZFRAME_DONTWAIT) < 0) {
+            err = rc < 0 ? err : errno;
             zframe_destroy(&f); /* after a failed part, the rest is only freed */
             rc = -1;
         }
     }
     zmsg_destroy(z_p);
+    if (rc < 0)
+        errno = err; /* the first failure's (EHOSTUNREACH: stdin's client is not there) */
     return rc;
 }
 
@@ -1038,8 +1050,19 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
         }
         return 0;
     }
-    if (!off_loop && !self->out_head)
-        return s_deliver(self, i, is_end, &z);
+    if (!off_loop && !self->out_head) {
+        if (i != CHANNELS_STDIN)
+            return s_deliver(self, i, is_end, &z);
+        zmsg_t *copy = zmsg_dup(z);
+        int rc = s_deliver(self, i, is_end, &z);
+        if (rc < 0 && errno == EHOSTUNREACH && copy) {
+            zmsg_destroy(&self->held);
+            self->held = copy;
+            return CHANNELS_HELD;
+        }
+        zmsg_destroy(&copy);
+        return rc;
+    }
     /* The queue holds at most max_unread bytes (what replies kenneld makes itself while a
      * signing lasts could add), but the message it starts with, and iopub's status. */
     size_t bytes = zmsg_content_size(z);
@@ -1075,6 +1098,25 @@ size_t channels_iopub_backlog(const channels_t *self)
 int channels_pending(const channels_t *self)
 {
     return self && self->out_head != NULL;
+}
+
+int channels_retry_held(channels_t *self)
+{
+    if (!self->held)
+        return 0;
+    zmsg_t *z = zmsg_dup(self->held);
+    if (!z)
+        return 1; /* out of memory now: the next try */
+    int rc = s_deliver(self, CHANNELS_STDIN, 0, &z);
+    if (rc < 0 && errno == EHOSTUNREACH)
+        return 1;
+    zmsg_destroy(&self->held);
+    return rc < 0 ? -1 : 0;
+}
+
+void channels_drop_held(channels_t *self)
+{
+    zmsg_destroy(&self->held);
 }
 
 void channels_on_flushed(channels_t *self, channels_flushed_fn *fn, void *arg)

@@ -57,6 +57,10 @@ int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out);
  *  that end a cell (status, error, execute_result) are dropped only past twice both
  *  bounds, so a client that lags still gets them. */
 #define CHANNELS_DROPPED 1
+/*  stdin only: the client the message is for has no stdin connection yet (a front end's
+ *  sockets join one by one, and a kernel may ask for input before the last has): the message
+ *  is kept, signed, for channels_retry_held. One at a time; a newer one replaces it. */
+#define CHANNELS_HELD 2
 #define CHANNELS_IOPUB_MAX_MSGS 10000
 int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p);
 /*  A message whose signed parts reach CHANNELS_SIGN_OFF_LOOP bytes is signed on cfg.signer
@@ -68,6 +72,11 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p);
  *  making more while channels_pending (a kernel's output, say). */
 #define CHANNELS_SIGN_OFF_LOOP (256u << 10)
 int channels_pending(const channels_t *self); /* 0 for NULL */
+/*  Send the held stdin message again: 1 still held (its client has not joined), 0 sent or
+ *  nothing held, -1 failed (it is dropped). */
+int channels_retry_held(channels_t *self);
+/*  Forget the held stdin message (the kernel no longer waits for its answer). */
+void channels_drop_held(channels_t *self);
 /*  fn(arg) runs on the loop each time a signing ends and the messages behind it went (some
  *  may wait for the next). Sends done there swallow wake-ups as any send does. */
 typedef void(channels_flushed_fn)(void *arg);

@@ -198,6 +198,11 @@ void session_destroy(session_t **self_p)
     *self_p = NULL;
 }
 
+int session_awaiting_input(const session_t *self)
+{
+    return self->awaiting_input && self->state == SESSION_BUSY;
+}
+
 int session_output_capped(const session_t *self)
 {
     return self->cell_truncated;

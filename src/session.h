@@ -186,6 +186,8 @@ void session_end(session_t *self, const char *why);
 /*  Whether the output of the request with the kernel (or of the last one) passed its cap:
  *  what the kernel sends is dropped unread until the next request starts. */
 int session_output_capped(const session_t *self);
+/*  The kernel asked for input (input_request went out) and waits for the client's answer. */
+int session_awaiting_input(const session_t *self);
 session_state_t session_state(const session_t *self);
 /*  A line the next cell is told on stderr before any other notice: a cluster node's revival
  *  says where the session's state is from. NULL: none. */

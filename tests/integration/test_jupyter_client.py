@@ -16,7 +16,7 @@ import zmq
 from .kenneld_proc import KENNELD, descendants, pid_alive
 from large_result import MAKE_LARGE_RESULT, RESULT_BYTES, WRITE_LARGE_RESULT
 from .itest_helpers import (close_client, collect_iopub, control, control_reply, finish, run, send_control,
-                           shell_reply, shell_request, wait_for, wait_iopub)
+                           shell_reply, shell_request, wait_for, wait_iopub, wait_ready)
 
 pytestmark = pytest.mark.default_preload  # Jupyter's client against kennel as it runs by default
 
@@ -428,6 +428,44 @@ def test_input_over_stdin(session):
     assert cell.content["status"] == "ok"
     assert cell.stream("stdout") == "hello kennel\n"
     assert run(session, "name").result == "'kennel'"
+
+
+def test_a_prompt_waits_for_a_stdin_socket_that_joins_late(kenneld):
+    """A front end's sockets join one by one, and under load a kernel may ask for input before
+    the client's stdin has: the ROUTER dropped the input_request, and the cell waited for an
+    answer until its deadline. kenneld keeps it and sends it once the client is there; a
+    prompt whose cell ended meanwhile is forgotten, not shown late."""
+    from jupyter_client import BlockingKernelClient
+    info = kenneld.create("late-stdin")
+    kc = BlockingKernelClient()
+    kc.load_connection_file(info["connection_file"])
+    kc.start_channels(shell=True, iopub=True, stdin=False, hb=False)
+    try:
+        wait_ready(kc)
+        held = lambda: kenneld.log(None).count("stdin: the client has not joined")
+        msg_id = kc.execute("name = input('Your name: ')\nprint('hello', name)",
+                            allow_stdin=True)
+        wait_for(lambda: held() == 1, what="kenneld holding the prompt")
+        kc.stdin_channel.start()
+        req = kc.get_stdin_msg(timeout=10)
+        assert req["msg_type"] == "input_request" and req["parent_header"]["msg_id"] == msg_id
+        kc.input("late")
+        cell = finish(kc, msg_id)
+        assert cell.content["status"] == "ok" and cell.stream("stdout") == "hello late\n"
+        kc.stdin_channel.stop()
+        kc.stdin_channel.close()
+        # A prompt held when its cell is interrupted goes nowhere.
+        msg_id = kc.execute("input('again? ')", allow_stdin=True)
+        wait_for(lambda: held() == 2, what="kenneld holding the second prompt")
+        assert control(kc, "interrupt_request")["content"]["status"] == "ok"
+        assert finish(kc, msg_id).content["ename"] == "KeyboardInterrupt"
+        kc._stdin_channel = None  # jupyter_client makes a new one, with the client's identity
+        kc.stdin_channel.start()
+        with pytest.raises(queue.Empty):
+            kc.get_stdin_msg(timeout=0.5)
+        assert run(kc, "name").result == "'late'"
+    finally:
+        close_client(kc)
 
 
 def test_input_without_allow_stdin_fails(session):
