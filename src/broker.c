@@ -724,6 +724,8 @@ static int s_on_stdin_retry(loop_t *loop, int timer_id, void *arg)
         LOG_D("session=%s: -> stdin input_request, its client there now", s->id);
     else if (rc < 0 && log_allow(&s->broker->warn_limit, 5))
         LOG_W("session=%s: send on stdin failed", s->id);
+    /* A send outside the socket's reader (see s_op_send). */
+    loop_reader_touch(s->broker->loop, channels_socket(s->ch, CHANNELS_STDIN));
     if (rc != 1) {
         loop_timer_end(s->broker->loop, s->stdin_timer);
         s->stdin_timer = -1;
@@ -733,6 +735,16 @@ static int s_on_stdin_retry(loop_t *loop, int timer_id, void *arg)
         loop_timer_reset(s->broker->loop, s->stdin_timer, s->stdin_wait_ms);
     }
     return 0;
+}
+
+static void s_arm_stdin_retry(sess_t *s)
+{
+    s->stdin_wait_ms = STDIN_RETRY_MS;
+    if (s->stdin_timer >= 0)
+        loop_timer_reset(s->broker->loop, s->stdin_timer, s->stdin_wait_ms);
+    else if ((s->stdin_timer = loop_timer(s->broker->loop, s->stdin_wait_ms, 0, s_on_stdin_retry,
+                                          s)) < 0)
+        PLOG_W("session=%s: cannot arm a timer", s->id);
 }
 
 static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
@@ -748,13 +760,12 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
     int rc = channels_send(s->ch, i, msg_p);
     if (rc == CHANNELS_HELD) {
         LOG_D("session=%s: stdin: the client has not joined; %s held", s->id, type);
-        s->stdin_wait_ms = STDIN_RETRY_MS;
-        if (s->stdin_timer >= 0)
-            loop_timer_reset(s->broker->loop, s->stdin_timer, s->stdin_wait_ms);
-        else if ((s->stdin_timer = loop_timer(s->broker->loop, s->stdin_wait_ms, 0,
-                                              s_on_stdin_retry, s)) < 0)
-            PLOG_W("session=%s: cannot arm a timer", s->id);
-    } else if (rc < 0 && log_allow(&s->broker->warn_limit, 5))
+        s_arm_stdin_retry(s);
+    } else if (i == CHANNELS_STDIN && !channels_held(s->ch) && s->stdin_timer >= 0) {
+        loop_timer_end(s->broker->loop, s->stdin_timer); /* what it retried is stale now */
+        s->stdin_timer = -1;
+    }
+    if (rc < 0 && log_allow(&s->broker->warn_limit, 5))
         LOG_W("session=%s: send on %s failed", s->id, route_channel_name(channel));
     else if (rc == CHANNELS_DROPPED && i == CHANNELS_IOPUB && log_allow(&s->broker->warn_limit, 5))
         LOG_W("session=%s: iopub's subscribers have not read its last --max-unread bytes: "
@@ -766,7 +777,8 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
     /* A send can swallow the wake-up of a request arriving on the same socket, and we often
      * send from outside its reader (a kernel's reply, a timer): the loop must look again. This
      * is the one place session sockets are sent on (the heartbeat echoes in its own reader,
-     * and s_on_flushed sends what waited here). iopub's subscriptions arrive the same way. */
+     * s_on_flushed sends what waited here, and s_on_stdin_retry a held prompt). iopub's
+     * subscriptions arrive the same way. */
     loop_reader_touch(s->broker->loop, channels_socket(s->ch, i));
     s->dropped_seen = channels_dropped(s->ch); /* logged above */
     if (channels_pending(s->ch))
@@ -784,6 +796,10 @@ static void s_on_flushed(void *arg)
         LOG_W("session=%s: clients have not read their last --max-unread bytes: messages "
               "dropped (%zu so far)", s->id, dropped);
     s->dropped_seen = dropped;
+    if (!s->closed && channels_held(s->ch) && s->stdin_timer < 0) {
+        LOG_D("session=%s: stdin: the client has not joined; input_request held", s->id);
+        s_arm_stdin_retry(s);
+    }
     if (s->closed && !channels_pending(s->ch))
         s_arm_tick(s->broker); /* its last messages went: it can be freed */
     if (!channels_pending(s->ch))

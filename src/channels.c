@@ -957,6 +957,23 @@ static int s_deliver(channels_t *self, channels_index_t i, int is_end, zmsg_t **
     return s_send_counted(self, i, account, z_p);
 }
 
+/*  s_deliver, and on stdin, a message for a client that has not connected is held (the
+ *  latest one only; one that went makes a held one stale). */
+static int s_deliver_or_hold(channels_t *self, channels_index_t i, int is_end, zmsg_t **z_p)
+{
+    if (i != CHANNELS_STDIN)
+        return s_deliver(self, i, is_end, z_p);
+    zmsg_t *copy = zmsg_dup(*z_p);
+    int rc = s_deliver(self, i, is_end, z_p);
+    zmsg_destroy(&self->held);
+    if (rc < 0 && errno == EHOSTUNREACH && copy) {
+        self->held = copy;
+        return CHANNELS_HELD;
+    }
+    zmsg_destroy(&copy);
+    return rc;
+}
+
 static void s_sign_run(void *arg)
 {
     sign_job_t *j = arg;
@@ -1016,7 +1033,7 @@ static void s_pump(channels_t *self)
         self->queued -= o->bytes;
         self->queued_iopub -= o->i == CHANNELS_IOPUB;
         if (o->is_signed)
-            s_deliver(self, o->i, o->is_end, &o->z);
+            s_deliver_or_hold(self, o->i, o->is_end, &o->z);
         zmsg_destroy(&o->z);
         free(o);
     }
@@ -1050,19 +1067,8 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
         }
         return 0;
     }
-    if (!off_loop && !self->out_head) {
-        if (i != CHANNELS_STDIN)
-            return s_deliver(self, i, is_end, &z);
-        zmsg_t *copy = zmsg_dup(z);
-        int rc = s_deliver(self, i, is_end, &z);
-        if (rc < 0 && errno == EHOSTUNREACH && copy) {
-            zmsg_destroy(&self->held);
-            self->held = copy;
-            return CHANNELS_HELD;
-        }
-        zmsg_destroy(&copy);
-        return rc;
-    }
+    if (!off_loop && !self->out_head)
+        return s_deliver_or_hold(self, i, is_end, &z);
     /* The queue holds at most max_unread bytes (what replies kenneld makes itself while a
      * signing lasts could add), but the message it starts with, and iopub's status. */
     size_t bytes = zmsg_content_size(z);
@@ -1111,7 +1117,12 @@ int channels_retry_held(channels_t *self)
     if (rc < 0 && errno == EHOSTUNREACH)
         return 1;
     zmsg_destroy(&self->held);
-    return rc < 0 ? -1 : 0;
+    return rc == 0 ? 0 : -1; /* CHANNELS_DROPPED: its client holds too much unread */
+}
+
+int channels_held(const channels_t *self)
+{
+    return self && self->held != NULL;
 }
 
 void channels_drop_held(channels_t *self)

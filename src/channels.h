@@ -73,8 +73,10 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p);
 #define CHANNELS_SIGN_OFF_LOOP (256u << 10)
 int channels_pending(const channels_t *self); /* 0 for NULL */
 /*  Send the held stdin message again: 1 still held (its client has not joined), 0 sent or
- *  nothing held, -1 failed (it is dropped). */
+ *  nothing held, -1 failed (it is dropped). A message that waited behind one being signed
+ *  can be held too: channels_held says so (after the flushed callback, say). */
 int channels_retry_held(channels_t *self);
+int channels_held(const channels_t *self); /* 0 for NULL */
 /*  Forget the held stdin message (the kernel no longer waits for its answer). */
 void channels_drop_held(channels_t *self);
 /*  fn(arg) runs on the loop each time a signing ends and the messages behind it went (some

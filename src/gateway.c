@@ -131,6 +131,7 @@ struct kern {
     char spec[16]; /* the kernelspec name a client asked for */
     char own[40];  /* the gateway's own Jupyter session id with this kernel */
     zsock_t *sock[GWPROTO_NCHANNELS];
+    char ep[GWPROTO_NCHANNELS][PATH_MAX + 32]; /* what each socket is connected to */
     struct lws *watch_wsi[GWPROTO_NCHANNELS];
     watch_t watch[GWPROTO_NCHANNELS];
     wire_t *wire;
@@ -1162,6 +1163,48 @@ static json_t *s_jsess_list(const conn_t *c, const json_t *sessions)
 /* Kernels: one Jupyter client (shell, control, stdin DEALERs, an iopub SUB) per kennel   */
 /* session a WebSocket or a REST call needs, shared by all of that session's WebSockets.  */
 
+static const char *s_kern_ports[GWPROTO_NCHANNELS] = {"shell_port", "control_port",
+                                                       "stdin_port", "iopub_port"};
+
+/*  Socket i's endpoint from a session's connection file (transport and ip checked). */
+static void s_kern_endpoint(const json_t *conn, int i, char *ep, size_t len)
+{
+    const char *transport = json_string_value(json_object_get(conn, "transport"));
+    const char *ip = json_string_value(json_object_get(conn, "ip"));
+    int port = (int)json_integer_value(json_object_get(conn, s_kern_ports[i]));
+    if (strcmp(transport, "ipc") == 0)
+        snprintf(ep, len, "ipc://%s-%d", ip, port);
+    else
+        snprintf(ep, len, "tcp://%s:%d", ip, port);
+}
+
+/*  A kenneld that restarted serves a session on new ports when one of its own was taken
+ *  meanwhile: connect k's sockets where its connection file says now. */
+static void s_kern_follow(kern_t *k)
+{
+    char req[64];
+    snprintf(req, sizeof req, "C%s", k->id);
+    json_t *conn = s_priv_json(req);
+    const char *transport = json_string_value(json_object_get(conn, "transport"));
+    if (json_string_value(json_object_get(conn, "ip")) && transport &&
+        (g.monitor_fd < 0 || strcmp(transport, "tcp") == 0)) {
+        for (int i = 0; i < GWPROTO_NCHANNELS; i++) {
+            char ep[sizeof k->ep[i]];
+            s_kern_endpoint(conn, i, ep, sizeof ep);
+            if (strcmp(ep, k->ep[i]) == 0)
+                continue;
+            LOG_I("session=%s: its %s moved (%s -> %s); following", k->id, s_kern_ports[i],
+                  k->ep[i], ep);
+            (void)zsock_disconnect(k->sock[i], "%s", k->ep[i]);
+            if (zsock_connect(k->sock[i], "%s", ep) == 0)
+                snprintf(k->ep[i], sizeof k->ep[i], "%s", ep);
+            else
+                LOG_W("session=%s: cannot connect to %s", k->id, ep);
+        }
+    }
+    json_decref(conn);
+}
+
 static kern_t *s_kern_get(const char *id, const char *name, const char *tenant)
 {
     kern_t *k = zhashx_lookup(g.kerns, id);
@@ -1201,8 +1244,6 @@ static kern_t *s_kern_get(const char *id, const char *name, const char *tenant)
     k->wire = wire_new(key, strlen(key), &lim);
     if (!k->conns || !k->replay || !k->wire)
         goto fail;
-    static const char *ports[GWPROTO_NCHANNELS] = {"shell_port", "control_port", "stdin_port",
-                                                   "iopub_port"};
     for (int i = 0; i < GWPROTO_NCHANNELS; i++) {
         k->sock[i] = zsock_new(i == GWPROTO_IOPUB ? ZMQ_SUB : ZMQ_DEALER);
         if (!k->sock[i])
@@ -1213,9 +1254,8 @@ static kern_t *s_kern_get(const char *id, const char *name, const char *tenant)
             zsock_set_subscribe(k->sock[i], "");
         else
             zsock_set_identity(k->sock[i], k->own);
-        int port = (int)json_integer_value(json_object_get(conn, ports[i]));
-        int rc = strcmp(transport, "ipc") == 0 ? zsock_connect(k->sock[i], "ipc://%s-%d", ip, port)
-                                               : zsock_connect(k->sock[i], "tcp://%s:%d", ip, port);
+        s_kern_endpoint(conn, i, k->ep[i], sizeof k->ep[i]);
+        int rc = zsock_connect(k->sock[i], "%s", k->ep[i]);
         k->watch[i].kern = k;
         k->watch[i].channel = i;
         if (rc < 0 || !(k->watch_wsi[i] = s_watch(k->sock[i], &k->watch[i])))
@@ -2254,8 +2294,11 @@ static void s_sweep(lws_sorted_usec_list_t *sul)
     }
     /* A kenneld that restarted has a new key; one that is starting has no kenneld.json yet:
      * try again each sweep until the file reads. */
-    if (zlistx_size(late) || g.mgr_stale)
+    if (zlistx_size(late) || g.mgr_stale) {
         g.mgr_stale = s_mgr_connect() < 0;
+        for (kern_t *k = zhashx_first(g.kerns); k && !g.mgr_stale; k = zhashx_next(g.kerns))
+            s_kern_follow(k);
+    }
     zlistx_destroy(&late);
     zlistx_t *idle = zlistx_new();
     for (kern_t *k = zhashx_first(g.kerns); k; k = zhashx_next(g.kerns)) {

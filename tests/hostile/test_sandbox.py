@@ -358,7 +358,7 @@ def test_fork_bomb_is_bounded(kenneld, victim, bystander):
             time.sleep(0.05)
         r["most"] = most
         r["left"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
-    '''), timeout=40)
+    '''), timeout=60)
     if content["status"] == "error":
         assert_died_of(content)        # acceptable: it restarted
     else:

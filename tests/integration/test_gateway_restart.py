@@ -1,7 +1,11 @@
 """kennel-gateway across a kenneld restart: the new kenneld has a new manager key, so the
 gateway's first calls go unanswered; it then reads kenneld.json again (through its root
-monitor) and serves, and a session the new kenneld restored is served again."""
+monitor) and serves, and a session the new kenneld restored is served again — also when one
+of its ports was taken meanwhile and the new kenneld moved it (the gateway kept dialling the
+old ports)."""
 
+import json
+import socket
 import time
 
 import pytest
@@ -21,11 +25,20 @@ def test_gateway_follows_a_kenneld_restart(kenneld, tmp_path):
         ch = gw.connect(k["id"])
         ch.run("kept = 'still here'")
         ch.close()
+        conn_file = kenneld.ok("info_request", {"session": k["id"]})["session"]["connection_file"]
         kenneld.stop()
         assert kenneld.proc.returncode == 0
+        with open(conn_file) as f:
+            shell_port = json.load(f)["shell_port"]
+        squatter = socket.socket()
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", shell_port))
+        squatter.listen()
         second = kenneld.successor(["--manager", MGR, "--admit-user", "nobody"])
         second.start()
         try:
+            with open(conn_file) as f:
+                assert json.load(f)["shell_port"] != shell_port, second.log()
             deadline = time.monotonic() + 60
             while True:
                 status, listed = gw.request("GET", "/api/kernels")
@@ -39,7 +52,9 @@ def test_gateway_follows_a_kenneld_restart(kenneld, tmp_path):
             assert result_text(ch.run("kept", timeout=30)[1]) == "'still here'"
             ch.close()
             assert gw.alive()
+            assert "its shell_port moved" in gw.log_path.read_text(errors="replace")
         finally:
+            squatter.close()
             second.stop()
     finally:
         gw.stop()
