@@ -58,7 +58,8 @@ def _start(args):
 
 @pytest.fixture(scope="module")
 def _shared_kennelds():
-    shared = SharedKennelds(_start, stop_checked, _reap)
+    # A key holds the preload too (kennel_shared.LIGHT, set per test from its mark).
+    shared = SharedKennelds(lambda key: _start(key[0]), stop_checked, _reap)
     yield shared
     shared.stop_all()
 
@@ -73,7 +74,7 @@ def kenneld(tmp_path, request, _shared_kennelds):
         finally:
             stop_checked(k)
         return
-    k = _shared_kennelds.get(args)
+    k = _shared_kennelds.get((args, kennel_shared.LIGHT))
     before = set(k.kernels)
     yield k
     try:

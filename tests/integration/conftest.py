@@ -175,7 +175,9 @@ def _release(k, named_before):
 
 @pytest.fixture(scope="module")
 def _shared_kennelds():
-    shared = SharedKennelds(lambda key: _start(*key), _stop_and_check, _reap)
+    # A key holds the preload too (kennel_shared.LIGHT, set per test from its mark): a test
+    # marked default_preload never gets a kenneld another test started light, or the reverse.
+    shared = SharedKennelds(lambda key: _start(key[0], key[1]), _stop_and_check, _reap)
     yield shared
     shared.stop_all()
 
@@ -188,7 +190,7 @@ def kenneld(request, start_kenneld, _shared_kennelds):
     if request.node.get_closest_marker("own_kenneld") or OWN_KENNELD:
         yield start_kenneld(transport, args)
         return
-    k = _shared_kennelds.get((transport, tuple(args)))
+    k = _shared_kennelds.get((transport, tuple(args), kennel_shared.LIGHT))
     named_before = set(k.kernels)
     yield k
     try:
