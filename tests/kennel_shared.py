@@ -26,15 +26,20 @@ def preload_args(args):
 
 
 def mark_preload(item):
-    """pytest_runtest_setup's part: LIGHT for this test, from its default_preload marker."""
+    """pytest_runtest_setup's part: LIGHT for this test, from its default_preload marker
+    (a light_preload mark on the test itself wins over its module's default_preload)."""
     global LIGHT
-    LIGHT = item.get_closest_marker("default_preload") is None
+    LIGHT = (item.get_closest_marker("light_preload") is not None
+             or item.get_closest_marker("default_preload") is None)
 
 
 def register_preload_marker(config):
     config.addinivalue_line(
         "markers", "default_preload: this module's kennelds preload what kenneld's default "
         "does (numpy, pandas, matplotlib) rather than numpy only")
+    config.addinivalue_line(
+        "markers", "light_preload: in a module marked default_preload, this test's kennelds "
+        "preload numpy only (what it tests does not depend on the preload)")
 
 
 class SharedKennelds:

@@ -297,6 +297,7 @@ def test_output_after_a_cell_stays_the_cells_across_comm_messages(session):
     raise AssertionError("the thread's output never came")
 
 
+@pytest.mark.light_preload  # its own configuration; the preload is not its subject
 @pytest.mark.parametrize("kenneld", [["--max-message", "1M"]], indirect=True)
 def test_comm_messages_queued_behind_a_cell_do_not_hurt_the_kernel(kenneld, connect):
     # They wait in kenneld's queue and reach the kernel one at a time, each after the kernel
@@ -325,6 +326,7 @@ def test_a_request_with_more_buffers_than_the_pipe_carries_is_refused(session):
     assert run(session, "'alive'").result == "'alive'"
 
 
+@pytest.mark.light_preload  # its own configuration; the preload is not its subject
 @pytest.mark.parametrize("kenneld", [["--max-message", "64K"]], indirect=True)
 def test_a_request_at_the_size_limit_is_served(kenneld, connect):
     # A request within --max-message always fits in a frame to the kernel (op header and
@@ -942,6 +944,7 @@ def test_manager_bad_request(kenneld, msg_type, content):
     assert reply["content"]["ename"] == "BadRequest"
 
 
+@pytest.mark.light_preload  # its own configuration; the preload is not its subject
 @pytest.mark.parametrize("kenneld", [["--max-sessions", "1"]], indirect=True)
 def test_manager_too_many_sessions(kenneld):
     kenneld.create("one")
@@ -963,6 +966,7 @@ def exiting_kernel_dir():
     shutil.rmtree(d)
 
 
+@pytest.mark.light_preload  # its own configuration; the preload is not its subject
 def test_zygote_that_cannot_start(start_kenneld, exiting_kernel_dir, connect):
     """No zygote runtime in --kernel-dir: requests fail with an error naming the zygote (kenneld
     never waits for it, so the create itself succeeds), a new zygote is tried on the next
@@ -977,6 +981,7 @@ def test_zygote_that_cannot_start(start_kenneld, exiting_kernel_dir, connect):
     assert "zygote" in kenneld.log(tail=None)
 
 
+@pytest.mark.light_preload  # its own configuration; the preload is not its subject
 def test_more_sessions_than_czmqs_default_socket_cap(start_kenneld):
     """210 sessions hold 1050 ZeroMQ sockets, past czmq's default cap of 1024 (kenneld once
     died on an assertion there): kenneld sizes the cap from --max-sessions. Kernels that are
@@ -998,6 +1003,7 @@ def test_max_sessions_beyond_what_the_system_allows(tmp_path):
     assert "ZeroMQ sockets" in r.stderr and "--max-sessions 100000" in r.stderr, r.stderr
 
 
+@pytest.mark.light_preload  # its own configuration; the preload is not its subject
 def test_kernel_that_cannot_start(start_kenneld, exiting_kernel_dir, connect):
     """A cold kernel that exits before its hello: requests fail instead of hanging."""
     kenneld = start_kenneld(args=["--kernel-dir", str(exiting_kernel_dir), "--spawner", "exec"])
@@ -1009,6 +1015,7 @@ def test_kernel_that_cannot_start(start_kenneld, exiting_kernel_dir, connect):
     assert info["status"] == "error"
 
 
+@pytest.mark.light_preload  # its own configuration; the preload is not its subject
 def test_wait_for_ready_on_a_kernel_that_cannot_start(start_kenneld, exiting_kernel_dir, connect):
     """jupyter_client's wait_for_ready reads protocol_version from the kernel_info_reply, an
     error one too: kenneld's for a kernel that cannot start once lacked it, and

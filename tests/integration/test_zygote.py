@@ -21,7 +21,9 @@ import pytest
 from .itest_helpers import finish, run, shell_reply, wait_for
 from .kenneld_proc import ROOT, children, pid_alive
 
-pytestmark = pytest.mark.default_preload  # it tests the zygote kenneld starts by default
+# The zygote's machinery (the pool, its deaths, naming, page hints) is the same whatever it
+# preloads: the tests take the light preload, and those about what the default preload
+# gives a kernel are marked default_preload.
 
 KERNEL_DIR = ROOT / "kernels" / "python"
 
@@ -81,6 +83,7 @@ CENSUS = ("import sys, linecache\n"
           "      [hasattr(sys, a) for a in ('last_type', 'last_value', 'last_traceback')])")
 
 
+@pytest.mark.default_preload
 @pytest.mark.timeout_s(90)
 def test_a_forked_kernels_first_cell_finds_what_a_cold_kernels_does(start_kenneld, connect):
     """The zygote and each forked kernel run a throwaway cell, with history, before the kernel
@@ -378,6 +381,7 @@ def test_preload_failures_are_reported_and_harmless(start_kenneld, connect):
              what="the preload failure logged")
 
 
+@pytest.mark.default_preload
 @pytest.mark.timeout_s(60)
 def test_memory_limits_near_the_zygotes_size_start(kenneld, connect):
     """A forked kernel inherits the zygote's ~190 MiB of mappings; RLIMIT_AS (--memory)
