@@ -189,6 +189,8 @@ static struct {
     char mgr_session[40];
     struct lws *mgr_wsi;
     int mgr_stale; /* the last s_mgr_connect failed: the sweep tries again */
+    char mgr_seen[512]; /* "ENDPOINT KEY" s_mgr_connect last used (wiped at exit): a
+                         * kenneld.json that says otherwise is a kenneld that restarted */
     watch_t mgr_watch;
     zhashx_t *mpend;      /* msg_id -> mpend_t (owned) */
     zhashx_t *kerns;      /* id -> kern_t (owned) */
@@ -426,6 +428,7 @@ static int s_mgr_connect(void)
         json_decref(info);
         return -1;
     }
+    snprintf(g.mgr_seen, sizeof g.mgr_seen, "%s %s", ep, key);
     s_unwatch(&g.mgr_wsi);
     zsock_destroy(&g.mgr);
     wire_destroy(&g.mgr_wire);
@@ -442,6 +445,26 @@ static int s_mgr_connect(void)
     }
     json_decref(info);
     return rc;
+}
+
+/*  Whether kenneld.json names another manager endpoint or key than the gateway uses: a
+ *  kenneld that restarted (its new key would make every call unanswered until one timed
+ *  out, and a session it moved would not be followed). 0 while there is no kenneld.json. */
+static int s_mgr_moved(void)
+{
+    json_t *info = s_priv_json("M");
+    json_t *m = json_object_get(info, "manager");
+    const char *ep = json_string_value(json_object_get(m, "endpoint"));
+    const char *key = json_string_value(json_object_get(m, "key"));
+    int moved = 0;
+    if (ep && key) {
+        char now[sizeof g.mgr_seen];
+        snprintf(now, sizeof now, "%s %s", ep, key);
+        moved = strcmp(now, g.mgr_seen) != 0;
+        sodium_memzero(now, sizeof now);
+    }
+    json_decref(info);
+    return moved;
 }
 
 /*  Send a manager request for conn (may be NULL) of kind, for the Jupyter session jsess (or
@@ -1195,6 +1218,12 @@ static void s_kern_follow(kern_t *k)
                 continue;
             LOG_I("session=%s: its %s moved (%s -> %s); following", k->id, s_kern_ports[i],
                   k->ep[i], ep);
+            if (i == GWPROTO_SHELL && k->queued > 0) {
+                /* Sent to the old port while kenneld restarted: gone with its connection. */
+                LOG_W("session=%s: %d execute requests sent before the move are lost", k->id,
+                      k->queued);
+                k->queued = 0;
+            }
             (void)zsock_disconnect(k->sock[i], "%s", k->ep[i]);
             if (zsock_connect(k->sock[i], "%s", ep) == 0)
                 snprintf(k->ep[i], sizeof k->ep[i], "%s", ep);
@@ -2294,7 +2323,7 @@ static void s_sweep(lws_sorted_usec_list_t *sul)
     }
     /* A kenneld that restarted has a new key; one that is starting has no kenneld.json yet:
      * try again each sweep until the file reads. */
-    if (zlistx_size(late) || g.mgr_stale) {
+    if (zlistx_size(late) || g.mgr_stale || s_mgr_moved()) {
         g.mgr_stale = s_mgr_connect() < 0;
         for (kern_t *k = zhashx_first(g.kerns); k && !g.mgr_stale; k = zhashx_next(g.kerns))
             s_kern_follow(k);
@@ -2671,6 +2700,7 @@ int main(int argc, char **argv)
     zhashx_destroy(&g.jsess);
     zsock_destroy(&g.mgr);
     wire_destroy(&g.mgr_wire);
+    sodium_memzero(g.mgr_seen, sizeof g.mgr_seen);
     json_decref(g.tokens);
     json_decref(g.tenant_conns);
     json_decref(g.tenants);
