@@ -831,6 +831,14 @@ static int s_cmd_file(const char *cmd, const char *name, const char *a, const ch
     int rc = 1;
     if (r && strcmp(cmd, "get") == 0) {
         const char *local = b ? b : s_basename(a);
+        char into[PATH_MAX];
+        struct stat st;
+        if (b && strcmp(b, "-") != 0 && stat(b, &st) == 0 && S_ISDIR(st.st_mode)) {
+            /* Into a directory, under the file's own name, as cp does. */
+            snprintf(into, sizeof into, "%s%s%s", b, b[strlen(b) - 1] == '/' ? "" : "/",
+                     s_basename(a));
+            local = into;
+        }
         FILE *f = strcmp(local, "-") == 0 ? stdout : fopen(local, "wbe");
         rc = f && (out_len == 0 || fwrite(out, 1, out_len, f) == out_len) ? 0 : 1;
         if (f && f != stdout && fclose(f) != 0)

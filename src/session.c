@@ -860,7 +860,15 @@ static void s_evict(session_t *self)
     if (self->state != SESSION_IDLE || zlistx_size(self->queue) > 0)
         return;
     if (s_ask_save(self, 1) == 0) {
-        LOG_I("session=%s: idle for %lld ms: saving its state", self->id, self->limits.idle_timeout_ms);
+        /* Why, in the log: kenneld's stop, a checkpoint, or the idle clock (whose time it
+         * names: a stop or a checkpoint comes at any idle time). */
+        if (self->stopping)
+            LOG_I("session=%s: kenneld stops: saving its state", self->id);
+        else if (self->checkpointing)
+            LOG_I("session=%s: checkpoint: saving its state", self->id);
+        else
+            LOG_I("session=%s: idle for %lld ms: saving its state", self->id,
+                  self->limits.idle_timeout_ms);
         self->state = SESSION_SAVING;
         s_state_deadline(self);
     }

@@ -38,6 +38,10 @@ def test_put_get_round_trip_and_the_cell_sees_it(kenneld, connect, tmp_path):
     # And what the cell made comes out.
     run(kc, "open('made.txt', 'w').write('from the cell')")
     assert kenneld.cli("get", "files", "made.txt", "-").stdout == "from the cell"
+    # Into a directory, under the file's own name, as cp does (it failed: "Is a directory").
+    (tmp_path / "into").mkdir()
+    assert kenneld.cli("get", "files", "made.txt", str(tmp_path / "into")).returncode == 0
+    assert (tmp_path / "into" / "made.txt").read_text() == "from the cell"
     # `kennel files` lists in name order (kenneld in the directories' order).
     run(kc, "for n in ('zeta', 'alpha', 'mu', 'beta'): open(n, 'w').close()")
     names = [line.split(None, 1)[1] for line in kenneld.cli("files", "files").stdout.splitlines()]
