@@ -143,6 +143,7 @@ struct kern {
     char state[16];   /* Jupyter execution_state as iopub last said */
     long long unused_since_ms;
     int queued; /* execute requests sent, not answered */
+    int follow; /* kenneld restarted: its connection file is to be read again (s_kern_follow) */
     conn_t *restart_conn;
     char restart_id[40];
 };
@@ -189,8 +190,8 @@ static struct {
     char mgr_session[40];
     struct lws *mgr_wsi;
     int mgr_stale; /* the last s_mgr_connect failed: the sweep tries again */
-    char mgr_seen[512]; /* "ENDPOINT KEY" s_mgr_connect last used (wiped at exit): a
-                         * kenneld.json that says otherwise is a kenneld that restarted */
+    char mgr_digest[65]; /* kenneld.json's digest when s_mgr_connect last read it: another
+                          * one is a kenneld that restarted (s_mgr_moved) */
     watch_t mgr_watch;
     zhashx_t *mpend;      /* msg_id -> mpend_t (owned) */
     zhashx_t *kerns;      /* id -> kern_t (owned) */
@@ -239,6 +240,17 @@ static int s_read_state_file(const char *rel, char *out, size_t cap, size_t *len
     return 0;
 }
 
+/*  Replace the len bytes at buf (room for PRIV_MAX) by their BLAKE2b-256 digest in hex;
+ *  the digest's length. What the serving child compares to tell a restarted kenneld. */
+static size_t s_digest_hex(char *buf, size_t len)
+{
+    unsigned char d[32];
+    crypto_generichash(d, sizeof d, (const unsigned char *)buf, len, NULL, 0);
+    sodium_memzero(buf, len);
+    sodium_bin2hex(buf, 2 * sizeof d + 1, d, sizeof d);
+    return 2 * sizeof d;
+}
+
 static int s_monitor(int fd)
 {
     static char buf[PRIV_MAX + 1];
@@ -259,12 +271,19 @@ static int s_monitor(int fd)
             snprintf(rel, sizeof rel, "sessions/%s/connection.json", req + 1);
             ok = 1;
         }
+        int hash = n == 1 && req[0] == 'H';
+        if (hash) {
+            snprintf(rel, sizeof rel, "kenneld.json");
+            ok = 1;
+        }
         size_t len = 0;
         buf[0] = '0';
         if (ok && s_read_state_file(rel, buf + 1, PRIV_MAX, &len) == 0)
             buf[0] = '1';
         else
             len = 0;
+        if (hash && buf[0] == '1')
+            len = s_digest_hex(buf + 1, len); /* the file's digest, never its key */
         if (send(fd, buf, len + 1, MSG_NOSIGNAL) < 0 && errno != EINTR)
             break;
     }
@@ -301,6 +320,32 @@ static json_t *s_priv_json(const char *req)
     json_t *j = json_loadb(buf, len, 0, NULL);
     sodium_memzero(buf, len);
     return json_is_object(j) ? j : (json_decref(j), NULL);
+}
+
+/*  kenneld.json's digest in hex (65 bytes with its NUL), from the parent when there is one;
+ *  "" when the file cannot be read. */
+static void s_priv_digest(char out[65])
+{
+    static char buf[PRIV_MAX + 2];
+    size_t len = 0;
+    out[0] = '\0';
+    if (g.monitor_fd >= 0) {
+        if (send(g.monitor_fd, "H", 1, MSG_NOSIGNAL) < 0)
+            return;
+        ssize_t n;
+        while ((n = recv(g.monitor_fd, buf, sizeof buf - 1, 0)) < 0 && errno == EINTR) {
+        }
+        if (n != 65 || buf[0] != '1')
+            return;
+        memcpy(out, buf + 1, 64);
+        out[64] = '\0';
+        return;
+    }
+    if (s_read_state_file("kenneld.json", buf, PRIV_MAX, &len) < 0)
+        return;
+    len = s_digest_hex(buf, len);
+    memcpy(out, buf, 64);
+    out[64] = '\0';
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -428,7 +473,7 @@ static int s_mgr_connect(void)
         json_decref(info);
         return -1;
     }
-    snprintf(g.mgr_seen, sizeof g.mgr_seen, "%s %s", ep, key);
+    s_priv_digest(g.mgr_digest);
     s_unwatch(&g.mgr_wsi);
     zsock_destroy(&g.mgr);
     wire_destroy(&g.mgr_wire);
@@ -447,24 +492,15 @@ static int s_mgr_connect(void)
     return rc;
 }
 
-/*  Whether kenneld.json names another manager endpoint or key than the gateway uses: a
- *  kenneld that restarted (its new key would make every call unanswered until one timed
- *  out, and a session it moved would not be followed). 0 while there is no kenneld.json. */
+/*  Whether kenneld.json is another than the one the manager socket was made from: a kenneld
+ *  that restarted (its new key would leave every call unanswered, and a session it moved
+ *  would not be followed). Its digest only, once a second: the serving child is never sent
+ *  the key to compare. 0 while there is no kenneld.json. */
 static int s_mgr_moved(void)
 {
-    json_t *info = s_priv_json("M");
-    json_t *m = json_object_get(info, "manager");
-    const char *ep = json_string_value(json_object_get(m, "endpoint"));
-    const char *key = json_string_value(json_object_get(m, "key"));
-    int moved = 0;
-    if (ep && key) {
-        char now[sizeof g.mgr_seen];
-        snprintf(now, sizeof now, "%s %s", ep, key);
-        moved = strcmp(now, g.mgr_seen) != 0;
-        sodium_memzero(now, sizeof now);
-    }
-    json_decref(info);
-    return moved;
+    char now[65];
+    s_priv_digest(now);
+    return now[0] && strcmp(now, g.mgr_digest) != 0;
 }
 
 /*  Send a manager request for conn (may be NULL) of kind, for the Jupyter session jsess (or
@@ -1202,15 +1238,18 @@ static void s_kern_endpoint(const json_t *conn, int i, char *ep, size_t len)
 }
 
 /*  A kenneld that restarted serves a session on new ports when one of its own was taken
- *  meanwhile: connect k's sockets where its connection file says now. */
-static void s_kern_follow(kern_t *k)
+ *  meanwhile: connect k's sockets where its connection file says now. 0, or -1 when the file
+ *  cannot be read or a socket not connected (the sweep tries again). */
+static int s_kern_follow(kern_t *k)
 {
     char req[64];
     snprintf(req, sizeof req, "C%s", k->id);
     json_t *conn = s_priv_json(req);
     const char *transport = json_string_value(json_object_get(conn, "transport"));
+    int rc = -1;
     if (json_string_value(json_object_get(conn, "ip")) && transport &&
         (g.monitor_fd < 0 || strcmp(transport, "tcp") == 0)) {
+        rc = 0;
         for (int i = 0; i < GWPROTO_NCHANNELS; i++) {
             char ep[sizeof k->ep[i]];
             s_kern_endpoint(conn, i, ep, sizeof ep);
@@ -1224,14 +1263,18 @@ static void s_kern_follow(kern_t *k)
                       k->queued);
                 k->queued = 0;
             }
-            (void)zsock_disconnect(k->sock[i], "%s", k->ep[i]);
-            if (zsock_connect(k->sock[i], "%s", ep) == 0)
-                snprintf(k->ep[i], sizeof k->ep[i], "%s", ep);
-            else
+            /* The new endpoint first: a DEALER without any would block the next send. */
+            if (zsock_connect(k->sock[i], "%s", ep) < 0) {
                 LOG_W("session=%s: cannot connect to %s", k->id, ep);
+                rc = -1;
+                continue;
+            }
+            (void)zsock_disconnect(k->sock[i], "%s", k->ep[i]);
+            snprintf(k->ep[i], sizeof k->ep[i], "%s", ep);
         }
     }
     json_decref(conn);
+    return rc;
 }
 
 static kern_t *s_kern_get(const char *id, const char *name, const char *tenant)
@@ -2309,8 +2352,7 @@ static void s_sweep(lws_sorted_usec_list_t *sul)
 {
     long long now = util_now_ms();
     s_drain_mgr();
-    /* Manager calls kenneld never answered: fail them, and read kenneld.json again (a
-     * restarted kenneld has a new key). */
+    /* Manager calls kenneld never answered (within 10 s): fail them. */
     zlistx_t *late = zlistx_new();
     for (mpend_t *p = zhashx_first(g.mpend); p; p = zhashx_next(g.mpend))
         if (p->deadline_ms < now)
@@ -2321,13 +2363,32 @@ static void s_sweep(lws_sorted_usec_list_t *sul)
         s_mgr_fail(zhashx_lookup(g.mpend, key));
         zhashx_delete(g.mpend, key);
     }
-    /* A kenneld that restarted has a new key; one that is starting has no kenneld.json yet:
-     * try again each sweep until the file reads. */
-    if (zlistx_size(late) || g.mgr_stale || s_mgr_moved()) {
+    /* A kenneld that restarted has a new key (its kenneld.json, another digest); one that is
+     * starting has no kenneld.json yet: try again each sweep until the file reads. */
+    int moved = !g.mgr_stale && s_mgr_moved();
+    if (moved)
+        LOG_I("kenneld.json changed (kenneld restarted): connecting to its manager again");
+    if (g.mgr_stale || moved) {
         g.mgr_stale = s_mgr_connect() < 0;
-        for (kern_t *k = zhashx_first(g.kerns); k && !g.mgr_stale; k = zhashx_next(g.kerns))
-            s_kern_follow(k);
+        if (!g.mgr_stale) {
+            /* Calls made on the socket just replaced can never be answered: failed now,
+             * not after their 10 s. */
+            for (mpend_t *p = zhashx_first(g.mpend); p; p = zhashx_next(g.mpend))
+                s_mgr_fail(p);
+            zhashx_purge(g.mpend);
+            /* Each kernel is asked again (its session may be served on new ports, or not
+             * at all: --answer-timeout then closes its WebSockets); what clients send
+             * meanwhile is held until it answers. */
+            for (kern_t *k = zhashx_first(g.kerns); k; k = zhashx_next(g.kerns)) {
+                k->follow = 1;
+                k->ready = 0;
+                k->waiting_ms = 0;
+            }
+        }
     }
+    for (kern_t *k = zhashx_first(g.kerns); k && !g.mgr_stale; k = zhashx_next(g.kerns))
+        if (k->follow && s_kern_follow(k) == 0)
+            k->follow = 0;
     zlistx_destroy(&late);
     zlistx_t *idle = zlistx_new();
     for (kern_t *k = zhashx_first(g.kerns); k; k = zhashx_next(g.kerns)) {
@@ -2700,7 +2761,6 @@ int main(int argc, char **argv)
     zhashx_destroy(&g.jsess);
     zsock_destroy(&g.mgr);
     wire_destroy(&g.mgr_wire);
-    sodium_memzero(g.mgr_seen, sizeof g.mgr_seen);
     json_decref(g.tokens);
     json_decref(g.tenant_conns);
     json_decref(g.tenants);

@@ -458,12 +458,19 @@ def test_a_kernels_large_results_hold_up_no_other_session(kenneld, client):
         bystander.close()
     assert made >= 3, f"only {made} cells with a large result ran"
     # Signed on the loop, a bystander's cell that came during a signing waited for all of it:
-    # its longest cell took 180-270 ms here (the HMAC alone: 160-210 ms); now ~20 ms. (Not
-    # half the HMAC: the thread signing takes one of 2 cores from the others meanwhile.)
-    assert max(rtts) < stall * 3 / 4, \
-        f"a bystander's cell took {max(rtts) * 1000:.0f} ms beside cells with 60 MB results " \
-        f"(median {sorted(rtts)[len(rtts) // 2] * 1000:.0f} ms of {len(rtts)}); one HMAC of " \
-        f"such a result takes {stall * 1000:.0f} ms"
+    # its longest cell took 180-270 ms here (the HMAC alone: 160-210 ms), and the loop was
+    # held for a signing a good part of the time (each result's), so many of the bystander's
+    # cells waited; now ~20 ms. (Not half the HMAC: the thread signing takes one
+    # of 2 cores from the others meanwhile.) At most two cells past the bound, not none: of
+    # ~1000 cells one once took 134 ms in `make check`, a scheduling hiccup on two cores;
+    # signing on the loop would hold up a share of them (each result's signing, ~1 s apart),
+    # some tens of cells.
+    slow = sorted(t for t in rtts if t >= stall * 3 / 4)
+    assert len(slow) <= 2, \
+        f"{len(slow)} of a bystander's {len(rtts)} cells took {stall * 3 / 4 * 1000:.0f} ms or " \
+        f"more beside cells with 60 MB results (the longest {slow[-1] * 1000:.0f} ms, median " \
+        f"{sorted(rtts)[len(rtts) // 2] * 1000:.0f} ms); one HMAC of such a result takes " \
+        f"{stall * 1000:.0f} ms"
     for name in names:
         assert kenneld.call("end_request", {"session": name})["status"] == "ok"
     assert_healthy(client, kenneld)
