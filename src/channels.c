@@ -965,8 +965,9 @@ static int s_deliver_or_hold(channels_t *self, channels_index_t i, int is_end, z
         return s_deliver(self, i, is_end, z_p);
     zmsg_t *copy = zmsg_dup(*z_p);
     int rc = s_deliver(self, i, is_end, z_p);
+    int unreachable = rc < 0 && errno == EHOSTUNREACH; /* before a free() may touch errno */
     zmsg_destroy(&self->held);
-    if (rc < 0 && errno == EHOSTUNREACH && copy) {
+    if (unreachable && copy) {
         self->held = copy;
         return CHANNELS_HELD;
     }
