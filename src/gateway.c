@@ -213,9 +213,6 @@ static const double s_rtt_le[12] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
 /* ---------------------------------------------------------------------------------- */
 /* Privileged reads: kenneld.json and connection files                                */
 
-/*  The monitor's side: answer "M" (kenneld.json) and "C<uuid>" (that session's connection
- *  file) until the child hangs up. It parses nothing but these two requests: a child that
- *  was taken over can read the files a gateway needs, and no others. */
 static pid_t s_child_pid;
 static void s_forward_signal(int sig)
 {
@@ -251,6 +248,31 @@ static size_t s_digest_hex(char *buf, size_t len)
     return 2 * sizeof d;
 }
 
+/*  The answer to one of the three requests a gateway makes of the state directory: "M"
+ *  (kenneld.json), "C<uuid>" (that session's connection file) and "H" (kenneld.json's
+ *  digest in hex, never its key). Into buf (room for PRIV_MAX): 0 and *len, or -1 for any
+ *  other request or a file that cannot be read. The monitor answers with it, and so does a
+ *  gateway that has no monitor. */
+static int s_answer(const char *req, char *buf, size_t *len)
+{
+    char rel[128];
+    int hash = strcmp(req, "H") == 0;
+    if (hash || strcmp(req, "M") == 0)
+        snprintf(rel, sizeof rel, "kenneld.json");
+    else if (req[0] == 'C' && gwproto_is_uuid(req + 1))
+        snprintf(rel, sizeof rel, "sessions/%s/connection.json", req + 1);
+    else
+        return -1;
+    if (s_read_state_file(rel, buf, PRIV_MAX, len) < 0)
+        return -1;
+    if (hash)
+        *len = s_digest_hex(buf, *len);
+    return 0;
+}
+
+/*  The monitor's side: answer requests (s_answer) until the child hangs up. It parses
+ *  nothing but those: a child that was taken over can read the files a gateway needs, and
+ *  no others. */
 static int s_monitor(int fd)
 {
     static char buf[PRIV_MAX + 1];
@@ -262,28 +284,10 @@ static int s_monitor(int fd)
         if (n <= 0)
             break;
         req[n] = '\0';
-        char rel[128];
-        int ok = 0;
-        if (n == 1 && req[0] == 'M') {
-            snprintf(rel, sizeof rel, "kenneld.json");
-            ok = 1;
-        } else if (req[0] == 'C' && gwproto_is_uuid(req + 1)) {
-            snprintf(rel, sizeof rel, "sessions/%s/connection.json", req + 1);
-            ok = 1;
-        }
-        int hash = n == 1 && req[0] == 'H';
-        if (hash) {
-            snprintf(rel, sizeof rel, "kenneld.json");
-            ok = 1;
-        }
         size_t len = 0;
-        buf[0] = '0';
-        if (ok && s_read_state_file(rel, buf + 1, PRIV_MAX, &len) == 0)
-            buf[0] = '1';
-        else
+        buf[0] = strlen(req) == (size_t)n && s_answer(req, buf + 1, &len) == 0 ? '1' : '0';
+        if (buf[0] == '0')
             len = 0;
-        if (hash && buf[0] == '1')
-            len = s_digest_hex(buf + 1, len); /* the file's digest, never its key */
         if (send(fd, buf, len + 1, MSG_NOSIGNAL) < 0 && errno != EINTR)
             break;
     }
@@ -293,57 +297,44 @@ static int s_monitor(int fd)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+/*  The answer to req (s_answer), from the monitor when there is one, else read here. Into
+ *  buf (room for PRIV_MAX + 1): 0 and *len, or -1. */
+static int s_priv_ask(const char *req, char *buf, size_t *len)
+{
+    if (g.monitor_fd < 0)
+        return s_answer(req, buf, len);
+    if (send(g.monitor_fd, req, strlen(req), MSG_NOSIGNAL) < 0)
+        return -1;
+    ssize_t n;
+    while ((n = recv(g.monitor_fd, buf, PRIV_MAX + 1, 0)) < 0 && errno == EINTR) {
+    }
+    if (n < 1 || buf[0] != '1')
+        return -1;
+    *len = (size_t)n - 1;
+    memmove(buf, buf + 1, *len);
+    return 0;
+}
+
 /*  A state file as JSON (new reference), through the monitor or directly. NULL on failure. */
 static json_t *s_priv_json(const char *req)
 {
     static char buf[PRIV_MAX + 2];
     size_t len = 0;
-    if (g.monitor_fd >= 0) {
-        if (send(g.monitor_fd, req, strlen(req), MSG_NOSIGNAL) < 0)
-            return NULL;
-        ssize_t n;
-        while ((n = recv(g.monitor_fd, buf, sizeof buf - 1, 0)) < 0 && errno == EINTR) {
-        }
-        if (n < 1 || buf[0] != '1')
-            return NULL;
-        len = (size_t)n - 1;
-        memmove(buf, buf + 1, len);
-    } else {
-        char rel[128];
-        if (req[0] == 'M')
-            snprintf(rel, sizeof rel, "kenneld.json");
-        else
-            snprintf(rel, sizeof rel, "sessions/%s/connection.json", req + 1);
-        if (s_read_state_file(rel, buf, PRIV_MAX, &len) < 0)
-            return NULL;
-    }
+    if (s_priv_ask(req, buf, &len) < 0)
+        return NULL;
     json_t *j = json_loadb(buf, len, 0, NULL);
     sodium_memzero(buf, len);
     return json_is_object(j) ? j : (json_decref(j), NULL);
 }
 
-/*  kenneld.json's digest in hex (65 bytes with its NUL), from the parent when there is one;
- *  "" when the file cannot be read. */
+/*  kenneld.json's digest in hex (65 bytes with its NUL); "" when the file cannot be read. */
 static void s_priv_digest(char out[65])
 {
     static char buf[PRIV_MAX + 2];
     size_t len = 0;
     out[0] = '\0';
-    if (g.monitor_fd >= 0) {
-        if (send(g.monitor_fd, "H", 1, MSG_NOSIGNAL) < 0)
-            return;
-        ssize_t n;
-        while ((n = recv(g.monitor_fd, buf, sizeof buf - 1, 0)) < 0 && errno == EINTR) {
-        }
-        if (n != 65 || buf[0] != '1')
-            return;
-        memcpy(out, buf + 1, 64);
-        out[64] = '\0';
+    if (s_priv_ask("H", buf, &len) < 0 || len != 64)
         return;
-    }
-    if (s_read_state_file("kenneld.json", buf, PRIV_MAX, &len) < 0)
-        return;
-    len = s_digest_hex(buf, len);
     memcpy(out, buf, 64);
     out[64] = '\0';
 }
