@@ -1,6 +1,7 @@
 """Small helpers over jupyter_client's BlockingKernelClient; every wait has a timeout."""
 
 import queue
+import socket
 import struct
 import time
 
@@ -205,3 +206,18 @@ def skip_without_disk_caps(kenneld):
     """Skip the test where kenneld cannot cap workspaces (not root, no loop devices)."""
     if not kenneld.ok("stats_request")["sandbox"]["disk"]["caps"]:
         pytest.skip("no workspace caps on this machine")
+
+
+def squat(port):
+    """A socket listening on 127.0.0.1:port, as another program that took a session's port
+    while no kenneld ran would hold it (SO_REUSEADDR: the port may still be in TIME_WAIT).
+    The caller closes it."""
+    s = socket.socket()
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+        s.listen()
+    except BaseException:
+        s.close()
+        raise
+    return s

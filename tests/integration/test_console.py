@@ -6,7 +6,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -15,7 +14,8 @@ import pytest
 from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from .itest_helpers import close_client, collect_iopub, kennel_kernelspec, run, shell_reply, wait_for
+from .itest_helpers import (close_client, collect_iopub, kennel_kernelspec, run, shell_reply, squat,
+                           wait_for)
 from .kenneld_proc import KENNEL, PYTHON, pid_alive
 
 CODE = "x = 6 * 7\nprint('printed', x + 1)\nx\n1 / 0\nx - 2\n"
@@ -358,16 +358,13 @@ def test_a_launched_session_whose_port_was_taken_is_kept_not_moved(kenneld, tmp_
     kept, not served (and its directory with it), never moved where its front end would not
     look."""
     kc, launcher = _launch(kenneld, tmp_path)
-    second = None
-    squatter = socket.socket()
+    second = squatter = None
     try:
         _wait_idle(kenneld, launcher)
         (session,) = kenneld.sessions()
         session_dir = os.path.join(kenneld.state_dir, "sessions", session["id"])
         kenneld.stop()
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        squatter.bind(("127.0.0.1", kc.shell_port))
-        squatter.listen()
+        squatter = squat(kc.shell_port)
         second = kenneld.successor()
         second.start()
         assert second.sessions() == []
@@ -376,7 +373,8 @@ def test_a_launched_session_whose_port_was_taken_is_kept_not_moved(kenneld, tmp_
         with open(os.path.join(session_dir, "connection.json")) as f:
             assert json.load(f)["shell_port"] == kc.shell_port
     finally:
-        squatter.close()
+        if squatter:
+            squatter.close()
         close_client(kc)
         launcher.kill()
         launcher.wait(10)

@@ -4,12 +4,11 @@ and a session the new kenneld restored is served again — also when one of its 
 taken meanwhile and the new kenneld moved it (the gateway kept dialling the old ports)."""
 
 import json
-import socket
 
 import pytest
 
 from .gateway_proc import Gateway, free_port, result_text
-from .itest_helpers import wait_for
+from .itest_helpers import squat, wait_for
 
 MGR = f"tcp://127.0.0.1:{free_port()}"
 pytestmark = pytest.mark.parametrize("kenneld", [["--manager", MGR, "--admit-user", "nobody"]], indirect=True)
@@ -28,10 +27,7 @@ def test_gateway_follows_a_kenneld_restart(kenneld, tmp_path):
         assert kenneld.proc.returncode == 0
         with open(conn_file) as f:
             shell_port = json.load(f)["shell_port"]
-        squatter = socket.socket()
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        squatter.bind(("127.0.0.1", shell_port))
-        squatter.listen()
+        squatter = squat(shell_port)
         second = kenneld.successor(["--manager", MGR, "--admit-user", "nobody"])
         second.start()
         try:

@@ -7,14 +7,13 @@ import glob
 import json
 import os
 import shutil
-import socket
 import statistics
 import time
 
 import pytest
 
 from .itest_helpers import (close_client, control, finish, run, shell_reply, shell_request,
-                           skip_without_disk_caps, wait_for, wait_iopub, wait_ready)
+                           skip_without_disk_caps, squat, wait_for, wait_iopub, wait_ready)
 from .kenneld_proc import new_kenneld
 from large_result import MAKE_LARGE_RESULT, WRITE_LARGE_RESULT
 
@@ -667,10 +666,7 @@ def test_a_taken_port_moves_a_restored_session_and_a_copied_directory_is_kept_as
     shutil.copytree(session_dir, session_dir + "-copy", symlinks=True)
     with open(info["connection_file"]) as f:
         port = json.load(f)["control_port"]
-    squatter = socket.socket()
-    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    squatter.bind(("127.0.0.1", port))
-    squatter.listen()
+    squatter = squat(port)
     second = kenneld.successor()
     try:
         second.start()
