@@ -700,17 +700,27 @@ TEST(zmq_a_swallowed_wakeup_is_lost_without_touch_and_found_with_it)
         /* What a send on the socket does outside its handler: it processes the socket's
          * commands, the hint of "late" among them. */
         CHECK(zsock_events(r) & ZMQ_POLLIN);
-        if (touch)
+        /* With the touch, the loop stops once the message is served (the timer is only a
+         * bound); without, 300 ms unseen show the hazard, and that no sweep is on (the
+         * default one would have looked after 100 ms). */
+        if (touch) {
             loop_reader_touch(loop, r);
-        CHECK(loop_timer(loop, 300, 1, s_stop, NULL) >= 0);
+            a.stop_at = 2;
+        }
+        int guard = loop_timer(loop, touch ? 5000 : 300, 1, s_stop, NULL);
+        CHECK(guard >= 0);
         CHECK_EQ_INT(loop_run(loop), 0);
+        loop_timer_end(loop, guard);
         /* Without the touch the message sits there, unseen: the hazard is real. */
         CHECK_EQ_INT(a.n, touch ? 2 : 1);
         if (!touch) {
-            /* The sweep finds it, serves it, and counts it. */
+            /* The sweep finds it, serves it, and counts it (the run stops then). */
             loop_set_sweep(loop, 10);
-            CHECK(loop_timer(loop, 300, 1, s_stop, NULL) >= 0);
+            a.stop_at = 2;
+            guard = loop_timer(loop, 5000, 1, s_stop, NULL);
+            CHECK(guard >= 0);
             CHECK_EQ_INT(loop_run(loop), 0);
+            loop_timer_end(loop, guard);
             CHECK_EQ_INT(a.n, 2);
             CHECK_EQ_INT(loop_missed(loop), 1);
         }
@@ -872,8 +882,10 @@ TEST(zmq_sends_on_the_read_socket_while_requests_stream_in)
     for (int mode = 0; mode < 2; mode++) {
         loop_t *loop = s_new_loop();
         /* mode 0: four clients, eight requests in flight each; mode 1: one client, two in
-         * flight, so that no other client's traffic rescues a lost wake-up */
-        blaster_t b = {"", mode ? 1 : CLIENTS, mode ? 2 : WINDOW, 500, 0, 0, 0, NULL};
+         * flight, so that no other client's traffic rescues a lost wake-up, and 100
+         * requests, each answered after a 1.5 ms pause (with loop_reader_touch broken, it
+         * hung within the first two) */
+        blaster_t b = {"", mode ? 1 : CLIENTS, mode ? 2 : WINDOW, mode ? 100 : 500, 0, 0, 0, NULL};
         server_t s = {0};
         s.router = s_router(1, b.ep, sizeof b.ep);
         zsock_set_router_mandatory(s.router, 0);
