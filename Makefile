@@ -104,8 +104,9 @@ kernel-tests: deps
 integration: all
 	$(PY) -m pytest -q -p no:cacheprovider tests/integration tests/hostile
 
-# `make check`: the unit tests, then three things side by side — valgrind over the unit tests
-# (build/memcheck.log); the Python suites (kernel, integration, hostile) on three pytest-xdist
+# `make check`: four things side by side — the unit tests (build/unit.log), then valgrind over
+# them (build/memcheck.log; the unit tests mostly wait on timers, so they cost the others
+# little CPU); the Python suites (kernel, integration, hostile) on three pytest-xdist
 # workers, a module's tests on one worker so that they share its kenneld; and the tests marked
 # `spawner` (they start, kill, restart, evict, revive or seal kernels, or mount their
 # workspaces) again with KENNEL_SPAWNER=exec (cold starts; the rest of the suite speaks the
@@ -117,19 +118,21 @@ integration: all
 PYTEST     := $(PY) -m pytest -q -p no:cacheprovider --durations=12
 WORKERS    ?= 3
 SUITES     := tests/kernel tests/integration tests/hostile
-check: all unit
+check: all $(UNIT_BINS) $(BUILD)/tests/fuzz_codecs $(BUILD)/tests/fuzz_gateway
 	@echo "== open files: soft $$(ulimit -Sn), hard $$(ulimit -Hn); cores: $$(nproc)"
-	@echo "== side by side: memcheck (build/memcheck.log); pytest on $(WORKERS) workers; pytest of the tests marked spawner with KENNEL_SPAWNER=exec (build/check-exec.log)"
-	@$(MAKE) -s --no-print-directory memcheck > $(BUILD)/memcheck.log 2>&1 & mem=$$!; \
+	@echo "== side by side: the unit tests, then memcheck (build/unit.log, build/memcheck.log); pytest on $(WORKERS) workers; pytest of the tests marked spawner with KENNEL_SPAWNER=exec (build/check-exec.log)"
+	@{ $(MAKE) -s --no-print-directory unit > $(BUILD)/unit.log 2>&1; echo $$? > $(BUILD)/unit.rc; \
+	   $(MAKE) -s --no-print-directory memcheck > $(BUILD)/memcheck.log 2>&1; } & mem=$$!; \
 	KENNEL_SPAWNER=exec $(PYTEST) -m "spawner and not quiet" $(SUITES) > $(BUILD)/check-exec.log 2>&1 & exe=$$!; \
 	$(PYTEST) -n $(WORKERS) --dist loadgroup -m "not quiet" $(SUITES); par=$$?; \
-	wait $$exe; ex=$$?; wait $$mem; mc=$$?; \
+	wait $$exe; ex=$$?; wait $$mem; mc=$$?; un=$$(cat $(BUILD)/unit.rc); \
+	echo "== unit tests (build/unit.log)"; if [ $$un = 0 ]; then grep -h "passed, 0 failed$$\|iterations" $(BUILD)/unit.log | tr '\n' ' '; echo; else cat $(BUILD)/unit.log; fi; \
 	echo "== pytest with KENNEL_SPAWNER=exec (build/check-exec.log)"; cat $(BUILD)/check-exec.log; \
 	echo "== memcheck (build/memcheck.log)"; tail -n 40 $(BUILD)/memcheck.log; \
 	echo "== alone: the tests marked quiet; then those also marked spawner, with KENNEL_SPAWNER=exec"; \
 	$(PYTEST) -m quiet $(SUITES); q=$$?; \
 	KENNEL_SPAWNER=exec $(PYTEST) -m "spawner and quiet" $(SUITES); qx=$$?; \
-	[ $$par = 0 ] && [ $$ex = 0 ] && [ $$mc = 0 ] && [ $$q = 0 ] && [ $$qx = 0 ]
+	[ $$un = 0 ] && [ $$par = 0 ] && [ $$ex = 0 ] && [ $$mc = 0 ] && [ $$q = 0 ] && [ $$qx = 0 ]
 
 memcheck: $(UNIT_BINS)
 	@for t in $(UNIT_BINS); do valgrind -q --error-exitcode=1 --leak-check=full $$t || exit 1; done

@@ -1,6 +1,8 @@
-"""SharedKennelds: how the integration and hostile suites share kennelds between the tests of
-one module (starting one costs its zygote's warm-up, a second of CPU). Each suite has its own
-Kenneld class and checks; it hands them in as three functions:
+"""SharedKennelds: how the integration and hostile suites share kennelds between tests
+(starting one costs its zygote's warm-up and its pool, over a second of CPU). A pytest process
+(an xdist worker) keeps a few for the whole run, across modules: the most recently used
+SHARED_MAX of each suite; a test takes the one of its configuration or starts it. Each suite
+has its own Kenneld class and checks; it hands them in as three functions:
 
 - start(key) -> (root, kenneld): a started kenneld for that configuration, in root;
 - stop_checked(kenneld): SIGTERM, then assert that it exited cleanly and left nothing running;
@@ -42,17 +44,36 @@ def register_preload_marker(config):
         "preload numpy only (what it tests does not depend on the preload)")
 
 
+# Most modules' tests take the default configuration, and a module's own (--idle 1, a
+# small --max-output) is seldom another's: a few cover nearly every reuse, and a kenneld kept
+# idle costs memory (its zygote and pool, ~150 MiB), no CPU.
+SHARED_MAX = 4
+
+
 class SharedKennelds:
-    """One kenneld per configuration key, for the tests of one module."""
+    """One kenneld per configuration key, for the tests a pytest process runs: at most
+    SHARED_MAX at once, the least recently used stopped (and checked) to make room."""
 
     def __init__(self, start, stop_checked, reap):
         self._start, self._stop_checked, self._reap = start, stop_checked, reap
-        self.running = {}  # key -> (root, kenneld)
+        self.running = {}  # key -> (root, kenneld), the most recently used last
 
     def get(self, key):
-        if key not in self.running:
+        if key in self.running:
+            self.running[key] = self.running.pop(key)
+        else:
+            while len(self.running) >= SHARED_MAX:
+                oldest = next(iter(self.running))
+                self._stop_one(oldest)
             self.running[key] = self._start(key)
         return self.running[key][1]
+
+    def _stop_one(self, key):
+        root, k = self.running.pop(key)
+        try:
+            self._stop_checked(k)
+        finally:
+            self._reap(root, k)
 
     def retire(self, k):
         """A kenneld that failed a test's release check: stopped and reaped; the next test
@@ -68,8 +89,8 @@ class SharedKennelds:
                     self._reap(root, k)
 
     def stop_all(self):
-        """At the module's end: each stopped and checked (the first failure is raised), and
-        all reaped."""
+        """At the end of the run: each stopped and checked (the first failure is raised),
+        and all reaped."""
         try:
             for _, k in self.running.values():
                 self._stop_checked(k)

@@ -1,12 +1,14 @@
 """Fixtures for the hostile tests: a real kenneld (parametrize with extra arguments) that
 must exit cleanly leaving no kernel behind, and a ready session named victim.
 
-The tests of one module share one kenneld per argument list (starting one costs its zygote's
-warm-up, a second of CPU): each test gets it with no session, and at its teardown (also
-after a failed test) every session is ended and kennel_hostile.release_checked asserts that
-kenneld still runs and nothing of those sessions outlived them; a kenneld that fails that is
-retired (stopped, what it left killed), and the next test gets a fresh one. At the module's
-end each is stopped: it must exit 0 and leave no kernel running (stop_checked). Mark a test
+The tests a pytest process runs share one kenneld per argument list and preload, across
+modules, the few most recently used kept (kennel_shared.SharedKennelds; starting one costs
+its zygote's warm-up and its pool, over a second of CPU): each test gets it with no session,
+and at its teardown (also after a failed test) every session is ended and
+kennel_hostile.release_checked asserts that kenneld still runs and nothing of those sessions
+outlived them; a kenneld that fails that is retired (stopped, what it left killed), and the
+next test gets a fresh one. One that makes room, and each at the end of the run, is stopped:
+it must exit 0 and leave no kernel running (stop_checked). Mark a test
 @pytest.mark.own_kenneld when it needs a kenneld of its own (on its tmp_path), e.g. when it
 depends on kenneld's state at start. KENNEL_TEST_OWN_KENNELD=1 gives every test its own
 (slower; it pins a failed final check on the test that caused it)."""
@@ -56,7 +58,7 @@ def _start(args):
         raise
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def _shared_kennelds():
     # A key holds the preload too (kennel_shared.LIGHT, set per test from its mark).
     shared = SharedKennelds(lambda key: _start(key[0]), stop_checked, _reap)

@@ -3,17 +3,20 @@
 - `kenneld`: a running bin/kenneld (kenneld_proc.Kenneld); `call()` speaks the manager API,
   `cli()` runs bin/kennel. Parametrize it indirectly with "ipc" for ipc:// session channels,
   or with a list of extra kenneld arguments.
-  By default the tests of one module share one kenneld per configuration (transport and
-  arguments): starting one costs its zygote's warm-up, a second of CPU. A shared kenneld is
+  By default the tests a pytest process runs share one kenneld per configuration (transport,
+  arguments and preload), across modules, the few most recently used kept
+  (kennel_shared.SharedKennelds): starting one costs its zygote's warm-up and its pool,
+  over a second of CPU. A shared kenneld is
   handed to each test with no session, and taken back at its teardown (also after a failed
   test): every session is ended, every process of theirs must be gone within 5 s (the
   kernel_pids manager replies named, and everything below kenneld but its zygote and its
   pool), and kenneld must still run. A kenneld that fails that check is retired, and the
-  next test gets a fresh one. At the module's end each is stopped and checked as below.
+  next test gets a fresh one. One that makes room, and each at the end of the run, is
+  stopped and checked as below.
   Mark a test @pytest.mark.own_kenneld when it needs a kenneld of its own: it stops or
   restarts kenneld, reads its log or counters, or depends on its state at start.
   KENNEL_TEST_OWN_KENNELD=1 gives every test its own (slower; it pins a leftover that a
-  module's final check found on the test that left it).
+  final check found on the test that left it).
 - `start_kenneld` starts more, or with arguments known only at run time; they, and every
   own kenneld, are the test's own. Their teardown (also after a failed test) sends SIGTERM
   and asserts that kenneld exited 0 within 10 s, removed kenneld.json, and left nothing
@@ -173,7 +176,7 @@ def _release(k, named_before):
     assert dirs_left() == [], "session directories left"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def _shared_kennelds():
     # A key holds the preload too (kennel_shared.LIGHT, set per test from its mark): a test
     # marked default_preload never gets a kenneld another test started light, or the reverse.
@@ -191,6 +194,7 @@ def kenneld(request, start_kenneld, _shared_kennelds):
         yield start_kenneld(transport, args)
         return
     k = _shared_kennelds.get((transport, tuple(args), kennel_shared.LIGHT))
+    k.handed_to_test()
     named_before = set(k.kernels)
     yield k
     try:

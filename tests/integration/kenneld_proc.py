@@ -123,6 +123,8 @@ class Kenneld:
         self.transport = transport
         self.args = list(args)
         self.log_path = log_path
+        self.log_from = 0  # where log() starts reading (handed_to_test)
+        self.turns = 0  # tests it was handed to, when shared
         self.proc = None
         self.kernels = set()  # every kernel_pid a manager reply named: {(pid, starttime)}
         self.tree = {}  # kenneld's descendants just before it was stopped: {pid: starttime}
@@ -174,12 +176,26 @@ class Kenneld:
 
     def log(self, tail=4000):
         """The log's last `tail` characters (for failure messages), or all of it (None: for
-        what must be found in it, which debug lines of polling may have pushed far back)."""
+        what must be found in it, which debug lines of polling may have pushed far back).
+        A shared kenneld's log starts where the test's turn began (handed_to_test)."""
         try:
-            text = Path(self.log_path).read_text(errors="replace")
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_from)
+                text = f.read().decode(errors="replace")
         except OSError:
             return ""
         return text if tail is None else text[-tail:]
+
+    def handed_to_test(self):
+        """A shared kenneld, handed to its next test: what that test finds in the log is what
+        happened in its turn, never an earlier test's line (the first test also sees the
+        start)."""
+        if self.turns:
+            try:
+                self.log_from = os.path.getsize(self.log_path)
+            except OSError:
+                pass
+        self.turns += 1
 
     # -- manager API -----------------------------------------------------------------
 

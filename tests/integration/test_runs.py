@@ -23,7 +23,11 @@ def _records(k):
     if not runs.exists():
         return out
     for day in sorted(runs.glob("????-??-??.jsonl")):
-        out += [json.loads(line) for line in day.read_text().splitlines()]
+        try:
+            text = day.read_text()
+        except FileNotFoundError:
+            continue  # a day kenneld's --runs-keep removed since the listing
+        out += [json.loads(line) for line in text.splitlines()]
     return out
 
 
