@@ -3,21 +3,35 @@
 KernelProcess plays kenneld's part: it starts kennel_kernel.py with its end of the pipe
 on fd 3, builds request headers, and collects what the kernel sends back. Every read
 has a timeout, and the `kernel` fixture kills the process even when a test fails.
+
+The kernel is forked from this pytest process's fork server (kernel_fork_server.py), which
+has made the imports a cold kernel makes before its first cell (~0.25 s of CPU a kernel);
+the kernel then runs kennel_kernel.py as `python3 -I kennel_kernel.py --pipe-fd 3` would.
+KENNEL_KERNEL_COLD=1 starts each one cold instead, as does a server that failed to start.
 """
 
+import atexit
 import datetime
 import json
 import os
+import shutil
+import signal
 import socket
 import struct
 import subprocess
+import tempfile
+import time
 import uuid
+import warnings
 from pathlib import Path
 
 
 PYTHON = "/usr/bin/python3"
 KERNEL = Path(__file__).resolve().parents[2] / "kernels" / "python" / "kennel_kernel.py"
+FORK_SERVER = Path(__file__).resolve().with_name("kernel_fork_server.py")
 READ_TIMEOUT_S = 10
+SERVER_START_TIMEOUT_S = 60  # its imports, on a loaded machine
+MAX_MESSAGE = 1 << 16
 SESSION = uuid.uuid4().hex
 
 _U32 = struct.Struct(">I")
@@ -43,20 +57,183 @@ def make_header(msg_type):
     }
 
 
+def kernel_env(workdir):
+    return {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8"}
+
+
+class ForkedProcess:
+    """What a test uses of Popen (pid, returncode, poll, wait, send_signal, kill,
+    terminate) for a kernel the fork server forked. The server is its parent: it reaps it
+    and sends its exit status on this kernel's status socket, and it sends the signals."""
+
+    def __init__(self, status, args):
+        self.args = args
+        self.returncode = None
+        self._status = status
+        reply = self._recv(READ_TIMEOUT_S)
+        if reply is None or "pid" not in reply:
+            status.close()
+            raise OSError(f"the fork server did not fork a kernel: {reply}")
+        self.pid = reply["pid"]
+
+    def _recv(self, timeout):
+        """The next message from the server, or None if none came within timeout."""
+        data = b""
+        if self._status.fileno() >= 0:  # (closed: the server is gone)
+            self._status.settimeout(timeout)
+            try:
+                data = self._status.recv(MAX_MESSAGE)
+            except (BlockingIOError, TimeoutError):
+                return None
+        if not data:
+            self._status.close()
+            raise ChildProcessError(f"the fork server exited before kernel {self.args} did")
+        msg = json.loads(data)
+        if "exit" in msg:
+            self.returncode = os.waitstatus_to_exitcode(msg["exit"])
+            self._status.close()  # nothing more to learn or to ask
+        return msg
+
+    def poll(self):
+        while self.returncode is None and self._recv(0) is not None:
+            pass
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self._recv(left)
+        return self.returncode
+
+    def send_signal(self, sig):
+        if self.poll() is not None:
+            return  # as Popen: never a signal to a pid that may be another process's now
+        self._status.send(json.dumps({"signal": int(sig)}).encode())
+        while self.returncode is None:
+            msg = self._recv(READ_TIMEOUT_S)
+            if msg is None:
+                raise TimeoutError(f"the fork server did not answer a signal for {self.args}")
+            if "error" in msg:
+                raise OSError(msg["error"])
+            if "signaled" in msg:
+                return
+
+    def terminate(self):
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+    """This pytest process's kernel_fork_server.py, started on first use. It exits when
+    its control socket closes: at this process's exit, or when it is killed."""
+
+    def __init__(self):
+        self._home = tempfile.mkdtemp(prefix="kennel-fork-server-")
+        control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [PYTHON, "-I", str(FORK_SERVER), str(KERNEL), str(theirs.fileno())],
+                cwd=self._home, stdin=subprocess.DEVNULL, env=kernel_env(self._home),
+                pass_fds=[theirs.fileno()])
+        except OSError:
+            control.close()
+            shutil.rmtree(self._home, ignore_errors=True)
+            raise
+        finally:
+            theirs.close()
+        self.control = control
+        self._owner = os.getpid()
+        atexit.register(self.close)
+        control.settimeout(SERVER_START_TIMEOUT_S)
+        try:
+            ready = control.recv(MAX_MESSAGE)
+        except TimeoutError:
+            ready = b""
+        if not ready:
+            self.close()
+            raise OSError(f"the fork server did not start (exit status {self.proc.returncode})")
+
+    def spawn(self, args, cwd, env, pipe_fd):
+        """`python3 -I KERNEL ARGS`, forked: a ForkedProcess. Its fd 3 is pipe_fd, its stdout
+        and stderr this process's, its stdin /dev/null (the server's)."""
+        status, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        request = {"args": args, "cwd": str(cwd), "env": env}
+        try:
+            socket.send_fds(self.control, [json.dumps(request).encode()],
+                            [pipe_fd, theirs.fileno(), 1, 2])
+        except OSError:
+            status.close()
+            raise
+        finally:
+            theirs.close()
+        return ForkedProcess(status, [PYTHON, "-I", str(KERNEL), *args])
+
+    def close(self):
+        if os.getpid() != self._owner:
+            return  # a test's fork of this process: the server is its parent's
+        self.control.close()
+        if self.proc.returncode is None:
+            try:
+                self.proc.wait(timeout=READ_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self._home, ignore_errors=True)
+
+
+_fork_server = None  # the ForkServer, once started; False if it could not be
+
+
+def fork_server():
+    """This process's ForkServer, started now if need be; None if it cannot be (a warning
+    says why once, and kernels start cold)."""
+    global _fork_server
+    if _fork_server is None:
+        try:
+            _fork_server = ForkServer()
+        except OSError as e:
+            warnings.warn(f"kernels start cold: {e}")
+            _fork_server = False
+    elif _fork_server and _fork_server.proc.poll() is not None:
+        warnings.warn("kernels start cold from now on: the fork server exited with status "
+                      f"{_fork_server.proc.returncode}")
+        _fork_server.close()
+        _fork_server = False
+    return _fork_server or None
+
+
 class KernelProcess:
-    def __init__(self, workdir):
+    def __init__(self, workdir, cold=None):
+        """cold: start the kernel cold (True) or forked (False); None: forked unless
+        KENNEL_KERNEL_COLD=1."""
         self.sock, child = socket.socketpair()
         self.sock.settimeout(READ_TIMEOUT_S)
-        child_fd = child.fileno()
-        # kenneld hands the kernel its end as fd 3; dup2 in the child does the same.
-        self.proc = subprocess.Popen(
-            [PYTHON, "-I", str(KERNEL), "--pipe-fd", "3"],
-            cwd=workdir,
-            stdin=subprocess.DEVNULL,
-            env={"PATH": "/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8"},
-            close_fds=False,
-            preexec_fn=lambda: os.dup2(child_fd, 3),
-        )
+        if cold is None:
+            cold = os.environ.get("KENNEL_KERNEL_COLD") == "1"
+        server = None if cold else fork_server()
+        args = ["--pipe-fd", "3"]
+        self.proc = None
+        if server is not None:
+            try:
+                self.proc = server.spawn(args, workdir, kernel_env(workdir), child.fileno())
+            except OSError as e:
+                warnings.warn(f"this kernel starts cold: {e}")
+        if self.proc is None:
+            child_fd = child.fileno()
+            # kenneld hands the kernel its end as fd 3; dup2 in the child does the same.
+            self.proc = subprocess.Popen(
+                [PYTHON, "-I", str(KERNEL), *args],
+                cwd=workdir,
+                stdin=subprocess.DEVNULL,
+                env=kernel_env(workdir),
+                close_fds=False,
+                preexec_fn=lambda: os.dup2(child_fd, 3),
+            )
         child.close()
         self._buf = b""
         self.reply_metadata = None
