@@ -768,9 +768,10 @@ def test_a_capped_workspace_survives_eviction_and_restart(kenneld, connect):
         session_dir = os.path.dirname(info["connection_file"])
         # The directory goes by way of trash/, and the loop device is let go once the
         # kernel's mount namespace is gone, which Linux finishes a little later: look for it
-        # anywhere in the state directory.
-        wait_for(lambda: not os.path.exists(session_dir) and
-                 not _loops_backed_by(second.state_dir), timeout=5, what="the image's removal")
+        # there too (not in the whole state directory: the pool's kernels hold images).
+        wait_for(lambda: not os.path.exists(session_dir) and not _loops_backed_by(session_dir)
+                 and not _loops_backed_by(second.state_dir / "trash"), timeout=5,
+                 what="the image's removal")
     finally:
         second.stop()
     assert second.proc.returncode == 0
