@@ -81,6 +81,7 @@ class InterruptGate:
         self._armed = False
         self._depth = 0  # nesting of shielded sections in the main thread
         self._pending = None  # the exception of a signal that came in a shielded section
+        self._ready = {}  # each signal's exception for the armed cell, made by arm()
         self._protected = {InterruptGate.arm.__code__, InterruptGate.disarm.__code__,
                            InterruptGate._claim_wakeup_fd.__code__}
         self._wakeup = -1  # the write end of the relay's pipe (relay_to_main_thread)
@@ -151,6 +152,12 @@ class InterruptGate:
         if self._wakeup >= 0:
             self._claim_wakeup_fd()
         self._pending = None
+        # The exceptions are made here, not by `raise KeyboardInterrupt` in the handler: that
+        # calls the class there, and under a storm of interrupts about one call in 30,000
+        # came back as "SystemError: <class 'KeyboardInterrupt'> returned a result with an
+        # exception set" (another signal's handler had set one meanwhile). The handler
+        # takes its instance without a call; a second one in the same cell raises the class.
+        self._ready = {signum: cls() for signum, cls in self.SIGNALS.items()}
         self._armed = True
 
     def disarm(self):
@@ -174,7 +181,9 @@ class InterruptGate:
             frame = frame.f_back
         if frame is not None and frame.f_code in self._protected:
             return
-        raise exc
+        ready = self._ready[signum]
+        self._ready[signum] = None
+        raise exc if ready is None else ready
 
 
 def _ignore_poke(signum, frame):

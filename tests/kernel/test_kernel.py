@@ -565,8 +565,9 @@ def test_a_storm_of_interrupts_never_escapes_the_kernel(kernel):
         stop.set()
         stormer.join()
     assert kernel.proc.poll() is None, (outcomes, odd, kernel.logs)
-    # A SystemError comes back in about 1 of 10,000-50,000 cells: "<class 'KeyboardInterrupt'>
-    # returned a result with an exception set", with no traceback (docs/not-yet.md).
+    # A SystemError came back in about 1 of 30,000 cells, "<class 'KeyboardInterrupt'>
+    # returned a result with an exception set", while the gate's handler made its exception
+    # (docs/not-yet.md); any outcome but these two comes with its whole reply.
     assert set(outcomes) <= {"ok", "KeyboardInterrupt"}, (outcomes, odd, kernel.logs)
     reply, _ = kernel.execute("1")
     assert reply["status"] == "ok"
