@@ -153,10 +153,10 @@ class InterruptGate:
             self._claim_wakeup_fd()
         self._pending = None
         # The exceptions are made here, not by `raise KeyboardInterrupt` in the handler: that
-        # calls the class there, and under a storm of interrupts about one call in 30,000
-        # came back as "SystemError: <class 'KeyboardInterrupt'> returned a result with an
-        # exception set" (another signal's handler had set one meanwhile). The handler
-        # takes its instance without a call; a second one in the same cell raises the class.
+        # calls the class there (and allocates, which may collect garbage and run finalizers),
+        # and under a storm of interrupts such a call came back now and then as "SystemError:
+        # <class 'KeyboardInterrupt'> returned a result with an exception set". The handler
+        # makes no call: it raises this cell's instance, again for each signal of the cell.
         self._ready = {signum: cls() for signum, cls in self.SIGNALS.items()}
         self._armed = True
 
@@ -182,8 +182,11 @@ class InterruptGate:
         if frame is not None and frame.f_code in self._protected:
             return
         ready = self._ready[signum]
-        self._ready[signum] = None
-        raise exc if ready is None else ready
+        # Raised again in the same cell, it must not carry the last raise's frames along
+        # (attribute stores, not calls).
+        ready.__traceback__ = None
+        ready.__context__ = None
+        raise ready
 
 
 def _ignore_poke(signum, frame):
