@@ -743,7 +743,6 @@ typedef struct {
     int window;         /* requests each keeps in flight, at most WINDOW */
     int per_client;     /* requests each client sends */
     int replies;        /* replies the clients got */
-    int ticks;          /* unsolicited messages the clients got */
     int done;
     zsock_t *ready;     /* PAIR: the thread says "connected" */
 } blaster_t;
@@ -780,8 +779,6 @@ static void *s_blaster(void *arg)
                 if (strcmp(s, "rep") == 0) {
                     got[i]++;
                     total++;
-                } else {
-                    b->ticks++;
                 }
                 zstr_free(&s);
             }
@@ -795,16 +792,19 @@ static void *s_blaster(void *arg)
     return NULL;
 }
 
+/*  Where the server sends its replies from. */
+enum { REPLY_IN_HANDLER, REPLY_FROM_FD, REPLY_FROM_TIMER };
+
 typedef struct {
     zsock_t *router;
     int expected;
     int handled;
-    int mode;           /* 0: reply in the reader; 1: reply from an fd handler, later */
-    int wake[2];        /* mode 1: the reader pokes the fd handler through this pipe */
+    int reply;          /* REPLY_* */
+    int wake[2];        /* REPLY_FROM_FD: the reader pokes the fd handler through this pipe */
+    int flush_timer;    /* REPLY_FROM_TIMER: armed by the reader, or -1 */
     zmsg_t *pending[CLIENTS * WINDOW * 2];
     int npending;
     int timed_out;
-    int ticks_sent;
 } server_t;
 
 static void s_reply(zmsg_t **req, zsock_t *router)
@@ -817,36 +817,13 @@ static void s_reply(zmsg_t **req, zsock_t *router)
     zmsg_send(&rep, router);
 }
 
-static int s_serve(loop_t *loop, zsock_t *sock, void *arg)
+/*  Replies sent outside the reader's handler, after a pause (as the broker answers when a
+ *  kernel has worked on a cell), so the loop learns of the sends only through
+ *  loop_reader_touch. The pause lets the next request arrive meanwhile, and lets libzmq's
+ *  throttle (about 1 ms) lapse, so the first send processes the socket's commands: that
+ *  request's hint is swallowed, and without the touch the session would hang. */
+static int s_send_pending(loop_t *loop, server_t *s)
 {
-    (void)loop;
-    server_t *s = arg;
-    zmsg_t *m = zmsg_recv(sock);
-    if (!m)
-        return 0;
-    s->handled++;
-    if (s->mode == 0) {
-        s_reply(&m, sock); /* a send on the socket being read, from its own handler */
-    } else {
-        s->pending[s->npending++] = m;
-        if (write(s->wake[1], "w", 1) != 1)
-            return -1;
-    }
-    return s->handled == s->expected && s->mode == 0 ? -1 : 0;
-}
-
-/*  mode 1: replies go out from an fd handler, after a pause (as the broker answers when a
- *  kernel has worked on a cell), so the loop only learns of the sends through
- *  loop_reader_touch. The pause lets requests arrive meanwhile, and lets libzmq's throttle
- *  (about 1 ms) lapse, so the first send processes the socket's commands: the hints of
- *  those requests are swallowed, and without the touch the session would hang. */
-static int s_flush(loop_t *loop, int fd, int revents, void *arg)
-{
-    (void)revents;
-    server_t *s = arg;
-    char buf[64];
-    while (read(fd, buf, sizeof buf) > 0)
-        ;
     usleep(1500);
     for (int i = 0; i < s->npending; i++)
         s_reply(&s->pending[i], s->router);
@@ -855,18 +832,40 @@ static int s_flush(loop_t *loop, int fd, int revents, void *arg)
     return s->handled == s->expected ? -1 : 0;
 }
 
-/*  Unsolicited sends from a timer (an iopub-like notice to a client) also use the socket. */
-static int s_tick(loop_t *loop, int timer_id, void *arg)
+static int s_flush_on_fd(loop_t *loop, int fd, int revents, void *arg)
+{
+    (void)revents;
+    char buf[64];
+    while (read(fd, buf, sizeof buf) > 0)
+        ;
+    return s_send_pending(loop, arg);
+}
+
+static int s_flush_on_timer(loop_t *loop, int timer_id, void *arg)
 {
     (void)timer_id;
     server_t *s = arg;
-    zmsg_t *m = zmsg_new();
-    zmsg_addstr(m, "c0");
-    zmsg_addstr(m, "tick");
-    zmsg_send(&m, s->router);
-    s->ticks_sent++;
-    loop_reader_touch(loop, s->router);
-    return 0;
+    s->flush_timer = -1;
+    return s_send_pending(loop, s);
+}
+
+static int s_serve(loop_t *loop, zsock_t *sock, void *arg)
+{
+    server_t *s = arg;
+    zmsg_t *m = zmsg_recv(sock);
+    if (!m)
+        return 0;
+    s->handled++;
+    if (s->reply == REPLY_IN_HANDLER) {
+        s_reply(&m, sock); /* a send on the socket being read, from its own handler */
+        return s->handled == s->expected ? -1 : 0;
+    }
+    s->pending[s->npending++] = m;
+    if (s->reply == REPLY_FROM_FD)
+        return write(s->wake[1], "w", 1) == 1 ? 0 : -1;
+    if (s->flush_timer < 0)
+        s->flush_timer = loop_timer(loop, 0, 1, s_flush_on_timer, s); /* on the next turn */
+    return s->flush_timer < 0 ? -1 : 0;
 }
 
 static int s_timeout(loop_t *loop, int timer_id, void *arg)
@@ -879,28 +878,45 @@ static int s_timeout(loop_t *loop, int timer_id, void *arg)
 
 TEST(zmq_sends_on_the_read_socket_while_requests_stream_in)
 {
-    for (int mode = 0; mode < 2; mode++) {
+    /* Each case sends from one place only, so that one mechanism alone can find a request
+     * whose hint a send swallowed: no other code sends on the socket or touches it, and the
+     * sweep is off. (A timer that sent and touched every millisecond, in every case, used to
+     * find it whichever of them was broken.) */
+    static const struct {
+        int reply;
+        int clients, window, per_client;
+    } cases[] = {
+        /* From the reader's handler: only the loop's look at ZMQ_EVENTS after each handler
+         * (rule 2) finds it. Four clients, eight requests in flight each (with that look
+         * gone, it hung within the first ten). */
+        {REPLY_IN_HANDLER, CLIENTS, WINDOW, 500},
+        /* From an fd handler, then from a timer: only their loop_reader_touch finds it. One
+         * client with two requests in flight, so that no other client's request brings a
+         * hint of its own (with the touch gone, each hung within the first ten). */
+        {REPLY_FROM_FD, 1, 2, 50},
+        {REPLY_FROM_TIMER, 1, 2, 50},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         loop_t *loop = s_new_loop();
-        /* mode 0: four clients, eight requests in flight each; mode 1: one client, two in
-         * flight, so that no other client's traffic rescues a lost wake-up, and 100
-         * requests, each answered after a 1.5 ms pause (with loop_reader_touch broken, it
-         * hung within the first two) */
-        blaster_t b = {"", mode ? 1 : CLIENTS, mode ? 2 : WINDOW, mode ? 100 : 500, 0, 0, 0, NULL};
+        blaster_t b = {.clients = cases[c].clients,
+                       .window = cases[c].window,
+                       .per_client = cases[c].per_client};
         server_t s = {0};
         s.router = s_router(1, b.ep, sizeof b.ep);
         zsock_set_router_mandatory(s.router, 0);
         s.expected = b.clients * b.per_client;
-        s.mode = mode;
+        s.reply = cases[c].reply;
         s.wake[0] = s.wake[1] = -1;
-        if (mode == 1) {
+        s.flush_timer = -1;
+        if (s.reply == REPLY_FROM_FD) {
             CHECK_EQ_INT(pipe2(s.wake, O_CLOEXEC | O_NONBLOCK), 0);
-            CHECK_EQ_INT(loop_fd(loop, s.wake[0], LOOP_IN, s_flush, &s), 0);
+            CHECK_EQ_INT(loop_fd(loop, s.wake[0], LOOP_IN, s_flush_on_fd, &s), 0);
         }
         CHECK_EQ_INT(loop_reader(loop, s.router, s_serve, &s), 0);
-        int tick = loop_timer(loop, 1, 0, s_tick, &s);
-        CHECK(loop_timer(loop, 60000, 1, s_timeout, &s) >= 0);
+        int guard = loop_timer(loop, 60000, 1, s_timeout, &s);
+        CHECK(guard >= 0);
         char ready_ep[64];
-        snprintf(ready_ep, sizeof ready_ep, "inproc://loop-test-ready-%d", mode);
+        snprintf(ready_ep, sizeof ready_ep, "inproc://loop-test-ready-%zu", c);
         zsock_t *ready = zsock_new(ZMQ_PAIR);
         zsock_bind(ready, "%s", ready_ep);
         b.ready = zsock_new(ZMQ_PAIR);
@@ -909,21 +925,22 @@ TEST(zmq_sends_on_the_read_socket_while_requests_stream_in)
         CHECK_EQ_INT(pthread_create(&th, NULL, s_blaster, &b), 0);
         zsock_wait(ready);
         CHECK_EQ_INT(loop_run(loop), 0);
-        loop_timer_end(loop, tick);
+        loop_timer_end(loop, guard);
         /* the last replies are out; let the client collect them */
         pthread_join(th, NULL);
         CHECK_EQ_INT(s.timed_out, 0);
         CHECK_EQ_INT(s.handled, s.expected);
         CHECK_EQ_INT(b.replies, s.expected);
-        CHECK(s.ticks_sent > 0);
         zsock_destroy(&ready);
         zsock_destroy(&b.ready);
         loop_reader_end(loop, s.router);
-        if (mode == 1) {
+        if (s.reply == REPLY_FROM_FD) {
             loop_fd_end(loop, s.wake[0]);
             close(s.wake[0]);
             close(s.wake[1]);
         }
+        for (int i = 0; i < s.npending; i++)
+            zmsg_destroy(&s.pending[i]);
         zsock_destroy(&s.router);
         loop_destroy(&loop);
     }
