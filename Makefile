@@ -104,35 +104,21 @@ kernel-tests: deps
 integration: all
 	$(PY) -m pytest -q -p no:cacheprovider tests/integration tests/hostile
 
-# `make check`: four things side by side — the unit tests (build/unit.log), then valgrind over
-# them (build/memcheck.log; the unit tests mostly wait on timers, so they cost the others
-# little CPU); the Python suites (kernel, integration, hostile) on three pytest-xdist
-# workers, a module's tests on one worker so that they share its kenneld; and the tests marked
-# `spawner` (they start, kill, restart, evict, revive or seal kernels, or mount their
-# workspaces) again with KENNEL_SPAWNER=exec (cold starts; the rest of the suite speaks the
-# same protocol to the same kernel code whichever spawner made it; test_zygote*.py and
-# test_rich.py name their spawners themselves).
-# Then, alone, the tests marked `quiet` (tests/conftest.py): they compare wall times, a
-# bystander's round trip against a stall or a deadline's margin, which the parallel phase's
-# load would make them measure instead. check fails if any part failed.
+# `make check`: the build, then scripts/check.sh: the C units and valgrind over them, the
+# Python suites (kernel, integration, hostile) on three pytest-xdist workers, a module's
+# tests on one worker so that they share its kenneld, and the tests marked `spawner` (they
+# start, kill, restart, evict, revive or seal kernels, or mount their workspaces) again with
+# KENNEL_SPAWNER=exec (cold starts; the rest of the suite speaks the same protocol to the
+# same kernel code whichever spawner made it; test_zygote*.py and test_rich.py name their
+# spawners themselves) — all side by side, in a cpu cgroup of low weight; and beside them the
+# tests marked `quiet` (tests/conftest.py), one at a time, which compare wall times and so
+# get the CPU first. check fails if any part failed.
 PYTEST     := $(PY) -m pytest -q -p no:cacheprovider --durations=12
 WORKERS    ?= 3
 SUITES     := tests/kernel tests/integration tests/hostile
 check: all $(UNIT_BINS) $(BUILD)/tests/fuzz_codecs $(BUILD)/tests/fuzz_gateway
-	@echo "== open files: soft $$(ulimit -Sn), hard $$(ulimit -Hn); cores: $$(nproc)"
-	@echo "== side by side: the unit tests, then memcheck (build/unit.log, build/memcheck.log); pytest on $(WORKERS) workers; pytest of the tests marked spawner with KENNEL_SPAWNER=exec (build/check-exec.log)"
-	@{ $(MAKE) -s --no-print-directory unit > $(BUILD)/unit.log 2>&1; echo $$? > $(BUILD)/unit.rc; \
-	   $(MAKE) -s --no-print-directory memcheck > $(BUILD)/memcheck.log 2>&1; } & mem=$$!; \
-	KENNEL_SPAWNER=exec $(PYTEST) -m "spawner and not quiet" $(SUITES) > $(BUILD)/check-exec.log 2>&1 & exe=$$!; \
-	$(PYTEST) -n $(WORKERS) --dist loadgroup -m "not quiet" $(SUITES); par=$$?; \
-	wait $$exe; ex=$$?; wait $$mem; mc=$$?; un=$$(cat $(BUILD)/unit.rc); \
-	echo "== unit tests (build/unit.log)"; if [ $$un = 0 ]; then grep -h "passed, 0 failed$$\|iterations" $(BUILD)/unit.log | tr '\n' ' '; echo; else cat $(BUILD)/unit.log; fi; \
-	echo "== pytest with KENNEL_SPAWNER=exec (build/check-exec.log)"; cat $(BUILD)/check-exec.log; \
-	echo "== memcheck (build/memcheck.log)"; tail -n 40 $(BUILD)/memcheck.log; \
-	echo "== alone: the tests marked quiet; then those also marked spawner, with KENNEL_SPAWNER=exec"; \
-	$(PYTEST) -m quiet $(SUITES); q=$$?; \
-	KENNEL_SPAWNER=exec $(PYTEST) -m "spawner and quiet" $(SUITES); qx=$$?; \
-	[ $$un = 0 ] && [ $$par = 0 ] && [ $$ex = 0 ] && [ $$mc = 0 ] && [ $$q = 0 ] && [ $$qx = 0 ]
+	@PYTEST="$(PYTEST)" WORKERS="$(WORKERS)" SUITES="$(SUITES)" BUILD="$(BUILD)" MAKE="$(MAKE)" \
+	  scripts/check.sh
 
 memcheck: $(UNIT_BINS)
 	@for t in $(UNIT_BINS); do valgrind -q --error-exitcode=1 --leak-check=full $$t || exit 1; done

@@ -1848,11 +1848,12 @@ json_t *broker_stats(const broker_t *self)
     json_t *lost = json_array();
     for (size_t i = 0; self->cfg.lost && self->cfg.lost[i]; i++)
         json_array_append_new(lost, json_string(self->cfg.lost[i]));
-    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s, s:b, s:o, s:{s:b, s:s}}, s:o, s:o}", "status",
-                     "ok", "sessions", (json_int_t)zlistx_size(self->sessions), "max_sessions",
-                     (json_int_t)self->cfg.max_sessions, "sandbox", "enabled", self->cfg.sandbox,
-                     "layers", self->cfg.sandbox_desc ? self->cfg.sandbox_desc : "none",
-                     "privileged", !self->cfg.own_ids, "lost", lost, "disk", "caps",
+    return json_pack("{s:s, s:I, s:I, s:{s:b, s:s, s:b, s:s, s:o, s:{s:b, s:s}}, s:o, s:o}",
+                     "status", "ok", "sessions", (json_int_t)zlistx_size(self->sessions),
+                     "max_sessions", (json_int_t)self->cfg.max_sessions, "sandbox", "enabled",
+                     self->cfg.sandbox, "layers",
+                     self->cfg.sandbox_desc ? self->cfg.sandbox_desc : "none", "privileged",
+                     !self->cfg.own_ids, "cgroups", cgroup_prefix(), "lost", lost, "disk", "caps",
                      self->cfg.disk_ok, "detail", self->cfg.disk_desc ? self->cfg.disk_desc : "",
                      "limits", limits, "spawner", spawner);
 }

@@ -3,6 +3,7 @@
  *  v1 OOM kills are read from memory.oom_control (oom_kill), v2 from memory.events. */
 #include "cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -22,6 +23,8 @@ static const char *const s_names[C_N] = {"memory", "pids", "cpu"};
 static char s_base[C_N][PATH_MAX];
 static int s_is_v2[C_N];
 static int s_probed;
+/*  "kennel-<tag>-": the names of this state directory's groups (cgroup_set_owner). */
+static char s_prefix[32] = "kennel-";
 
 struct cgroup {
     char dir[C_N][PATH_MAX];     /* "" where the controller is unavailable */
@@ -268,7 +271,7 @@ cgroup_t *cgroup_create(const char *name, const cgroup_limits_t *limits)
     for (int i = 0; i < C_N; i++) {
         if (!s_base[i][0])
             continue;
-        snprintf(self->dir[i], PATH_MAX, "%.3000s/kennel-%.64s", s_base[i], name);
+        snprintf(self->dir[i], PATH_MAX, "%.3000s/%s%.64s", s_base[i], s_prefix, name);
         int shared = 0;
         for (int j = 0; j < i; j++)
             shared |= strcmp(self->dir[j], self->dir[i]) == 0;
@@ -301,6 +304,62 @@ fail:;
     return NULL;
 }
 
+void cgroup_set_owner(const char *state_dir)
+{
+    /* FNV-1a: a name, not a secret; 48 bits keep two state directories' apart. */
+    unsigned long long h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *p = (const unsigned char *)state_dir; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    snprintf(s_prefix, sizeof s_prefix, "kennel-%012llx-", h & 0xffffffffffffULL);
+}
+
+const char *cgroup_prefix(void)
+{
+    return s_prefix;
+}
+
+/*  Kill what is in dir, then remove it (a killed process leaves when it is reaped). */
+static int s_remove(const char *dir)
+{
+    s_kill_all(dir);
+    for (int tries = 0; rmdir(dir) < 0; tries++) {
+        if (errno != EBUSY || tries >= 50)
+            return -1;
+        usleep(2000);
+    }
+    return 0;
+}
+
+int cgroup_sweep(void)
+{
+    if (!s_probed) {
+        char desc[128];
+        cgroup_probe(desc, sizeof desc);
+    }
+    int removed = 0;
+    size_t plen = strlen(s_prefix);
+    for (int i = 0; i < C_N; i++) {
+        int seen = 0;
+        for (int j = 0; j < i; j++)
+            seen |= strcmp(s_base[j], s_base[i]) == 0;
+        DIR *d = s_base[i][0] && !seen ? opendir(s_base[i]) : NULL;
+        if (!d)
+            continue;
+        for (struct dirent *e; (e = readdir(d));) {
+            if (strncmp(e->d_name, s_prefix, plen) != 0 || e->d_type != DT_DIR)
+                continue;
+            char dir[PATH_MAX];
+            snprintf(dir, sizeof dir, "%.3000s/%.255s", s_base[i], e->d_name);
+            if (s_remove(dir) == 0)
+                removed++;
+            else
+                PLOG_W("a group an earlier kenneld left: rmdir(%s)", dir);
+        }
+        closedir(d);
+    }
+    return removed;
+}
+
 char *const *cgroup_procs_paths(const cgroup_t *self)
 {
     return self->procs;
@@ -314,11 +373,7 @@ void cgroup_destroy(cgroup_t **self_p)
     for (int i = 0; i < C_N; i++) {
         if (!self->dir[i][0] || access(self->dir[i], F_OK) < 0)
             continue;
-        s_kill_all(self->dir[i]);
-        /* A killed process leaves the group when it is reaped; rmdir may need a moment. */
-        for (int tries = 0; rmdir(self->dir[i]) < 0 && errno == EBUSY && tries < 50; tries++)
-            usleep(2000);
-        if (access(self->dir[i], F_OK) == 0)
+        if (s_remove(self->dir[i]) < 0)
             PLOG_W("rmdir(%s)", self->dir[i]);
     }
     for (int i = 0; i < C_N; i++)

@@ -19,7 +19,19 @@ int cgroup_probe(char *desc, size_t desc_len);
 
 typedef struct cgroup cgroup_t;
 
-/*  Create the group `name` under kenneld's group in each controller and set limits. NULL with
+/*  Name this kenneld's groups after its state directory (its real path): kennel-TAG-NAME,
+ *  TAG 12 hex digits of a hash of the path. Call before the first cgroup_create; one kenneld
+ *  serves a state directory at a time, so the groups with its tag are its own. */
+void cgroup_set_owner(const char *state_dir);
+/*  "kennel-TAG-" (or "kennel-" before cgroup_set_owner): what each group's name starts with. */
+const char *cgroup_prefix(void);
+/*  Remove the groups with this state directory's tag that an earlier kenneld left (it was
+ *  killed, or lost power: a pooled kernel's group had no session to come back for it),
+ *  killing what still runs in them. Call at start, before any group is made. Returns how
+ *  many were removed. */
+int cgroup_sweep(void);
+
+/*  Create the group kennel-TAG-`name` under kenneld's group in each controller and set limits. NULL with
  *  errno on failure (nothing is left behind). */
 cgroup_t *cgroup_create(const char *name, const cgroup_limits_t *limits);
 /*  Kill what is left in the group, remove it, free *self_p. No-op on NULL. */

@@ -270,7 +270,12 @@ int main(int argc, char **argv)
               "untrusted code like this");
     } else {
         char cg[256];
+        cgroup_set_owner(state_dir);
         int ncg = cgroup_probe(cg, sizeof cg);
+        int swept = cgroup_sweep();
+        if (swept > 0)
+            LOG_I("removed %d control groups (%s*) that an earlier kenneld of this state "
+                  "directory left", swept, cgroup_prefix());
         /* A uid no session or pooled kernel uses: past max_sessions + the largest pool. */
         uid_t probe_uid = privileged ? (uid_t)(cfg.uid_base + cfg.max_sessions + 64) : getuid();
         gid_t probe_gid = privileged ? (gid_t)(cfg.uid_base + cfg.max_sessions + 64) : getgid();

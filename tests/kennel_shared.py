@@ -8,8 +8,16 @@ has its own Kenneld class and checks; it hands them in as three functions:
 - stop_checked(kenneld): SIGTERM, then assert that it exited cleanly and left nothing running;
 - reap(root, kenneld): whatever happened, kill what is left of it and remove root.
 
-And the preload the tests' kennelds start with (`preload_args`).
+And the preload the tests' kennelds start with (`preload_args`); and, for a test that
+kills a kenneld (SIGKILL) and starts no other on its state directory, remove_cgroups_left:
+such a kenneld had no moment to remove its control groups, and `make check` fails on any
+left behind.
 """
+
+import glob
+import os
+import signal
+import time
 
 # kenneld's default preload (numpy, pandas, matplotlib and a first figure drawn) costs its
 # zygote ~2.4 s of CPU at start; numpy alone ~1.1 s. `make check` starts some 200 kennelds
@@ -98,3 +106,47 @@ class SharedKennelds:
             for root, k in self.running.values():
                 self._reap(root, k)
             self.running.clear()
+
+
+def cgroup_prefix(state_dir):
+    """What the name of every control group a kenneld of state_dir makes starts with (its
+    stats' sandbox.cgroups): kennel-, 12 hex digits of the FNV-1a hash of the directory's
+    real path, and -."""
+    h = 0xcbf29ce484222325
+    for b in os.path.realpath(state_dir).encode():
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"kennel-{h & 0xFFFFFFFFFFFF:012x}-"
+
+
+def remove_cgroups_left(state_dir):
+    """After a test killed a kenneld (SIGKILL) and starts no other on state_dir, which would
+    remove them: kill what is left in the v1 memory, pids and cpu groups it made (below this
+    process's own, where it made them), and remove the groups. `make check` fails on a group
+    left behind."""
+    prefix = cgroup_prefix(state_dir)
+    groups = []
+    with open("/proc/self/cgroup") as f:
+        for line in f.read().splitlines():
+            _, ctrls, path = line.split(":", 2)
+            if {"memory", "pids", "cpu"} & set(ctrls.split(",")):
+                base = f"/sys/fs/cgroup/{ctrls}{path.rstrip('/')}"
+                groups += glob.glob(os.path.join(glob.escape(base), glob.escape(prefix) + "*"))
+    deadline = time.monotonic() + 5
+    while groups and time.monotonic() < deadline:
+        for d in groups:
+            try:
+                with open(os.path.join(d, "cgroup.procs")) as f:
+                    for pid in f.read().split():
+                        try:
+                            os.kill(int(pid), signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                os.rmdir(d)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue
+        groups = [d for d in groups if os.path.isdir(d)]
+        if groups:
+            time.sleep(0.02)
+    return groups

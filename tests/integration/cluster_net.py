@@ -14,6 +14,7 @@ from pathlib import Path
 
 import zmq
 from jupyter_client.session import Session
+from kennel_shared import remove_cgroups_left
 
 try:
     from .kenneld_proc import KENNEL, KENNELD, end_process
@@ -237,6 +238,7 @@ class ClusterNet:
                 n.stop()
             except Exception:
                 pass
+            remove_cgroups_left(n.state)  # a node killed with -9 (kill9) had no moment to
         if self.redis_proc:
             end_process(self.redis_proc)
         # Anything still running with this cluster's directory on its command line is ours
