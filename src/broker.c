@@ -65,6 +65,7 @@ struct broker {
     zlistx_t *sessions;      /* sess_t*, oldest first; owns them */
     zlistx_t *closing;       /* sess_t* unhooked, freed by the next tick */
     int tick_timer;          /* the armed timer that frees closing sessions, or -1 */
+    int cgroup_timer;        /* armed while groups wait to be removed (cgroup_retry), or -1 */
     int respawn_timer;       /* armed when sessions wait for a kernel asked again, or -1 */
     launch_t *launch;        /* the kernels' host ids (uid slots), environment, command */
     zygote_t *zygote;        /* the zygote link; no zygote runs with --spawner exec, or until
@@ -162,6 +163,7 @@ struct sess {
 /*  The sections below, in the order a session's life needs them, call back up through these. */
 static void s_close_sess(sess_t *s, int forget);
 static void s_arm_tick(broker_t *b);
+static void s_arm_cgroup_retry(void *arg);
 
 /* ---- finding sessions, and telling the manager ----------------------------------------------- */
 
@@ -1009,6 +1011,28 @@ static int s_tick(loop_t *loop, int timer_id, void *arg)
         s = next;
     }
     return 0;
+}
+
+#define CGROUP_RETRY_MS 200
+
+/*  Groups a killed kernel's processes had not yet left when it ended: tried again every
+ *  CGROUP_RETRY_MS while any wait (cgroup.c). */
+static int s_on_cgroup_retry(loop_t *loop, int timer_id, void *arg)
+{
+    (void)loop;
+    (void)timer_id;
+    broker_t *b = arg;
+    b->cgroup_timer = -1; /* fired: its id may be reused */
+    if (cgroup_retry() > 0)
+        s_arm_cgroup_retry(b);
+    return 0;
+}
+
+static void s_arm_cgroup_retry(void *arg)
+{
+    broker_t *b = arg;
+    if (b->cgroup_timer < 0)
+        b->cgroup_timer = loop_timer(b->loop, CGROUP_RETRY_MS, 1, s_on_cgroup_retry, b);
 }
 
 /*  Free the closing sessions that have nothing more to send on the loop's next turn, once this
@@ -2291,6 +2315,8 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
     self->closing = zlistx_new();
     self->respawn_timer = -1;
     self->tick_timer = -1;
+    self->cgroup_timer = -1;
+    cgroup_on_pending(s_arm_cgroup_retry, self);
     self->memory_timer = -1;
     self->worker = worker_new(loop);
     self->snap_worker = worker_new(loop);
@@ -2372,9 +2398,15 @@ void broker_destroy(broker_t **self_p)
         loop_timer_end(self->loop, self->respawn_timer);
     if (self->tick_timer >= 0)
         loop_timer_end(self->loop, self->tick_timer);
+    if (self->cgroup_timer >= 0)
+        loop_timer_end(self->loop, self->cgroup_timer);
+    cgroup_on_pending(NULL, NULL);
     if (self->memory_timer >= 0)
         loop_timer_end(self->loop, self->memory_timer);
     pool_destroy(&self->pool);
+    /* The kernels are reaped: what is left in their groups is on its way out. */
+    for (int i = 0; i < 100 && cgroup_retry() > 0; i++)
+        usleep(10000);
     /* Every job is abandoned by now: their callbacks only unmount and remove. What the
      * trash still holds is removed by the next kenneld: a stop does not wait for it. */
     if (self->sweeper)

@@ -258,6 +258,93 @@ static void s_kill_all(const char *dir)
     free(text);
 }
 
+/*  Groups still busy when they were removed: a killed process leaves its group only once it
+ *  has run its exit, which on a loaded machine can take longer than kenneld may wait on its
+ *  loop (it waited up to 100 ms, then left the group behind). Each is tried again, killing
+ *  what is in it, from a timer of kenneld's (cgroup_on_pending), for up to a minute. */
+#define PENDING_MAX 256
+#define PENDING_TRIES 300
+static struct {
+    char *dir;
+    int tries;
+} s_pending[PENDING_MAX];
+static size_t s_npending;
+static void (*s_arm)(void *);
+static void *s_arm_arg;
+
+/*  Kill what is in dir and remove it: 0 when it is gone, else -1 with errno (EBUSY: a
+ *  process has yet to leave). */
+static int s_try_remove(const char *dir)
+{
+    s_kill_all(dir);
+    return rmdir(dir) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+static void s_defer(const char *dir)
+{
+    char *copy = s_npending < PENDING_MAX ? strdup(dir) : NULL;
+    if (!copy) {
+        LOG_W("cannot remove %s: a process is still in it, and %zu other groups wait", dir,
+              s_npending);
+        return;
+    }
+    s_pending[s_npending].dir = copy;
+    s_pending[s_npending++].tries = 0;
+    if (s_arm)
+        s_arm(s_arm_arg);
+}
+
+/*  A group made again under a name that waits for removal is in use: no longer waiting. */
+static void s_undefer(const char *dir)
+{
+    for (size_t i = 0; i < s_npending; i++)
+        if (strcmp(s_pending[i].dir, dir) == 0) {
+            free(s_pending[i].dir);
+            s_pending[i] = s_pending[--s_npending];
+            return;
+        }
+}
+
+void cgroup_on_pending(void (*arm)(void *), void *arg)
+{
+    s_arm = arm;
+    s_arm_arg = arg;
+}
+
+size_t cgroup_retry(void)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < s_npending; i++) {
+        if (s_try_remove(s_pending[i].dir) == 0) {
+            free(s_pending[i].dir);
+        } else if (errno != EBUSY || ++s_pending[i].tries >= PENDING_TRIES) {
+            PLOG_W("gave up removing %s", s_pending[i].dir);
+            free(s_pending[i].dir);
+        } else {
+            s_pending[kept++] = s_pending[i];
+        }
+    }
+    s_npending = kept;
+    return kept;
+}
+
+/*  Kill what is in dir and remove it, waiting up to ~10 ms for its processes to leave;
+ *  else it is tried again later (s_defer). */
+static void s_remove(const char *dir)
+{
+    for (int tries = 0; s_try_remove(dir) < 0; tries++) {
+        if (errno != EBUSY) {
+            PLOG_W("rmdir(%s)", dir);
+            return;
+        }
+        if (tries >= 5) {
+            s_defer(dir);
+            return;
+        }
+        usleep(2000);
+    }
+}
+
 cgroup_t *cgroup_create(const char *name, const cgroup_limits_t *limits)
 {
     if (!s_probed) {
@@ -280,7 +367,9 @@ cgroup_t *cgroup_create(const char *name, const cgroup_limits_t *limits)
         if (mkdir(self->dir[i], 0755) < 0) {
             if (errno != EEXIST)
                 goto fail;
-            /* Left by a kenneld that died: whatever still runs in it goes first. */
+            /* Left by a kenneld that died, or the last kernel's and waiting to be removed:
+             * whatever still runs in it goes first. */
+            s_undefer(self->dir[i]);
             s_kill_all(self->dir[i]);
         }
         if (s_is_v2[i]) {
@@ -318,18 +407,6 @@ const char *cgroup_prefix(void)
     return s_prefix;
 }
 
-/*  Kill what is in dir, then remove it (a killed process leaves when it is reaped). */
-static int s_remove(const char *dir)
-{
-    s_kill_all(dir);
-    for (int tries = 0; rmdir(dir) < 0; tries++) {
-        if (errno != EBUSY || tries >= 50)
-            return -1;
-        usleep(2000);
-    }
-    return 0;
-}
-
 int cgroup_sweep(void)
 {
     if (!s_probed) {
@@ -350,10 +427,8 @@ int cgroup_sweep(void)
                 continue;
             char dir[PATH_MAX];
             snprintf(dir, sizeof dir, "%.3000s/%.255s", s_base[i], e->d_name);
-            if (s_remove(dir) == 0)
-                removed++;
-            else
-                PLOG_W("a group an earlier kenneld left: rmdir(%s)", dir);
+            s_remove(dir);
+            removed++;
         }
         closedir(d);
     }
@@ -373,8 +448,7 @@ void cgroup_destroy(cgroup_t **self_p)
     for (int i = 0; i < C_N; i++) {
         if (!self->dir[i][0] || access(self->dir[i], F_OK) < 0)
             continue;
-        if (s_remove(self->dir[i]) < 0)
-            PLOG_W("rmdir(%s)", self->dir[i]);
+        s_remove(self->dir[i]);
     }
     for (int i = 0; i < C_N; i++)
         free(self->procs[i]);

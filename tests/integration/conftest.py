@@ -158,9 +158,7 @@ def _release(k, named_before):
 
     def survivors():
         left = {pid for pid, start in doomed.items() if pid_alive(pid, start)}
-        for d in dirs:
-            left |= set(processes_in(d))
-        return sorted(left)
+        return sorted(left | set(processes_in(*dirs)))
 
     def dirs_left():
         # A session ended while its workspace image was still being made loses its

@@ -90,12 +90,15 @@ def session_processes(kenneld_pid, zygote_pid, named):
     return {pid: start for pid, start in tree.items() if pid not in kept}
 
 
-def processes_in(directory):
-    """Live processes whose working directory or command line is inside `directory`: an
-    unsandboxed kernel runs in STATE/sessions/ID/workspace, kennel-init gets it as
-    --workspace, a kennel launcher as --state-dir."""
+def processes_in(*directories):
+    """Live processes whose working directory or command line is inside one of the
+    directories: an unsandboxed kernel runs in STATE/sessions/ID/workspace, kennel-init gets
+    it as --workspace, a kennel launcher as --state-dir. (One pass over /proc for all of
+    them: a shared kenneld's teardown asks about every session's directory, every 10 ms.)"""
     found = []
-    prefix = str(directory).rstrip("/") + "/"
+    prefixes = tuple(str(d).rstrip("/") + "/" for d in directories)
+    if not prefixes:
+        return found
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid() or not pid_alive(entry):
             continue
@@ -108,7 +111,7 @@ def processes_in(directory):
                 args = f.read().decode(errors="replace").split("\0")
         except OSError:
             args = []
-        if cwd.startswith(prefix) or any((a + "/").startswith(prefix) for a in args):
+        if cwd.startswith(prefixes) or any((a + "/").startswith(prefixes) for a in args):
             found.append(int(entry))
     return found
 
