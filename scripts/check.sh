@@ -11,45 +11,64 @@
 #    they took 30 s longer, the rest 85 s longer, and the kernel tests' deadlines failed:
 #    they use as much CPU as they leave. See docs/layout.md.)
 #
-# Everything runs in a cpu control group of its own, where one can be made (root, and a
-# cgroup-v1 cpu hierarchy: this script does not drive v2): kenneld makes its sessions'
-# groups below its own, so a group left below this one at the end is one a kenneld did not
-# remove, and check fails, naming it.
+# Everything runs in a control group of its own in the cgroup-v1 cpu, pids and memory
+# hierarchies, where one can be made (root; this script does not drive v2): kenneld makes
+# its sessions' groups below its own, so a group left below one of these at the end is one a
+# kenneld did not remove, and check fails, naming it.
 set -u
 : "${PYTEST:?}" "${WORKERS:?}" "${SUITES:?}" "${BUILD:?}" "${MAKE:=make}"
 
-cpu_root=
-for d in /sys/fs/cgroup/cpu /sys/fs/cgroup/cpu,cpuacct; do
-    [ -f "$d/cpu.shares" ] && { cpu_root=$d; break; }
-done
-# This shell's own cpu group (cgroup v1: "N:cpu[,cpuacct]:/path"), where it goes back to.
-home=$(sed -n 's/^[0-9]*:[a-z,]*\bcpu\b[a-z,]*://p' /proc/self/cgroup | head -n 1)
-group=
-if [ -n "$cpu_root" ] && [ -n "$home" ]; then
-    group="$cpu_root${home%/}/kennel-check-$$"
-    if mkdir "$group" 2>/dev/null && echo $$ > "$group/cgroup.procs"; then
-        :  # what this shell starts from here on is in it
+groups=   # "group home" pairs, one a line: each group made, and where this shell was
+for ctrl in cpu pids memory; do
+    # This shell's group in that hierarchy ("N:cpu,cpuacct:/path"), and the hierarchy's mount.
+    home=$(sed -n "s/^[0-9]*:[a-z,]*\b$ctrl\b[a-z,]*://p" /proc/self/cgroup | head -n 1)
+    mount=
+    for d in "/sys/fs/cgroup/$ctrl" $([ $ctrl = cpu ] && echo /sys/fs/cgroup/cpu,cpuacct); do
+        [ -f "$d${home%/}/cgroup.procs" ] && { mount=$d; break; }
+    done
+    [ -n "$home" ] && [ -n "$mount" ] || continue
+    group="$mount${home%/}/kennel-check-$$"
+    if mkdir "$group" 2>/dev/null && echo $$ > "$group/cgroup.procs" 2>/dev/null; then
+        groups="$groups$group $mount${home%/}
+"
     else
         rmdir "$group" 2>/dev/null
-        group=
     fi
-fi
+done
 
 left_groups() {
-    find "$group" -mindepth 1 -type d 2>/dev/null
+    while read -r g _; do
+        [ -n "$g" ] && find "$g" -mindepth 1 -type d 2>/dev/null
+    done <<EOF
+$groups
+EOF
 }
 
 cleanup() {
-    [ -n "$group" ] || return 0
-    echo $$ > "$cpu_root$home/cgroup.procs" 2>/dev/null
-    # Empty groups only: rmdir fails on one a process is still in.
-    left_groups | sort -r | while read -r g; do rmdir "$g" 2>/dev/null; done
-    rmdir "$group" 2>/dev/null || echo "== $group still holds processes"
+    # Out of each group first (this shell; what it starts from here on is born outside),
+    # then empty groups only: rmdir fails on one a process is still in.
+    while read -r g home; do
+        [ -n "$g" ] && echo $$ > "$home/cgroup.procs" 2>/dev/null
+    done <<EOF
+$groups
+EOF
+    while read -r g _; do
+        [ -n "$g" ] || continue
+        find "$g" -mindepth 1 -type d 2>/dev/null | sort -r | while read -r d; do rmdir "$d" 2>/dev/null; done
+        rmdir "$g" 2>/dev/null || echo "== $g still holds processes"
+    done <<EOF
+$groups
+EOF
+    groups=
 }
 trap 'cleanup; exit 130' INT TERM
 
 echo "== open files: soft $(ulimit -Sn), hard $(ulimit -Hn); cores: $(nproc)"
-[ -n "$group" ] && echo "== in cpu control group $group (every group a kenneld leaves below it fails check)"
+while read -r g _; do
+    [ -n "$g" ] && echo "== in control group $g (a group a kenneld leaves below it fails check)"
+done <<EOF
+$groups
+EOF
 echo "== side by side: the unit tests, then memcheck (build/unit.log, build/memcheck.log); pytest on $WORKERS workers; pytest of the tests marked spawner with KENNEL_SPAWNER=exec (build/check-exec.log)"
 { $MAKE -s --no-print-directory unit > "$BUILD/unit.log" 2>&1; echo $? > "$BUILD/unit.rc"
   $MAKE -s --no-print-directory memcheck > "$BUILD/memcheck.log" 2>&1; } & mem=$!
@@ -70,7 +89,7 @@ echo "== alone: the tests marked quiet; then those also marked spawner, with KEN
 $PYTEST -m quiet $SUITES; q=$?
 KENNEL_SPAWNER=exec $PYTEST -m "spawner and quiet" $SUITES; qx=$?
 leaks=0
-if [ -n "$group" ]; then
+if [ -n "$groups" ]; then
     left=$(left_groups)
     if [ -n "$left" ]; then
         echo "== control groups a kenneld left (it removes each session's and pooled kernel's):"
