@@ -110,9 +110,9 @@ integration: all
 # start, kill, restart, evict, revive or seal kernels, or mount their workspaces) again with
 # KENNEL_SPAWNER=exec (cold starts; the rest of the suite speaks the same protocol to the
 # same kernel code whichever spawner made it; test_zygote*.py and test_rich.py name their
-# spawners themselves) — all side by side, in a cpu cgroup of low weight; and beside them the
-# tests marked `quiet` (tests/conftest.py), one at a time, which compare wall times and so
-# get the CPU first. check fails if any part failed.
+# spawners themselves) — all side by side; then, alone, the tests marked `quiet`
+# (tests/conftest.py), which compare wall times. All of it in control groups of its own, so
+# that a group a kenneld leaves fails check. check fails if any part failed.
 PYTEST     := $(PY) -m pytest -q -p no:cacheprovider --durations=12
 WORKERS    ?= 3
 SUITES     := tests/kernel tests/integration tests/hostile

@@ -2404,8 +2404,9 @@ void broker_destroy(broker_t **self_p)
     if (self->memory_timer >= 0)
         loop_timer_end(self->loop, self->memory_timer);
     pool_destroy(&self->pool);
-    /* The kernels are reaped: what is left in their groups is on its way out. */
-    for (int i = 0; i < 100 && cgroup_retry() > 0; i++)
+    /* The kernels are reaped: what is left in their groups is on its way out (for up to 3 s
+     * on a loaded machine). */
+    for (int i = 0; i < 300 && cgroup_retry() > 0; i++)
         usleep(10000);
     /* Every job is abandoned by now: their callbacks only unmount and remove. What the
      * trash still holds is removed by the next kenneld: a stop does not wait for it. */

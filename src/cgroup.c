@@ -282,6 +282,9 @@ static int s_try_remove(const char *dir)
 
 static void s_defer(const char *dir)
 {
+    for (size_t i = 0; i < s_npending; i++)
+        if (strcmp(s_pending[i].dir, dir) == 0)
+            return;
     char *copy = s_npending < PENDING_MAX ? strdup(dir) : NULL;
     if (!copy) {
         LOG_W("cannot remove %s: a process is still in it, and %zu other groups wait", dir,
@@ -309,6 +312,8 @@ void cgroup_on_pending(void (*arm)(void *), void *arg)
 {
     s_arm = arm;
     s_arm_arg = arg;
+    if (arm && s_npending) /* what cgroup_sweep left, say */
+        arm(arg);
 }
 
 size_t cgroup_retry(void)
@@ -329,20 +334,22 @@ size_t cgroup_retry(void)
 }
 
 /*  Kill what is in dir and remove it, waiting up to ~10 ms for its processes to leave;
- *  else it is tried again later (s_defer). */
-static void s_remove(const char *dir)
+ *  else it is tried again later (s_defer). 0 when removed, 1 when left for later, -1 when
+ *  it cannot be removed. */
+static int s_remove(const char *dir)
 {
     for (int tries = 0; s_try_remove(dir) < 0; tries++) {
         if (errno != EBUSY) {
             PLOG_W("rmdir(%s)", dir);
-            return;
+            return -1;
         }
         if (tries >= 5) {
             s_defer(dir);
-            return;
+            return 1;
         }
         usleep(2000);
     }
+    return 0;
 }
 
 cgroup_t *cgroup_create(const char *name, const cgroup_limits_t *limits)
@@ -427,8 +434,8 @@ int cgroup_sweep(void)
                 continue;
             char dir[PATH_MAX];
             snprintf(dir, sizeof dir, "%.3000s/%.255s", s_base[i], e->d_name);
-            s_remove(dir);
-            removed++;
+            if (s_remove(dir) >= 0)
+                removed++;
         }
         closedir(d);
     }
@@ -446,9 +453,12 @@ void cgroup_destroy(cgroup_t **self_p)
         return;
     cgroup_t *self = *self_p;
     for (int i = 0; i < C_N; i++) {
-        if (!self->dir[i][0] || access(self->dir[i], F_OK) < 0)
+        int shared = 0; /* cgroup v2: one directory for every controller */
+        for (int j = 0; j < i; j++)
+            shared |= strcmp(self->dir[j], self->dir[i]) == 0;
+        if (shared || !self->dir[i][0] || access(self->dir[i], F_OK) < 0)
             continue;
-        s_remove(self->dir[i]);
+        (void)s_remove(self->dir[i]);
     }
     for (int i = 0; i < C_N; i++)
         free(self->procs[i]);

@@ -28,7 +28,7 @@ const char *cgroup_prefix(void);
 /*  Remove the groups with this state directory's tag that an earlier kenneld left (it was
  *  killed, or lost power: a pooled kernel's group had no session to come back for it),
  *  killing what still runs in them. Call at start, before any group is made. Returns how
- *  many there were (one still busy is left to cgroup_retry). */
+ *  many were removed or are left to cgroup_retry (still busy). */
 int cgroup_sweep(void);
 
 /*  Create the group kennel-TAG-`name` under kenneld's group in each controller and set limits. NULL with
@@ -37,8 +37,9 @@ cgroup_t *cgroup_create(const char *name, const cgroup_limits_t *limits);
 /*  Kill what is left in the group, remove it, free *self_p. No-op on NULL. A group a killed
  *  process has not left within ~10 ms is removed later, by cgroup_retry. */
 void cgroup_destroy(cgroup_t **self_p);
-/*  arm(arg) is called whenever a group is left for cgroup_retry; the caller then calls
- *  cgroup_retry from a timer until it returns 0. */
+/*  arm(arg) is called whenever a group is left for cgroup_retry (and at once if some
+ *  already wait: cgroup_sweep's); the caller then calls cgroup_retry from a timer until it
+ *  returns 0. */
 void cgroup_on_pending(void (*arm)(void *), void *arg);
 /*  Try again to remove the groups that were still busy (killing what is in them), each for
  *  up to ~300 tries. Returns how many still wait. */

@@ -530,21 +530,34 @@ static PyObject *s_serve(PyObject *self, PyObject *args)
  *  start. On, arenas are carved out of 2 MiB-aligned chunks marked MADV_HUGEPAGE, each huge
  *  page faulted in whole at its first write (where the host's THP setting is `madvise` or
  *  `always`; with `never`, as before). Off, before the first fork: the rest of the last chunk
- *  is unmapped, so a kernel's address space (RLIMIT_AS counts it) holds no reserve, and
- *  arenas are mmap'd alone again: a kernel's own in a huge page would cost each session 2 MiB
- *  of memory of its own. A kernel's write to a huge page it shares with the zygote copies one
- *  4 KiB page, as before (the kernel splits the mapping). Arenas are unmapped when freed,
- *  wherever they came from (the default allocator's are mmap'd too). */
+ *  is unmapped, so a kernel's address space (RLIMIT_AS counts it) holds no reserve, the
+ *  chunks are marked MADV_NOHUGEPAGE (khugepaged then never makes a kernel's copies there
+ *  huge pages of its own; the zygote's stay), and arenas are mmap'd alone again: a kernel's
+ *  own in a huge page would cost each session 2 MiB of memory of its own. A kernel's write
+ *  to a huge page it shares with the zygote copies one 4 KiB page, as before (the kernel
+ *  splits the mapping). Arenas are unmapped when freed, wherever they came from (the
+ *  default allocator's are mmap'd too). */
 #define HUGE_PAGE ((size_t)2 << 20)
 #define ARENA_CHUNK ((size_t)8 << 20)
-static char *s_chunk_next, *s_chunk_end;
+static char *s_chunk_start, *s_chunk_next, *s_chunk_end;
 static int s_huge;
+/* The used part of each chunk, marked MADV_NOHUGEPAGE when huge_arenas goes off, so that
+ * khugepaged never collapses a kernel's copies in them into huge pages of its own. */
+static struct {
+    char *start;
+    size_t len;
+} s_used[64];
+static size_t s_nused;
 
 static void s_chunk_trim(void)
 {
     if (s_chunk_next && s_chunk_end > s_chunk_next)
         munmap(s_chunk_next, (size_t)(s_chunk_end - s_chunk_next));
-    s_chunk_next = s_chunk_end = NULL;
+    if (s_chunk_start && s_chunk_next > s_chunk_start && s_nused < sizeof s_used / sizeof s_used[0]) {
+        s_used[s_nused].start = s_chunk_start;
+        s_used[s_nused++].len = (size_t)(s_chunk_next - s_chunk_start);
+    }
+    s_chunk_start = s_chunk_next = s_chunk_end = NULL;
 }
 
 static void *s_py_arena_alloc(void *ctx, size_t size)
@@ -563,7 +576,7 @@ static void *s_py_arena_alloc(void *ctx, size_t size)
                 munmap(end, (size_t)(raw + want + HUGE_PAGE - end));
             (void)madvise(start, want, MADV_HUGEPAGE);
             s_chunk_trim();
-            s_chunk_next = start;
+            s_chunk_start = s_chunk_next = start;
             s_chunk_end = end;
         }
     }
@@ -591,8 +604,12 @@ static PyObject *s_huge_arenas(PyObject *self, PyObject *arg)
     static PyObjectArenaAllocator alloc = {NULL, s_py_arena_alloc, s_py_arena_free};
     PyObject_SetArenaAllocator(&alloc);
     s_huge = on;
-    if (!on)
+    if (!on) {
         s_chunk_trim();
+        for (size_t i = 0; i < s_nused; i++)
+            (void)madvise(s_used[i].start, s_used[i].len, MADV_NOHUGEPAGE);
+        s_nused = 0;
+    }
     Py_RETURN_NONE;
 }
 
