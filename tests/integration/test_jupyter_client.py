@@ -442,6 +442,7 @@ def test_a_prompt_waits_for_a_stdin_socket_that_joins_late(kenneld):
     kc = BlockingKernelClient()
     kc.load_connection_file(info["connection_file"])
     kc.start_channels(shell=True, iopub=True, stdin=False, hb=False)
+    kc2 = None
     try:
         wait_ready(kc)
         held = lambda: kenneld.log(None).count("stdin: the client has not joined")
@@ -454,20 +455,25 @@ def test_a_prompt_waits_for_a_stdin_socket_that_joins_late(kenneld):
         kc.input("late")
         cell = finish(kc, msg_id)
         assert cell.content["status"] == "ok" and cell.stream("stdout") == "hello late\n"
-        kc.stdin_channel.stop()
-        kc.stdin_channel.close()
-        # A prompt held when its cell is interrupted goes nowhere.
-        msg_id = kc.execute("input('again? ')", allow_stdin=True)
+        # A prompt held when its cell is interrupted goes nowhere. (A second client, whose
+        # stdin has never joined: closing the first one's raced kenneld's socket learning of
+        # it, and a prompt sent meanwhile went to the closing socket, not held.)
+        kc2 = BlockingKernelClient()
+        kc2.load_connection_file(info["connection_file"])
+        kc2.start_channels(shell=True, iopub=True, stdin=False, hb=False)
+        wait_ready(kc2)
+        msg_id = kc2.execute("input('again? ')", allow_stdin=True)
         wait_for(lambda: held() == 2, what="kenneld holding the second prompt")
-        assert control(kc, "interrupt_request")["content"]["status"] == "ok"
-        assert finish(kc, msg_id).content["ename"] == "KeyboardInterrupt"
-        kc._stdin_channel = None  # jupyter_client makes a new one, with the client's identity
-        kc.stdin_channel.start()
+        assert control(kc2, "interrupt_request")["content"]["status"] == "ok"
+        assert finish(kc2, msg_id).content["ename"] == "KeyboardInterrupt"
+        kc2.stdin_channel.start()  # with the client's identity, the prompt's address
         with pytest.raises(queue.Empty):
-            kc.get_stdin_msg(timeout=0.5)
-        assert run(kc, "name").result == "'late'"
+            kc2.get_stdin_msg(timeout=0.5)
+        assert run(kc2, "name").result == "'late'"
     finally:
         close_client(kc)
+        if kc2 is not None:
+            close_client(kc2)
 
 
 def test_input_without_allow_stdin_fails(session):
