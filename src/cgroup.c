@@ -258,6 +258,23 @@ static void s_kill_all(const char *dir)
     free(text);
 }
 
+/*  Is dirs[i] one of dirs[0..i-1]? (cgroup v2: one directory for every controller.) */
+static int s_repeated(char (*dirs)[PATH_MAX], int i)
+{
+    for (int j = 0; j < i; j++)
+        if (strcmp(dirs[j], dirs[i]) == 0)
+            return 1;
+    return 0;
+}
+
+static void s_probe_once(void)
+{
+    if (!s_probed) {
+        char desc[128];
+        cgroup_probe(desc, sizeof desc);
+    }
+}
+
 /*  Groups still busy when they were removed: a killed process leaves its group only once it
  *  has run its exit, which on a loaded machine can take longer than kenneld may wait on its
  *  loop (it waited up to 100 ms, then left the group behind). Each is tried again, killing
@@ -354,10 +371,7 @@ static int s_remove(const char *dir)
 
 cgroup_t *cgroup_create(const char *name, const cgroup_limits_t *limits)
 {
-    if (!s_probed) {
-        char desc[128];
-        cgroup_probe(desc, sizeof desc);
-    }
+    s_probe_once();
     cgroup_t *self = calloc(1, sizeof *self);
     if (!self)
         return NULL;
@@ -366,10 +380,7 @@ cgroup_t *cgroup_create(const char *name, const cgroup_limits_t *limits)
         if (!s_base[i][0])
             continue;
         snprintf(self->dir[i], PATH_MAX, "%.3000s/%s%.64s", s_base[i], s_prefix, name);
-        int shared = 0;
-        for (int j = 0; j < i; j++)
-            shared |= strcmp(self->dir[j], self->dir[i]) == 0;
-        if (shared)
+        if (s_repeated(self->dir, i))
             continue;
         if (mkdir(self->dir[i], 0755) < 0) {
             if (errno != EEXIST)
@@ -416,17 +427,11 @@ const char *cgroup_prefix(void)
 
 int cgroup_sweep(void)
 {
-    if (!s_probed) {
-        char desc[128];
-        cgroup_probe(desc, sizeof desc);
-    }
+    s_probe_once();
     int removed = 0;
     size_t plen = strlen(s_prefix);
     for (int i = 0; i < C_N; i++) {
-        int seen = 0;
-        for (int j = 0; j < i; j++)
-            seen |= strcmp(s_base[j], s_base[i]) == 0;
-        DIR *d = s_base[i][0] && !seen ? opendir(s_base[i]) : NULL;
+        DIR *d = s_base[i][0] && !s_repeated(s_base, i) ? opendir(s_base[i]) : NULL;
         if (!d)
             continue;
         for (struct dirent *e; (e = readdir(d));) {
@@ -453,10 +458,7 @@ void cgroup_destroy(cgroup_t **self_p)
         return;
     cgroup_t *self = *self_p;
     for (int i = 0; i < C_N; i++) {
-        int shared = 0; /* cgroup v2: one directory for every controller */
-        for (int j = 0; j < i; j++)
-            shared |= strcmp(self->dir[j], self->dir[i]) == 0;
-        if (shared || !self->dir[i][0] || access(self->dir[i], F_OK) < 0)
+        if (s_repeated(self->dir, i) || !self->dir[i][0] || access(self->dir[i], F_OK) < 0)
             continue;
         (void)s_remove(self->dir[i]);
     }

@@ -118,19 +118,32 @@ def cgroup_prefix(state_dir):
     return f"kennel-{h & 0xFFFFFFFFFFFF:012x}-"
 
 
+def kenneld_groups(kenneld_cgroup_lines, pattern):
+    """{controller: [host paths]} of the groups named like pattern (a glob) in kenneld's v1
+    memory, pids and cpu groups, given the lines of kenneld's /proc/PID/cgroup (its
+    sessions' and pooled kernels' groups sit under kenneld's, named kennel-TAG-ID, TAG its
+    state directory's: stats' sandbox.cgroups)."""
+    out = {}
+    for line in kenneld_cgroup_lines:
+        _, ctrls, path = line.split(":", 2)
+        for c in ctrls.split(","):
+            if c in ("memory", "pids", "cpu"):
+                for base in (c, "cpu,cpuacct", "cpuacct,cpu"):
+                    d = f"/sys/fs/cgroup/{base}{path.rstrip('/')}"
+                    if os.path.isdir(d):
+                        out[c] = sorted(glob.glob(os.path.join(glob.escape(d), pattern)))
+                        break
+    return out
+
+
 def remove_cgroups_left(state_dir):
     """After a test killed a kenneld (SIGKILL) and starts no other on state_dir, which would
     remove them: kill what is left in the v1 memory, pids and cpu groups it made (below this
     process's own, where it made them), and remove the groups. `make check` fails on a group
     left behind."""
-    prefix = cgroup_prefix(state_dir)
-    groups = []
     with open("/proc/self/cgroup") as f:
-        for line in f.read().splitlines():
-            _, ctrls, path = line.split(":", 2)
-            if {"memory", "pids", "cpu"} & set(ctrls.split(",")):
-                base = f"/sys/fs/cgroup/{ctrls}{path.rstrip('/')}"
-                groups += glob.glob(os.path.join(glob.escape(base), glob.escape(prefix) + "*"))
+        found = kenneld_groups(f.read().splitlines(), glob.escape(cgroup_prefix(state_dir)) + "*")
+    groups = [d for paths in found.values() for d in paths]
     deadline = time.monotonic() + 5
     while groups and time.monotonic() < deadline:
         for d in groups:

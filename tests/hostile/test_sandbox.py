@@ -30,7 +30,7 @@ import uuid
 import pytest
 
 from kennel_hostile import ROOT, Client, Kenneld, stop_checked
-from kennel_shared import cgroup_prefix, remove_cgroups_left
+from kennel_shared import cgroup_prefix, kenneld_groups, remove_cgroups_left
 
 MiB = 1 << 20
 
@@ -202,24 +202,6 @@ def seen_by_kenneld(kenneld, path):
     """path as kenneld sees it: a capped workspace is mounted in kenneld's own mount
     namespace, so from outside it is reached through kenneld's /proc/PID/root."""
     return f"/proc/{kenneld.proc.pid}/root{path}"
-
-
-def kenneld_groups(kenneld_cgroup_lines, pattern):
-    """{controller: [host paths]} of the groups named like pattern (a glob) in kenneld's v1
-    memory, pids and cpu groups, given the lines of kenneld's /proc/PID/cgroup (its
-    sessions' and pooled kernels' groups sit under kenneld's, named kennel-TAG-ID, TAG its
-    state directory's: stats' sandbox.cgroups)."""
-    out = {}
-    for line in kenneld_cgroup_lines:
-        _, ctrls, path = line.split(":", 2)
-        for c in ctrls.split(","):
-            if c in ("memory", "pids", "cpu"):
-                for base in (c, "cpu,cpuacct", "cpuacct,cpu"):
-                    d = f"/sys/fs/cgroup/{base}{path.rstrip('/')}"
-                    if os.path.isdir(d):
-                        out[c] = sorted(glob.glob(os.path.join(glob.escape(d), pattern)))
-                        break
-    return out
 
 
 def cgroup_dirs_of(kenneld_cgroup_lines, session_id):
