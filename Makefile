@@ -117,7 +117,7 @@ PYTEST     := $(PY) -m pytest -q -p no:cacheprovider --durations=12
 WORKERS    ?= 3
 SUITES     := tests/kernel tests/integration tests/hostile
 check: all $(UNIT_BINS) $(BUILD)/tests/fuzz_codecs $(BUILD)/tests/fuzz_gateway
-	@PYTEST="$(PYTEST)" WORKERS="$(WORKERS)" SUITES="$(SUITES)" BUILD="$(BUILD)" MAKE="$(MAKE)" \
+	@PY="$(PY)" PYTEST="$(PYTEST)" WORKERS="$(WORKERS)" SUITES="$(SUITES)" BUILD="$(BUILD)" MAKE="$(MAKE)" \
 	  scripts/check.sh
 
 memcheck: $(UNIT_BINS)

@@ -1,5 +1,5 @@
 #!/bin/sh
-# `make check`'s test part (the Makefile builds first and passes PYTEST, WORKERS, SUITES,
+# `make check`'s test part (the Makefile builds first and passes PY, PYTEST, WORKERS, SUITES,
 # BUILD and MAKE in the environment):
 #
 # 1. side by side: the C units then valgrind over them (build/unit.log, build/memcheck.log),
@@ -16,7 +16,9 @@
 # its sessions' groups below its own, so a group left below one of these at the end is one a
 # kenneld did not remove, and check fails, naming it.
 set -u
-: "${PYTEST:?}" "${WORKERS:?}" "${SUITES:?}" "${BUILD:?}" "${MAKE:=make}"
+: "${PYTEST:?}" "${WORKERS:?}" "${SUITES:?}" "${BUILD:?}" "${MAKE:=make}" "${PY:=/usr/bin/python3}"
+started=$(date +%s)
+since() { echo "$(( $(date +%s) - started )) s"; }
 
 groups=   # "group home" pairs, one a line: each group made, and where this shell was
 for ctrl in cpu pids memory; do
@@ -64,6 +66,7 @@ EOF
 trap 'cleanup; exit 130' INT TERM
 
 echo "== open files: soft $(ulimit -Sn), hard $(ulimit -Hn); cores: $(nproc)"
+$PY scripts/fault_cost.py
 while read -r g _; do
     [ -n "$g" ] && echo "== in control group $g (a group a kenneld leaves below it fails check)"
 done <<EOF
@@ -76,6 +79,7 @@ KENNEL_SPAWNER=exec $PYTEST -m "spawner and not quiet" $SUITES > "$BUILD/check-e
 $PYTEST -n "$WORKERS" --dist loadgroup -m "not quiet" $SUITES; par=$?
 wait $exe; ex=$?
 wait $mem; mc=$?
+echo "== side by side: done at $(since)"
 un=$(cat "$BUILD/unit.rc")
 echo "== unit tests (build/unit.log)"
 if [ "$un" = 0 ]; then
@@ -88,6 +92,7 @@ echo "== memcheck (build/memcheck.log)"; tail -n 40 "$BUILD/memcheck.log"
 echo "== alone: the tests marked quiet; then those also marked spawner, with KENNEL_SPAWNER=exec"
 $PYTEST -m quiet $SUITES; q=$?
 KENNEL_SPAWNER=exec $PYTEST -m "spawner and quiet" $SUITES; qx=$?
+echo "== alone: done at $(since)"
 leaks=0
 if [ -n "$groups" ]; then
     left=$(left_groups)
