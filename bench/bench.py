@@ -55,13 +55,15 @@ Measurements
      round trips of the lean Jupyter client of measurement 3 on the same session: kennel
      mcp's share is its p50 minus that client's.
   10. the runtime (issue #29; BENCH_ONLY=runtime): each package of docs/runtime.md's list,
-     imported in a plain /usr/bin/python3 -I after the zygote's default preload (its ms, and
-     the RSS it adds: what preloading it would add to the zygote), and in a new session (the
-     cell's ms, and the PSS it adds to the session against a `pass` session's). Then two
-     kennelds side by side, the default preload and the default plus sklearn and seaborn: the
-     zygote's import time and PSS/RSS, a new session's first `1+1`, a new session's
-     `import sklearn, seaborn`, and an idle session's PSS after IMPORT_CELL; ipykernel's
-     `import sklearn, seaborn` in a new kernel beside them.
+     imported in a plain /usr/bin/python3 -I after numpy, pandas and matplotlib (its ms, and
+     the RSS it adds: what preloading it adds to the zygote), and in a new session of the
+     default kenneld (the cell's ms, and the PSS it adds to the session against a `pass`
+     session's). Then two kennelds side by side, the default preload and the same without
+     sklearn and seaborn: the zygote's PSS/RSS, a new session's first `1+1`, a new session's
+     `import sklearn, seaborn`, an idle session's PSS after IMPORT_CELL, and what an idle
+     session costs in a fleet (BENCH_RUNTIME_FLEET sessions that ran IMPORT_CELL: their PSS
+     and the zygote's, over their number); ipykernel's `import sklearn, seaborn` in a new
+     kernel beside them.
   11. kennel-gateway (issue #25): a warm `1+1` round trip over its WebSocket (JSON frames,
      websocket-client, until the execute_reply and status idle) against Debian's Notebook
      server serving Debian's ipykernel over its own WebSocket, the same client; the gateway's
@@ -224,6 +226,7 @@ N = {
     "cost_trips": knob("BENCH_COST_TRIPS", 200, 20),
     "runtime_n": knob("BENCH_RUNTIME_N", 3, 1),
     "runtime_starts": knob("BENCH_RUNTIME_STARTS", 10, 2),
+    "runtime_fleet": knob("BENCH_RUNTIME_FLEET", 100, 4),
     "curve_trips": knob("BENCH_CURVE_TRIPS", 500, 40),
     "handshakes": knob("BENCH_HANDSHAKES", 200, 20),
     "cluster_starts": knob("BENCH_CLUSTER_STARTS", 10, 2),
@@ -236,7 +239,9 @@ AGENT_IMPORTS = ("scipy", "sklearn", "seaborn", "statsmodels.api", "sympy", "net
                  "openpyxl", "xlrd", "docx", "pypdf", "reportlab", "bs4", "lxml.etree",
                  "tabulate", "PIL.Image", "imageio", "skimage", "h5py", "xarray", "plotly",
                  "nltk", "joblib", "jinja2", "requests", "dateutil", "pytz", "yaml")
-DEFAULT_PRELOAD = "numpy,pandas,matplotlib.pyplot,matplotlib_inline.backend_inline"
+# kenneld's default --preload (src/config.c), and the one before sklearn and seaborn joined it.
+DEFAULT_PRELOAD = "numpy,pandas,matplotlib.pyplot,matplotlib_inline.backend_inline,sklearn,seaborn"
+EARLIER_PRELOAD = "numpy,pandas,matplotlib.pyplot,matplotlib_inline.backend_inline"
 AGENT_CELL = "import sklearn, seaborn"
 ONLY = [s for s in os.environ.get("BENCH_ONLY", ",".join(SECTIONS)).split(",") if s]
 OUT = os.environ.get("BENCH_OUT", os.path.join(ROOT, "bench", "results.json"))
@@ -682,7 +687,9 @@ class Kenneld:
         while len(replies) < len(ids):
             left = deadline - time.monotonic()
             if left <= 0:
-                raise BenchError(f"kenneld {self.label}: no {requests[0][0]} reply in {timeout} s")
+                raise BenchError(f"kenneld {self.label}: no {requests[0][0]} reply in {timeout} s"
+                                 f" ({len(replies)} of {len(ids)} answered); its log ends:\n"
+                                 f"{self.log_tail()[-1500:]}")
             if not self.sock.poll(int(min(left, 1) * 1000)):
                 if self.proc.poll() is not None:
                     raise BenchError(f"kenneld {self.label} died (status {self.proc.returncode})"
@@ -2392,8 +2399,8 @@ def bench_fork(res):
 # ---- report ------------------------------------------------------------------------------------
 
 def _rss_added(module):
-    """RSS a plain /usr/bin/python3 -I gains importing module after the zygote's default
-    preload (what preloading it would add to the zygote), and the import's ms."""
+    """RSS a plain /usr/bin/python3 -I gains importing module after numpy, pandas and
+    matplotlib (what preloading it adds to the zygote), and the import's ms."""
     code = ("import time, numpy, pandas, matplotlib.pyplot, matplotlib_inline.backend_inline\n"
             "def rss():\n"
             "    with open('/proc/self/statm') as f: return int(f.read().split()[1]) * 4096\n"
@@ -2428,17 +2435,19 @@ def _timed_cell(k, name, code):
 
 def bench_runtime(res):
     """Issue #29's runtime: what each package costs, and what preloading the two the issue's
-    target names (sklearn, seaborn) would cost and save."""
-    log("runtime: per package, in a plain python3 after the default preload, and in sessions")
+    target names (sklearn, seaborn; in kenneld's default preload) costs and saves."""
+    log("runtime: per package, in a plain python3 after numpy, pandas and matplotlib, and in "
+        "sessions of the default kenneld")
     per = {}
     packages = os.environ.get("BENCH_RUNTIME_PACKAGES", "1") not in ("", "0")
     for m in AGENT_IMPORTS if packages else ():
         ms, added = _rss_added(m)
         per[m] = {"plain_import_ms": round(ms, 1), "zygote_rss_added_mib": round(added / MiB, 1)}
     labels = [("default", ["--preload", DEFAULT_PRELOAD]),
-              ("preload_sklearn_seaborn", ["--preload", DEFAULT_PRELOAD + ",sklearn,seaborn"])]
+              ("without_sklearn_seaborn", ["--preload", EARLIER_PRELOAD])]
     ks = start_kennelds(labels)
     out = {"packages": per}
+    ctx = zmq.Context()
     try:
         k = ks[0]
         k.wait_pool()
@@ -2468,6 +2477,15 @@ def bench_runtime(res):
             for i in range(N["runtime_n"]):
                 k.wait_pool()
                 idle.append(_timed_cell(k, f"i{i}", IMPORT_CELL))
+            # What an idle session costs a host in a fleet: N sessions that ran the import
+            # cell, their PSS summed with the zygote's, over N. (One session's PSS above holds
+            # its share of the zygote's pages among a handful of processes; here among N.)
+            fleet = {}
+            stopped = grow(k, [f"f{i}" for i in range(N["runtime_fleet"])], fleet,
+                           time.monotonic() + N["create_timeout"], ctx)
+            if stopped:
+                raise BenchError(f"runtime {k.label}'s fleet: {stopped}")
+            fleet_pss = sum(m["pss"] for m in session_mem(k, list(fleet))) + smaps(zpid)["pss"]
             out[k.label] = {
                 "zygote_pss_mib": round(z["pss"] / MiB, 1), "zygote_rss_mib": round(z["rss"] / MiB, 1),
                 "new_session_first_1plus1_ms": summary(starts),
@@ -2475,11 +2493,14 @@ def bench_runtime(res):
                 "idle_session_pss_mib_after_import_cell": round(
                     statistics.median(i[1] for i in idle) / MiB, 1),
                 "idle_session_uss_mib_after_import_cell": round(
-                    statistics.median(i[2] for i in idle) / MiB, 1)}
+                    statistics.median(i[2] for i in idle) / MiB, 1),
+                "fleet_sessions": len(fleet),
+                "fleet_mib_per_idle_session": round(fleet_pss / len(fleet) / MiB, 2)}
             log(f"  {k.label}: {out[k.label]}")
     finally:
         for k in ks:
             stop(k)
+        ctx.term()
     ipy = [ipy_start(code=AGENT_CELL)[0] for _ in range(min(N["ipy_starts"], 3))]
     out["ipykernel_new_session_import_sklearn_seaborn_ms"] = summary(ipy)
     res["runtime"] = out
@@ -2832,7 +2853,7 @@ def table(res):
     if rt:
         ipy = rt["ipykernel_new_session_import_sklearn_seaborn_ms"]["median"]
         for key, what in (("default", "default preload"),
-                          ("preload_sklearn_seaborn", "--preload adding sklearn, seaborn")):
+                          ("without_sklearn_seaborn", "the preload without sklearn, seaborn")):
             k = rt[key]["new_session_import_sklearn_seaborn_ms"]["median"]
             rows.append((f"new session -> `import sklearn, seaborn`, {what}: median",
                          fmt_ms(k), fmt_ms(ipy), ratio(ipy, k)))
@@ -2860,6 +2881,7 @@ def bench_cluster(res):
     if os.geteuid() != 0:
         raise BenchError("the cluster section needs root (network namespaces)")
     sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+    sys.path.insert(0, os.path.join(ROOT, "tests"))  # cluster_net imports kennel_shared
     from cluster_net import ClusterNet, run_cell
     from concurrent.futures import ThreadPoolExecutor
     log(f"cluster: new -> first result ({N['cluster_starts']} each), dead-node detection and "
@@ -3094,6 +3116,12 @@ def targets(res):
         out.append(("`import sklearn, seaborn` in a new session: median <= 150 ms", fmt_ms(k),
                     k <= 150))
         out.append(("... >= 5x faster than ipykernel", f"{i / k:.1f}x", i / k >= 5))
+        now = rt["default"]["fleet_mib_per_idle_session"]
+        before = rt["without_sklearn_seaborn"]["fleet_mib_per_idle_session"]
+        out.append((f"an idle session's memory in a fleet of {rt['default']['fleet_sessions']} "
+                    "within 10% of the preload without sklearn, seaborn (issue #29)",
+                    f"{now:.2f} MiB vs {before:.2f} ({(now / before - 1) * 100:+.1f}%)",
+                    now <= before * 1.1))
     return out
 
 

@@ -13,7 +13,8 @@
 #include "log.h"
 #include "statedir.h"
 
-#define DEFAULT_PRELOAD "numpy,pandas,matplotlib.pyplot,matplotlib_inline.backend_inline"
+#define DEFAULT_PRELOAD                                                                       \
+    "numpy,pandas,matplotlib.pyplot,matplotlib_inline.backend_inline,sklearn,seaborn"
 
 static const char s_usage[] =
     "usage: kenneld [options]\n"
@@ -83,7 +84,8 @@ static const char s_usage[] =
     "                      a session can time its own writes to learn whether another session\n"
     "                      holds a page of content it can guess\n"
     "per-session defaults (a session may ask for others when it is created):\n"
-    "  --memory SIZE       memory limit, cgroup and RLIMIT_AS (default 1G)\n"
+    "  --memory SIZE       memory limit, cgroup and RLIMIT_AS (the latter on top of what a\n"
+    "                      kernel inherits from the zygote; default 1G)\n"
     "  --pids N            processes and threads (default 256)\n"
     "  --cpu N             CPUs' worth of time, e.g. 0.5 (default 1)\n"
     "  --tmp SIZE          size of /tmp and /dev/shm (default 256M)\n"

@@ -180,11 +180,11 @@ static void s_session_init(const sandbox_cfg_t *cfg, int lifeline, int pipe_fd, 
     pid_t kernel = reaper_fork_kernel();
     if (kernel == 0) {
         /* One malloc arena. glibc gives each new thread its own, a 64 MiB reservation of
-         * address space (128 MiB while it is made), and RLIMIT_AS (--memory) counts it. A
-         * kernel inherits the zygote's ~190 MiB of mappings (the preloaded modules), so
-         * under some limits (298-304M, 370M) its helper threads' arenas took the room the
-         * next thread's stack needed, and it died before its hello ("can't start new
-         * thread"). Python's allocations are serialised by the GIL anyway. */
+         * address space (128 MiB while it is made), and RLIMIT_AS (--memory) counts it:
+         * under some limits (298-304M, 370M, when RLIMIT_AS also counted the zygote's
+         * mappings) its helper threads' arenas took the room the next thread's stack
+         * needed, and it died before its hello ("can't start new thread"). Python's
+         * allocations are serialised by the GIL anyway. */
         mallopt(M_ARENA_MAX, 1);
         s_populate(hint, hint_runs);
         close(INIT_FD);
@@ -243,6 +243,26 @@ typedef struct {
     unsigned long nproc, nofile;
 } spawn_req_t;
 
+/*  The zygote's address space now, in bytes (/proc/self/statm's first field); 0 if unread.
+ *  A kernel inherits it all: the preloaded runtime, shared with every other kernel until
+ *  written. A kernel's RLIMIT_AS is --memory on top of it, so that what a session may map
+ *  of its own is its limit whatever the preload maps (~270 MiB with the default one; a
+ *  limit under that would leave a kernel no room at all). The cgroup's memory limit, which
+ *  counts the pages a kernel copies or makes, is --memory itself. */
+static unsigned long long s_inherited_bytes(void)
+{
+    char buf[64];
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    return strtoull(buf, NULL, 10) * (unsigned long long)sysconf(_SC_PAGESIZE);
+}
+
 /*  Clone one session for r. In the zygote: its pid, or -1 with *err and *step. In the new
  *  session's kernel: 0, with Python's after-fork work done. */
 static pid_t s_clone_session(const spawn_req_t *r, int learn_fd, const char *hint,
@@ -251,7 +271,8 @@ static pid_t s_clone_session(const spawn_req_t *r, int learn_fd, const char *hin
     sandbox_cfg_t cfg = {
         .workspace = NULL, .workspace_fd = r->workspace_fd, .kernel_dir = r->kernel_dir,
         .host_uid = (uid_t)r->uid, .host_gid = (gid_t)r->gid, .tmp_bytes = r->tmp,
-        .as_bytes = r->as_bytes, .fsize_bytes = r->fsize, .nproc = r->nproc,
+        .as_bytes = r->as_bytes ? r->as_bytes + s_inherited_bytes() : 0,
+        .fsize_bytes = r->fsize, .nproc = r->nproc,
         .nofile = r->nofile, .binds = s_binds, .nbinds = s_nbinds,
     };
     sandbox_clone_opts_t opts = {.as_sibling = 1, .lifeline = r->lifeline,

@@ -57,6 +57,18 @@ def test_every_package_of_the_runtime_imports_in_a_session(session):
     assert cell.stream("stderr") == ""
 
 
+def test_sklearn_and_seaborn_are_in_the_zygote_by_default(kenneld, session):
+    """kenneld's default preload holds scikit-learn and seaborn (issue #29's `import sklearn,
+    seaborn` within 150 ms of a new session: docs/runtime.md), so a new session has them
+    imported before its first cell."""
+    preload = kenneld.ok("stats_request")["spawner"]["preload"].split(",")
+    assert {"numpy", "pandas", "matplotlib.pyplot", "sklearn", "seaborn"} <= set(preload)
+    code = ("import sys\n"
+            "print(sorted(m for m in ('sklearn', 'seaborn', 'sklearn.base') if m in sys.modules))")
+    had = _ok(run(session, code)).stream("stdout").strip()
+    assert had == "['seaborn', 'sklearn', 'sklearn.base']", had
+
+
 @pytest.mark.timeout_s(IMPORT_TIMEOUT_S)
 def test_small_real_uses(session):
     # scikit-learn fits, with joblib's process workers (n_jobs=2: loky's, which measure
