@@ -784,7 +784,7 @@ class IPy:
     def ready(self, timeout):
         """True once the kernel answers kernel_info; False if it died first or timed out."""
         kc = self.km.client()
-        kc.start_channels()
+        kc.start_channels(hb=False)  # see client_of
         try:
             kc.wait_for_ready(timeout=timeout)
             return True
@@ -972,7 +972,11 @@ def first_png(kc, msg_id, timeout=EXEC_TIMEOUT):
 def client_of(connection_file):
     kc = BlockingKernelClient(connection_file=connection_file)
     kc.load_connection_file()
-    kc.start_channels()
+    # No heartbeat channel (kennel's and ipykernel's clients alike): jupyter_client 7.4's
+    # makes its socket in a thread of its own, after stop_channels when that comes first, and
+    # never closes it; a few hundred starts filled the shared context (1023 sockets) and the
+    # next client failed with "Too many open files".
+    kc.start_channels(hb=False)
     return kc
 
 
@@ -1016,7 +1020,7 @@ def ipy_start(code=ONE_PLUS_ONE, png=False, warm_after=0):
     ipy = IPy().start()
     try:
         kc = ipy.km.client()
-        kc.start_channels()
+        kc.start_channels(hb=False)  # see client_of
         try:
             msg_id = kc.execute(code)
             size = first_png(kc, msg_id) if png else first_reply(kc, msg_id)
