@@ -13,7 +13,7 @@
 #include "log.h"
 #include "statedir.h"
 
-#define DEFAULT_PRELOAD                                                                       \
+#define DEFAULT_PRELOAD                                                                            \
     "numpy,pandas,matplotlib.pyplot,matplotlib_inline.backend_inline,sklearn,seaborn"
 
 static const char s_usage[] =

@@ -12,6 +12,7 @@
 #include "cluster.h"
 #include "config.h"
 #include "log.h"
+#include "replyq.h"
 #include "route.h"
 #include "util.h"
 #include "wsfile.h"
@@ -35,6 +36,8 @@ struct manager {
     const tenants_t *tenants; /* kenneld --tenants, or NULL */
     int scoped;           /* the tenant manager socket: every request is a caller's (s_caller) */
     char parked_caller[GATE_USER_ID_MAX]; /* the parked request's caller (User-Id) */
+    replyq_t *replies;    /* replies a client's full pipe could not take yet */
+    int replies_timer;    /* flushes replies while it holds any, or -1 */
 };
 
 /*  The ZAP User-Id the gate gives a tenant manager socket's callers. */
@@ -61,8 +64,45 @@ static void s_with_connection(const manager_t *self, json_t *info)
     }
 }
 
-#define MANAGER_SNDHWM 8   /* replies queued for one client that does not read */
+#define MANAGER_SNDHWM 8   /* replies in libzmq's pipe to one client */
+/* Replies kenneld holds for one client whose pipe is full, beyond the pipe's: a client may
+ * pipeline this many requests and read their replies when it likes. Past either bound it
+ * does not read them, and the next is dropped (the bytes bound: at least one reply). */
+#define MANAGER_HELD_REPLIES 256
+#define MANAGER_HELD_BYTES (8u << 20)
+#define MANAGER_FLUSH_MS 5 /* how often held replies are tried again */
 #define PARK_RETRY_MS 1000 /* in case a word from the broker was missed; it should not be */
+
+/*  replyq's send: *msg_p to the peer its first frame names, never blocking (the socket is
+ *  ZMQ_ROUTER_MANDATORY: a full pipe is EAGAIN on the first frame, not a silent drop). */
+static int s_send_now(void *arg, zmsg_t **msg_p)
+{
+    manager_t *self = arg;
+    void *sock = zsock_resolve(self->sock);
+    size_t n = zmsg_size(*msg_p), i = 0;
+    for (zframe_t *f = zmsg_first(*msg_p); f; f = zmsg_next(*msg_p), i++) {
+        int flags = ZMQ_DONTWAIT | (i + 1 < n ? ZMQ_SNDMORE : 0);
+        if (zmq_send(sock, zframe_data(f), zframe_size(f), flags) < 0) {
+            if (i == 0 && errno == EAGAIN)
+                return 1;
+            zmsg_destroy(msg_p); /* no such peer (gone), or cut off mid-message */
+            return -1;
+        }
+    }
+    zmsg_destroy(msg_p);
+    loop_reader_touch(self->loop, self->sock);
+    return 0;
+}
+
+static int s_on_replies_timer(loop_t *loop, int timer_id, void *arg)
+{
+    manager_t *self = arg;
+    if (replyq_flush(self->replies) == 0) {
+        loop_timer_end(loop, timer_id);
+        self->replies_timer = -1;
+    }
+    return 0;
+}
 
 /*  Reply to req with content (stolen) and, when data is not NULL, one binary buffer. */
 static void s_reply_data(manager_t *self, const jmsg_t *req, json_t *content, const void *data,
@@ -85,8 +125,19 @@ static void s_reply_data(manager_t *self, const jmsg_t *req, json_t *content, co
         zmsg_addmem(jmsg_buffers(rep), data, data_len);
     zmsg_t *z = wire_encode(self->wire, rep);
     jmsg_destroy(&rep);
-    if (z && zmsg_send(&z, self->sock) < 0)
-        zmsg_destroy(&z);
+    if (!z)
+        return;
+    size_t dropped = replyq_dropped(self->replies);
+    replyq_put(self->replies, &z); /* or dropped: over its bounds, or its client is gone */
+    if (replyq_dropped(self->replies) > dropped && log_allow(&self->warn_limit, 5))
+        LOG_W("manager: a client that does not read its replies lost one (%zu held for "
+              "clients; %d replies or %u MiB at most each)",
+              replyq_held(self->replies), MANAGER_HELD_REPLIES, MANAGER_HELD_BYTES >> 20);
+    if (replyq_held(self->replies) && self->replies_timer < 0) {
+        self->replies_timer = loop_timer(self->loop, MANAGER_FLUSH_MS, 0, s_on_replies_timer, self);
+        if (self->replies_timer < 0)
+            PLOG_W("manager: cannot arm the timer that sends held replies");
+    }
 }
 
 static void s_reply(manager_t *self, const jmsg_t *req, json_t *content)
@@ -750,6 +801,12 @@ manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, con
     self->loop = loop;
     self->broker = broker;
     self->park_timer = -1;
+    self->replies_timer = -1;
+    self->replies = replyq_new(MANAGER_HELD_REPLIES, MANAGER_HELD_BYTES, s_send_now, self);
+    if (!self->replies) {
+        free(self);
+        return NULL;
+    }
     util_uuid(self->session);
     /* A put carries a whole file: the wire's size limit grows with --max-file (it dropped a
      * put between 64 MiB and --max-file without a word). */
@@ -789,6 +846,7 @@ manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, con
     /* A client that does not read its replies: at most this many wait in kenneld for it
      * (libzmq's 1000 held ~32 GB of file_get replies), the rest are dropped. */
     zsock_set_sndhwm(self->sock, MANAGER_SNDHWM);
+    zsock_set_router_mandatory(self->sock, 1); /* a full pipe says so: replyq.h */
     int port = zsock_bind(self->sock, "%s", endpoint);
     if (port < 0)
         goto fail;
@@ -814,6 +872,9 @@ void manager_destroy(manager_t **self_p)
         broker_on_settled(self->broker, NULL, NULL);
     if (self->park_timer >= 0)
         loop_timer_end(self->loop, self->park_timer);
+    if (self->replies_timer >= 0)
+        loop_timer_end(self->loop, self->replies_timer);
+    replyq_destroy(&self->replies);
     jmsg_destroy(&self->parked);
     if (self->sock)
         loop_reader_end(self->loop, self->sock);

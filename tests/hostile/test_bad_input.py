@@ -1045,17 +1045,26 @@ def test_ipc_endpoints_a_client_names_must_be_free(kenneld, pooled, tmp_path):
     assert victim.read_text() == "keep me"
 
 
+def _file_and_slow_reader(kenneld, name, size):
+    """A session `name` whose workspace holds a file `m` of size bytes, and a manager client
+    whose side backs up at once (a receive queue of one): what it has not read waits in
+    kenneld."""
+    assert kenneld.call("create_request", {"name": name})["status"] == "ok"
+    kenneld.mgr_session.send(kenneld.mgr, "file_put_request", {"session": name, "path": "m"},
+                             buffers=[b"\1" * size])
+    assert kenneld.call("file_list_request", {"session": name})["files"], "the put failed"
+    slow = kenneld.ctx.socket(zmq.DEALER)
+    slow.linger = 0
+    slow.rcvhwm = 1
+    slow.connect(kenneld.mgr.getsockopt_string(zmq.LAST_ENDPOINT))
+    return slow
+
+
 def test_manager_replies_a_client_does_not_read_are_bounded(kenneld):
     """libzmq's default queue held 1000 replies per client: 32 GB of file_get replies for one
-    that never reads. kenneld keeps a few; the rest are dropped."""
-    assert kenneld.call("create_request", {"name": "unread"})["status"] == "ok"
-    kenneld.mgr_session.send(kenneld.mgr, "file_put_request", {"session": "unread", "path": "m"},
-                             buffers=[b"\0" * (1 << 20)])
-    assert kenneld.call("file_list_request", {"session": "unread"})["files"], "the put failed"
-    lazy = kenneld.ctx.socket(zmq.DEALER)
-    lazy.linger = 0
-    lazy.rcvhwm = 1
-    lazy.connect(kenneld.mgr.getsockopt_string(zmq.LAST_ENDPOINT))
+    that never reads. kenneld keeps 8 in libzmq's pipe and at most 8 MiB (or 256 replies)
+    more of its own (the next test); the rest are dropped."""
+    lazy = _file_and_slow_reader(kenneld, "unread", 1 << 20)
     try:
         for _ in range(40):
             kenneld.mgr_session.send(lazy, "file_get_request", {"session": "unread", "path": "m"})
@@ -1068,6 +1077,29 @@ def test_manager_replies_a_client_does_not_read_are_bounded(kenneld):
     finally:
         lazy.close()
     assert kenneld.call("info_request", {"session": "unread"})["status"] == "ok"
+
+
+def test_a_client_that_pipelines_many_requests_gets_every_reply(kenneld):
+    """A client may send many manager requests before it reads: kenneld's ROUTER dropped,
+    without a word, every reply past its pipe's 8 when the client was slower to take them
+    than kenneld to make them (a bench's batch of 10 creates lost one). Now kenneld holds them
+    (256 replies or 8 MiB a client) and sends them as the client reads."""
+    slow = _file_and_slow_reader(kenneld, "piped", 64 << 10)
+    try:
+        sent = [kenneld.mgr_session.send(slow, "file_get_request",
+                                         {"session": "piped", "path": "m"})["header"]["msg_id"]
+                for _ in range(100)]  # 6.4 MiB of replies: far past the pipe and the buffers
+        time.sleep(1)  # kenneld answers all 100 meanwhile
+        got = []
+        while len(got) < len(sent) and slow.poll(3000):
+            _, frames = kenneld.mgr_session.feed_identities(slow.recv_multipart())
+            msg = kenneld.mgr_session.deserialize(frames)
+            assert msg["content"]["status"] == "ok", msg["content"]
+            got.append(msg["parent_header"]["msg_id"])
+        assert got == sent, (len(got), len(sent))  # every one, in order
+    finally:
+        slow.close()
+    assert kenneld.call("info_request", {"session": "piped"})["status"] == "ok"
 
 
 @pytest.mark.own_kenneld  # a fresh one: no session directory yet, not even a pooled kernel's
