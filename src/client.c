@@ -71,8 +71,9 @@ json_t *client_manager_call_data(const char *state_dir, const char *msg_type, js
     }
     if (!text) {
         snprintf(err, err_len,
-                 "kenneld is not running for %s; start it with `make run` or `kenneld`",
-                 state_dir);
+                 "kenneld is not running for %s; start it with `kenneld --state-dir %s` (or "
+                 "`make run STATE=%s`)",
+                 state_dir, state_dir, state_dir);
         json_decref(content);
         return NULL;
     }
