@@ -63,11 +63,22 @@ json_t *client_manager_call_data(const char *state_dir, const char *msg_type, js
         *out = NULL;
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/kenneld.json", state_dir);
-    char *text = statedir_kenneld_pid(state_dir) ? util_read_file(path, 65536, NULL) : NULL;
-    if (!text && errno == EACCES) {
+    int running = statedir_kenneld_pid(state_dir) != 0;
+    char *text = running ? util_read_file(path, 65536, NULL) : NULL;
+    int denied = !text && errno == EACCES;
+    if (denied) {
         /* Not an operator: a tenant's user, on the tenant manager socket (kenneld --tenants). */
         snprintf(path, sizeof path, "%s/tenants.json", state_dir);
         text = util_read_file(path, 65536, NULL);
+    }
+    if (!text && running && denied) {
+        snprintf(err, err_len,
+                 "kenneld runs for %s, but this user may not use it: its kenneld.json is its "
+                 "operators' (root's and kenneld's user's), and it serves no tenants (kenneld "
+                 "--tenants)",
+                 state_dir);
+        json_decref(content);
+        return NULL;
     }
     if (!text) {
         snprintf(err, err_len,
@@ -138,8 +149,11 @@ json_t *client_manager_call_at(const json_t *manager, const char *msg_type, json
     while (!reply) {
         long long left = deadline - util_now_ms();
         if (left <= 0 || !zpoller_wait(poller, (int)left)) {
-            snprintf(err, err_len, zpoller_terminated(poller) ? "interrupted"
-                                                               : "kenneld did not answer (is it running?)");
+            snprintf(err, err_len, zpoller_terminated(poller)
+                                       ? "interrupted"
+                                       : "kenneld did not answer: it stopped, or it admits no "
+                                         "such caller (a user its tenants file does not name "
+                                         "gets no answer at all)");
             break;
         }
         zmsg_t *incoming = zmsg_recv(sock);

@@ -2,6 +2,7 @@
  *  only ever sees well-typed values. */
 #include "manager.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -249,6 +250,19 @@ static const tenant_t *s_owner_of(const manager_t *self, const tenant_t *caller,
 }
 
 /*  A session name's shape: NULL when good, else why not. */
+/*  Whether s is shaped like a session id: a UUID's 8-4-4-4-12 hex digits. */
+static int s_id_shaped(const char *s)
+{
+    if (strlen(s) != 36)
+        return 0;
+    for (int i = 0; i < 36; i++) {
+        int dash = i == 8 || i == 13 || i == 18 || i == 23;
+        if (dash ? s[i] != '-' : !isxdigit((unsigned char)s[i]))
+            return 0;
+    }
+    return 1;
+}
+
 static const char *s_check_name(const char *name)
 {
     if (!name || !*name || strlen(name) > 128)
@@ -259,6 +273,11 @@ static const char *s_check_name(const char *name)
     /* "-x" would read as an option to the CLI, "." and ".." as directories. */
     if (!s_alnum(*name))
         return "name must start with a letter or a digit";
+    /* Requests name a session by id or by name: a name shaped like an id would make a new
+     * session where another's id was meant (a tenant saying another tenant's id got a
+     * session of its own "named" that id). */
+    if (s_id_shaped(name))
+        return "name may not have a session id's shape (8-4-4-4-12 hex digits)";
     return NULL;
 }
 
@@ -325,6 +344,19 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req, const tenant_t *c
     const char *bad = s_parse_limits(json_object_get(content, "limits"), &limits);
     if (bad)
         return s_error("BadRequest", bad);
+    if (caller && name) {
+        /* "bob.work" from alice would be alice.bob.work, not bob's work: a tenant that
+         * names another's session gets told so, not a session of its own of that name. */
+        const char *dot = strchr(name, '.');
+        char prefix[TENANTS_NAME_MAX + 1];
+        if (dot && (size_t)(dot - name) <= TENANTS_NAME_MAX) {
+            snprintf(prefix, sizeof prefix, "%.*s", (int)(dot - name), name);
+            const tenant_t *other = tenants_find(self->tenants, prefix);
+            if (other && other != caller)
+                return s_error("BadRequest", "a name that starts with another tenant's name "
+                                             "and a dot is that tenant's session's");
+        }
+    }
     char full[TENANT_NAME_BUF];
     json_t *too_long = s_tenant_name(caller, &name, full);
     if (too_long)
@@ -401,6 +433,19 @@ static json_t *s_on_fork(manager_t *self, const jmsg_t *req, const char *src,
     if (bad)
         return s_error("BadRequest", bad);
     /* The fork is its source's tenant's, named and counted as that tenant's new session. */
+    if (caller && name) {
+        /* "bob.work" from alice would be alice.bob.work, not bob's work: a tenant that
+         * names another's session gets told so, not a session of its own of that name. */
+        const char *dot = strchr(name, '.');
+        char prefix[TENANTS_NAME_MAX + 1];
+        if (dot && (size_t)(dot - name) <= TENANTS_NAME_MAX) {
+            snprintf(prefix, sizeof prefix, "%.*s", (int)(dot - name), name);
+            const tenant_t *other = tenants_find(self->tenants, prefix);
+            if (other && other != caller)
+                return s_error("BadRequest", "a name that starts with another tenant's name "
+                                             "and a dot is that tenant's session's");
+        }
+    }
     char full[TENANT_NAME_BUF];
     json_t *too_long = s_tenant_name(caller, &name, full);
     if (too_long)

@@ -137,6 +137,25 @@ def test_a_tenant_sees_and_ends_only_its_own_sessions(kenneld):
     assert rc == 0 and "TENANT" in out and "alice.ops" in out and "bob.work" in out, out
 
 
+def test_a_tenant_naming_another_s_session_is_told_so_not_given_one(kenneld):
+    """bob saying alice's session, by her prefixed name or by its id, where a command would
+    make a session (`kennel exec`, `new`), is refused: it once made bob.alice.work and a
+    session of bob's "named" alice's id, and ran his cell there."""
+    rc, _, err = kennel(ALICE, "new", "--name", "work")
+    assert rc == 0, err
+    alice_id = kenneld.call("info_request", {"session": "alice.work"})["session"]["id"]
+    for name, said in (("alice.work", "starts with another tenant's name"),
+                       (alice_id, "session id's shape")):
+        for cmd in (["exec", name, "1"], ["new", "--name", name]):
+            rc, out, err = kennel(BOB, *cmd)
+            assert rc != 0 and said in out + err, (cmd, out, err)
+    assert [s["name"] for s in kenneld.call("list_request")["sessions"]] == ["alice.work"]
+    # His own names with dots are his: bob.x.y, and "x.y" is bob.x.y.
+    rc, out, err = kennel(BOB, "new", "--name", "x.y")
+    assert rc == 0, err
+    assert kenneld.call("info_request", {"session": "bob.x.y"})["session"]["tenant"] == "bob"
+
+
 def test_connection_files_and_sockets_are_the_tenants_alone(kenneld):
     """alice reads her session's connection file and her client gets its output; bob can
     read neither the file nor, holding a copy of it, anything off the sockets."""
@@ -264,6 +283,9 @@ os._exit(0)  # no wait in the context's teardown for a socket libzmq still retri
     p = subprocess.run(["runuser", "-u", STRANGER, "--", "cat",
                         os.path.join(kenneld.state_dir, "kenneld.json")], capture_output=True)
     assert p.returncode != 0
+    # The CLI says what is wrong: no answer, and why that may be (not "is it running?").
+    rc, out, err = kennel(STRANGER, "ls", timeout=90)
+    assert rc != 0 and "tenants file does not name" in err, (out, err)
 
 
 @pytest.mark.parametrize("text, mode, said", [
