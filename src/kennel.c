@@ -31,7 +31,8 @@
 #include "termsafe.h"
 #include "util.h"
 
-#define CALL_TIMEOUT_MS 30000
+/* How long a call waits for kenneld's answer: $KENNEL_CALL_TIMEOUT seconds, else 30. */
+#define CALL_TIMEOUT_MS (1000 * s_env_seconds("KENNEL_CALL_TIMEOUT", 1, 3600, 30))
 #define LAUNCHER_WAIT_S 30 /* a launcher waits this long for a stopped kenneld (default) */
 #define LAUNCHER_POLL_TIMEOUT_MS 2000 /* one status poll of the launcher's */
 #define LAUNCHER_TURN_MS 200           /* how often it checks its front end and kenneld */
@@ -76,7 +77,27 @@ static const char s_usage[] =
     "                          sessions off it (each revives elsewhere on its next request)\n"
     "With --cluster redis://HOST:PORT (or $KENNEL_CLUSTER) and --cluster-key FILE (or\n"
     "$KENNEL_CLUSTER_KEY), commands go to each session's node (docs/cluster.md).\n"
-    "The state directory is --state-dir, else $KENNEL_STATE_DIR, else ~/.local/state/kennel.\n";
+    "The state directory is --state-dir, else $KENNEL_STATE_DIR, else ~/.local/state/kennel.\n"
+    "$KENNEL_CALL_TIMEOUT: seconds a command waits for kenneld's answer (default 30).\n";
+
+/*  Whole seconds from the environment variable name, lo to hi; def when unset, or when set
+ *  to anything else (said on stderr, once). */
+static int s_env_seconds(const char *name, long lo, long hi, int def)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return def;
+    char *end = NULL;
+    long n = strtol(v, &end, 10);
+    if (*end || n < lo || n > hi) {
+        static int said;
+        if (!said++)
+            fprintf(stderr, "kennel: %s=%s is not %ld-%ld seconds; using %d\n", name, v, lo, hi,
+                    def);
+        return def;
+    }
+    return (int)n;
+}
 
 static char s_state_dir[PATH_MAX];
 static json_t *s_target; /* kennel --cluster: the node whose manager calls go to; NULL: local */
@@ -1688,15 +1709,7 @@ static void s_interrupt(const json_t *conn, const char *id)
  *  0 to 86400), else LAUNCHER_WAIT_S. */
 static int s_launcher_wait_s(void)
 {
-    const char *v = getenv("KENNEL_LAUNCHER_WAIT");
-    char *end = NULL;
-    long n = v && *v ? strtol(v, &end, 10) : -1;
-    if (v && *v && (*end || n < 0 || n > 86400)) {
-        fprintf(stderr, "kennel: KENNEL_LAUNCHER_WAIT=%s is not 0-86400 seconds; using %d\n", v,
-                LAUNCHER_WAIT_S);
-        n = -1;
-    }
-    return n < 0 ? LAUNCHER_WAIT_S : (int)n;
+    return s_env_seconds("KENNEL_LAUNCHER_WAIT", 0, 86400, LAUNCHER_WAIT_S);
 }
 
 /*  An inotify watch on session id's directory, which kenneld removes when the session ends:

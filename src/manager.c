@@ -284,14 +284,26 @@ static const char *s_check_name(const char *name)
 /*  A tenant's names are its own: "work" is TENANT.work (what kennel-gateway calls that
  *  tenant's kernel "work"), and two tenants' "work" are two sessions. Unnamed, it is
  *  TENANT.k-…, as the gateway names them. *name becomes the name to use (for an operator,
- *  itself, NULL included), or full. NULL, or the error when the prefixed name is too long. */
+ *  itself, NULL included), or full. NULL, or the error: the prefixed name is too long, or
+ *  the name is another tenant's (it starts with that tenant's name and a dot). */
 #define TENANT_NAME_BUF (TENANTS_NAME_MAX + 2 + 129)
-static json_t *s_tenant_name(const tenant_t *caller, const char **name,
-                             char full[TENANT_NAME_BUF])
+static json_t *s_tenant_name(const tenants_t *tenants, const tenant_t *caller,
+                             const char **name, char full[TENANT_NAME_BUF])
 {
     if (!caller)
         return NULL;
     size_t n = strlen(caller->name);
+    const char *dot = *name ? strchr(*name, '.') : NULL;
+    if (dot && (size_t)(dot - *name) <= TENANTS_NAME_MAX) {
+        /* "bob.work" from alice would be alice.bob.work, not bob's work: a tenant that
+         * names another's session gets told so, not a session of its own of that name. */
+        char prefix[TENANTS_NAME_MAX + 1];
+        snprintf(prefix, sizeof prefix, "%.*s", (int)(dot - *name), *name);
+        const tenant_t *other = tenants_find(tenants, prefix);
+        if (other && other != caller)
+            return s_error("BadRequest", "a name that starts with another tenant's name and "
+                                         "a dot is that tenant's session's");
+    }
     if (!*name) {
         char id[40];
         snprintf(full, TENANT_NAME_BUF, "%s.k-%.8s", caller->name, util_uuid(id));
@@ -344,21 +356,8 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req, const tenant_t *c
     const char *bad = s_parse_limits(json_object_get(content, "limits"), &limits);
     if (bad)
         return s_error("BadRequest", bad);
-    if (caller && name) {
-        /* "bob.work" from alice would be alice.bob.work, not bob's work: a tenant that
-         * names another's session gets told so, not a session of its own of that name. */
-        const char *dot = strchr(name, '.');
-        char prefix[TENANTS_NAME_MAX + 1];
-        if (dot && (size_t)(dot - name) <= TENANTS_NAME_MAX) {
-            snprintf(prefix, sizeof prefix, "%.*s", (int)(dot - name), name);
-            const tenant_t *other = tenants_find(self->tenants, prefix);
-            if (other && other != caller)
-                return s_error("BadRequest", "a name that starts with another tenant's name "
-                                             "and a dot is that tenant's session's");
-        }
-    }
     char full[TENANT_NAME_BUF];
-    json_t *too_long = s_tenant_name(caller, &name, full);
+    json_t *too_long = s_tenant_name(self->tenants, caller, &name, full);
     if (too_long)
         return too_long;
     const tenant_t *owner = s_owner_of(self, caller, name);
@@ -433,21 +432,8 @@ static json_t *s_on_fork(manager_t *self, const jmsg_t *req, const char *src,
     if (bad)
         return s_error("BadRequest", bad);
     /* The fork is its source's tenant's, named and counted as that tenant's new session. */
-    if (caller && name) {
-        /* "bob.work" from alice would be alice.bob.work, not bob's work: a tenant that
-         * names another's session gets told so, not a session of its own of that name. */
-        const char *dot = strchr(name, '.');
-        char prefix[TENANTS_NAME_MAX + 1];
-        if (dot && (size_t)(dot - name) <= TENANTS_NAME_MAX) {
-            snprintf(prefix, sizeof prefix, "%.*s", (int)(dot - name), name);
-            const tenant_t *other = tenants_find(self->tenants, prefix);
-            if (other && other != caller)
-                return s_error("BadRequest", "a name that starts with another tenant's name "
-                                             "and a dot is that tenant's session's");
-        }
-    }
     char full[TENANT_NAME_BUF];
-    json_t *too_long = s_tenant_name(caller, &name, full);
+    json_t *too_long = s_tenant_name(self->tenants, caller, &name, full);
     if (too_long)
         return too_long;
     /* The fork's limits are its source's unless it asks otherwise. */
