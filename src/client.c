@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "statedir.h"
 #include "util.h"
@@ -65,17 +66,18 @@ json_t *client_manager_call_data(const char *state_dir, const char *msg_type, js
     snprintf(path, sizeof path, "%s/kenneld.json", state_dir);
     int running = statedir_kenneld_pid(state_dir) != 0;
     char *text = running ? util_read_file(path, 65536, NULL) : NULL;
-    int denied = !text && errno == EACCES;
+    /* kenneld.json there but not this user's to read: an operator's kenneld (whether it runs
+     * is not this user's to tell, so running may be 0). */
+    int denied = !text && access(path, R_OK) < 0 && errno == EACCES;
     if (denied) {
         /* Not an operator: a tenant's user, on the tenant manager socket (kenneld --tenants). */
         snprintf(path, sizeof path, "%s/tenants.json", state_dir);
         text = util_read_file(path, 65536, NULL);
     }
-    if (!text && running && denied) {
+    if (!text && denied) {
         snprintf(err, err_len,
-                 "kenneld runs for %s, but this user may not use it: its kenneld.json is its "
-                 "operators' (root's and kenneld's user's), and it serves no tenants (kenneld "
-                 "--tenants)",
+                 "this user may not use the kenneld of %s: its kenneld.json is its operators' "
+                 "(root's and kenneld's user's), and it serves no tenants (kenneld --tenants)",
                  state_dir);
         json_decref(content);
         return NULL;

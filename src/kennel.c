@@ -31,8 +31,7 @@
 #include "termsafe.h"
 #include "util.h"
 
-/* How long a call waits for kenneld's answer: $KENNEL_CALL_TIMEOUT seconds, else 30. */
-#define CALL_TIMEOUT_MS (1000 * s_env_seconds("KENNEL_CALL_TIMEOUT", 1, 3600, 30))
+#define CALL_TIMEOUT_MS s_call_timeout_ms()
 #define LAUNCHER_WAIT_S 30 /* a launcher waits this long for a stopped kenneld (default) */
 #define LAUNCHER_POLL_TIMEOUT_MS 2000 /* one status poll of the launcher's */
 #define LAUNCHER_TURN_MS 200           /* how often it checks its front end and kenneld */
@@ -78,11 +77,12 @@ static const char s_usage[] =
     "With --cluster redis://HOST:PORT (or $KENNEL_CLUSTER) and --cluster-key FILE (or\n"
     "$KENNEL_CLUSTER_KEY), commands go to each session's node (docs/cluster.md).\n"
     "The state directory is --state-dir, else $KENNEL_STATE_DIR, else ~/.local/state/kennel.\n"
-    "$KENNEL_CALL_TIMEOUT: seconds a command waits for kenneld's answer (default 30).\n";
+    "$KENNEL_CALL_TIMEOUT: seconds a command waits for kenneld's answer, or for a session's\n"
+    "kernel to be ready (default 30).\n";
 
 /*  Whole seconds from the environment variable name, lo to hi; def when unset, or when set
- *  to anything else (said on stderr, once). */
-static int s_env_seconds(const char *name, long lo, long hi, int def)
+ *  to anything else (said on stderr the first time, through *said). */
+static int s_env_seconds(const char *name, long lo, long hi, int def, int *said)
 {
     const char *v = getenv(name);
     if (!v || !*v)
@@ -90,13 +90,20 @@ static int s_env_seconds(const char *name, long lo, long hi, int def)
     char *end = NULL;
     long n = strtol(v, &end, 10);
     if (*end || n < lo || n > hi) {
-        static int said;
-        if (!said++)
+        if (!(*said)++)
             fprintf(stderr, "kennel: %s=%s is not %ld-%ld seconds; using %d\n", name, v, lo, hi,
                     def);
         return def;
     }
     return (int)n;
+}
+
+/*  How long a call waits for kenneld's answer, or a kernel to be ready: $KENNEL_CALL_TIMEOUT
+ *  seconds, else 30. */
+static int s_call_timeout_ms(void)
+{
+    static int said;
+    return 1000 * s_env_seconds("KENNEL_CALL_TIMEOUT", 1, 3600, 30, &said);
 }
 
 static char s_state_dir[PATH_MAX];
@@ -1709,7 +1716,8 @@ static void s_interrupt(const json_t *conn, const char *id)
  *  0 to 86400), else LAUNCHER_WAIT_S. */
 static int s_launcher_wait_s(void)
 {
-    return s_env_seconds("KENNEL_LAUNCHER_WAIT", 0, 86400, LAUNCHER_WAIT_S);
+    static int said;
+    return s_env_seconds("KENNEL_LAUNCHER_WAIT", 0, 86400, LAUNCHER_WAIT_S, &said);
 }
 
 /*  An inotify watch on session id's directory, which kenneld removes when the session ends:

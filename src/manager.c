@@ -39,6 +39,7 @@ struct manager {
     char parked_caller[GATE_USER_ID_MAX]; /* the parked request's caller (User-Id) */
     replyq_t *replies;    /* replies a client's full pipe could not take yet */
     int replies_timer;    /* flushes replies while it holds any, or -1 */
+    long long replies_wait_ms; /* its period now */
 };
 
 /*  The ZAP User-Id the gate gives a tenant manager socket's callers. */
@@ -71,37 +72,49 @@ static void s_with_connection(const manager_t *self, json_t *info)
  * does not read them, and the next is dropped (the bytes bound: at least one reply). */
 #define MANAGER_HELD_REPLIES 256
 #define MANAGER_HELD_BYTES (8u << 20)
-#define MANAGER_FLUSH_MS 5 /* how often held replies are tried again */
+#define MANAGER_HELD_TOTAL (64u << 20) /* and for all clients together */
+#define MANAGER_FLUSH_MS 5      /* how soon held replies are tried again */
+#define MANAGER_FLUSH_MAX_MS 100 /* ... at the slowest, while no client reads */
 #define PARK_RETRY_MS 1000 /* in case a word from the broker was missed; it should not be */
 
 /*  replyq's send: *msg_p to the peer its first frame names, never blocking (the socket is
- *  ZMQ_ROUTER_MANDATORY: a full pipe is EAGAIN on the first frame, not a silent drop). */
+ *  ZMQ_ROUTER_MANDATORY: a full pipe is EAGAIN on the first frame, not a silent drop; libzmq
+ *  counts whole messages, so a later frame is not refused). Frames go without a copy. */
 static int s_send_now(void *arg, zmsg_t **msg_p)
 {
     manager_t *self = arg;
-    void *sock = zsock_resolve(self->sock);
+    int rc = 0;
     size_t n = zmsg_size(*msg_p), i = 0;
     for (zframe_t *f = zmsg_first(*msg_p); f; f = zmsg_next(*msg_p), i++) {
-        int flags = ZMQ_DONTWAIT | (i + 1 < n ? ZMQ_SNDMORE : 0);
-        if (zmq_send(sock, zframe_data(f), zframe_size(f), flags) < 0) {
-            if (i == 0 && errno == EAGAIN)
-                return 1;
-            zmsg_destroy(msg_p); /* no such peer (gone), or cut off mid-message */
-            return -1;
+        int flags = ZFRAME_REUSE | ZFRAME_DONTWAIT | (i + 1 < n ? ZFRAME_MORE : 0);
+        if (zframe_send(&f, self->sock, flags) < 0) {
+            rc = i == 0 && errno == EAGAIN ? 1 : -1; /* else: no such peer (gone) */
+            break;
         }
     }
-    zmsg_destroy(msg_p);
+    if (rc != 1)
+        zmsg_destroy(msg_p);
+    /* Any send, refused ones too, may have taken the socket's wake-up (libzmq processes
+     * its commands then): the loop must look again. */
     loop_reader_touch(self->loop, self->sock);
-    return 0;
+    return rc;
 }
 
 static int s_on_replies_timer(loop_t *loop, int timer_id, void *arg)
 {
     manager_t *self = arg;
-    if (replyq_flush(self->replies) == 0) {
+    size_t before = replyq_held(self->replies);
+    size_t left = replyq_flush(self->replies);
+    if (left == 0) {
         loop_timer_end(loop, timer_id);
         self->replies_timer = -1;
+        self->replies_wait_ms = MANAGER_FLUSH_MS;
+        return 0;
     }
+    /* Nothing went: its clients are not reading; ask less often (5 ms doubling to 100). */
+    long long wait = left < before ? MANAGER_FLUSH_MS : self->replies_wait_ms * 2;
+    self->replies_wait_ms = wait < MANAGER_FLUSH_MAX_MS ? wait : MANAGER_FLUSH_MAX_MS;
+    loop_timer_reset(loop, timer_id, self->replies_wait_ms);
     return 0;
 }
 
@@ -132,9 +145,11 @@ static void s_reply_data(manager_t *self, const jmsg_t *req, json_t *content, co
     replyq_put(self->replies, &z); /* or dropped: over its bounds, or its client is gone */
     if (replyq_dropped(self->replies) > dropped && log_allow(&self->warn_limit, 5))
         LOG_W("manager: a client that does not read its replies lost one (%zu held for "
-              "clients; %d replies or %u MiB at most each)",
-              replyq_held(self->replies), MANAGER_HELD_REPLIES, MANAGER_HELD_BYTES >> 20);
+              "clients; %d replies or %u MiB at most each, %u MiB in all)",
+              replyq_held(self->replies), MANAGER_HELD_REPLIES, MANAGER_HELD_BYTES >> 20,
+              MANAGER_HELD_TOTAL >> 20);
     if (replyq_held(self->replies) && self->replies_timer < 0) {
+        self->replies_wait_ms = MANAGER_FLUSH_MS;
         self->replies_timer = loop_timer(self->loop, MANAGER_FLUSH_MS, 0, s_on_replies_timer, self);
         if (self->replies_timer < 0)
             PLOG_W("manager: cannot arm the timer that sends held replies");
@@ -338,7 +353,15 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req, const tenant_t *c
     json_t *jname = json_object_get(content, "name");
     json_t *conn = json_object_get(content, "connection");
     const char *name = jmsg_cstr(jname);
-    if (jname && !json_is_null(jname)) {
+    /* A session's id finds it, as its name does (`kennel exec ID`, an SDK Session(ID)); a
+     * new session is never named like one (s_check_name), and a tenant finds only its own. */
+    int by_id = name && s_id_shaped(name);
+    if (by_id) {
+        const char *of = broker_tenant(self->broker, name);
+        if (!of || (caller && strcmp(of, caller->name) != 0))
+            return s_error("NoSuchSession", "no session has that id (a new session's name may "
+                                            "not have a session id's shape)");
+    } else if (jname && !json_is_null(jname)) {
         const char *bad_name = s_check_name(name);
         if (bad_name)
             return s_error("BadRequest", bad_name);
@@ -357,12 +380,12 @@ static json_t *s_on_create(manager_t *self, const jmsg_t *req, const tenant_t *c
     if (bad)
         return s_error("BadRequest", bad);
     char full[TENANT_NAME_BUF];
-    json_t *too_long = s_tenant_name(self->tenants, caller, &name, full);
+    json_t *too_long = by_id ? NULL : s_tenant_name(self->tenants, caller, &name, full);
     if (too_long)
         return too_long;
     const tenant_t *owner = s_owner_of(self, caller, name);
     const char *existing = name ? broker_tenant(self->broker, name) : NULL;
-    if (existing && strcmp(existing, owner ? owner->name : "") != 0)
+    if (existing && !by_id && strcmp(existing, owner ? owner->name : "") != 0)
         /* An operator's session named like a tenant's, made before the tenants file named
          * that tenant: not the tenant's to take. */
         return s_error("BadRequest", "a session of that name belongs to another tenant");
@@ -833,7 +856,9 @@ manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, con
     self->broker = broker;
     self->park_timer = -1;
     self->replies_timer = -1;
-    self->replies = replyq_new(MANAGER_HELD_REPLIES, MANAGER_HELD_BYTES, s_send_now, self);
+    self->replies_wait_ms = MANAGER_FLUSH_MS;
+    self->replies = replyq_new(MANAGER_HELD_REPLIES, MANAGER_HELD_BYTES, MANAGER_HELD_TOTAL,
+                               s_send_now, self);
     if (!self->replies) {
         free(self);
         return NULL;

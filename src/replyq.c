@@ -20,7 +20,8 @@ typedef struct {
 } held_t;
 
 struct replyq {
-    size_t max_replies, max_bytes;
+    size_t max_replies, max_bytes, max_total;
+    size_t total; /* bytes held, all peers */
     replyq_send_fn *send;
     void *arg;
     zlistx_t *held;  /* held_t, oldest first */
@@ -35,13 +36,15 @@ static void s_peer_free(void **item)
     *item = NULL;
 }
 
-replyq_t *replyq_new(size_t max_replies, size_t max_bytes, replyq_send_fn *send, void *arg)
+replyq_t *replyq_new(size_t max_replies, size_t max_bytes, size_t max_total, replyq_send_fn *send,
+                     void *arg)
 {
     replyq_t *self = calloc(1, sizeof *self);
     if (!self)
         return NULL;
     self->max_replies = max_replies ? max_replies : 1;
     self->max_bytes = max_bytes;
+    self->max_total = max_total;
     self->send = send;
     self->arg = arg;
     self->held = zlistx_new();
@@ -104,7 +107,8 @@ int replyq_put(replyq_t *self, zmsg_t **msg_p)
         }
     }
     size_t bytes = zmsg_content_size(*msg_p);
-    if (peer && (peer->replies >= self->max_replies || peer->bytes + bytes > self->max_bytes)) {
+    if ((peer && (peer->replies >= self->max_replies || peer->bytes + bytes > self->max_bytes)) ||
+        self->total + bytes > self->max_total) {
         zmsg_destroy(msg_p);
         self->dropped++;
         return -1;
@@ -130,6 +134,7 @@ int replyq_put(replyq_t *self, zmsg_t **msg_p)
     memcpy(h->key, key, sizeof key);
     peer->replies++;
     peer->bytes += bytes;
+    self->total += bytes;
     return 0;
 }
 
@@ -148,6 +153,7 @@ size_t replyq_flush(replyq_t *self)
                 zmsg_destroy(&h->msg);
                 h->peer->replies--;
                 h->peer->bytes -= h->bytes;
+                self->total -= h->bytes;
                 if (h->peer->replies == 0)
                     zhashx_delete(self->peers, h->key);
                 zlistx_delete(self->held, cursor);

@@ -23,8 +23,10 @@ typedef int(replyq_send_fn)(void *arg, zmsg_t **msg_p);
 typedef struct replyq replyq_t;
 
 /*  At most max_replies and max_bytes held for one peer (at least one reply, whatever its
- *  size). NULL on allocation failure. */
-replyq_t *replyq_new(size_t max_replies, size_t max_bytes, replyq_send_fn *send, void *arg);
+ *  size, while the total allows), and max_total bytes for all peers together. NULL on
+ *  allocation failure. */
+replyq_t *replyq_new(size_t max_replies, size_t max_bytes, size_t max_total, replyq_send_fn *send,
+                     void *arg);
 /*  Free; what is held is dropped. No-op on NULL. */
 void replyq_destroy(replyq_t **self_p);
 /*  Send *msg_p now, or hold it behind what its peer has held already. Takes *msg_p. 0 sent
@@ -35,7 +37,7 @@ int replyq_put(replyq_t *self, zmsg_t **msg_p);
 size_t replyq_flush(replyq_t *self);
 /*  Replies held now, all peers. */
 size_t replyq_held(const replyq_t *self);
-/*  Replies dropped so far over a peer's bounds. */
+/*  Replies dropped so far over a peer's bounds or the total. */
 size_t replyq_dropped(const replyq_t *self);
 
 #endif

@@ -87,6 +87,22 @@ def test_exec_creates_the_session(kenneld):
     assert [s["name"] for s in kenneld.sessions()] == ["fresh"]
 
 
+def test_exec_finds_a_session_by_its_id_and_makes_none_of_that_shape(kenneld):
+    """A session made without a name is named after its id: `kennel exec ID` reaches it (a
+    create by id finds the session, as by name). An id no session has is an error, not a new
+    session named like an id."""
+    made = kenneld.cli("new")
+    assert made.returncode == 0, made.stderr
+    (only,) = kenneld.sessions()
+    r = kenneld.cli("exec", only["id"], "6 * 7")
+    assert r.returncode == 0 and r.stdout.strip() == "42", (r.stdout, r.stderr)
+    ghost = "0123abcd-0000-4000-8000-00000000beef"
+    for args in (["exec", ghost, "1"], ["new", "--name", ghost]):
+        r = kenneld.cli(*args)
+        assert r.returncode != 0 and "no session has that id" in r.stderr, (args, r.stderr)
+    assert [s["id"] for s in kenneld.sessions()] == [only["id"]]
+
+
 def test_exec_error_exits_1(kenneld):
     r = kenneld.cli("exec", "bad", "print('before')\n1 / 0")
     assert r.returncode == 1

@@ -77,7 +77,7 @@ static int s_put(replyq_t *q, const char *peer, const char *body, size_t pad)
 TEST(test_a_reply_goes_straight_out_when_it_can)
 {
     rec_t r = {0};
-    replyq_t *q = replyq_new(4, 1 << 20, s_send, &r);
+    replyq_t *q = replyq_new(4, 1 << 20, 1 << 30, s_send, &r);
     CHECK_EQ_INT(s_put(q, "a", "1", 0), 0);
     CHECK_EQ_INT(s_put(q, "b", "1", 0), 0);
     CHECK_EQ_INT((int)r.n, 2);
@@ -91,7 +91,7 @@ TEST(test_a_reply_goes_straight_out_when_it_can)
 TEST(test_a_full_peer_s_replies_wait_in_order_and_others_pass)
 {
     rec_t r = {0};
-    replyq_t *q = replyq_new(4, 1 << 20, s_send, &r);
+    replyq_t *q = replyq_new(4, 1 << 20, 1 << 30, s_send, &r);
     s_set(r.full, "a", 1);
     CHECK_EQ_INT(s_put(q, "a", "1", 0), 0);
     CHECK_EQ_INT(s_put(q, "b", "1", 0), 0); /* another peer is not held up */
@@ -116,7 +116,7 @@ TEST(test_a_full_peer_s_replies_wait_in_order_and_others_pass)
 TEST(test_a_flush_stops_at_a_peer_s_first_refusal)
 {
     rec_t r = {0};
-    replyq_t *q = replyq_new(8, 1 << 20, s_send, &r);
+    replyq_t *q = replyq_new(8, 1 << 20, 1 << 30, s_send, &r);
     s_set(r.full, "a", 1);
     s_set(r.full, "b", 1);
     s_put(q, "a", "1", 0);
@@ -134,7 +134,7 @@ TEST(test_a_flush_stops_at_a_peer_s_first_refusal)
 TEST(test_a_peer_s_held_replies_are_bounded_in_number)
 {
     rec_t r = {0};
-    replyq_t *q = replyq_new(3, 1 << 20, s_send, &r);
+    replyq_t *q = replyq_new(3, 1 << 20, 1 << 30, s_send, &r);
     s_set(r.full, "a", 1);
     for (int i = 0; i < 3; i++)
         CHECK_EQ_INT(s_put(q, "a", "x", 0), 0);
@@ -148,7 +148,7 @@ TEST(test_a_peer_s_held_replies_are_bounded_in_number)
 TEST(test_a_peer_s_held_replies_are_bounded_in_bytes_but_one_always_waits)
 {
     rec_t r = {0};
-    replyq_t *q = replyq_new(100, 1000, s_send, &r);
+    replyq_t *q = replyq_new(100, 1000, 1 << 30, s_send, &r);
     s_set(r.full, "a", 1);
     CHECK_EQ_INT(s_put(q, "a", "big", 5000), 0); /* the first, whatever its size */
     CHECK_EQ_INT(s_put(q, "a", "small", 0), -1);
@@ -166,10 +166,27 @@ TEST(test_a_peer_s_held_replies_are_bounded_in_bytes_but_one_always_waits)
     replyq_destroy(&q);
 }
 
+TEST(test_all_peers_held_replies_are_bounded_together)
+{
+    rec_t r = {0};
+    replyq_t *q = replyq_new(100, 2000, 1500, s_send, &r);
+    s_set(r.full, "a", 1);
+    s_set(r.full, "b", 1);
+    CHECK_EQ_INT(s_put(q, "a", "1", 600), 0);
+    CHECK_EQ_INT(s_put(q, "b", "1", 600), 0);
+    CHECK_EQ_INT(s_put(q, "b", "2", 600), -1); /* within b's 2000, over the 1500 in all */
+    CHECK_EQ_INT(s_put(q, "c", "1", 0), 0);    /* one that goes straight out is not held */
+    s_set(r.full, "a", 0);
+    CHECK_EQ_INT((int)replyq_flush(q), 1);
+    CHECK_EQ_INT(s_put(q, "b", "3", 600), 0); /* a's bytes are free again */
+    CHECK_EQ_INT((int)replyq_dropped(q), 1);
+    replyq_destroy(&q);
+}
+
 TEST(test_a_gone_peer_s_replies_are_dropped_and_forgotten)
 {
     rec_t r = {0};
-    replyq_t *q = replyq_new(4, 1 << 20, s_send, &r);
+    replyq_t *q = replyq_new(4, 1 << 20, 1 << 30, s_send, &r);
     s_set(r.gone, "c", 1);
     CHECK_EQ_INT(s_put(q, "c", "1", 0), -1); /* straight out failed: not held */
     CHECK_EQ_INT((int)replyq_held(q), 0);
@@ -192,7 +209,7 @@ TEST(test_a_gone_peer_s_replies_are_dropped_and_forgotten)
 TEST(test_a_reply_without_a_routing_id_is_dropped)
 {
     rec_t r = {0};
-    replyq_t *q = replyq_new(4, 1 << 20, s_send, &r);
+    replyq_t *q = replyq_new(4, 1 << 20, 1 << 30, s_send, &r);
     zmsg_t *m = zmsg_new();
     CHECK_EQ_INT(replyq_put(q, &m), -1);
     CHECK(m == NULL);
@@ -209,6 +226,7 @@ int main(void)
     RUN(test_a_flush_stops_at_a_peer_s_first_refusal);
     RUN(test_a_peer_s_held_replies_are_bounded_in_number);
     RUN(test_a_peer_s_held_replies_are_bounded_in_bytes_but_one_always_waits);
+    RUN(test_all_peers_held_replies_are_bounded_together);
     RUN(test_a_gone_peer_s_replies_are_dropped_and_forgotten);
     RUN(test_a_reply_without_a_routing_id_is_dropped);
     return harness_done();
