@@ -255,7 +255,9 @@ static void s_run(void *arg)
         json_object_set_new(j->record, "code_sha256", json_null());
     }
     json_decref(holder);
-    char *line = json_dumps(j->record, JSON_COMPACT | JSON_ENSURE_ASCII);
+    /* 15 digits: a cell's 0.711 ms reads 0.711, not 0.71099999999999985. */
+    char *line =
+        json_dumps(j->record, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(15));
     char day[16], path[PATH_MAX + 32];
     s_day_name(j->wall_ms / 1000 / DAY_S, day);
     snprintf(path, sizeof path, "%s/%s.jsonl", j->dir, day);
