@@ -786,21 +786,28 @@ static int s_cmd_ls(void)
     size_t i;
     json_t *s;
     /* Under kenneld --tenants an operator sees every tenant's sessions: whose each is. */
-    int tenants = 0;
-    json_array_foreach(json_object_get(r, "sessions"), i, s)
-        tenants |= json_is_string(json_object_get(s, "tenant"));
+    int tenants = 0, wname = 20, wtenant = 12; /* columns as wide as their longest value */
+    json_array_foreach(json_object_get(r, "sessions"), i, s) {
+        const char *t = json_string_value(json_object_get(s, "tenant"));
+        const char *n = json_string_value(json_object_get(s, "name"));
+        tenants |= t != NULL;
+        if (t && (int)strlen(t) > wtenant)
+            wtenant = (int)strlen(t);
+        if (n && (int)strlen(n) > wname)
+            wname = (int)strlen(n);
+    }
     if (tenants)
-        printf("%-12s ", "TENANT");
-    printf("%-20s %-10s %-9s %8s %6s %8s %7s %7s %7s  %s\n", "NAME", "ID", "STATE", "IDLE",
+        printf("%-*s ", wtenant, "TENANT");
+    printf("%-*s %-10s %-9s %8s %6s %8s %7s %7s %7s  %s\n", wname, "NAME", "ID", "STATE", "IDLE",
            "CELLS", "PID", "MEM", "PSS", "USS", "LAST");
     json_array_foreach(json_object_get(r, "sessions"), i, s) {
         if (tenants)
-            printf("%-12s ", json_string_value(json_object_get(s, "tenant")) ?: "-");
+            printf("%-*s ", wtenant, json_string_value(json_object_get(s, "tenant")) ?: "-");
         char mem[32], pss[32], uss[32];
         s_human_bytes(mem, sizeof mem, json_integer_value(json_object_get(s, "memory_bytes")));
         s_human_bytes(pss, sizeof pss, json_integer_value(json_object_get(s, "pss_bytes")));
         s_human_bytes(uss, sizeof uss, json_integer_value(json_object_get(s, "uss_bytes")));
-        printf("%-20s %-10.8s %-9s %7.1fs %6lld %8lld %7s %7s %7s  %s\n",
+        printf("%-*s %-10.8s %-9s %7.1fs %6lld %8lld %7s %7s %7s  %s\n", wname,
                json_string_value(json_object_get(s, "name")), json_string_value(json_object_get(s, "id")),
                json_string_value(json_object_get(s, "state")),
                json_integer_value(json_object_get(s, "idle_ms")) / 1000.0,

@@ -63,6 +63,18 @@ def test_ls_info_rm(kenneld):
     assert kenneld.cli("rm", "alpha").returncode == 1
 
 
+def test_ls_columns_stay_aligned_with_long_names(kenneld):
+    """NAME is as wide as the longest name: every row's ID starts under the header's."""
+    for name in ("a", "a-name-well-past-twenty-characters.and-some"):
+        kenneld.create(name)
+    lines = kenneld.cli("ls").stdout.splitlines()
+    at = lines[0].index(" ID ") + 1
+    ids = {s["name"]: s["id"][:8] for s in kenneld.sessions()}
+    for line in lines[1:]:
+        name = line.split()[0]
+        assert line[at:at + 8] == ids[name], (line, lines[0])
+
+
 def test_exec_prints_streams_and_result(kenneld):
     r = kenneld.cli("exec", "calc", "x = 20\nprint('hi')\nx + 1")
     assert r.returncode == 0, r.stderr
