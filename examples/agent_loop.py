@@ -48,12 +48,15 @@ class ScriptedModel:
 
 
 def solve(session, model, task, max_retries=3, budget_s=60.0):
-    """Run the loop. Returns {"answer", "ok", "attempts": [...], "elapsed_s"}."""
+    """Run the loop. Returns {"answer", "ok", "stopped", "attempts": [...], "elapsed_s"};
+    stopped says why the loop ended: "answered", "retries" (all spent) or "budget"."""
     start = time.monotonic()
     attempts, feedback = [], None
+    stopped = "retries"
     for _ in range(1 + max_retries):
         left = budget_s - (time.monotonic() - start)
         if left <= 0:
+            stopped = "budget"
             break
         code = model.generate(task, feedback)
         ex = session.run(code, timeout=max(left, 0.1))  # a cell never outlives the budget
@@ -61,10 +64,13 @@ def solve(session, model, task, max_retries=3, budget_s=60.0):
                          "error": ex.error and f"{ex.error.name}: {ex.error.value}",
                          "wall_ms": ex.metrics.get("wall_ms")})
         if ex.ok:
-            return {"answer": ex.text, "ok": True, "attempts": attempts,
+            return {"answer": ex.text, "ok": True, "stopped": "answered", "attempts": attempts,
                     "elapsed_s": round(time.monotonic() - start, 3)}
+        if ex.outcome == "timeout":  # the cell ran into what was left of the budget
+            stopped = "budget"
+            break
         feedback = ex.error.traceback if ex.error else ex.outcome
-    return {"answer": None, "ok": False, "attempts": attempts,
+    return {"answer": None, "ok": False, "stopped": stopped, "attempts": attempts,
             "elapsed_s": round(time.monotonic() - start, 3)}
 
 

@@ -59,6 +59,7 @@ def test_agent_loop_fixes_its_bug_on_the_second_try(kenneld):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["ok"] and out["answer"] == "1.62"  # round(1.625, 2): a float's nearest
+    assert out["stopped"] == "answered"
     first, second = out["attempts"]
     assert first["outcome"] == "error" and first["error"] == "KeyError: 'cost'"
     assert second["outcome"] == "ok" and second["result"] == "1.62" and second["error"] is None
@@ -70,7 +71,7 @@ def test_agent_loop_gives_up_after_three_retries(kenneld):
     r = _run_script(AGENT_LOOP, "--state-dir", str(kenneld.state_dir), "--never-fix")
     assert r.returncode == 1, r.stderr
     out = json.loads(r.stdout)
-    assert not out["ok"] and out["answer"] is None
+    assert not out["ok"] and out["answer"] is None and out["stopped"] == "retries"
     assert [a["outcome"] for a in out["attempts"]] == ["error"] * 4  # the try and 3 retries
     wait_for(lambda: kenneld.sessions() == [], what="the example's session to end")
 
@@ -79,7 +80,8 @@ def test_agent_loop_gives_up_after_three_retries(kenneld):
 def test_agent_loop_stops_at_its_budget(kenneld):
     r = _run_script(AGENT_LOOP, "--state-dir", str(kenneld.state_dir), "--budget", "0")
     assert r.returncode == 1, r.stderr
-    assert json.loads(r.stdout)["attempts"] == []
+    out = json.loads(r.stdout)
+    assert out["attempts"] == [] and out["stopped"] == "budget"
 
 
 @pytest.mark.timeout_s(EXAMPLE_TIMEOUT_S + 10)
