@@ -148,11 +148,17 @@ static void s_reply_data(manager_t *self, const jmsg_t *req, json_t *content, co
               "clients; %d replies or %u MiB at most each, %u MiB in all)",
               replyq_held(self->replies), MANAGER_HELD_REPLIES, MANAGER_HELD_BYTES >> 20,
               MANAGER_HELD_TOTAL >> 20);
-    if (replyq_held(self->replies) && self->replies_timer < 0) {
+    if (!replyq_held(self->replies))
+        return;
+    if (self->replies_timer < 0) {
         self->replies_wait_ms = MANAGER_FLUSH_MS;
         self->replies_timer = loop_timer(self->loop, MANAGER_FLUSH_MS, 0, s_on_replies_timer, self);
         if (self->replies_timer < 0)
             PLOG_W("manager: cannot arm the timer that sends held replies");
+    } else if (self->replies_wait_ms > MANAGER_FLUSH_MS) {
+        /* A client that asks again may be reading again: back to the short wait. */
+        self->replies_wait_ms = MANAGER_FLUSH_MS;
+        loop_timer_reset(self->loop, self->replies_timer, MANAGER_FLUSH_MS);
     }
 }
 
@@ -264,7 +270,6 @@ static const tenant_t *s_owner_of(const manager_t *self, const tenant_t *caller,
     return self->tenants && name ? tenants_of_name(self->tenants, name) : NULL;
 }
 
-/*  A session name's shape: NULL when good, else why not. */
 /*  Whether s is shaped like a session id: a UUID's 8-4-4-4-12 hex digits. */
 static int s_id_shaped(const char *s)
 {
@@ -278,6 +283,7 @@ static int s_id_shaped(const char *s)
     return 1;
 }
 
+/*  A session name's shape: NULL when good, else why not. */
 static const char *s_check_name(const char *name)
 {
     if (!name || !*name || strlen(name) > 128)
