@@ -905,8 +905,8 @@ manager_t *manager_new(loop_t *loop, broker_t *broker, const char *endpoint, con
     self->max_file = max_file;
     /* Requests are small but for file_put's bytes. */
     zsock_set_maxmsgsize(self->sock, (int)(max_file + (1 << 20)));
-    /* A client that does not read its replies: at most this many wait in kenneld for it
-     * (libzmq's 1000 held ~32 GB of file_get replies), the rest are dropped. */
+    /* A client that does not read its replies: at most this many wait in libzmq's pipe to
+     * it (libzmq's 1000 held ~32 GB of file_get replies); replyq holds a bounded few more. */
     zsock_set_sndhwm(self->sock, MANAGER_SNDHWM);
     zsock_set_router_mandatory(self->sock, 1); /* a full pipe says so: replyq.h */
     int port = zsock_bind(self->sock, "%s", endpoint);

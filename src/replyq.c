@@ -10,13 +10,13 @@
 typedef struct {
     size_t replies, bytes; /* held for this peer */
     unsigned long round;   /* the flush round in which it last would block */
+    char key[KEY_MAX];     /* its key in peers */
 } peer_t;
 
 typedef struct {
     zmsg_t *msg;
     size_t bytes;
     peer_t *peer;
-    char key[KEY_MAX];
 } held_t;
 
 struct replyq {
@@ -74,6 +74,15 @@ void replyq_destroy(replyq_t **self_p)
     *self_p = NULL;
 }
 
+/*  Free peer, which holds nothing now (its key is copied out first: the destructor frees the
+ *  entry that holds it). */
+static void s_forget(replyq_t *self, peer_t *peer)
+{
+    char key[KEY_MAX];
+    memcpy(key, peer->key, sizeof key);
+    zhashx_delete(self->peers, key);
+}
+
 /*  The peer's key: its routing id (the first frame) in hex. 0, or -1 without one. */
 static int s_key(zmsg_t *msg, char *key)
 {
@@ -116,12 +125,14 @@ int replyq_put(replyq_t *self, zmsg_t **msg_p)
     held_t *h = calloc(1, sizeof *h);
     if (!peer && h) {
         peer = calloc(1, sizeof *peer);
-        if (peer)
+        if (peer) {
+            memcpy(peer->key, key, sizeof key);
             zhashx_insert(self->peers, key, peer);
+        }
     }
     if (!h || !peer || !zlistx_add_end(self->held, h)) {
         if (peer && peer->replies == 0)
-            zhashx_delete(self->peers, key);
+            s_forget(self, peer);
         free(h);
         zmsg_destroy(msg_p);
         self->dropped++;
@@ -131,7 +142,6 @@ int replyq_put(replyq_t *self, zmsg_t **msg_p)
     *msg_p = NULL;
     h->bytes = bytes;
     h->peer = peer;
-    memcpy(h->key, key, sizeof key);
     peer->replies++;
     peer->bytes += bytes;
     self->total += bytes;
@@ -155,7 +165,7 @@ size_t replyq_flush(replyq_t *self)
                 h->peer->bytes -= h->bytes;
                 self->total -= h->bytes;
                 if (h->peer->replies == 0)
-                    zhashx_delete(self->peers, h->key);
+                    s_forget(self, h->peer);
                 zlistx_delete(self->held, cursor);
                 free(h);
             }

@@ -244,15 +244,8 @@ void spawner_release(spawner_proc_t *proc)
 
 long long spawner_rss_bytes(pid_t pid)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
-    char *text = util_read_file(path, 256, NULL);
-    if (!text)
-        return 0;
-    long long size = 0, resident = 0;
-    int ok = sscanf(text, "%lld %lld", &size, &resident) == 2;
-    free(text);
-    return ok ? resident * sysconf(_SC_PAGESIZE) : 0;
+    long long size, resident;
+    return util_statm(pid, &size, &resident) == 0 ? resident : 0;
 }
 
 /*  Add one process's smaps_rollup Pss and Private_* (kB) to *pss and *uss (bytes). */

@@ -186,6 +186,35 @@ int util_start_time(pid_t pid, unsigned long long *ticks)
     return 0;
 }
 
+int util_statm(pid_t pid, long long *size_bytes, long long *resident_bytes)
+{
+    char path[64], buf[128];
+    if (pid)
+        snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
+    else
+        snprintf(path, sizeof path, "/proc/self/statm");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    int saved = errno;
+    close(fd);
+    if (n <= 0) {
+        errno = n < 0 ? saved : EIO;
+        return -1;
+    }
+    buf[n] = '\0';
+    long long size, resident;
+    if (sscanf(buf, "%lld %lld", &size, &resident) != 2) {
+        errno = EPROTO;
+        return -1;
+    }
+    long long page = sysconf(_SC_PAGESIZE);
+    *size_bytes = size * page;
+    *resident_bytes = resident * page;
+    return 0;
+}
+
 long long util_seconds_ms(double seconds)
 {
     double ms = seconds * 1000;

@@ -54,5 +54,9 @@ int util_append(char **buf, size_t *len, size_t *cap, const void *data, size_t n
 /*  When process pid started, in clock ticks after boot (/proc/PID/stat): with a pid, it names
  *  one process for as long as the system runs. 0, or -1 with errno (ENOENT: no such pid). */
 int util_start_time(pid_t pid, unsigned long long *ticks);
+/*  The first two fields of /proc/PID/statm (pid 0: this process's), in bytes: its address
+ *  space and its resident set. 0, or -1 with errno. Allocates nothing (the zygote calls it
+ *  between forks, where a malloc'd page is one more each kernel copies). */
+int util_statm(pid_t pid, long long *size_bytes, long long *resident_bytes);
 
 #endif

@@ -39,6 +39,7 @@
 #include "reaper.h"
 #include "sandbox.h"
 #include "sysfilter.h"
+#include "util.h"
 
 #define MAX_CGROUPS 8
 
@@ -251,16 +252,8 @@ typedef struct {
  *  counts the pages a kernel copies or makes, is --memory itself. */
 static unsigned long long s_inherited_bytes(void)
 {
-    char buf[64];
-    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    return strtoull(buf, NULL, 10) * (unsigned long long)sysconf(_SC_PAGESIZE);
+    long long size, resident;
+    return util_statm(0, &size, &resident) == 0 ? (unsigned long long)size : 0;
 }
 
 /*  Clone one session for r. In the zygote: its pid, or -1 with *err and *step. In the new

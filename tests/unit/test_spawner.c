@@ -11,6 +11,7 @@
 
 #include "../harness.h"
 #include "spawner.h"
+#include "util.h"
 
 TEST(watch_fills_in_and_matches_the_start_time)
 {
@@ -73,6 +74,26 @@ TEST(no_pid_is_esrch)
     CHECK_EQ_INT(spawner_watch(-5, NULL), -1);
 }
 
+TEST(statm_is_the_processes_own_in_bytes)
+{
+    long long size = 0, resident = 0, size2 = 0, resident2 = 0;
+    CHECK_EQ_INT(util_statm(0, &size, &resident), 0);
+    char *grow = malloc(64 << 20); /* 64 MiB more address space, touched: resident too */
+    CHECK(grow != NULL);
+    for (size_t i = 0; grow && i < (64u << 20); i += 4096)
+        grow[i] = 1;
+    CHECK_EQ_INT(util_statm(getpid(), &size2, &resident2), 0);
+    CHECK(size > 0 && resident > 0 && size >= resident);
+    CHECK(size2 >= size + (64 << 20) - (1 << 20)); /* the same process, grown by the malloc */
+    CHECK(resident2 >= resident + (60 << 20));
+    CHECK(spawner_rss_bytes(getpid()) >= resident2 - (4 << 20));
+    free(grow);
+    errno = 0;
+    CHECK_EQ_INT(util_statm(0x7ffffff0, &size, &resident), -1);
+    CHECK_EQ_INT(errno, ENOENT);
+    CHECK_EQ_INT((int)spawner_rss_bytes(0x7ffffff0), 0);
+}
+
 int main(void)
 {
     int probe = spawner_watch(getpid(), NULL);
@@ -84,5 +105,6 @@ int main(void)
     RUN(watch_fills_in_and_matches_the_start_time);
     RUN(the_start_time_is_the_processes_own);
     RUN(no_pid_is_esrch);
+    RUN(statm_is_the_processes_own_in_bytes);
     return harness_done();
 }
