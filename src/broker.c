@@ -129,6 +129,8 @@ struct sess {
     int respawned;           /* ... once per start (s_op_kernel_start): a zygote that dies at
                               * every fork fails it */
     reslimits_t limits;
+    char *limits_text;       /* limits as JSON, for run records: made at the first (they never
+                              * change) */
     cgroup_t *cg;            /* the running kernel's cgroup, or NULL */
     spawner_proc_t proc;
     int has_proc;            /* proc is a live (unreaped) kernel */
@@ -665,11 +667,14 @@ static void s_op_cell_done(void *ctx, const jmsg_t *request, const json_t *metad
     const char *code = jmsg_cstr(json_object_get(jmsg_content(request), "code"));
     size_t raw_len = 0;
     const void *raw = code ? NULL : jmsg_raw(request, JMSG_CONTENT, &raw_len);
-    json_t *limits = reslimits_json(&s->limits);
-    runlog_cell_t c = {s->id,   session_name(s->core), cell,     code,  code ? strlen(code) : 0,
-                       raw,     raw_len,               limits,   metadata, ename, output_bytes};
+    if (!s->limits_text) {
+        json_t *limits = reslimits_json(&s->limits);
+        s->limits_text = limits ? json_dumps(limits, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
+        json_decref(limits);
+    }
+    runlog_cell_t c = {s->id, session_name(s->core), cell,     code,     code ? strlen(code) : 0,
+                       raw,   raw_len,               s->limits_text, metadata, ename, output_bytes};
     runlog_cell(s->broker->runlog, &c);
-    json_decref(limits);
 }
 
 static void s_op_ended(void *ctx)
@@ -988,6 +993,7 @@ static void s_free_sess(sess_t **s_p)
     if (s->scratch_fd >= 0)
         close(s->scratch_fd);
     free(s->copy_from);
+    free(s->limits_text);
     free(s);
     *s_p = NULL;
 }

@@ -18,6 +18,8 @@ typedef struct {
     size_t key_at, key_len, end;
 } member_t;
 
+#define JMSG_MADE_TYPE_MAX 64 /* a msg_type jmsg_new keeps beside its header's bytes */
+
 /*  The members a part's parse left out (see JMSG_PARSE_MAX). */
 typedef struct {
     member_t *m;
@@ -29,19 +31,55 @@ struct jmsg {
     json_t *json[JMSG_NPARTS];    /* parsed parts: objects, or NULL for raw-only ones */
     zframe_t *raw[JMSG_NPARTS];   /* bytes as received, or NULL when built here */
     omitted_t omitted[JMSG_NPARTS]; /* members of raw left out of json (large parts only) */
+    /* raw is an object's text that kenneld wrote (a header jmsg_new made, a parent header
+     * copied from one): parsed only if someone asks for it (jmsg_json). On a warm cell no
+     * one does: building a header as jansson objects cost ~5 k instructions a message. */
+    unsigned char lazy[JMSG_NPARTS];
+    char made_type[JMSG_MADE_TYPE_MAX]; /* a header jmsg_new wrote: its msg_type and msg_id, */
+    char made_id[40];                   /* read without parsing it ("" when not) */
     zmsg_t *buffers;              /* binary buffers after content */
 };
 
-jmsg_t *jmsg_new_empty(void)
+/*  A part's parsed form, parsing a lazy part now. The parse is a cache of the raw bytes,
+ *  which do not change: a const message may fill it. */
+static json_t *s_json(const jmsg_t *self, jmsg_part_t part)
+{
+    jmsg_t *m = (jmsg_t *)self;
+    if (!m->json[part] && m->lazy[part] && m->raw[part]) {
+        json_t *obj = json_loadb((const char *)zframe_data(m->raw[part]),
+                                 zframe_size(m->raw[part]), JMSG_JSON_LOAD_FLAGS, NULL);
+        if (obj && json_is_object(obj))
+            m->json[part] = obj;
+        else
+            json_decref(obj);
+    }
+    return m->json[part];
+}
+
+/*  The part is set anew: whatever jmsg_new wrote of it is gone. */
+static void s_forget_made(jmsg_t *self, jmsg_part_t part)
+{
+    self->lazy[part] = 0;
+    if (part == JMSG_HEADER)
+        self->made_type[0] = self->made_id[0] = '\0';
+}
+
+/*  A message with empty parts (but the header, when header is 0). */
+static jmsg_t *s_new(int header)
 {
     jmsg_t *self = calloc(1, sizeof *self);
     if (!self)
         return NULL;
     self->ids = zmsg_new();
     self->buffers = zmsg_new();
-    for (int i = 0; i < JMSG_NPARTS; i++)
+    for (int i = header ? 0 : 1; i < JMSG_NPARTS; i++)
         self->json[i] = json_object();
     return self;
+}
+
+jmsg_t *jmsg_new_empty(void)
+{
+    return s_new(1);
 }
 
 /*  A message id: a random (version 4) UUID, as util_uuid makes, but cut from a pool of random
@@ -83,14 +121,55 @@ static int s_plain(const char *s)
     return 1;
 }
 
+/*  Append the C string s at *at (room checked by the caller). */
+static void s_put(char **at, const char *s, size_t len)
+{
+    memcpy(*at, s, len);
+    *at += len;
+}
+
 jmsg_t *jmsg_new(const char *msg_type, const char *session)
 {
-    jmsg_t *self = jmsg_new_empty();
-    if (!self)
-        return NULL;
     char id[40], date[UTIL_ISO_LEN];
     s_msg_id(id);
     util_iso_now(date);
+    size_t type_len = strlen(msg_type), session_len = strlen(session), id_len = strlen(id),
+           date_len = strlen(date);
+    /* The header as bytes, written here: the same text jansson's compact dump writes, member
+     * for member, and parsed only if someone asks (see lazy). Strings that would need escapes,
+     * or a type too long to keep, are left to jansson. */
+    if (s_plain(msg_type) && s_plain(session) && type_len < JMSG_MADE_TYPE_MAX) {
+        static const char k_id[] = "{\"msg_id\":\"", k_type[] = "\",\"msg_type\":\"",
+                          k_user[] = "\",\"username\":\"kernel\",\"session\":\"",
+                          k_date[] = "\",\"date\":\"", k_end[] = "\",\"version\":\"5.3\"}";
+        size_t len = sizeof k_id + sizeof k_type + sizeof k_user + sizeof k_date + sizeof k_end -
+                     5 + id_len + type_len + session_len + date_len;
+        zframe_t *f = zframe_new(NULL, len);
+        jmsg_t *self = f ? s_new(0) : NULL;
+        if (!self) {
+            zframe_destroy(&f);
+            return NULL;
+        }
+        char *at = (char *)zframe_data(f);
+        s_put(&at, k_id, sizeof k_id - 1);
+        s_put(&at, id, id_len);
+        s_put(&at, k_type, sizeof k_type - 1);
+        s_put(&at, msg_type, type_len);
+        s_put(&at, k_user, sizeof k_user - 1);
+        s_put(&at, session, session_len);
+        s_put(&at, k_date, sizeof k_date - 1);
+        s_put(&at, date, date_len);
+        s_put(&at, k_end, sizeof k_end - 1);
+        assert((size_t)(at - (char *)zframe_data(f)) == len);
+        self->raw[JMSG_HEADER] = f;
+        self->lazy[JMSG_HEADER] = 1;
+        memcpy(self->made_type, msg_type, type_len + 1);
+        memcpy(self->made_id, id, id_len + 1);
+        return self;
+    }
+    jmsg_t *self = jmsg_new_empty();
+    if (!self)
+        return NULL;
     json_t *h = json_object();
     const char *keys[] = {"msg_id", "msg_type", "username", "session", "date", "version"};
     const char *values[] = {id, msg_type, "kernel", session, date, "5.3"};
@@ -102,18 +181,6 @@ jmsg_t *jmsg_new(const char *msg_type, const char *session)
         return NULL;
     }
     jmsg_set_json(self, JMSG_HEADER, h);
-    /* Its bytes too, written here rather than dumped by jansson on encode (a fifth of what a
-     * message cost kenneld): the same text jansson would write, member for member. Strings
-     * that would need escapes are left to jansson. */
-    if (s_plain(msg_type) && s_plain(session)) {
-        char text[512];
-        int n = snprintf(text, sizeof text,
-                         "{\"msg_id\":\"%s\",\"msg_type\":\"%s\",\"username\":\"kernel\","
-                         "\"session\":\"%s\",\"date\":\"%s\",\"version\":\"5.3\"}",
-                         id, msg_type, session, date);
-        if (n > 0 && (size_t)n < sizeof text)
-            self->raw[JMSG_HEADER] = zframe_new(text, (size_t)n); /* (NULL: dumped later) */
-    }
     return self;
 }
 
@@ -146,6 +213,7 @@ void jmsg_destroy(jmsg_t **self_p)
 static void s_set_part(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p, json_t *obj,
                        omitted_t *omitted)
 {
+    s_forget_made(self, part);
     json_decref(self->json[part]);
     self->json[part] = obj;
     zframe_destroy(&self->raw[part]);
@@ -315,6 +383,7 @@ int jmsg_take_raw_unparsed(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p, u
 
 void jmsg_set_json(jmsg_t *self, jmsg_part_t part, json_t *obj)
 {
+    s_forget_made(self, part);
     json_decref(self->json[part]);
     self->json[part] = obj;
     zframe_destroy(&self->raw[part]);
@@ -373,6 +442,7 @@ int jmsg_set_parent_from(jmsg_t *self, const jmsg_t *parent)
     if (parent->raw[JMSG_HEADER]) {
         json_decref(self->json[JMSG_PARENT]);
         self->json[JMSG_PARENT] = json_incref(parent->json[JMSG_HEADER]);
+        self->lazy[JMSG_PARENT] = parent->lazy[JMSG_HEADER]; /* (parsed when asked, as there) */
         zframe_destroy(&self->raw[JMSG_PARENT]);
         self->raw[JMSG_PARENT] = zframe_dup(parent->raw[JMSG_HEADER]);
         free(self->omitted[JMSG_PARENT].m); /* (a parent is never amended) */
@@ -397,8 +467,10 @@ int jmsg_freeze(jmsg_t *self)
     for (int i = 0; i < JMSG_NPARTS; i++) {
         if (self->raw[i] || !self->json[i])
             continue;
-        char *text = json_dumps(self->json[i], JSON_COMPACT);
-        zframe_t *frame = text ? zframe_new(text, strlen(text)) : NULL;
+        /* (an empty part, the most common, without jansson's dump) */
+        int empty = json_is_object(self->json[i]) && json_object_size(self->json[i]) == 0;
+        char *text = empty ? NULL : json_dumps(self->json[i], JSON_COMPACT);
+        zframe_t *frame = empty ? zframe_new("{}", 2) : text ? zframe_new(text, strlen(text)) : NULL;
         free(text);
         if (!frame)
             return -1;
@@ -424,23 +496,23 @@ const char *jmsg_cstr(const json_t *v)
 
 json_t *jmsg_json(const jmsg_t *self, jmsg_part_t part)
 {
-    return self->json[part];
+    return s_json(self, part);
 }
 
 static const char *s_header_str(const jmsg_t *self, const char *key)
 {
-    const char *s = json_string_value(json_object_get(self->json[JMSG_HEADER], key));
+    const char *s = json_string_value(json_object_get(s_json(self, JMSG_HEADER), key));
     return s ? s : "";
 }
 
 const char *jmsg_type(const jmsg_t *self)
 {
-    return s_header_str(self, "msg_type");
+    return self->made_type[0] ? self->made_type : s_header_str(self, "msg_type");
 }
 
 const char *jmsg_id(const jmsg_t *self)
 {
-    return s_header_str(self, "msg_id");
+    return self->made_id[0] ? self->made_id : s_header_str(self, "msg_id");
 }
 
 zmsg_t *jmsg_ids(const jmsg_t *self)

@@ -15,6 +15,7 @@
 
 #include <sodium.h>
 
+#include "jtext.h"
 #include "log.h"
 #include "util.h"
 
@@ -29,10 +30,10 @@ struct runlog {
 };
 
 /*  One record on its way to the disk. Owned by the job: nothing in it is shared with the
- *  loop (the record is a deep copy), so the worker may touch it. */
+ *  loop, so the worker may touch it. */
 typedef struct {
     char dir[PATH_MAX];
-    json_t *record;
+    jtext_t text; /* the record as the loop wrote it, without its code's members and "}" */
     char *code; /* the code, or NULL */
     size_t code_len;
     char *raw; /* or the request's content, to find the code in */
@@ -232,12 +233,14 @@ static void s_run(void *arg)
     json_t *holder;
     size_t len = 0;
     const char *code = s_code(j, &holder, &len);
+    jtext_t *t = &j->text;
+    jtext_lit(t, ",\"code_sha256\":");
     if (code) {
         unsigned char hash[crypto_hash_sha256_BYTES];
         char hex[2 * crypto_hash_sha256_BYTES + 1];
         crypto_hash_sha256(hash, (const unsigned char *)code, len);
         sodium_bin2hex(hex, sizeof hex, hash, sizeof hash);
-        json_object_set_new(j->record, "code_sha256", json_string(hex));
+        jtext_cstr(t, hex);
         if (j->record_code) {
             /* Cut at RUNLOG_MAX_CODE (on a character's start), NUL bytes cut it too. */
             size_t keep = len < RUNLOG_MAX_CODE ? len : RUNLOG_MAX_CODE;
@@ -245,19 +248,20 @@ static void s_run(void *arg)
                 keep--;
             char *cut = strndup(code, keep);
             char *clean = cut ? runlog_redact(cut) : NULL;
-            json_object_set_new(j->record, "code", clean ? json_string(clean) : json_null());
+            jtext_lit(t, ",\"code\":");
+            jtext_cstr(t, clean);
             if (keep < len)
-                json_object_set_new(j->record, "code_truncated", json_true());
+                jtext_lit(t, ",\"code_truncated\":true");
             free(cut);
             free(clean);
         }
     } else {
-        json_object_set_new(j->record, "code_sha256", json_null());
+        jtext_lit(t, "null");
     }
     json_decref(holder);
-    /* 15 digits: a cell's 0.711 ms reads 0.711, not 0.71099999999999985. */
-    char *line =
-        json_dumps(j->record, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(15));
+    jtext_lit(t, "}\n");
+    size_t n = t->len;
+    char *line = jtext_take(t);
     char day[16], path[PATH_MAX + 32];
     s_day_name(j->wall_ms / 1000 / DAY_S, day);
     snprintf(path, sizeof path, "%s/%s.jsonl", j->dir, day);
@@ -266,9 +270,7 @@ static void s_run(void *arg)
         j->failed = line ? errno : ENOMEM;
     } else {
         /* One write of the line and its newline: O_APPEND keeps lines whole. */
-        size_t n = strlen(line);
-        line[n] = '\n'; /* over the NUL: written by length */
-        if (util_write_all(fd, line, n + 1) < 0)
+        if (util_write_all(fd, line, n) < 0)
             j->failed = errno;
         close(fd);
     }
@@ -282,7 +284,7 @@ static void s_done(void *arg)
     runjob_t *j = arg;
     if (j->failed)
         LOG_W("runlog: a run record was not written to %s: %s", j->dir, strerror(j->failed));
-    json_decref(j->record);
+    jtext_free(&j->text);
     free(j->code);
     free(j->raw);
     free(j);
@@ -313,23 +315,50 @@ int runlog_cell(runlog_t *self, const runlog_cell_t *c)
     char when[32];
     s_iso(j->wall_ms, when);
     const json_t *md = c->metadata;
-    json_t *digest = json_object_get(md, "runtime_digest");
-    json_t *files = json_object_get(md, "files");
-    json_t *deleted = json_object_get(md, "files_deleted");
-    json_t *metrics = json_object_get(md, "metrics");
-    json_t *outcome = json_object_get(md, "outcome");
-    /* Deep copies: the worker owns the record, and nothing in it is the loop's. */
-    j->record = json_pack(
-        "{s:s, s:s, s:s, s:I, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:o}", "time", when, "session",
-        c->session, "name", c->name ? c->name : "", "cell", (json_int_t)c->cell, "runtime_digest",
-        json_is_string(digest) ? json_deep_copy(digest) : json_null(), "limits",
-        c->limits ? json_deep_copy(c->limits) : json_object(), "outcome",
-        json_is_string(outcome) ? json_deep_copy(outcome) : json_null(), "metrics",
-        json_is_object(metrics) ? json_deep_copy(metrics) : json_object(), "output_bytes",
-        (json_int_t)c->output_bytes, "artifacts",
-        json_is_array(files) ? json_deep_copy(files) : json_array(), "artifacts_deleted",
-        json_is_array(deleted) ? json_deep_copy(deleted) : json_array(), "error",
-        c->ename ? json_string(c->ename) : json_null());
+    const json_t *digest = json_object_get(md, "runtime_digest");
+    const json_t *files = json_object_get(md, "files");
+    const json_t *deleted = json_object_get(md, "files_deleted");
+    const json_t *metrics = json_object_get(md, "metrics");
+    const json_t *outcome = json_object_get(md, "outcome");
+    /* Written here as text (jtext), in the order the record always had; the worker adds the
+     * code's members. What it holds is its own: nothing of the loop's reaches the worker. */
+    jtext_t *t = &j->text;
+    jtext_lit(t, "{\"time\":");
+    jtext_cstr(t, when);
+    jtext_lit(t, ",\"session\":");
+    jtext_cstr(t, c->session);
+    jtext_lit(t, ",\"name\":");
+    jtext_cstr(t, c->name ? c->name : "");
+    jtext_lit(t, ",\"cell\":");
+    jtext_int(t, c->cell);
+    jtext_lit(t, ",\"runtime_digest\":");
+    jtext_json(t, json_is_string(digest) ? digest : NULL);
+    jtext_lit(t, ",\"limits\":");
+    if (c->limits_text)
+        jtext_lit(t, c->limits_text);
+    else
+        jtext_lit(t, "{}");
+    jtext_lit(t, ",\"outcome\":");
+    jtext_json(t, json_is_string(outcome) ? outcome : NULL);
+    jtext_lit(t, ",\"metrics\":");
+    if (json_is_object(metrics))
+        jtext_json(t, metrics);
+    else
+        jtext_lit(t, "{}");
+    jtext_lit(t, ",\"output_bytes\":");
+    jtext_int(t, (long long)c->output_bytes);
+    jtext_lit(t, ",\"artifacts\":");
+    if (json_is_array(files))
+        jtext_json(t, files);
+    else
+        jtext_lit(t, "[]");
+    jtext_lit(t, ",\"artifacts_deleted\":");
+    if (json_is_array(deleted))
+        jtext_json(t, deleted);
+    else
+        jtext_lit(t, "[]");
+    jtext_lit(t, ",\"error\":");
+    jtext_cstr(t, c->ename);
     if (c->code) {
         j->code = malloc(c->code_len + 1);
         if (j->code) {
@@ -345,7 +374,7 @@ int runlog_cell(runlog_t *self, const runlog_cell_t *c)
         }
     }
     int prune = j->prune; /* j is the worker's once submitted */
-    if (!j->record || ((c->code && !j->code) || (!c->code && c->raw_content && !j->raw)) ||
+    if (j->text.failed || ((c->code && !j->code) || (!c->code && c->raw_content && !j->raw)) ||
         worker_submit(self->worker, s_run, s_done, j) < 0) {
         LOG_W("runlog: session=%s: the record of cell %lld is lost (out of memory or stopping)",
               c->session, c->cell);

@@ -34,7 +34,8 @@ typedef struct {
     size_t code_len;
     const void *raw_content; /* the request's content as it came, or NULL */
     size_t raw_len;
-    const json_t *limits;   /* the session's limits (reslimits_json) */
+    const char *limits_text; /* the session's limits as compact JSON (reslimits_json's), or
+                              * NULL for {} */
     const json_t *metadata; /* the execute_reply's metadata: outcome, metrics, files,
                              * runtime_digest */
     const char *ename;      /* the error's name, or NULL */

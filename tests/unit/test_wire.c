@@ -764,6 +764,53 @@ TEST(msg_ids_are_distinct_uuids)
         CHECK(strcmp(ids[i - 1], ids[i]) != 0);
 }
 
+/*  A header jmsg_new writes is kept as bytes and parsed only when asked: what the parse gives
+ *  is what the bytes say, a reply's parent header is the same bytes, and setting the header
+ *  anew forgets what jmsg_new wrote. */
+TEST(a_made_header_is_parsed_only_when_asked)
+{
+    jmsg_t *m = jmsg_new("status", "sess-1");
+    /* a message parented on it before anything parsed it: the same bytes, parsed when asked */
+    jmsg_t *child = jmsg_new("stream", "sess-1");
+    CHECK_EQ_INT(jmsg_set_parent_from(child, m), 0);
+    CHECK_STR(jmsg_type(m), "status");
+    CHECK_EQ_INT(strlen(jmsg_id(m)), 36);
+    size_t n;
+    const char *raw = jmsg_raw(m, JMSG_HEADER, &n);
+    CHECK(raw != NULL);
+    json_t *again = json_loadb(raw, n, 0, NULL);
+    json_t *h = jmsg_header(m); /* parsed now */
+    CHECK(h && json_equal(h, again));
+    CHECK_STR(json_string_value(json_object_get(h, "msg_id")), jmsg_id(m));
+    CHECK_STR(json_string_value(json_object_get(h, "session")), "sess-1");
+    CHECK_STR(json_string_value(json_object_get(h, "username")), "kernel");
+    CHECK_STR(json_string_value(json_object_get(h, "version")), "5.3");
+    CHECK(json_string_length(json_object_get(h, "date")) == 27);
+    /* the bytes are jansson's compact text of that header, member for member */
+    char *dumped = json_dumps(h, JSON_COMPACT);
+    CHECK(dumped && strlen(dumped) == n && memcmp(dumped, raw, n) == 0);
+    free(dumped);
+    json_decref(again);
+    size_t pn;
+    const char *praw = jmsg_raw(child, JMSG_PARENT, &pn);
+    CHECK(praw && pn == n && memcmp(praw, raw, n) == 0);
+    CHECK_STR(json_string_value(json_object_get(jmsg_json(child, JMSG_PARENT), "msg_id")),
+              jmsg_id(m));
+    jmsg_destroy(&child);
+
+    /* a header set anew is what is read */
+    jmsg_set_json(m, JMSG_HEADER, json_pack("{s:s, s:s}", "msg_id", "x", "msg_type", "other"));
+    CHECK_STR(jmsg_type(m), "other");
+    CHECK_STR(jmsg_id(m), "x");
+    jmsg_destroy(&m);
+
+    /* a type that needs escapes is left to jansson, and reads the same */
+    m = jmsg_new("odd\"type", "sess-1");
+    CHECK_STR(jmsg_type(m), "odd\"type");
+    CHECK(jmsg_header(m) != NULL);
+    jmsg_destroy(&m);
+}
+
 TEST(raw_parts)
 {
     /* A relay's decoder keeps metadata and content as checked bytes, unparsed. */
@@ -802,6 +849,7 @@ int main(void)
     if (sodium_init() < 0)
         return 1;
     RUN(golden_vectors);
+    RUN(a_made_header_is_parsed_only_when_asked);
     RUN(decoding_in_slices_matches_decoding_whole);
     RUN(a_signature_of_the_wrong_length_is_refused_before_hashing);
     RUN(round_trip_and_replay);
