@@ -9,6 +9,7 @@
 #include <sys/random.h>
 #include <uuid/uuid.h>
 
+#include "jtext.h"
 #include "jvalid.h"
 #include "util.h"
 
@@ -45,6 +46,8 @@ struct jmsg {
 static json_t *s_json(const jmsg_t *self, jmsg_part_t part)
 {
     jmsg_t *m = (jmsg_t *)self;
+    if (!m->json[part] && !m->raw[part])
+        m->json[part] = json_object(); /* an empty part (see jmsg_new_empty) */
     if (!m->json[part] && m->lazy[part] && m->raw[part]) {
         json_t *obj = json_loadb((const char *)zframe_data(m->raw[part]),
                                  zframe_size(m->raw[part]), JMSG_JSON_LOAD_FLAGS, NULL);
@@ -64,22 +67,13 @@ static void s_forget_made(jmsg_t *self, jmsg_part_t part)
         self->made_type[0] = self->made_id[0] = '\0';
 }
 
-/*  A message with empty parts (but the header, when header is 0). */
-static jmsg_t *s_new(int header)
-{
-    jmsg_t *self = calloc(1, sizeof *self);
-    if (!self)
-        return NULL;
-    self->ids = zmsg_new();
-    self->buffers = zmsg_new();
-    for (int i = header ? 0 : 1; i < JMSG_NPARTS; i++)
-        self->json[i] = json_object();
-    return self;
-}
-
+/*  A message with empty parts. A part with neither json nor raw is an empty object, made
+ *  only when asked for (s_json; jmsg_raw gives "{}"); identities and buffers are made when
+ *  first asked for too. A message kenneld makes for a warm cell asks for none of them: each
+ *  was two allocations and their frees. */
 jmsg_t *jmsg_new_empty(void)
 {
-    return s_new(1);
+    return calloc(1, sizeof(jmsg_t));
 }
 
 /*  A message id: a random (version 4) UUID, as util_uuid makes, but cut from a pool of random
@@ -145,7 +139,7 @@ jmsg_t *jmsg_new(const char *msg_type, const char *session)
         size_t len = sizeof k_id + sizeof k_type + sizeof k_user + sizeof k_date + sizeof k_end -
                      5 + id_len + type_len + session_len + date_len;
         zframe_t *f = zframe_new(NULL, len);
-        jmsg_t *self = f ? s_new(0) : NULL;
+        jmsg_t *self = f ? jmsg_new_empty() : NULL;
         if (!self) {
             zframe_destroy(&f);
             return NULL;
@@ -301,6 +295,77 @@ static int s_shallow_member(void *arg, size_t key_at, size_t key_len, size_t val
     return 0;
 }
 
+/*  A part this large is checked by jvalid before anything is built of it (see s_parse). */
+#define JMSG_BUILD_PRECHECK 4096
+
+/*  A member's value as jansson parses it: built here for the common shapes (a string without
+ *  escapes, whose UTF-8 jvalid checked; an integer of at most 18 digits; true, false, null,
+ *  {}, []), else parsed by jansson. NULL where jansson refuses it (a number too large). */
+static json_t *s_value(const char *v, size_t n)
+{
+    switch (v[0]) {
+    case '"':
+        if (!memchr(v + 1, '\\', n - 2))
+            return json_stringn_nocheck(v + 1, n - 2);
+        break;
+    case 't':
+        return json_true();
+    case 'f':
+        return json_false();
+    case 'n':
+        return json_null();
+    case '{':
+        if (n == 2)
+            return json_object();
+        break;
+    case '[':
+        if (n == 2)
+            return json_array();
+        break;
+    default: { /* a number: an integer (no fraction, no exponent) that fits */
+        size_t digits = n - (v[0] == '-');
+        if (digits > 18)
+            break;
+        char text[24];
+        for (size_t i = 0; i < n; i++)
+            if (v[i] == '.' || v[i] == 'e' || v[i] == 'E')
+                return s_load_any(v, n);
+        memcpy(text, v, n);
+        text[n] = '\0';
+        return json_integer(strtoll(text, NULL, 10));
+    }
+    }
+    return s_load_any(v, n);
+}
+
+/*  A whole parse under way. */
+typedef struct {
+    const char *data;
+    json_t *obj;
+} build_t;
+
+static int s_build_member(void *arg, size_t key_at, size_t key_len, size_t value_at,
+                          size_t value_len)
+{
+    build_t *b = arg;
+    json_t *value = s_value(b->data + value_at, value_len);
+    if (!value)
+        return -1;
+    const char *key = b->data + key_at + 1;
+    size_t klen = key_len - 2;
+    /* The last member of a key stands, as in jansson's parse. */
+    if (!memchr(key, '\\', klen))
+        return json_object_setn_new_nocheck(b->obj, key, klen, value);
+    json_t *k = s_load_any(b->data + key_at, key_len); /* (jvalid refused keys holding a NUL) */
+    int rc = k ? json_object_setn_new_nocheck(b->obj, json_string_value(k), json_string_length(k),
+                                              value)
+               : -1;
+    if (!k)
+        json_decref(value);
+    json_decref(k);
+    return rc;
+}
+
 /*  Parse data, which must be one JSON object of at most max_values values and keys, into
  *  *obj: whole, or past parse_max bytes, shallowly (its members of small keys and values, up
  *  to parse_max bytes of them; the others listed in *omitted). 0 or -1. */
@@ -324,16 +389,21 @@ static int s_parse(const void *data, size_t len, size_t max_values, size_t parse
         free(sh.omitted.m);
         return -1;
     }
-    /* Checked first: jansson would take bytes after a raw NUL, and spend ~100 bytes on
-     * every value, which makes 10 MiB of `[{},{},…]` a gigabyte. */
-    if (jvalid_object(data, len, &values) < 0 || values > max_values)
+    /* Checked first when it could be large: jansson would take bytes after a raw NUL, and
+     * spend ~100 bytes on every value, which makes 10 MiB of `[{},{},…]` a gigabyte. */
+    if (len > JMSG_BUILD_PRECHECK && (jvalid_object(data, len, &values) < 0 || values > max_values))
         return -1;
-    *obj = json_loadb(data, len, JMSG_JSON_LOAD_FLAGS, NULL);
-    if (!*obj || !json_is_object(*obj)) {
-        json_decref(*obj);
-        *obj = NULL;
+    /* Then built from its members as jvalid reads them (one pass, not a check then jansson's
+     * own, slower parse: design.md, "JSON on the hot path"). */
+    build_t b = {data, json_object()};
+    if (!b.obj ||
+        jvalid_members(data, len, &values, s_build_member, &b,
+                       flags & JMSG_UTF8_CHECKED ? JVALID_UTF8_CHECKED : 0) < 0 ||
+        values > max_values) {
+        json_decref(b.obj);
         return -1;
     }
+    *obj = b.obj;
     return 0;
 }
 
@@ -381,6 +451,16 @@ int jmsg_take_raw_unparsed(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p, u
     return 0;
 }
 
+int jmsg_set_text(jmsg_t *self, jmsg_part_t part, const char *text, size_t len)
+{
+    zframe_t *frame = zframe_new(text, len);
+    if (!frame)
+        return -1;
+    s_set_part(self, part, &frame, NULL, &(omitted_t){0});
+    self->lazy[part] = 1;
+    return 0;
+}
+
 void jmsg_set_json(jmsg_t *self, jmsg_part_t part, json_t *obj)
 {
     s_forget_made(self, part);
@@ -402,8 +482,11 @@ int jmsg_amend(jmsg_t *self, jmsg_part_t part, json_t *obj)
      * a key stands. */
     const char *raw = (const char *)zframe_data(self->raw[part]);
     omitted_t keep = {malloc(o->n * sizeof *o->m), 0, o->n};
-    char *head = keep.m ? json_dumps(obj, JSON_COMPACT) : NULL;
-    size_t head_len = head ? strlen(head) : 0, len = head_len;
+    jtext_t t = {.utf8 = 1};
+    if (keep.m)
+        jtext_json(&t, obj);
+    size_t head_len = t.len, len = head_len;
+    char *head = keep.m ? jtext_take(&t) : NULL;
     for (size_t i = 0; head && i < o->n; i++) {
         member_t m = o->m[i];
         if (s_raw_key(obj, raw + m.key_at, m.key_len, 0))
@@ -449,7 +532,7 @@ int jmsg_set_parent_from(jmsg_t *self, const jmsg_t *parent)
         self->omitted[JMSG_PARENT] = (omitted_t){0};
         return self->raw[JMSG_PARENT] ? 0 : -1;
     }
-    jmsg_set_json(self, JMSG_PARENT, json_deep_copy(parent->json[JMSG_HEADER]));
+    jmsg_set_json(self, JMSG_PARENT, json_deep_copy(s_json(parent, JMSG_HEADER)));
     return self->json[JMSG_PARENT] ? 0 : -1;
 }
 
@@ -467,11 +550,10 @@ int jmsg_freeze(jmsg_t *self)
     for (int i = 0; i < JMSG_NPARTS; i++) {
         if (self->raw[i] || !self->json[i])
             continue;
-        /* (an empty part, the most common, without jansson's dump) */
-        int empty = json_is_object(self->json[i]) && json_object_size(self->json[i]) == 0;
-        char *text = empty ? NULL : json_dumps(self->json[i], JSON_COMPACT);
-        zframe_t *frame = empty ? zframe_new("{}", 2) : text ? zframe_new(text, strlen(text)) : NULL;
-        free(text);
+        jtext_t t = {.utf8 = 1}; /* (json_dumps's JSON_COMPACT, byte for byte) */
+        jtext_json(&t, self->json[i]);
+        zframe_t *frame = t.failed ? NULL : zframe_new(t.buf, t.len);
+        jtext_free(&t);
         if (!frame)
             return -1;
         self->raw[i] = frame; /* (no members left out: omitted stays empty) */
@@ -482,6 +564,10 @@ int jmsg_freeze(jmsg_t *self)
 const void *jmsg_raw(const jmsg_t *self, jmsg_part_t part, size_t *len_out)
 {
     zframe_t *f = self->raw[part];
+    if (!f && !self->json[part]) { /* an empty part, never asked for */
+        *len_out = 2;
+        return "{}";
+    }
     if (!f)
         return NULL;
     *len_out = zframe_size(f);
@@ -515,20 +601,38 @@ const char *jmsg_id(const jmsg_t *self)
     return self->made_id[0] ? self->made_id : s_header_str(self, "msg_id");
 }
 
+/*  *z, made now if it was not (NULL: out of memory). */
+static zmsg_t *s_made(zmsg_t *const *z)
+{
+    if (!*z)
+        *(zmsg_t **)z = zmsg_new();
+    return *z;
+}
+
 zmsg_t *jmsg_ids(const jmsg_t *self)
 {
-    return self->ids;
+    return s_made(&self->ids);
 }
 
 zmsg_t *jmsg_buffers(const jmsg_t *self)
 {
-    return self->buffers;
+    return s_made(&self->buffers);
+}
+
+size_t jmsg_nids(const jmsg_t *self)
+{
+    return self->ids ? zmsg_size(self->ids) : 0;
+}
+
+size_t jmsg_nbuffers(const jmsg_t *self)
+{
+    return self->buffers ? zmsg_size(self->buffers) : 0;
 }
 
 int jmsg_copy_ids(jmsg_t *self, const jmsg_t *other)
 {
-    zmsg_t *ids = zmsg_dup(other->ids);
-    if (!ids)
+    zmsg_t *ids = other->ids ? zmsg_dup(other->ids) : NULL;
+    if (!ids && other->ids)
         return -1;
     zmsg_destroy(&self->ids);
     self->ids = ids;

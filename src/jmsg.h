@@ -56,6 +56,9 @@ int jmsg_set_raw(jmsg_t *self, jmsg_part_t part, const void *data, size_t len);
 /*  The same for bytes kenneld only passes on: checked to be one JSON object (jvalid), any
  *  size, and kept as bytes only: jmsg_json() of the part is NULL. */
 int jmsg_set_raw_unparsed(jmsg_t *self, jmsg_part_t part, const void *data, size_t len);
+/*  Set part to text, a JSON object kenneld wrote itself (copied; not checked): sent as it is,
+ *  and parsed only if someone asks for it (jmsg_json). 0, or -1 (out of memory). */
+int jmsg_set_text(jmsg_t *self, jmsg_part_t part, const char *text, size_t len);
 /*  The same with the bytes of *frame_p, taken (also on failure), not copied. flags: 0 or
  *  JMSG_UTF8_CHECKED. */
 int jmsg_take_raw_unparsed(jmsg_t *self, jmsg_part_t part, zframe_t **frame_p, unsigned flags);
@@ -96,6 +99,10 @@ const char *jmsg_id(const jmsg_t *self);
 /*  Routing identities and binary buffers, as frame lists owned by the message. Borrowed. */
 zmsg_t *jmsg_ids(const jmsg_t *self);
 zmsg_t *jmsg_buffers(const jmsg_t *self);
+/*  How many identity frames and buffers it has (without making the lists, as the two above
+ *  do the first time). */
+size_t jmsg_nids(const jmsg_t *self);
+size_t jmsg_nbuffers(const jmsg_t *self);
 /*  Replace the identities with copies of other's. 0 or -1. */
 int jmsg_copy_ids(jmsg_t *self, const jmsg_t *other);
 

@@ -194,11 +194,12 @@ void journal_add(journal_t *self, const jmsg_t *msg, long long now_ms)
         self->n++;
     }
     c->last_ms = now_ms;
-    const char *type = jmsg_type(msg);
-    const json_t *content = jmsg_content(msg);
-    const char *state = jmsg_cstr(json_object_get(content, "execution_state"));
-    if (strcmp(type, "status") == 0 && state && strcmp(state, "idle") == 0)
-        c->ended = 1;
+    /* (a content is read only for a status: the others may be large, or left unparsed) */
+    if (strcmp(jmsg_type(msg), "status") == 0) {
+        const char *state = jmsg_cstr(json_object_get(jmsg_content(msg), "execution_state"));
+        if (state && strcmp(state, "idle") == 0)
+            c->ended = 1;
+    }
     entry_t *e = s_entry(msg, self->max_bytes / 4);
     if (!e || e->len > self->max_bytes / 4) {
         free(e);

@@ -137,6 +137,15 @@ void jtext_str(jtext_t *t, const char *s, size_t len)
         } else {
             size_t used;
             unsigned cp = s_utf8(p, (size_t)(end - p), &used);
+            if (t->utf8) { /* the sequence as it is, or U+FFFD's */
+                if (cp == 0xFFFD && used == 1)
+                    memcpy(o, "\xEF\xBF\xBD", 3);
+                else
+                    memcpy(o, p, used);
+                t->len += cp == 0xFFFD && used == 1 ? 3 : used;
+                p += used;
+                continue;
+            }
             p += used;
             if (cp < 0x10000) {
                 s_u16(o, cp);
@@ -177,7 +186,7 @@ void jtext_int(jtext_t *t, long long v)
     jtext_raw(t, digits + n, sizeof digits - n);
 }
 
-/*  A real as jansson's JSON_REAL_PRECISION(15) writes it: %.15g, a '.' whatever the locale,
+/*  A real as jansson writes it: %.*g (t->digits, 17 by default), a '.' whatever the locale,
  *  ".0" when it would read as an integer, no '+' or leading zeros in the exponent. */
 static void s_real(jtext_t *t, double v)
 {
@@ -186,7 +195,7 @@ static void s_real(jtext_t *t, double v)
         return;
     }
     char b[48];
-    int n = snprintf(b, sizeof b - 3, "%.15g", v);
+    int n = snprintf(b, sizeof b - 3, "%.*g", t->digits > 0 ? t->digits : 17, v);
     if (n <= 0 || (size_t)n >= sizeof b - 3) {
         t->failed = 1;
         return;

@@ -323,6 +323,7 @@ int runlog_cell(runlog_t *self, const runlog_cell_t *c)
     /* Written here as text (jtext), in the order the record always had; the worker adds the
      * code's members. What it holds is its own: nothing of the loop's reaches the worker. */
     jtext_t *t = &j->text;
+    t->digits = 15; /* a cell's 0.711 ms reads 0.711, not 0.71099999999999985 */
     jtext_lit(t, "{\"time\":");
     jtext_cstr(t, when);
     jtext_lit(t, ",\"session\":");

@@ -9,6 +9,7 @@
 #include "session.h"
 
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <czmq.h>
 
 #include "journal.h"
+#include "jvalid.h"
 #include "log.h"
 #include "outbox.h"
 #include "route.h"
@@ -435,7 +437,23 @@ static void s_notify(session_t *self, const jmsg_t *parent, const char *text)
 
 static void s_publish_status(session_t *self, const jmsg_t *parent, const char *state)
 {
-    s_publish(self, parent, "status", json_pack("{s:s}", "execution_state", state));
+    /* Twice a cell: its content written as text, not built and dumped (design.md, "JSON on
+     * the hot path"). */
+    char text[64];
+    size_t n = strlen(state);
+    static const char head[] = "{\"execution_state\":\"";
+    jmsg_t *m = n < sizeof text - sizeof head - 2 ? jmsg_new("status", self->kernel_session) : NULL;
+    if (!m)
+        return;
+    memcpy(text, head, sizeof head - 1);
+    memcpy(text + sizeof head - 1, state, n);
+    memcpy(text + sizeof head - 1 + n, "\"}", 2);
+    if ((parent && jmsg_set_parent_from(m, parent) < 0) ||
+        jmsg_set_text(m, JMSG_CONTENT, text, sizeof head - 1 + n + 2) < 0) {
+        jmsg_destroy(&m);
+        return;
+    }
+    s_send(self, ROUTE_IOPUB, &m);
 }
 
 /*  Send a reply of reply_type to request on channel, with metadata (NULL: empty); steals
@@ -1270,6 +1288,115 @@ static json_t *s_part_json(const kpipe_frame_t *f, size_t i)
     return obj;
 }
 
+/*  What kenneld reads of an op header: its strings (NUL-terminated; NULL when absent or not a
+ *  string: the last member of a key stands, as in jansson's parse) and an execute_input's
+ *  execution_count (-1: none). The ops that come with every cell (iopub, reply, done, stdin)
+ *  are read from their bytes, without building them (design.md, "JSON on the hot path");
+ *  every other op, and a hot one holding an escape or a long string, is parsed by jansson
+ *  into json, which the other ops' handlers read. */
+typedef struct {
+    const char *op, *msg_type, *parent_msg_id, *status, *ename;
+    long long execution_count;
+    json_t *json; /* (owned) */
+} op_head_t;
+
+enum { OPF_OP, OPF_TYPE, OPF_PARENT, OPF_STATUS, OPF_ENAME, OPF_STRINGS, OPF_COUNT = OPF_STRINGS };
+static const char *const s_op_keys[] = {"op", "msg_type", "parent_msg_id", "status", "ename",
+                                        "execution_count"};
+#define OPF_MAX 136 /* bytes of a string read from the bytes (ename: 128), its NUL included */
+
+typedef struct {
+    const char *data;
+    int bail; /* an escape, a long string or number: left to jansson */
+    int set[OPF_STRINGS + 1];
+    char str[OPF_STRINGS][OPF_MAX];
+    long long count;
+} op_scan_t;
+
+static int s_op_member(void *arg, size_t key_at, size_t key_len, size_t value_at,
+                       size_t value_len)
+{
+    op_scan_t *sc = arg;
+    const char *key = sc->data + key_at + 1, *v = sc->data + value_at;
+    size_t klen = key_len - 2, i;
+    if (memchr(key, '\\', klen)) {
+        sc->bail = 1; /* it might spell one of ours */
+        return 0;
+    }
+    for (i = 0; i <= OPF_COUNT; i++)
+        if (strlen(s_op_keys[i]) == klen && memcmp(s_op_keys[i], key, klen) == 0)
+            break;
+    if (i > OPF_COUNT)
+        return 0;
+    sc->set[i] = 0;
+    if (i == OPF_COUNT) {
+        /* An integer (a number without fraction or exponent, as jansson tells them apart);
+         * one that might not fit a long long is jansson's to refuse. */
+        size_t digits = value_len - (v[0] == '-');
+        if (!((v[0] == '-' || (v[0] >= '0' && v[0] <= '9'))))
+            return 0;
+        for (size_t k = 0; k < value_len; k++)
+            if (v[k] == '.' || v[k] == 'e' || v[k] == 'E')
+                return 0;
+        if (digits > 18) {
+            sc->bail = 1;
+            return 0;
+        }
+        char text[24];
+        memcpy(text, v, value_len); /* (at most 19 bytes: not NUL-terminated where it is) */
+        text[value_len] = '\0';
+        sc->count = strtoll(text, NULL, 10);
+        sc->set[i] = 1;
+        return 0;
+    }
+    if (v[0] != '"')
+        return 0;
+    size_t n = value_len - 2;
+    if (n >= OPF_MAX || memchr(v + 1, '\\', n)) {
+        sc->bail = 1;
+        return 0;
+    }
+    memcpy(sc->str[i], v + 1, n);
+    sc->str[i][n] = '\0';
+    sc->set[i] = 1;
+    return 0;
+}
+
+static int s_hot_op(const char *op)
+{
+    return strcmp(op, "iopub") == 0 || strcmp(op, "reply") == 0 || strcmp(op, "done") == 0 ||
+           strcmp(op, "stdin") == 0;
+}
+
+/*  Read f's op header into *h (strings in *sc or in h->json). 0, or -1 when it is no JSON
+ *  object (or longer than OP_MAX_BYTES). */
+static int s_op_head(const kpipe_frame_t *f, op_scan_t *sc, op_head_t *h)
+{
+    kpipe_iov_t p = kpipe_frame_part(f, 0);
+    size_t values;
+    *h = (op_head_t){.execution_count = -1};
+    memset(sc, 0, offsetof(op_scan_t, str));
+    sc->data = p.data;
+    if (p.len <= OP_MAX_BYTES &&
+        jvalid_members(p.data, p.len, &values, s_op_member, sc,
+                       kpipe_frame_part_utf8(f, 0) ? JVALID_UTF8_CHECKED : 0) == 0 &&
+        !sc->bail && sc->set[OPF_OP] && s_hot_op(sc->str[OPF_OP])) {
+        const char **out[] = {&h->op, &h->msg_type, &h->parent_msg_id, &h->status, &h->ename};
+        for (size_t i = 0; i < OPF_STRINGS; i++)
+            *out[i] = sc->set[i] ? sc->str[i] : NULL;
+        h->execution_count = sc->set[OPF_COUNT] ? sc->count : -1;
+        return 0;
+    }
+    if (!(h->json = s_part_json(f, 0)))
+        return -1;
+    const char **out[] = {&h->op, &h->msg_type, &h->parent_msg_id, &h->status, &h->ename};
+    for (size_t i = 0; i < OPF_STRINGS; i++)
+        *out[i] = json_string_value(json_object_get(h->json, s_op_keys[i]));
+    json_t *count = json_object_get(h->json, "execution_count");
+    h->execution_count = json_is_integer(count) ? json_integer_value(count) : -1;
+    return 0;
+}
+
 /*  Kernel frames' parts, each read into a zframe of its own. */
 static void *s_part_alloc(void *arg, size_t len, void **handle)
 {
@@ -1298,7 +1425,7 @@ const kpipe_alloc_t *session_kpipe_alloc(void)
 /*  Build a message of type from the kernel's metadata, content and buffers (parts 1, 2, 3…).
  *  NULL when they are not JSON objects. */
 static jmsg_t *s_from_kernel(session_t *self, kpipe_frame_t *f, const char *type,
-                             const jmsg_t *parent, int reply)
+                             const jmsg_t *parent, int reply, int count_known)
 {
     if (kpipe_frame_count(f) < 3)
         return NULL;
@@ -1321,8 +1448,9 @@ static jmsg_t *s_from_kernel(session_t *self, kpipe_frame_t *f, const char *type
                                       md_utf8)
                       : jmsg_take_raw_unparsed(m, JMSG_METADATA, &md, md_utf8);
     /* An execute_input's content is parsed (shallowly past JMSG_PARSE_MAX: the cell's code
-     * may be long) for its execution_count, which kenneld's own replies repeat. */
-    int ct_rc = strcmp(type, "execute_input") == 0
+     * may be long) for its execution_count, which kenneld's own replies repeat, unless the
+     * op header said it. */
+    int ct_rc = !count_known && strcmp(type, "execute_input") == 0
                     ? jmsg_take_raw(m, JMSG_CONTENT, &ct, JMSG_MAX_VALUES, JMSG_PARSE_MAX, ct_utf8)
                     : jmsg_take_raw_unparsed(m, JMSG_CONTENT, &ct, ct_utf8);
     if (md_rc < 0 || ct_rc < 0) {
@@ -1708,10 +1836,10 @@ static int s_on_restored(session_t *self, const json_t *op, const char **why)
     return 0;
 }
 
-static int s_on_reply(session_t *self, kpipe_frame_t *f, const json_t *op, const char **why)
+static int s_on_reply(session_t *self, kpipe_frame_t *f, const op_head_t *op, const char **why)
 {
-    const char *type = json_string_value(json_object_get(op, "msg_type"));
-    const char *parent_id = json_string_value(json_object_get(op, "parent_msg_id"));
+    const char *type = op->msg_type;
+    const char *parent_id = op->parent_msg_id;
     if (self->state != SESSION_BUSY || !self->current) {
         *why = "reply with no request in flight";
         return -1;
@@ -1722,7 +1850,7 @@ static int s_on_reply(session_t *self, kpipe_frame_t *f, const json_t *op, const
         *why = "reply does not match the request in flight";
         return -1;
     }
-    jmsg_t *reply = s_from_kernel(self, f, type, self->current, 1);
+    jmsg_t *reply = s_from_kernel(self, f, type, self->current, 1, 0);
     if (!reply) {
         *why = "reply metadata or content is not a JSON object";
         return -1;
@@ -1733,7 +1861,7 @@ static int s_on_reply(session_t *self, kpipe_frame_t *f, const json_t *op, const
     int failed = 0;
     if (strcmp(r->msg_type, "execute_request") == 0) {
         self->cells++;
-        const char *status = json_string_value(json_object_get(op, "status"));
+        const char *status = op->status;
         int is_error = status && strcmp(status, "error") == 0;
         failed = is_error && s_stops_on_error(req);
         const char *outcome = self->deadline_phase >= 2 ? "timeout"
@@ -1748,7 +1876,9 @@ static int s_on_reply(session_t *self, kpipe_frame_t *f, const json_t *op, const
             LOG_W("session=%s: out of memory: the reply goes without its outcome", self->id);
         /* The error's name from the op header (the content is passed on unparsed); the
          * kernel's word, for the record only: a short printable name or none. */
-        const char *ename = is_error ? jmsg_cstr(json_object_get(op, "ename")) : NULL;
+        const char *ename = is_error ? op->ename : NULL;
+        if (ename && op->json)
+            ename = jmsg_cstr(json_object_get(op->json, "ename")); /* (none with a NUL) */
         if (ename && (strlen(ename) > 128 || strspn(ename, "abcdefghijklmnopqrstuvwxyz"
                                                            "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                                            "0123456789_.") != strlen(ename)))
@@ -1770,9 +1900,9 @@ static int s_on_reply(session_t *self, kpipe_frame_t *f, const json_t *op, const
 
 /*  The kernel is done with a comm message (a request without a reply): idle, and the next.
  *  Output after it goes to the last request that had a reply, as output between cells does. */
-static int s_on_done(session_t *self, const json_t *op, const char **why)
+static int s_on_done(session_t *self, const op_head_t *op, const char **why)
 {
-    const char *parent_id = json_string_value(json_object_get(op, "parent_msg_id"));
+    const char *parent_id = op->parent_msg_id;
     if (self->state != SESSION_BUSY || !self->current ||
         route_lookup(jmsg_type(self->current))->reply_type || !parent_id ||
         strcmp(parent_id, jmsg_id(self->current)) != 0) {
@@ -1810,8 +1940,10 @@ int session_on_kernel(session_t *self, kpipe_frame_t *frame, const char **why)
     if (self->state == SESSION_ENDED || self->state == SESSION_DEAD || self->restart_pending ||
         self->evicting)
         return 0;
-    json_t *op = s_part_json(frame, 0);
-    const char *name = op ? json_string_value(json_object_get(op, "op")) : NULL;
+    op_scan_t scan;
+    op_head_t head;
+    const char *name = s_op_head(frame, &scan, &head) == 0 ? head.op : NULL;
+    json_t *op = head.json; /* (NULL for the hot ops, which read head only) */
     int rc = -1;
     if (!name) {
         *why = "op header is not a JSON object with an op";
@@ -1839,35 +1971,38 @@ int session_on_kernel(session_t *self, kpipe_frame_t *frame, const char **why)
     } else if (strcmp(name, "save_ready") == 0) {
         rc = s_on_save_ready(self, op, why);
     } else if (strcmp(name, "reply") == 0) {
-        rc = s_on_reply(self, frame, op, why);
+        rc = s_on_reply(self, frame, &head, why);
     } else if (strcmp(name, "done") == 0) {
-        rc = s_on_done(self, op, why);
+        rc = s_on_done(self, &head, why);
     } else if (strcmp(name, "iopub") == 0) {
-        const char *type = json_string_value(json_object_get(op, "msg_type"));
+        const char *type = head.msg_type;
         const route_t *r = type ? route_on(type, ROUTE_IOPUB) : NULL;
         jmsg_t *m = NULL;
         if (!r || r->handler != ROUTE_BY_KERNEL)
             *why = "iopub msg_type not allowed";
         else if (!s_output_allowed(self, frame, type))
             rc = 0; /* past the cap: dropped unread */
-        else if (!(m = s_from_kernel(self, frame, type, self->current ? self->current : self->last, 0)))
+        else if (!(m = s_from_kernel(self, frame, type, self->current ? self->current : self->last,
+                                     0, head.execution_count >= 0)))
             *why = "iopub metadata or content is not a JSON object";
         else {
             json_t *count = json_object_get(jmsg_content(m), "execution_count");
-            if (strcmp(type, "execute_input") == 0 && self->current && json_is_integer(count) &&
-                json_integer_value(count) >= 0)
-                self->execution_count = json_integer_value(count);
+            long long n = head.execution_count >= 0 ? head.execution_count
+                          : json_is_integer(count)   ? json_integer_value(count)
+                                                     : -1;
+            if (strcmp(type, "execute_input") == 0 && self->current && n >= 0)
+                self->execution_count = n;
             s_send_output(self, &m);
             rc = 0;
         }
     } else if (strcmp(name, "stdin") == 0) {
-        const char *type = json_string_value(json_object_get(op, "msg_type"));
+        const char *type = head.msg_type;
         jmsg_t *m = NULL;
         if (!type || strcmp(type, "input_request") != 0 || self->state != SESSION_BUSY ||
             strcmp(jmsg_type(self->current), "execute_request") != 0 ||
             !s_json_true(jmsg_content(self->current), "allow_stdin", 0) || self->awaiting_input)
             *why = "input_request not allowed now";
-        else if (!(m = s_from_kernel(self, frame, type, self->current, 1)))
+        else if (!(m = s_from_kernel(self, frame, type, self->current, 1, 0)))
             *why = "input_request metadata or content is not a JSON object";
         else {
             self->awaiting_input = 1;

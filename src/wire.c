@@ -12,6 +12,7 @@
 #include <sodium.h>
 
 #include "hmac.h"
+#include "jtext.h"
 #include "jvalid.h"
 #include "replay.h"
 
@@ -185,14 +186,15 @@ static int s_finish(wire_t *self, wire_pending_t *p, jmsg_t **out)
         zmsg_remove(msg, p->parts[i]);
         /* (a part over parse_max was checked as UTF-8 in slices by wire_decode_step; a
          * smaller one is checked here, by its parse or by jvalid) */
+        unsigned checked = p->parts[i] && zframe_size(p->parts[i]) > self->limits.parse_max
+                               ? JMSG_UTF8_CHECKED
+                               : 0;
         if (rc == 0 && i != JMSG_HEADER && (self->limits.raw_parts & (1u << i))) {
-            unsigned checked =
-                zframe_size(p->parts[i]) > self->limits.parse_max ? JMSG_UTF8_CHECKED : 0;
             if (jmsg_take_raw_unparsed(m, (jmsg_part_t)i, &p->parts[i], checked) < 0)
                 rc = WIRE_EJSON;
         } else if (rc == 0 &&
                    jmsg_take_raw(m, (jmsg_part_t)i, &p->parts[i], self->limits.max_values,
-                                 self->limits.parse_max, JMSG_UTF8_CHECKED) < 0) {
+                                 self->limits.parse_max, checked) < 0) {
             rc = WIRE_EJSON;
         }
         zframe_destroy(&p->parts[i]);
@@ -339,11 +341,13 @@ static zmsg_t *s_encode(wire_t *self, jmsg_t *msg, int take, int sign, size_t *s
                 lens[i] = 2;
                 continue;
             }
-            dumped[i] = json_dumps(obj, JSON_COMPACT);
+            jtext_t t = {.utf8 = 1}; /* (json_dumps's JSON_COMPACT, byte for byte) */
+            jtext_json(&t, obj);
+            lens[i] = t.len;
+            dumped[i] = jtext_take(&t);
             if (!dumped[i])
                 goto fail;
             data[i] = dumped[i];
-            lens[i] = strlen(dumped[i]);
         }
     }
     char sig[HMAC_HEX_LEN + 1] = "";
@@ -353,7 +357,8 @@ static zmsg_t *s_encode(wire_t *self, jmsg_t *msg, int take, int sign, size_t *s
     for (int i = 0; i < JMSG_NPARTS; i++)
         *signed_len += lens[i];
 
-    for (zframe_t *f = zmsg_first(jmsg_ids(msg)); f; f = zmsg_next(jmsg_ids(msg)))
+    for (zframe_t *f = jmsg_nids(msg) ? zmsg_first(jmsg_ids(msg)) : NULL; f;
+         f = zmsg_next(jmsg_ids(msg)))
         if (zmsg_addmem(z, zframe_data(f), zframe_size(f)) < 0)
             goto fail;
     *sig_frame = zmsg_size(z) + 1;
@@ -366,11 +371,12 @@ static zmsg_t *s_encode(wire_t *self, jmsg_t *msg, int take, int sign, size_t *s
             goto fail;
     if (take) {
         zframe_t *f;
-        while ((f = zmsg_pop(jmsg_buffers(msg))))
+        while (jmsg_nbuffers(msg) && (f = zmsg_pop(jmsg_buffers(msg))))
             if (zmsg_append(z, &f) < 0)
                 goto fail;
     } else {
-        for (zframe_t *f = zmsg_first(jmsg_buffers(msg)); f; f = zmsg_next(jmsg_buffers(msg)))
+        for (zframe_t *f = jmsg_nbuffers(msg) ? zmsg_first(jmsg_buffers(msg)) : NULL; f;
+             f = zmsg_next(jmsg_buffers(msg)))
             if (zmsg_addmem(z, zframe_data(f), zframe_size(f)) < 0)
                 goto fail;
     }

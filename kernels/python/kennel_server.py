@@ -249,9 +249,12 @@ class Kernel:
         """Send one iopub message, with its binary buffers, after all stream output written
         before it; from any thread. Raises FrameError when it cannot be sent (content that
         is not JSON, more than 61 buffers, past 64 MiB)."""
+        op = {"op": "iopub", "msg_type": msg_type}
+        if msg_type == "execute_input":
+            # kenneld keeps the count from the op header, and passes the content on unparsed.
+            op["execution_count"] = content["execution_count"]
         with self._streams.flushed():
-            self._pipe.send({"op": "iopub", "msg_type": msg_type}, metadata or {}, content,
-                            *buffers, hold=hold)
+            self._pipe.send(op, metadata or {}, content, *buffers, hold=hold)
 
     def _publish_stream(self, name, text):
         self._pipe.send({"op": "iopub", "msg_type": "stream"}, {}, {"name": name, "text": text})

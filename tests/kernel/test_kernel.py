@@ -389,7 +389,10 @@ def test_signal_stops_input(kernel, signum, ename):
     msg_id = kernel.send_request("execute_request", {
         "code": "input('?')", "silent": False, "store_history": True,
         "user_expressions": {}, "allow_stdin": True})
-    assert kernel.recv_frame()[0] == {"op": "iopub", "msg_type": "execute_input"}
+    # (the count in the op header too: kenneld reads it there, the content unparsed)
+    op, parts = kernel.recv_frame()
+    assert op == {"op": "iopub", "msg_type": "execute_input",
+                  "execution_count": json.loads(parts[1])["execution_count"]}
     assert kernel.recv_frame()[0] == {"op": "stdin", "msg_type": "input_request"}
     kernel.proc.send_signal(signum)
     _, reply, _ = kernel.collect(msg_id)

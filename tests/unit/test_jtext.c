@@ -1,7 +1,8 @@
-/*  Unit tests of jtext: what it writes is what jansson's json_dumps writes (JSON_COMPACT |
- *  JSON_ENSURE_ASCII | JSON_REAL_PRECISION(15)), byte for byte, over strings that need every
- *  kind of escape, reals of every shape and nested values; bytes that are not UTF-8 become
- *  U+FFFD and the text still parses. */
+/*  Unit tests of jtext: what it writes is what jansson's json_dumps writes, byte for byte,
+ *  in both of its modes (JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(15), as run
+ *  records are written; JSON_COMPACT alone, as message parts are), over strings that need
+ *  every kind of escape, reals of every shape and nested values; bytes that are not UTF-8
+ *  become U+FFFD and the text still parses. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,18 +12,20 @@
 
 #define DUMP_FLAGS (JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(15) | JSON_ENCODE_ANY)
 
-/*  jtext's text of v against jansson's. */
+/*  jtext's text of v against jansson's, in both modes. */
 static void s_same(const json_t *v)
 {
-    jtext_t t = {0};
-    jtext_json(&t, v);
-    char *ours = jtext_take(&t);
-    char *theirs = json_dumps(v, DUMP_FLAGS);
-    CHECK(ours && theirs);
-    if (ours && theirs)
-        CHECK_STR(ours, theirs);
-    free(ours);
-    free(theirs);
+    for (int utf8 = 0; utf8 < 2; utf8++) {
+        jtext_t t = {.utf8 = utf8, .digits = utf8 ? 0 : 15};
+        jtext_json(&t, v);
+        char *ours = jtext_take(&t);
+        char *theirs = json_dumps(v, utf8 ? JSON_COMPACT | JSON_ENCODE_ANY : DUMP_FLAGS);
+        CHECK(ours && theirs);
+        if (ours && theirs)
+            CHECK_STR(ours, theirs);
+        free(ours);
+        free(theirs);
+    }
 }
 
 TEST(strings_are_escaped_as_jansson_escapes_them)
@@ -94,8 +97,19 @@ TEST(bytes_that_are_not_utf8_become_replacement_characters)
     CHECK(strstr(text, "\\uFFFD") != NULL);
     for (const char *p = text; *p; p++)
         CHECK((unsigned char)*p < 0x80);
+    char *want = strdup(s ? s : "");
     json_decref(back);
     free(text);
+    /* the same as UTF-8: each U+FFFD's bytes, and it still parses to the same string */
+    jtext_t u = {.utf8 = 1};
+    jtext_str(&u, bad, sizeof bad - 1);
+    text = jtext_take(&u);
+    json_t *same = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+    CHECK(json_is_string(same) && strcmp(json_string_value(same), want) == 0);
+    CHECK(text && strstr(text, "\xef\xbf\xbd") != NULL && !strstr(text, "\\u"));
+    json_decref(same);
+    free(text);
+    free(want);
 }
 
 TEST(ints_raw_and_null_strings)

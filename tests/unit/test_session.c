@@ -1750,6 +1750,83 @@ TEST(kenneld_replies_carry_the_cells_execution_count)
     s_rec_free(r);
 }
 
+#define REPLY_OP "{\"op\":\"reply\",\"msg_type\":\"execute_reply\",\"parent_msg_id\":\""
+
+/*  One cell: an execute_request, then the kernel's frames for it with the reply op header
+ *  head + the request's msg_id (each '-' escaped when escape_id) + tail. Its record's index
+ *  in r->done, or -1. */
+static int s_cell_with_op(session_t *s, rec_t *r, const char *head, const char *tail,
+                          int escape_id)
+{
+    char id[40], esc[80], op[600];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1+1"), id);
+    /* the id with each '-' as \u002d: the same string to a JSON reader */
+    size_t n = 0;
+    for (const char *p = id; *p && n < sizeof esc - 7; p++)
+        if (*p == '-' && escape_id)
+            n += (size_t)snprintf(esc + n, sizeof esc - n, "\\u002d");
+        else
+            esc[n++] = *p;
+    esc[n] = '\0';
+    snprintf(op, sizeof op, "%s%s%s", head, esc, tail);
+    const char *parts[] = {op, "{}", "{\"status\":\"ok\",\"execution_count\":1}"};
+    int before = r->ndone;
+    CHECK_EQ_INT(s_kernel(s, 3, parts), 0);
+    return r->ndone > before ? r->ndone - 1 : -1;
+}
+
+/*  The hot ops' headers, read from their bytes, read as jansson reads them: an escaped key or
+ *  value, the last of a repeated key, a value that is not a string, a string too long to
+ *  keep; and an execute_input's count from its op header, its content left unparsed. */
+TEST(op_headers_are_read_as_jansson_reads_them)
+{
+    rec_t *r = s_rec_new();
+    session_t *s = s_session(r, 8);
+    s_hello(s);
+    int d;
+    /* an escaped parent id (read by jansson) matches the request's */
+    d = s_cell_with_op(s, r, REPLY_OP, "\",\"status\":\"ok\"}", 1);
+    CHECK(d >= 0 && strcmp(r->done[d].outcome, "ok") == 0);
+    /* an escaped key */
+    d = s_cell_with_op(s, r, "{\"\\u006fp\":\"reply\",\"msg_type\":\"execute_reply\",\"parent_msg_id\":\"", "\",\"status\":\"ok\"}", 0);
+    CHECK(d >= 0 && strcmp(r->done[d].outcome, "ok") == 0);
+    /* the last status stands: "error" then "ok" is ok; "ok" then 1 is none (aborted) */
+    d = s_cell_with_op(s, r, REPLY_OP, "\",\"status\":\"error\",\"status\":\"ok\"}", 0);
+    CHECK(d >= 0 && strcmp(r->done[d].outcome, "ok") == 0);
+    d = s_cell_with_op(s, r, REPLY_OP, "\",\"status\":\"ok\",\"status\":1}", 0);
+    CHECK(d >= 0 && strcmp(r->done[d].outcome, "aborted") == 0);
+    /* an error's name: kept when short and plain, dropped when over 128 bytes (a string the
+     * byte reader leaves to jansson) */
+    d = s_cell_with_op(s, r, REPLY_OP, "\",\"status\":\"error\",\"ename\":\"ValueError\"}", 0);
+    CHECK(d >= 0 && strcmp(r->done[d].ename, "ValueError") == 0 &&
+          strcmp(r->done[d].outcome, "error") == 0);
+    char long_tail[300];
+    snprintf(long_tail, sizeof long_tail, "\",\"status\":\"error\",\"ename\":\"%0150d\"}", 0);
+    d = s_cell_with_op(s, r, REPLY_OP, long_tail, 0);
+    CHECK(d >= 0 && r->done[d].ename[0] == '\0' && strcmp(r->done[d].outcome, "error") == 0);
+    /* a reply for another request is still refused */
+    char id[40];
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "2"), id);
+    const char *wrong[] = {"{\"op\":\"reply\",\"msg_type\":\"execute_reply\",\"parent_msg_id\":\"nope\",\"status\":\"ok\"}", "{}", "{\"status\":\"ok\"}"};
+    CHECK_EQ_INT(s_kernel(s, 3, wrong), -1);
+    session_destroy(&s);
+    s_rec_free(r);
+
+    /* The count in the op header stands, whatever the content says (it is not parsed). */
+    r = s_rec_new();
+    s = s_session(r, 8);
+    s_hello(s);
+    s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), id);
+    const char *input[] = {"{\"op\":\"iopub\",\"msg_type\":\"execute_input\",\"execution_count\":12}",
+                           "{}", "{\"code\":\"x\",\"execution_count\":3}"};
+    CHECK_EQ_INT(s_kernel(s, 3, input), 0);
+    session_on_kernel_exit(s, "exited with status 0", SESSION_EXIT_CRASH);
+    int rep = s_find(r, 0, "execute_reply"), is_int = 0;
+    CHECK(rep >= 0 && s_reply_count(r, rep, &is_int) == 12 && is_int);
+    session_destroy(&s);
+    s_rec_free(r);
+}
+
 TEST(kenneld_replies_keep_the_last_count_known)
 {
     /* A queued cell refused for the full queue, and one with a deadline-killed kernel that
@@ -2169,6 +2246,7 @@ int main(void)
     RUN(restore_past_its_deadline_then_killed);
     RUN(kernel_info_past_the_waiting_bound_keeps_the_latest);
     RUN(kenneld_replies_carry_the_cells_execution_count);
+    RUN(op_headers_are_read_as_jansson_reads_them);
     RUN(kenneld_replies_keep_the_last_count_known);
     RUN(kernel_info_error_reply_has_the_specs_fields);
     RUN(restart_aborts_queued_executes);
