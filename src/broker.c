@@ -763,7 +763,10 @@ static void s_op_send(void *ctx, unsigned channel, jmsg_t **msg_p)
                                                                                  : CHANNELS_SHELL;
     LOG_D("session=%s: -> %s %s", s->id, route_channel_name(channel), jmsg_type(*msg_p));
     char type[64]; /* for the log line: the send takes the message */
-    snprintf(type, sizeof type, "%s", jmsg_type(*msg_p));
+    const char *t = jmsg_type(*msg_p);
+    size_t tn = strnlen(t, sizeof type - 1);
+    memcpy(type, t, tn);
+    type[tn] = '\0';
     int rc = channels_send(s->ch, i, msg_p);
     if (rc == CHANNELS_HELD) {
         LOG_D("session=%s: stdin: the client has not joined; %s held", s->id, type);

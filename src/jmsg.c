@@ -41,6 +41,8 @@ struct jmsg {
     zmsg_t *buffers;              /* binary buffers after content */
 };
 
+static json_t *s_build(const char *data, size_t len, unsigned flags, size_t *values, int depth);
+
 /*  A part's parsed form, parsing a lazy part now. The parse is a cache of the raw bytes,
  *  which do not change: a const message may fill it. */
 static json_t *s_json(const jmsg_t *self, jmsg_part_t part)
@@ -49,12 +51,9 @@ static json_t *s_json(const jmsg_t *self, jmsg_part_t part)
     if (!m->json[part] && !m->raw[part])
         m->json[part] = json_object(); /* an empty part (see jmsg_new_empty) */
     if (!m->json[part] && m->lazy[part] && m->raw[part]) {
-        json_t *obj = json_loadb((const char *)zframe_data(m->raw[part]),
-                                 zframe_size(m->raw[part]), JMSG_JSON_LOAD_FLAGS, NULL);
-        if (obj && json_is_object(obj))
-            m->json[part] = obj;
-        else
-            json_decref(obj);
+        size_t values;
+        m->json[part] = s_build((const char *)zframe_data(m->raw[part]),
+                                zframe_size(m->raw[part]), 0, &values, 0);
     }
     return m->json[part];
 }
@@ -301,7 +300,9 @@ static int s_shallow_member(void *arg, size_t key_at, size_t key_len, size_t val
 /*  A member's value as jansson parses it: built here for the common shapes (a string without
  *  escapes, whose UTF-8 jvalid checked; an integer of at most 18 digits; true, false, null,
  *  {}, []), else parsed by jansson. NULL where jansson refuses it (a number too large). */
-static json_t *s_value(const char *v, size_t n)
+#define JMSG_BUILD_DEPTH 4 /* objects nested deeper than this are jansson's to parse */
+
+static json_t *s_value(const char *v, size_t n, int depth)
 {
     switch (v[0]) {
     case '"':
@@ -314,10 +315,14 @@ static json_t *s_value(const char *v, size_t n)
         return json_false();
     case 'n':
         return json_null();
-    case '{':
+    case '{': { /* (its bytes were checked with the outer object's: UTF-8 among them) */
+        size_t values;
         if (n == 2)
             return json_object();
+        if (depth < JMSG_BUILD_DEPTH)
+            return s_build(v, n, JVALID_UTF8_CHECKED, &values, depth + 1);
         break;
+    }
     case '[':
         if (n == 2)
             return json_array();
@@ -342,13 +347,14 @@ static json_t *s_value(const char *v, size_t n)
 typedef struct {
     const char *data;
     json_t *obj;
+    int depth; /* of obj: 0 for a part */
 } build_t;
 
 static int s_build_member(void *arg, size_t key_at, size_t key_len, size_t value_at,
                           size_t value_len)
 {
     build_t *b = arg;
-    json_t *value = s_value(b->data + value_at, value_len);
+    json_t *value = s_value(b->data + value_at, value_len, b->depth);
     if (!value)
         return -1;
     const char *key = b->data + key_at + 1;
@@ -365,6 +371,18 @@ static int s_build_member(void *arg, size_t key_at, size_t key_len, size_t value
     json_decref(k);
     return rc;
 }
+
+/*  data, one JSON object, built from the members jvalid reports as it checks it (flags:
+ *  jvalid's). NULL when it is not one (or out of memory). */
+static json_t *s_build(const char *data, size_t len, unsigned flags, size_t *values, int depth)
+{
+    build_t b = {data, json_object(), depth};
+    if (b.obj && jvalid_members(data, len, values, s_build_member, &b, flags) == 0)
+        return b.obj;
+    json_decref(b.obj);
+    return NULL;
+}
+
 
 /*  Parse data, which must be one JSON object of at most max_values values and keys, into
  *  *obj: whole, or past parse_max bytes, shallowly (its members of small keys and values, up
@@ -395,16 +413,12 @@ static int s_parse(const void *data, size_t len, size_t max_values, size_t parse
         return -1;
     /* Then built from its members as jvalid reads them (one pass, not a check then jansson's
      * own, slower parse: design.md, "JSON on the hot path"). */
-    build_t b = {data, json_object()};
-    if (!b.obj ||
-        jvalid_members(data, len, &values, s_build_member, &b,
-                       flags & JMSG_UTF8_CHECKED ? JVALID_UTF8_CHECKED : 0) < 0 ||
-        values > max_values) {
-        json_decref(b.obj);
-        return -1;
+    *obj = s_build(data, len, flags & JMSG_UTF8_CHECKED ? JVALID_UTF8_CHECKED : 0, &values, 0);
+    if (*obj && values > max_values) {
+        json_decref(*obj);
+        *obj = NULL;
     }
-    *obj = b.obj;
-    return 0;
+    return *obj ? 0 : -1;
 }
 
 int jmsg_set_raw(jmsg_t *self, jmsg_part_t part, const void *data, size_t len)

@@ -138,8 +138,15 @@ static entry_t *s_entry(const jmsg_t *m, size_t max)
         text[i] = s_part(m, (jmsg_part_t)i, &len[i], &dumped[i]);
         total += strlen(keys[i]) + len[i];
     }
-    char tail[48];
-    int tail_len = snprintf(tail, sizeof tail, ",\"buffers\":%zu}", zmsg_size(jmsg_buffers(m)));
+    char tail[48] = ",\"buffers\":";
+    int tail_len = (int)strlen(tail);
+    size_t nb = jmsg_nbuffers(m);
+    if (nb < 10) { /* (every message but a rare one: without snprintf, four times a cell) */
+        tail[tail_len++] = (char)('0' + nb);
+        tail[tail_len++] = '}';
+    } else {
+        tail_len += snprintf(tail + tail_len, sizeof tail - (size_t)tail_len, "%zu}", nb);
+    }
     total += (size_t)tail_len;
     entry_t *e = malloc(sizeof *e + total);
     if (e) {

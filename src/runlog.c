@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <regex.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,6 @@ struct runlog {
 /*  One record on its way to the disk. Owned by the job: nothing in it is shared with the
  *  loop, so the worker may touch it. */
 typedef struct {
-    char dir[PATH_MAX];
     jtext_t text; /* the record as the loop wrote it, without its code's members and "}" */
     char *code; /* the code, or NULL */
     size_t code_len;
@@ -43,6 +43,7 @@ typedef struct {
     unsigned keep_days;
     int prune;  /* the first record of a new day: remove the days past keep_days */
     int failed; /* errno of the write, or 0 */
+    char dir[PATH_MAX]; /* (last: a new job zeroes what is before it, not these 4 KiB) */
 } runjob_t;
 
 /*  The patterns of secret-like strings. `group` is the part replaced (0: the whole match);
@@ -290,23 +291,41 @@ static void s_done(void *arg)
     free(j);
 }
 
-/*  The current UTC time as ISO 8601 with milliseconds. */
+/*  The current UTC time as ISO 8601 with milliseconds. The part to the second is formatted
+ *  once a second (on the loop's thread: runlog_cell's only caller). */
 static void s_iso(long long wall_ms, char out[32])
 {
-    time_t t = (time_t)(wall_ms / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    char base[24];
-    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out, 32, "%s.%03lldZ", base, wall_ms % 1000);
+    static long long cached_s = -1;
+    static char cached[24];
+    static size_t cached_len;
+    long long sec = wall_ms / 1000;
+    if (sec != cached_s) {
+        time_t t = (time_t)sec;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        cached_len = strftime(cached, sizeof cached, "%Y-%m-%dT%H:%M:%S", &tm);
+        cached_s = sec;
+    }
+    long long ms = wall_ms % 1000;
+    memcpy(out, cached, cached_len);
+    char *p = out + cached_len;
+    *p++ = '.';
+    *p++ = (char)('0' + ms / 100);
+    *p++ = (char)('0' + ms / 10 % 10);
+    *p++ = (char)('0' + ms % 10);
+    *p++ = 'Z';
+    *p = '\0';
 }
 
 int runlog_cell(runlog_t *self, const runlog_cell_t *c)
 {
-    runjob_t *j = calloc(1, sizeof *j);
+    /* (not calloc: the path buffer alone is 4 KiB of zeros a cell) */
+    runjob_t *j = malloc(sizeof *j);
     if (!j)
         return -1;
-    snprintf(j->dir, sizeof j->dir, "%s", self->dir);
+    memset(j, 0, offsetof(runjob_t, dir));
+    size_t dir_len = strlen(self->dir); /* (runlog_new checked it fits) */
+    memcpy(j->dir, self->dir, dir_len + 1);
     j->wall_ms = util_wall_ms();
     j->record_code = self->record_code;
     j->keep_days = self->keep_days;
