@@ -764,6 +764,22 @@ def test_exit_asks_the_client_to_leave_and_keep_kernel_keeps_the_session(kernel)
     assert reply["payload"] == [{"source": "ask_exit", "keepkernel": True}]
     reply, _ = kernel.execute("quit")
     assert reply["payload"] == [{"source": "ask_exit", "keepkernel": False}]
+    reply, _ = kernel.execute("1")
+    assert reply["payload"] == []
+
+
+def test_a_payload_written_between_cells_is_dropped(kernel):
+    """As in IPython's kernel: a cell's reply carries the payloads written while it ran,
+    not one a thread wrote after the previous cell's reply."""
+    reply, _ = kernel.execute("import threading, time\n"
+                              "_t = threading.Timer(0.1, get_ipython().set_next_input, ['x'])\n"
+                              "_t.start()")
+    assert reply["payload"] == []
+    time.sleep(0.3)
+    reply, _ = kernel.execute("_t.is_alive()")
+    assert reply["payload"] == []
+    reply, _ = kernel.execute("get_ipython().set_next_input('y')")
+    assert reply["payload"] == [{"source": "set_next_input", "text": "y", "replace": False}]
 
 
 def test_unknown_request(kernel):
@@ -1357,3 +1373,40 @@ def test_a_restore_frame_as_kenneld_sends_it_gives_aligned_private_views():
     assert ks.restore(kp.decode_body(memoryview(body))[1], out)[1] == []
     assert out["arr"].flags.aligned and np.array_equal(out["arr"], arr)
     assert not np.shares_memory(out["arr"], np.frombuffer(body, dtype=np.uint8))
+
+
+def test_parts_encode_as_strict_compact_utf8_json():
+    """encode_part, with its one shared encoder: what Jupyter's own serializer accepts beyond
+    JSON (bytes as base64, dates, numpy numbers) converted, what no JSON holds refused."""
+    import datetime
+    import threading
+    import numpy as np
+    _snapshot_module()  # puts the kernel's modules on sys.path
+    import kennel_pipe as kp
+    assert kp.encode_part({}) == b"{}"
+    assert kp.encode_part({"a": [1, 2.5, None, True], "é": "\ud800x"}) == (
+        '{"a":[1,2.5,null,true],"é":"?x"}'.encode())
+    assert kp.encode_part({"png": b"\x89PNG", "n": np.int64(3), "f": np.float32(0.5),
+                           "d": datetime.date(2024, 1, 2)}) == (
+        b'{"png":"iVBORw==","n":3,"f":0.5,"d":"2024-01-02"}')
+    assert kp.encode_part(b"raw") == b"raw"
+    loop = {}
+    loop["me"] = loop
+    for bad in ({"x": float("nan")}, {"x": float("inf")}, {"x": object()}, loop, {1j: 1}):
+        with pytest.raises(kp.FrameError):
+            kp.encode_part(bad)
+    assert kp.encode_part({"after": "failures"}) == b'{"after":"failures"}'
+    # Threads share the encoder (the flush thread, user threads' displays).
+    big = {"k": [{"i": i, "s": "x" * 50} for i in range(300)]}
+    expected = json.dumps(big, separators=(",", ":")).encode()
+    results = []
+
+    def encode_many():
+        results.extend(kp.encode_part(big) == expected for _ in range(200))
+
+    threads = [threading.Thread(target=encode_many) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [True] * 800

@@ -1,8 +1,8 @@
-"""KennelShell's shortcuts past three of IPython's whole-cell passes (kernels/python/
-kennel_shell.py): the token transforms, the displayhook's trailing-';' check and the
-top-level-await check. Each must answer exactly as IPython's own code does, and must skip
-IPython's work for a cell that cannot need it. Runs in this process, against Debian's
-IPython, with no kernel."""
+"""KennelShell's shortcuts past IPython's own passes (kernels/python/kennel_shell.py): the
+token transforms, the displayhook's trailing-';' check, the top-level-await check and the
+display formatter's text/plain of a builtin value. Each must answer exactly as IPython's own
+code does, and must skip IPython's work for a cell that cannot need it. Runs in this
+process, against Debian's IPython, with no kernel."""
 
 import ast
 import random
@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from IPython.core import displayhook, inputtransformer2
 from IPython.core.displayhook import DisplayHook
+from IPython.core.formatters import DisplayFormatter, PlainTextFormatter
 from IPython.core.inputtransformer2 import TransformerManager
 from IPython.core.interactiveshell import InteractiveShell
+from IPython.lib import pretty
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "kernels" / "python"))
 import kennel_shell  # noqa: E402
@@ -190,3 +192,91 @@ def test_may_transform_looks_where_ipython_syntax_can_be():
     assert not kennel_shell._may_transform(["x = 'a%s' % 1 if a != b else f'{c!r}?'\n"])
     assert not kennel_shell._may_transform(["x = a?  # a comment after it hides it\n"])
     assert not kennel_shell._may_transform([])
+
+
+# Values of every builtin type the formatter's shortcut takes, and the reprs that are not one
+# plain line: strings with line breaks and unprintable characters, a huge int.
+VALUES = [0, 1, -1, 2**64, -(10**300), True, False, None, "", "a", "a\nb", "\r", "\x1c\x85",
+          "\u2028", "é€😀", "'\"", "x" * 200, b"", b"\n\xff", range(3), range(-1, 10, 2), 2.5,
+          float("nan"), 1e300, 1j, [1, "a\nb"], (1,), {"k": {1}}, {1, 2}, frozenset(),
+          list(range(200)), "%s" * 3]
+
+
+def _formats(fmt, values):
+    return [outcome(fmt.format, v) for v in values], [
+        outcome(DisplayFormatter.format, fmt, v) for v in values]
+
+
+@pytest.mark.parametrize("change", [
+    "none", "plain int printer", "plain object printer", "singleton printer", "no pprint",
+    "int printer removed", "deferred int printer", "float precision", "html int printer",
+    "html object printer", "plain formatter subclass", "max_width"])
+def test_builtin_values_format_as_in_ipython(shell, change):
+    """KennelDisplayFormatter.format against IPython's DisplayFormatter.format on the same
+    formatters, each time with another printer registered the way a user (or a library)
+    would."""
+    fmt = kennel_shell.KennelDisplayFormatter(parent=shell)
+    plain, html = fmt.formatters["text/plain"], fmt.formatters["text/html"]
+    if change == "plain int printer":
+        plain.for_type(int, lambda n, p, cycle: p.text(f"int {n}"))
+    elif change == "plain object printer":
+        plain.for_type(object, lambda o, p, cycle: p.text("obj"))
+    elif change == "singleton printer":
+        plain.singleton_printers[id(1)] = lambda o, p, cycle: p.text("one")
+        plain.singleton_printers[id(None)] = lambda o, p, cycle: p.text("nothing")
+    elif change == "no pprint":
+        plain.pprint = False
+    elif change == "int printer removed":
+        plain.type_printers.pop(int)
+        plain.type_printers.pop(str)
+    elif change == "deferred int printer":
+        plain.type_printers.pop(int)
+        plain.for_type_by_name("builtins", "int", lambda n, p, cycle: p.text("deferred"))
+    elif change == "float precision":
+        plain.float_precision = "2"
+    elif change == "html int printer":
+        html.for_type(int, lambda n: f"<i>{n}</i>")
+    elif change == "html object printer":
+        html.for_type(object, lambda o: "<b>any</b>")
+    elif change == "plain formatter subclass":
+        class Plain(PlainTextFormatter):
+            def __call__(self, obj):
+                return "mine"
+        fmt.formatters["text/plain"] = Plain(parent=fmt)
+    elif change == "max_width":
+        plain.max_width = 3
+    ours, theirs = _formats(fmt, VALUES)
+    assert ours == theirs
+    if change == "none":
+        assert ours[0] == ("ok", ({"text/plain": "0"}, {}))
+
+
+def test_an_int_too_long_for_str_fails_as_in_ipython(shell, monkeypatch):
+    """repr() raises for an int of more than sys.get_int_max_str_digits() digits: IPython
+    shows that error (its formatter's decorator) and the result has no text/plain."""
+    shown = []
+    monkeypatch.setattr(shell, "publish", lambda msg_type, content: shown.append(msg_type))
+    fmt = kennel_shell.KennelDisplayFormatter(parent=shell)
+    huge = 10 ** (sys.get_int_max_str_digits() + 1)
+    ours, theirs = _formats(fmt, [huge])
+    assert ours == theirs == [("ok", ({}, {}))]
+    assert shown == ["error", "error"]
+
+
+def test_repr_values_skip_the_pretty_printer(shell, monkeypatch):
+    """An int or a str (with IPython's default printers) is shown without IPython's
+    formatter calls, whose decorator binds arguments with inspect and builds a printer."""
+    fmt = kennel_shell.KennelDisplayFormatter(parent=shell)
+
+    def no_printer(*args, **kwargs):
+        raise AssertionError("built a pretty printer for a repr value")
+
+    monkeypatch.setattr(pretty, "RepresentationPrinter", no_printer)
+    assert fmt.format(2) == ({"text/plain": "2"}, {})
+    assert fmt.format("a") == ({"text/plain": "'a'"}, {})
+    assert fmt.format(None) == ({"text/plain": "None"}, {})
+    # A float's printer is the formatter's own: IPython's call, failing here (its decorator
+    # shows the error, and there is no text/plain).
+    shown = []
+    monkeypatch.setattr(shell, "publish", lambda msg_type, content: shown.append(msg_type))
+    assert fmt.format(2.5) == ({}, {}) and shown == ["error"]

@@ -222,7 +222,7 @@ def _random_op(rng, root, outside):
         pass  # no such file, not empty, exists already: the next op
 
 
-def _random_cells(tmp_path, seed, cells, **bounds):
+def _random_cells(tmp_path, seed, cells, watch_from=0, **bounds):
     """Cells of random file operations (and more between cells, which no cell reports):
     what the Tracker says of each cell is what walks before and after it say. Returns the
     tracker and how many files the walks listed and said deleted."""
@@ -235,7 +235,7 @@ def _random_cells(tmp_path, seed, cells, **bounds):
     (outside / "seed" / "f").write_bytes(b"seed")
     (outside / "decoy").write_bytes(b"decoy")  # what a symlink out of the workspace names
     rng = random.Random(seed)
-    tracker = Tracker(str(root), watch_from=0, **bounds)
+    tracker = Tracker(str(root), watch_from=watch_from, **bounds)
     tracker.snapshot()
     listed = deleted = 0
     try:
@@ -486,3 +486,135 @@ def test_names_that_are_not_utf8_are_listed_escaped(tmp_path):
     assert diff(tmp_path, cell) == {
         "files": [{"name": "d\\xe9/café-\\xe9.txt", "size": 2, "utf8": False}],
         "files_deleted": ["old\\xff.txt"], "files_truncated": False}
+
+
+# ---- Tracker: a small workspace's walk, not repeated while nothing changed -----------------
+
+def _settle():
+    """Past RACY_NS since the last change: a walk now keeps what it read (Tracker's
+    _revalidate); timestamps come from a clock a tick behind, hence twice over."""
+    time.sleep(2 * kennel_files.RACY_NS / 1e9)
+
+
+def _counting_scandir(monkeypatch, fail=()):
+    listed = []
+    real = os.scandir
+
+    def scandir(path):
+        listed.append(path)
+        if any(str(path).endswith(f) for f in fail):
+            raise OSError(24, "Too many open files")
+        return real(path)
+
+    monkeypatch.setattr(kennel_files.os, "scandir", scandir)
+    return listed
+
+
+def _outside_changes(root, outside):
+    os.link(root / "d" / "linked", outside / "linked")
+    return {
+        "new file": lambda: write(root, "new", b"n"),
+        "new file below": lambda: write(root, "d/e/new", b"n"),
+        "same size, mtime reset": lambda: (
+            (root / "a").write_bytes(b"A"), os.utime(root / "a", ns=(HOUR_NS, HOUR_NS))),
+        "truncated": lambda: (root / "d" / "b").write_bytes(b""),
+        "deleted below": lambda: (root / "d" / "e" / "c").unlink(),
+        "directory renamed": lambda: os.rename(root / "d" / "e", root / "d" / "f"),
+        "directory made": lambda: (root / "g").mkdir(),
+        "file made a symlink": lambda: ((root / "a").unlink(), os.symlink("d", root / "a")),
+        "written through a name outside": lambda: _append(outside / "linked"),
+        "mode changed": lambda: os.chmod(root / "d", 0o500),
+        "in a hidden directory": lambda: write(root, ".hid/x", b"x"),
+    }
+
+
+def _tree(tmp_path, name):
+    root, outside = tmp_path / name / "ws", tmp_path / name / "out"
+    for rel in ("a", "d/b", "d/linked", "d/e/c", ".hid/h"):
+        write(root, rel, b"x", mtime_ns=HOUR_NS)
+    outside.mkdir()
+    return root, outside
+
+
+def test_a_small_workspace_is_walked_again_only_when_something_changed(tmp_path, monkeypatch):
+    """Each change made between two snapshots (from outside a cell: `kennel put`, a thread,
+    a subprocess) is seen as two walks see it; a snapshot after none lists no directory."""
+    for name in _outside_changes(*_tree(tmp_path, "probe")):
+        root, outside = _tree(tmp_path, name.replace(" ", "_"))
+        change = _outside_changes(root, outside)[name]
+        tracker = Tracker(str(root))
+        _settle()
+        tracker.snapshot()  # a walk, kept
+        walk_before = Snapshot(str(root))
+        listed = _counting_scandir(monkeypatch)
+        before, _ = tracker.snapshot()
+        assert listed == [] and before.files == walk_before.files, name
+        change()
+        walk_after = Snapshot(str(root))
+        del listed[:]
+        after, paths = tracker.snapshot()
+        assert paths is None and after.files == walk_after.files, name
+        assert changes(before, after) == changes(walk_before, walk_after), name
+        if name == "in a hidden directory":
+            assert listed == [], "walked for a change no walk lists"
+        else:
+            assert listed, f"{name}: not walked again"
+        monkeypatch.undo()
+
+
+class _CoarseStat:
+    """A stat result with its mtime and ctime on TICK_NS ticks, as kernels before
+    multigrain timestamps (Linux 6.13) give them: this one's are fine-grained once read."""
+
+    TICK_NS = 40_000_000  # under RACY_NS, as a jiffy is
+
+    def __init__(self, st):
+        self._st = st
+        self.st_mtime_ns = st.st_mtime_ns // self.TICK_NS * self.TICK_NS
+        self.st_ctime_ns = st.st_ctime_ns // self.TICK_NS * self.TICK_NS
+
+    def __getattr__(self, name):
+        return getattr(self._st, name)
+
+
+def test_a_change_within_a_tick_of_a_walk_is_not_missed(tmp_path, monkeypatch):
+    """A walk that sees a directory (or file) changed within RACY_NS keeps nothing: a change
+    right after it, in the same timestamp tick, would leave mtime and ctime as they were."""
+    root = tmp_path / "ws"
+    (root / "d" / "e" / "z").mkdir(parents=True)
+    real_stat = os.stat
+    monkeypatch.setattr(kennel_files.os, "stat", lambda *a, **k: _CoarseStat(real_stat(*a, **k)))
+    tracker = Tracker(str(root))
+    _settle()
+    tracker.snapshot()
+    for _ in range(5):  # (a tick may end between the two changes: it is then seen anyway)
+        (root / "d" / "e" / "z").rmdir()
+        before = tracker.snapshot()[0]  # a walk: d/e changed just now
+        write(root, "d/e/y", b"2")  # nearly always within the same tick
+        assert changes(before, tracker.snapshot()[0])["files"] == [{"name": "d/e/y", "size": 1}]
+        (root / "d" / "e" / "y").unlink()
+        (root / "d" / "e" / "z").mkdir()
+        _settle()
+        tracker.snapshot()
+
+
+def test_a_walk_that_failed_somewhere_is_not_kept(tmp_path, monkeypatch):
+    """A listing that failed (descriptors exhausted by user code, say) lists nothing for that
+    directory; the next snapshot walks again rather than keep that answer."""
+    root, _ = _tree(tmp_path, "ws")
+    tracker = Tracker(str(root))
+    _settle()
+    _counting_scandir(monkeypatch, fail=["/d/e/"])
+    assert "d/e/c" not in tracker.snapshot()[0].files
+    monkeypatch.undo()
+    listed = _counting_scandir(monkeypatch)
+    assert "d/e/c" in tracker.snapshot()[0].files and len(listed) == 3
+    # and that walk, complete, is kept
+    assert "d/e/c" in tracker.snapshot()[0].files and len(listed) == 3
+
+
+def test_tracker_walking_a_small_workspace_matches_two_walks_over_random_cells(tmp_path):
+    for seed in range(2):
+        _, listed, deleted = _random_cells(tmp_path / str(seed), seed, 100,
+                                           watch_from=10**6)
+        assert listed > 50 and deleted > 20
