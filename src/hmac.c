@@ -22,6 +22,8 @@ struct hmac {
     size_t key_len;
     EVP_MD_CTX *inner; /* SHA-256 after (key ^ ipad): each signature hashes on from a copy */
     EVP_MD_CTX *outer; /* after (key ^ opad) */
+    EVP_MD_CTX *scratch; /* where a signature is hashed: made once, not for each (a signer is
+                          * one thread's: hmac.h) */
     unsigned char key[]; /* wiped in hmac_destroy */
 };
 
@@ -58,7 +60,8 @@ hmac_t *hmac_new(const void *key, size_t key_len)
         memcpy(self->key, key, key_len);
         self->inner = s_keyed(self->key, key_len, 0x36);
         self->outer = s_keyed(self->key, key_len, 0x5c);
-        if (!self->inner || !self->outer)
+        self->scratch = EVP_MD_CTX_new();
+        if (!self->inner || !self->outer || !self->scratch)
             hmac_destroy(&self);
     }
     return self;
@@ -76,6 +79,7 @@ void hmac_destroy(hmac_t **self_p)
     hmac_t *self = *self_p;
     EVP_MD_CTX_free(self->inner); /* (which wipes the digest's state) */
     EVP_MD_CTX_free(self->outer);
+    EVP_MD_CTX_free(self->scratch);
     OPENSSL_cleanse(self->key, self->key_len);
     free(self);
     *self_p = NULL;
@@ -108,8 +112,9 @@ int hmac_sign(const hmac_t *self, const void *const *parts, const size_t *lens, 
     hex_out[0] = '\0';
     if (self->key_len == 0)
         return 0;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    int ok = ctx && EVP_MD_CTX_copy_ex(ctx, self->inner);
+    /* (copy_ex into a context of the same digest reuses its state's memory) */
+    EVP_MD_CTX *ctx = self->scratch;
+    int ok = EVP_MD_CTX_copy_ex(ctx, self->inner);
     for (size_t i = 0; ok && i < n; i++)
         ok = EVP_DigestUpdate(ctx, parts[i], lens[i]);
     unsigned char mac[DIGEST];
@@ -117,7 +122,6 @@ int hmac_sign(const hmac_t *self, const void *const *parts, const size_t *lens, 
         util_hex(hex_out, mac, sizeof mac);
     else
         ok = 0;
-    EVP_MD_CTX_free(ctx);
     return ok ? 0 : -1;
 }
 

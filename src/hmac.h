@@ -12,7 +12,8 @@ typedef struct hmac hmac_t;
 /*  Create a signer for key (any length; an empty key means "unsigned", as in Jupyter).
  *  NULL on allocation failure. */
 hmac_t *hmac_new(const void *key, size_t key_len);
-/*  A signer of its own with self's key (for another thread). NULL on allocation failure. */
+/*  A signer of its own with self's key (for another thread: a signer hashes in a state of
+ *  its own, so one is never used by two threads at once). NULL on allocation failure. */
 hmac_t *hmac_dup(const hmac_t *self);
 /*  Wipe and free *self_p; set it to NULL. No-op on NULL. */
 void hmac_destroy(hmac_t **self_p);
