@@ -41,9 +41,11 @@ int snapstore_fits(const char *dir, size_t len, unsigned long long cap_bytes, co
  *  it was given a name. */
 int snapstore_file(const char *dir);
 /*  Queue the keeping of the first len bytes of the file fd (one a kernel wrote, and may
- *  still hold) as session id's snapshot in dir: copied (copy_file_range) into a file only
- *  kenneld holds, synced and renamed over the old one; fd's file is then emptied. fd is
- *  taken (closed either way). 0: ops->stored answers later; or -1 and *why (static) at once. */
+ *  still hold) as session id's snapshot in dir: copied (copy_file_range, or sendfile from
+ *  another file system) into a file only kenneld holds, synced and renamed over the old
+ *  one; ops->stored answers then, and fd's file is emptied after, by a job of its own (the
+ *  session stays busy until it is done). fd is taken (closed either way). 0: ops->stored
+ *  answers later; or -1 and *why (static) at once. */
 int snapstore_store_fd(snapstore_t *self, const char *id, const char *dir, int fd, size_t len,
                        const char **why);
 /*  Read dir's snapshot: 0 and *data (the caller frees it), or -1 with errno. */
@@ -55,6 +57,12 @@ int snapstore_load(snapstore_t *self, const char *dir, void **data, size_t *len)
 int snapstore_open(const char *dir);
 /*  Delete session id's snapshot in dir; a store still on the worker answers no one. */
 void snapstore_drop(snapstore_t *self, const char *id, const char *dir);
+/*  Close fd, a snapshot's file a kernel mapped (a revival's, a fork's seed), once that kernel
+ *  is gone, on the worker: with a newer snapshot renamed over it, or the file dropped, this
+ *  may be its last reference, and the close then frees its page cache and blocks (~22 ms per
+ *  100 MB here), which kept off the loop and out of the kernel's exit. fd is taken (closed
+ *  at once if the job cannot be queued). */
+void snapstore_release(snapstore_t *self, const char *id, int fd);
 /*  1 while a job of session id's is on the worker: its directory must be removed there,
  *  after it (sweeper_remove's `behind`). */
 int snapstore_busy(const snapstore_t *self, const char *id);

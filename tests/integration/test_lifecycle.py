@@ -337,6 +337,44 @@ def test_large_arrays_come_back_mapped_from_the_snapshot_file_and_stay_the_kerne
     assert run(kc, "arr[1] = 5.0; float(arr[1])").result == "5.0"
 
 
+def _deleted_snapshots_held(pid, session_dir):
+    """The deleted snapshot files of session_dir that process pid holds open."""
+    held = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target == os.path.join(session_dir, "snapshot") + " (deleted)":
+            held.append(target)
+    return held
+
+
+@pytest.mark.parametrize("kenneld", [["--idle", "2"]], indirect=True)
+def test_kenneld_holds_the_file_a_revived_kernel_maps_until_that_kernel_is_gone(
+        kenneld, connect):
+    """The snapshot a revived kernel maps is deleted once it is loaded; kenneld keeps it open
+    while that kernel lives, so that the kernel's exit (which an eviction waits for) is not
+    the file's last close, which frees its page cache and blocks (~22 ms per 100 MB), and
+    lets go of it on its snapshot worker once the kernel is gone: nothing stays held."""
+    info = kenneld.create("held")
+    session_dir = os.path.dirname(info["connection_file"])
+    kc = connect(info["connection_file"])
+    run(kc, "import numpy as np\narr = np.arange(1_000_000, dtype=np.float64)", timeout=20)
+    evicted = lambda: kenneld.ok("info_request", {"session": "held"})["session"]["state"] \
+        == "evicted"
+    wait_for(evicted, timeout=20, what="the eviction")
+    assert run(kc, "float(arr.sum())", timeout=20).result == "499999500000.0"
+    # Loaded, so dropped (on the snapshot worker, maybe a moment after), and held; well
+    # within the 2 s of idleness that evict the kernel again.
+    wait_for(lambda: len(_deleted_snapshots_held(kenneld.proc.pid, session_dir)) == 1,
+             timeout=1.5, what="kenneld to hold the deleted snapshot the kernel maps")
+    wait_for(evicted, timeout=20, what="the second eviction")
+    wait_for(lambda: not _deleted_snapshots_held(kenneld.proc.pid, session_dir), timeout=10,
+             what="kenneld to let go of the file the gone kernel mapped")
+    assert run(kc, "float(arr.sum())", timeout=20).result == "499999500000.0"
+
+
 @pytest.mark.parametrize("kenneld", [["--idle", "1"]], indirect=True)
 def test_eviction_keeps_underscore_names_and_the_history(kenneld, connect):
     kc = connect(kenneld.create("history")["connection_file"])
