@@ -687,7 +687,9 @@ static void s_op_cell_done(void *ctx, const jmsg_t *request, const json_t *metad
     const void *raw = code ? NULL : jmsg_raw(request, JMSG_CONTENT, &raw_len);
     if (!s->limits_text) {
         json_t *limits = reslimits_json(&s->limits);
-        s->limits_text = limits ? json_dumps(limits, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
+        s->limits_text = limits ? json_dumps(limits, JSON_COMPACT | JSON_ENSURE_ASCII |
+                                                         JSON_REAL_PRECISION(15))
+                                : NULL;
         json_decref(limits);
     }
     runlog_cell_t c = {s->id, session_name(s->core), cell,     code,     code ? strlen(code) : 0,

@@ -22,7 +22,9 @@ int hmac_is_null(const hmac_t *self);
 /*  The length of the signatures this key makes: HMAC_HEX_LEN, or 0 with an empty key. */
 size_t hmac_sig_len(const hmac_t *self);
 /*  Sign n parts; writes HMAC_HEX_LEN lowercase hex digits plus NUL into hex_out.
- *  With an empty key writes "". 0, or -1 (hex_out "") when libcrypto fails (out of memory). */
+ *  With an empty key writes "". 0, or -1 (hex_out "") when libcrypto fails (out of memory).
+ *  It hashes in the signer's own scratch state (const as a key is, not as a buffer): one
+ *  thread at a time; another thread signs with an hmac_dup. */
 int hmac_sign(const hmac_t *self, const void *const *parts, const size_t *lens, size_t n,
                char *hex_out);
 /*  1 when sig (sig_len bytes, lowercase hex as Jupyter sends it) signs the parts, else 0. */

@@ -554,6 +554,7 @@ zframe_t *jmsg_release_raw(jmsg_t *self, jmsg_part_t part)
 {
     zframe_t *f = self->raw[part];
     self->raw[part] = NULL;
+    s_forget_made(self, part); /* (its bytes were what jmsg_new made) */
     free(self->omitted[part].m);
     self->omitted[part] = (omitted_t){0};
     return f;

@@ -419,7 +419,8 @@ static void s_send_output(session_t *self, jmsg_t **msg_p)
 /*  Publish msg_type on iopub with parent as parent_header; steals content. */
 static void s_publish(session_t *self, const jmsg_t *parent, const char *msg_type, json_t *content)
 {
-    jmsg_t *m = jmsg_new(msg_type, self->kernel_session);
+    /* (no content: json_pack ran out of memory; an empty part would be sent as {}) */
+    jmsg_t *m = content ? jmsg_new(msg_type, self->kernel_session) : NULL;
     if (!m || (parent && jmsg_set_parent_from(m, parent) < 0)) {
         jmsg_destroy(&m);
         json_decref(content);
@@ -461,7 +462,8 @@ static void s_publish_status(session_t *self, const jmsg_t *parent, const char *
 static void s_reply_md(session_t *self, unsigned channel, const jmsg_t *request,
                        const char *reply_type, json_t *metadata, json_t *content)
 {
-    jmsg_t *m = jmsg_new_reply(request, reply_type, self->kernel_session);
+    /* (no content: json_pack ran out of memory; an empty part would be sent as {}) */
+    jmsg_t *m = content ? jmsg_new_reply(request, reply_type, self->kernel_session) : NULL;
     if (!m) {
         json_decref(metadata);
         json_decref(content);
@@ -1326,6 +1328,24 @@ static int s_op_member(void *arg, size_t key_at, size_t key_len, size_t value_at
         sc->bail = 1; /* it might spell one of ours */
         return 0;
     }
+    /* An object, an array, a real or a long integer, in any member: jansson's to read. The
+     * runtime sends none in these ops, and jansson refuses some (1e400, 30 digits), which
+     * then ends the kernel as a protocol violation, as for every other op. */
+    if (v[0] == '{' || v[0] == '[') {
+        sc->bail = 1;
+        return 0;
+    }
+    if (v[0] == '-' || (v[0] >= '0' && v[0] <= '9')) {
+        for (size_t k = 0; k < value_len; k++)
+            if (v[k] == '.' || v[k] == 'e' || v[k] == 'E') {
+                sc->bail = 1;
+                return 0;
+            }
+        if (value_len - (v[0] == '-') > 18) {
+            sc->bail = 1;
+            return 0;
+        }
+    }
     for (i = 0; i <= OPF_COUNT; i++)
         if (strlen(s_op_keys[i]) == klen && memcmp(s_op_keys[i], key, klen) == 0)
             break;
@@ -1333,18 +1353,9 @@ static int s_op_member(void *arg, size_t key_at, size_t key_len, size_t value_at
         return 0;
     sc->set[i] = 0;
     if (i == OPF_COUNT) {
-        /* An integer (a number without fraction or exponent, as jansson tells them apart);
-         * one that might not fit a long long is jansson's to refuse. */
-        size_t digits = value_len - (v[0] == '-');
+        /* An integer of at most 18 digits (anything else bailed above, or is no number). */
         if (!((v[0] == '-' || (v[0] >= '0' && v[0] <= '9'))))
             return 0;
-        for (size_t k = 0; k < value_len; k++)
-            if (v[k] == '.' || v[k] == 'e' || v[k] == 'E')
-                return 0;
-        if (digits > 18) {
-            sc->bail = 1;
-            return 0;
-        }
         char text[24];
         memcpy(text, v, value_len); /* (at most 19 bytes: not NUL-terminated where it is) */
         text[value_len] = '\0';
@@ -1873,7 +1884,9 @@ static int s_on_reply(session_t *self, kpipe_frame_t *f, const op_head_t *op, co
                               : self->cell_truncated               ? "output_truncated"
                               : status && strcmp(status, "ok") == 0 ? "ok"
                                                                     : "aborted";
-        /* (A large metadata was parsed shallowly: its other members are kept as they came.) */
+        /* (A large metadata was parsed shallowly: its other members are kept as they came.
+         * The parsed metadata is amended in place: should the amend run out of memory, the
+         * run record has the outcome the reply's bytes lack.) */
         if (jmsg_amend(reply, JMSG_METADATA,
                        s_outcome_metadata(self, jmsg_metadata(reply), outcome, 1)) < 0)
             LOG_W("session=%s: out of memory: the reply goes without its outcome", self->id);

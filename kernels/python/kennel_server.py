@@ -250,9 +250,10 @@ class Kernel:
         before it; from any thread. Raises FrameError when it cannot be sent (content that
         is not JSON, more than 61 buffers, past 64 MiB)."""
         op = {"op": "iopub", "msg_type": msg_type}
-        if msg_type == "execute_input":
+        count = content.get("execution_count") if msg_type == "execute_input" else None
+        if type(count) is int:
             # kenneld keeps the count from the op header, and passes the content on unparsed.
-            op["execution_count"] = content["execution_count"]
+            op["execution_count"] = count
         with self._streams.flushed():
             self._pipe.send(op, metadata or {}, content, *buffers, hold=hold)
 

@@ -121,10 +121,8 @@ TEST(frames)
         s_decode_all(&seeds[i], &accepted);
     CHECK(accepted >= 3); /* each seed decodes in its own mode */
     for (long i = 0; i < iters; i++) {
-        blob_t b = s_copy(seeds[s_rand(3)].data, seeds[s_rand(3)].len);
         const blob_t *src = &seeds[s_rand(3)];
-        free(b.data);
-        b = s_copy(src->data, src->len);
+        blob_t b = s_copy(src->data, src->len);
         s_mutate(&b);
         s_decode_all(&b, &accepted);
         free(b.data);

@@ -1804,6 +1804,26 @@ TEST(op_headers_are_read_as_jansson_reads_them)
     snprintf(long_tail, sizeof long_tail, "\",\"status\":\"error\",\"ename\":\"%0150d\"}", 0);
     d = s_cell_with_op(s, r, REPLY_OP, long_tail, 0);
     CHECK(d >= 0 && r->done[d].ename[0] == '\0' && strcmp(r->done[d].outcome, "error") == 0);
+    /* a number jansson cannot hold, at any depth, ends the kernel as jansson's parse of
+     * every other op does (a protocol violation), not read past by the byte reader */
+    {
+        static const char *const too_big[] = {
+            "\",\"status\":\"ok\",\"x\":[1e400]}",
+            "\",\"status\":\"ok\",\"x\":{\"y\":123456789012345678901234567890}}",
+            "\",\"status\":\"ok\",\"x\":-123456789012345678901}"};
+        for (size_t b = 0; b < sizeof too_big / sizeof *too_big; b++) {
+            rec_t *r2 = s_rec_new();
+            session_t *s2 = s_session(r2, 8);
+            s_hello(s2);
+            char id2[40], op[400];
+            s_request(s2, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "1"), id2);
+            snprintf(op, sizeof op, "%s%s%s", REPLY_OP, id2, too_big[b]);
+            const char *parts[] = {op, "{}", "{\"status\":\"ok\"}"};
+            CHECK_EQ_INT(s_kernel(s2, 3, parts), -1);
+            session_destroy(&s2);
+            s_rec_free(r2);
+        }
+    }
     /* a reply for another request is still refused */
     char id[40];
     s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "2"), id);
@@ -1812,6 +1832,32 @@ TEST(op_headers_are_read_as_jansson_reads_them)
     session_destroy(&s);
     s_rec_free(r);
 
+    /* A count in the op header that is negative or real is none (the content's stands); one
+     * of 19 digits is jansson's to read; the last of a repeated one stands. */
+    static const struct {
+        const char *op;
+        long long want;
+    } counts[] = {
+        {"{\"op\":\"iopub\",\"msg_type\":\"execute_input\",\"execution_count\":-4}", 3},
+        {"{\"op\":\"iopub\",\"msg_type\":\"execute_input\",\"execution_count\":4.0}", 3},
+        {"{\"op\":\"iopub\",\"msg_type\":\"execute_input\",\"execution_count\":1234567890123456789}",
+         1234567890123456789LL}, /* (19 digits: jansson reads it) */
+        {"{\"op\":\"iopub\",\"msg_type\":\"execute_input\",\"execution_count\":5,\"execution_count\":6}", 6},
+        {"{\"op\":\"iopub\",\"msg_type\":\"execute_input\",\"execution_count\":5,\"execution_count\":\"x\"}", 3},
+    };
+    for (size_t k = 0; k < sizeof counts / sizeof *counts; k++) {
+        r = s_rec_new();
+        s = s_session(r, 8);
+        s_hello(s);
+        s_request(s, ROUTE_SHELL, "execute_request", json_pack("{s:s}", "code", "x"), id);
+        const char *in[] = {counts[k].op, "{}", "{\"code\":\"x\",\"execution_count\":3}"};
+        CHECK_EQ_INT(s_kernel(s, 3, in), 0);
+        session_on_kernel_exit(s, "exited with status 0", SESSION_EXIT_CRASH);
+        int at = s_find(r, 0, "execute_reply"), isint = 0;
+        CHECK(at >= 0 && s_reply_count(r, at, &isint) == counts[k].want && isint);
+        session_destroy(&s);
+        s_rec_free(r);
+    }
     /* The count in the op header stands, whatever the content says (it is not parsed). */
     r = s_rec_new();
     s = s_session(r, 8);
