@@ -367,6 +367,14 @@ static void s_compare(const char *data, size_t len)
         else
             CHECK_EQ_INT(rc, -1);
         jmsg_destroy(&m);
+        /* and under a bound on its values drawn around their count: refused past it */
+        size_t bound = 1 + s_rand((unsigned)(values + 2));
+        m = jmsg_new_empty();
+        f = zframe_new(data, len);
+        rc = jmsg_take_raw(m, JMSG_CONTENT, &f, bound, SIZE_MAX, 0);
+        if (v && json_is_object(v))
+            CHECK_EQ_INT(rc, values <= bound ? 0 : -1);
+        jmsg_destroy(&m);
     }
     if (v && json_is_object(v)) {
         if (ours != 0) {
