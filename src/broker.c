@@ -659,19 +659,6 @@ static int s_op_snapshot_store_fd(void *ctx, int fd, size_t len, const char **wh
     return snapstore_store_fd(s->broker->snaps, s->id, s->dir, fd, len, why);
 }
 
-static void s_op_snapshot_follow(void *ctx, int fd, size_t len)
-{
-    sess_t *s = ctx;
-    if (snapstore_follow(s->broker->snaps, s->id, s->dir, fd, len) < 0)
-        LOG_D("session=%s: its snapshot is copied once written, not as it is", s->id);
-}
-
-static void s_op_snapshot_unfollow(void *ctx)
-{
-    sess_t *s = ctx;
-    snapstore_unfollow(s->broker->snaps, s->id);
-}
-
 static void s_op_snapshot_drop(void *ctx)
 {
     sess_t *s = ctx;
@@ -2414,8 +2401,7 @@ broker_t *broker_new(loop_t *loop, const broker_cfg_t *cfg)
                                 s_op_timer_cancel,   s_op_snapshot_store, s_op_snapshot_load,
                                 s_op_snapshot_drop,  s_op_iopub_backlog,  s_op_cell_done,
                                 s_op_forked,         s_op_snapshot_fd,    s_op_fd_to_kernel,
-                                s_op_snapshot_file,  s_op_snapshot_fits,  s_op_snapshot_store_fd,
-                                s_op_snapshot_follow, s_op_snapshot_unfollow};
+                                s_op_snapshot_file,  s_op_snapshot_fits,  s_op_snapshot_store_fd};
     return self;
 }
 

@@ -139,8 +139,6 @@ static void s_restore_fd_close(session_t *self)
 
 static void s_save_fd_close(session_t *self)
 {
-    if (self->save_len && self->ops->snapshot_unfollow) /* the save's file was passed */
-        self->ops->snapshot_unfollow(self->ctx);
     if (self->save_fd >= 0)
         close(self->save_fd);
     self->save_fd = -1;
@@ -1676,6 +1674,8 @@ static int s_on_saved_file(session_t *self, const json_t *op, const char *failed
     static char reason[160];
     int fd = self->save_fd;
     size_t want = self->save_len;
+    self->save_fd = -1;
+    self->save_len = 0;
     const json_t *bytes = json_object_get(op, "bytes");
     struct stat st;
     if (!failed && (!json_is_integer(bytes) || (size_t)json_integer_value(bytes) != want)) {
@@ -1690,8 +1690,6 @@ static int s_on_saved_file(session_t *self, const json_t *op, const char *failed
     const json_t *unsaved = json_object_get(op, "unsaved");
     if (!failed) {
         LOG_D("session=%s: the kernel wrote its snapshot; syncing and naming it", self->id);
-        self->save_fd = -1; /* the store's, and so is a copy that followed the writing */
-        self->save_len = 0;
         if (self->ops->snapshot_store_fd(self->ctx, fd, want, &failed) == 0) {
             /* Made durable and named off the loop (an fsync: tens of ms), as a store is. */
             json_decref(self->unsaved);
@@ -1700,7 +1698,7 @@ static int s_on_saved_file(session_t *self, const json_t *op, const char *failed
             return 0;
         }
     } else {
-        s_save_fd_close(self); /* and a copy that followed the writing is given up */
+        close(fd);
     }
     self->storing = 1;
     session_on_snapshot_stored(self, failed ? failed : "cannot keep the snapshot");
@@ -1807,8 +1805,6 @@ static int s_on_save_ready(session_t *self, const json_t *op, const char **why)
           len);
     if (self->ops->fd_to_kernel(self->ctx, self->save_fd) < 0)
         LOG_W("session=%s: cannot pass the kernel its snapshot's file", self->id);
-    else if (self->ops->snapshot_follow) /* the copy begins as the kernel writes */
-        self->ops->snapshot_follow(self->ctx, self->save_fd, len);
     return 0; /* a kernel that got nothing answers saved with the failure, or its deadline */
 }
 
@@ -2190,6 +2186,5 @@ void session_end(session_t *self, const char *why)
         jmsg_destroy(&self->current);
     }
     s_fail_waiting(self, "SessionEnded", why, "killed");
-    s_save_fd_close(self); /* a copy following the kernel's write stops now, not at its exit */
     self->state = SESSION_ENDED;
 }

@@ -92,12 +92,6 @@ typedef struct {
     int (*snapshot_file)(void *ctx);
     int (*snapshot_fits)(void *ctx, size_t len, const char **why);
     int (*snapshot_store_fd)(void *ctx, int fd, size_t len, const char **why);
-    /* The kernel was given fd (borrowed) to write its len bytes into, in order: the copy
-     * snapshot_store_fd makes may begin as it writes (snapshot_follow), and is given up by
-     * snapshot_unfollow when the save ends without snapshot_store_fd (failed, given up, the
-     * kernel or the session gone). NULL: the copy begins at snapshot_store_fd. */
-    void (*snapshot_follow)(void *ctx, int fd, size_t len);
-    void (*snapshot_unfollow)(void *ctx);
 } session_ops_t;
 
 /*  How a kernel ended, as far as kenneld can tell. */

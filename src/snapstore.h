@@ -41,25 +41,13 @@ int snapstore_fits(const char *dir, size_t len, unsigned long long cap_bytes, co
  *  it was given a name. */
 int snapstore_file(const char *dir);
 /*  Queue the keeping of the first len bytes of the file fd (one a kernel wrote, and may
- *  still hold) as session id's snapshot in dir: the copy a snapstore_follow of len bytes
- *  began finished, or copied (copy_file_range, or sendfile from
+ *  still hold) as session id's snapshot in dir: copied (copy_file_range, or sendfile from
  *  another file system) into a file only kenneld holds, synced and renamed over the old
  *  one; ops->stored answers then, and fd's file is emptied after, by a job of its own (the
  *  session stays busy until it is done). fd is taken (closed either way). 0: ops->stored
  *  answers later; or -1 and *why (static) at once. */
 int snapstore_store_fd(snapstore_t *self, const char *id, const char *dir, int fd, size_t len,
                        const char **why);
-/*  The kernel of session id now writes len bytes into the file fd (borrowed: a duplicate is
- *  kept), in order from its start, to be kept by the snapstore_store_fd of the same len that
- *  comes when it says saved: copy what it has written while it writes, on the worker (until
- *  then, or a job of another's waits, or a second passed), punching each copied range out of
- *  its file, so that only the tail is left to copy then. A byte the kernel writes again into
- *  a copied range fails that store. Without the store (the save failed or was given up),
- *  snapstore_unfollow. 0, or -1 (snapstore_store_fd copies it all then). */
-int snapstore_follow(snapstore_t *self, const char *id, const char *dir, int fd, size_t len);
-/*  Session id's save that snapstore_follow followed is over without a store: its partial copy
- *  is removed, on the worker. No-op without one. */
-void snapstore_unfollow(snapstore_t *self, const char *id);
 /*  Read dir's snapshot: 0 and *data (the caller frees it), or -1 with errno. */
 int snapstore_load(snapstore_t *self, const char *dir, void **data, size_t *len);
 /*  Open dir's snapshot to read (close-on-exec; the caller closes it), if it is a regular file
@@ -75,8 +63,8 @@ void snapstore_drop(snapstore_t *self, const char *id, const char *dir);
  *  100 MB here), which kept off the loop and out of the kernel's exit. fd is taken (closed
  *  at once if the job cannot be queued). */
 void snapstore_release(snapstore_t *self, const char *id, int fd);
-/*  1 while a job of session id's is on the worker, or a copy follows its kernel's write: its
- *  directory must be removed there, after it (sweeper_remove's `behind`). */
+/*  1 while a job of session id's is on the worker: its directory must be removed there,
+ *  after it (sweeper_remove's `behind`). */
 int snapstore_busy(const snapstore_t *self, const char *id);
 
 #endif

@@ -26,9 +26,6 @@ MAX_FRAME_BYTES = 64 << 20  # the largest frame a kernel sends (KERNEL_SEND_MAX 
 MAX_RECV_BYTES = (1 << 30) + (1 << 20)  # from kenneld: --max-message (at most 1 GiB), framed
 MAX_PARTS = 64
 MAX_LOG_CHARS = 1000  # of a diagnostic line; kenneld keeps fewer
-# A snapshot's file is written at most this much a call (write_file): kenneld punches what it
-# copied out of the file as it goes, and a punch waits for the write under way.
-WRITE_CALL_BYTES = 8 << 20
 _U32 = struct.Struct(">I")
 # A frame this large (a snapshot) is written from its parts as they are and read straight
 # into a buffer of its size on huge pages, not joined and copied: on this kind of VM each
@@ -494,10 +491,7 @@ class Pipe:
 
     def write_file(self, fd, chunks):
         """Write chunks (a Chunks, or bytes) to the file fd from its start, all of them, each
-        from where it is, in order (kenneld copies what is written as it is written, and
-        refuses a save that writes again over what it copied); shielded as the pipe's own
-        writes are. At most WRITE_CALL_BYTES a call: a write holds the file's lock, which
-        kenneld's punch of what it copied waits for. Raises OSError (EFBIG past
+        from where it is; shielded as the pipe's own writes are. Raises OSError (EFBIG past
         RLIMIT_FSIZE, ENOSPC)."""
         views = [memoryview(c).cast("B") for c in
                  (chunks if isinstance(chunks, Chunks) else (chunks,))]
@@ -505,13 +499,7 @@ class Pipe:
         offset = 0
         with self._gate.shielded():
             while views:
-                batch, room = [], WRITE_CALL_BYTES
-                for v in views[:64]:
-                    batch.append(v[:room])
-                    room -= batch[-1].nbytes
-                    if not room:
-                        break
-                n = os.pwritev(fd, batch, offset)
+                n = os.pwritev(fd, views[:64], offset)
                 if n <= 0:
                     raise OSError(f"no progress writing the snapshot at byte {offset}")
                 offset += n

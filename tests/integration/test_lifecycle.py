@@ -498,54 +498,6 @@ def test_a_kernel_that_writes_other_than_it_announced_is_not_evicted(kenneld, co
     assert run(kc, "kept", timeout=20).result == "41"
 
 
-@pytest.mark.parametrize("kenneld", [["--idle", "1"], ["--idle", "1", "--disk", "0"]],
-                         indirect=True)
-def test_a_kernel_that_writes_again_over_what_was_copied_is_not_evicted(kenneld, connect):
-    """kenneld copies the snapshot's file as the kernel writes it, punching out of it what
-    it copied; a kernel whose code was changed to write again into its start once it has
-    written it all (the copy then holds what the file no longer does) is not evicted on it:
-    it keeps its state, and evicts once it writes as it says. With --disk 0 the file is in a
-    plain directory of the state directory's file system."""
-    kc = connect(kenneld.create("again")["connection_file"])
-    run(kc, "import os, time, kennel_pipe\nimport numpy as np\n"
-            "arr = np.arange(4 << 20, dtype=np.float64)\nkept = 41\n"
-            "_honest = kennel_pipe.Pipe.write_file\n"
-            "def _again(self, fd, chunks):\n    _honest(self, fd, chunks)\n"
-            "    time.sleep(0.5)\n    os.pwrite(fd, b'again', 0)\n"
-            "kennel_pipe.Pipe.write_file = _again", timeout=20)
-    pid = kenneld.ok("info_request", {"session": "again"})["session"]["kernel_pid"]
-    wait_for(lambda: "wrote again" in kenneld.log(None), timeout=20,
-             what="the save to be refused")
-    session = kenneld.ok("info_request", {"session": "again"})["session"]
-    assert session["state"] != "evicted" and session["kernel_pid"] == pid
-    assert run(kc, "kept + 1").result == "42"
-    run(kc, "kennel_pipe.Pipe.write_file = _honest")
-    wait_for(lambda: kenneld.ok("info_request", {"session": "again"})["session"]["state"]
-             == "evicted", timeout=20, what="the eviction")
-    assert run(kc, "(kept, float(arr.sum()))", timeout=30).result == \
-        f"(41, {float(sum(range(4 << 20)))})"
-
-
-@pytest.mark.parametrize("kenneld", [["--idle", "1"]], indirect=True)
-def test_a_kernel_that_stalls_while_writing_is_evicted_whole(kenneld, connect):
-    """A kernel that stops mid-write for longer than kenneld follows its writing (a second)
-    still has its snapshot kept whole: the rest is copied once it says saved."""
-    kc = connect(kenneld.create("stall")["connection_file"])
-    run(kc, "import os, time\nimport numpy as np\n"
-            "arr = np.arange(4 << 20, dtype=np.float64)\nkept = 41\n"
-            "_pwritev = os.pwritev\n"
-            "def _slow(fd, bufs, offset):\n"
-            "    if offset >= (16 << 20) and not os.path.exists('stalled'):\n"
-            "        open('stalled', 'w').close()\n        time.sleep(1.5)\n"
-            "    return _pwritev(fd, bufs, offset)\n"
-            "os.pwritev = _slow", timeout=20)
-    wait_for(lambda: kenneld.ok("info_request", {"session": "stall"})["session"]["state"]
-             == "evicted", timeout=30, what="the eviction")
-    # (the workspace's file says the stall came; the namespace was pickled before it)
-    assert run(kc, "(kept, float(arr.sum()), os.path.exists('stalled'))",
-               timeout=30).result == f"(41, {float(sum(range(4 << 20)))}, True)"
-
-
 @pytest.mark.parametrize("kenneld", [["--idle", "1", "--disk", "16M"]], indirect=True)
 def test_a_snapshot_counts_against_the_disk_cap(kenneld, connect):
     """A session's snapshot and its workspace together stay within --disk: a snapshot that

@@ -65,12 +65,6 @@ typedef struct {
     int refusals;           /* fd_to_kernel calls with -1 */
     long long stored_len;   /* snapshot_store_fd's len, or -1 */
     long long stored_size;  /* the size of the file it was given */
-    int following;          /* 1 between snapshot_follow and snapshot_store_fd or _unfollow */
-    int follows;            /* snapshot_follow calls with a copy of the save file */
-    long long follow_len;   /* the last one's len */
-    int unfollows;          /* snapshot_unfollow calls that ended a follow */
-    int stray_unfollows;    /* snapshot_unfollow calls with no follow */
-    int stores_following;   /* snapshot_store_fd calls that came while following */
 } rec_t;
 
 /*  A part as a client would read it: kenneld passes a kernel's iopub parts on as bytes. New
@@ -279,28 +273,8 @@ static int op_snapshot_store_fd(void *ctx, int fd, size_t len, const char **why)
     struct stat st;
     r->stored_len = (long long)len;
     r->stored_size = fstat(fd, &st) == 0 ? (long long)st.st_size : -1;
-    r->stores_following += r->following;
-    r->following = 0;
     close(fd);
     return 0;
-}
-
-static void op_snapshot_follow(void *ctx, int fd, size_t len)
-{
-    rec_t *r = ctx;
-    struct stat a, b;
-    r->follows += r->save_file >= 0 && fstat(fd, &a) == 0 && fstat(r->save_file, &b) == 0 &&
-                  a.st_ino == b.st_ino;
-    r->follow_len = (long long)len;
-    r->following = 1;
-}
-
-static void op_snapshot_unfollow(void *ctx)
-{
-    rec_t *r = ctx;
-    r->unfollows += r->following;
-    r->stray_unfollows += !r->following;
-    r->following = 0;
 }
 
 static const session_ops_t s_ops = {op_send,          op_to_kernel,      op_kernel_start,
@@ -308,8 +282,7 @@ static const session_ops_t s_ops = {op_send,          op_to_kernel,      op_kern
                                     op_timer_cancel,  op_snapshot_store, op_snapshot_load,
                                     op_snapshot_drop, op_iopub_backlog,  op_cell_done,
                                     op_forked,        op_snapshot_fd,    op_fd_to_kernel,
-                                    op_snapshot_file, op_snapshot_fits,  op_snapshot_store_fd,
-                                    op_snapshot_follow, op_snapshot_unfollow};
+                                    op_snapshot_file, op_snapshot_fits,  op_snapshot_store_fd};
 
 static rec_t *s_rec_new(void)
 {
@@ -1563,83 +1536,6 @@ TEST(a_file_save_refused_or_written_wrong_keeps_the_kernel)
     s_rec_free(r);
 }
 
-/*  The copy may begin as the kernel writes: snapshot_follow once the file is passed, with the
- *  size announced; the store then finishes it, and every other end of the save (a refusal,
- *  a wrong size, the kernel's error, its death, the deadline, the session's end) gives it
- *  up at once, so no partial copy or descriptor outlives the save. */
-TEST(a_file_save_is_followed_from_save_ready_to_its_store_or_its_end)
-{
-    const char *ready[] = {"{\"op\":\"save_ready\",\"bytes\":5}"};
-    const char *saved[] = {"{\"op\":\"saved\",\"unsaved\":[],\"bytes\":5}"};
-    const char *failed[] = {"{\"op\":\"saved\",\"error\":\"OSError: disk full\"}"};
-    /* Stored: the follow is the store's to finish. */
-    rec_t *r = s_rec_new();
-    session_t *s = s_saving_to_file(r);
-    CHECK_EQ_INT(r->follows, 0);
-    CHECK_EQ_INT(s_kernel(s, 1, ready), 0);
-    CHECK(r->follows == 1 && r->follow_len == 5 && r->following);
-    CHECK(pwrite(r->save_file, "STATE", 5, 0) == 5);
-    CHECK_EQ_INT(s_kernel(s, 1, saved), 0);
-    CHECK(r->stores_following == 1 && r->unfollows == 0 && r->stored_len == 5);
-    session_on_snapshot_stored(s, NULL);
-    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
-    CHECK_EQ_INT(session_state(s), SESSION_EVICTED);
-    session_destroy(&s);
-    CHECK(r->unfollows == 0 && r->stray_unfollows == 0);
-    s_rec_free(r);
-    /* A file of another size than announced: given up, not stored. */
-    r = s_rec_new();
-    s = s_saving_to_file(r);
-    CHECK_EQ_INT(s_kernel(s, 1, ready), 0);
-    CHECK(pwrite(r->save_file, "STATE+more", 10, 0) == 10);
-    CHECK_EQ_INT(s_kernel(s, 1, saved), 0);
-    CHECK(r->unfollows == 1 && r->stored_len == -1 && !r->following);
-    CHECK_EQ_INT(session_state(s), SESSION_IDLE);
-    session_destroy(&s);
-    CHECK(r->unfollows == 1 && r->stray_unfollows == 0);
-    s_rec_free(r);
-    /* The kernel's write failed: given up; the kernel serves on. */
-    r = s_rec_new();
-    s = s_saving_to_file(r);
-    CHECK_EQ_INT(s_kernel(s, 1, ready), 0);
-    CHECK_EQ_INT(s_kernel(s, 1, failed), 0);
-    CHECK(r->unfollows == 1 && r->stored_len == -1);
-    CHECK_EQ_INT(session_state(s), SESSION_IDLE);
-    session_destroy(&s);
-    s_rec_free(r);
-    /* The kernel never says saved: its deadline, the grace, the kill, its exit. */
-    r = s_rec_new();
-    s = s_saving_to_file(r);
-    CHECK_EQ_INT(s_kernel(s, 1, ready), 0);
-    session_on_timer(s, SESSION_TIMER_CELL);
-    session_on_timer(s, SESSION_TIMER_CELL);
-    CHECK(r->nsig > 0 && r->signals[r->nsig - 1] == SIGKILL);
-    CHECK_EQ_INT(r->unfollows, 0); /* the kernel may still say saved until it is gone */
-    session_on_kernel_exit(s, "was killed by signal 9 (SIGKILL)", SESSION_EXIT_CRASH);
-    CHECK(r->unfollows == 1 && r->stored_len == -1);
-    session_destroy(&s);
-    CHECK_EQ_INT(r->stray_unfollows, 0);
-    s_rec_free(r);
-    /* The session ends while the kernel writes: given up then, not when it is freed. */
-    r = s_rec_new();
-    s = s_saving_to_file(r);
-    CHECK_EQ_INT(s_kernel(s, 1, ready), 0);
-    session_end(s, "ended by the test");
-    CHECK(r->unfollows == 1 && !r->following);
-    session_destroy(&s);
-    CHECK(r->unfollows == 1 && r->stray_unfollows == 0);
-    s_rec_free(r);
-    /* Refused at save_ready (the disk cap): nothing to follow, nothing to give up. */
-    r = s_rec_new();
-    r->fits_refused = 1;
-    s = s_saving_to_file(r);
-    CHECK_EQ_INT(s_kernel(s, 1, ready), 0);
-    CHECK_EQ_INT(s_kernel(s, 1, failed), 0);
-    CHECK(r->follows == 0 && r->unfollows == 0 && r->stray_unfollows == 0);
-    session_destroy(&s);
-    s_rec_free(r);
-}
-
 TEST(restore_past_its_deadline_then_killed)
 {
     rec_t *r = s_rec_new();
@@ -2392,7 +2288,6 @@ int main(void)
     RUN(a_revival_passes_the_snapshot_file_once_the_kernel_asks);
     RUN(an_eviction_saves_into_the_file_the_kernel_is_passed_once_it_says_the_size);
     RUN(a_file_save_refused_or_written_wrong_keeps_the_kernel);
-    RUN(a_file_save_is_followed_from_save_ready_to_its_store_or_its_end);
     RUN(a_snapshot_file_not_asked_for_is_closed_with_the_kernel_or_the_session);
     RUN(restore_past_its_deadline_then_killed);
     RUN(kernel_info_past_the_waiting_bound_keeps_the_latest);
