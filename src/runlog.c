@@ -317,6 +317,18 @@ static void s_iso(long long wall_ms, char out[32])
     *p = '\0';
 }
 
+/*  A record's member from the reply's metadata: key (its text, with the comma and colon
+ *  before and after it), then v when it is of the kind the record keeps (ok), else
+ *  fallback. */
+static void s_member(jtext_t *t, const char *key, const json_t *v, int ok, const char *fallback)
+{
+    jtext_lit(t, key);
+    if (ok)
+        jtext_json(t, v);
+    else
+        jtext_lit(t, fallback);
+}
+
 int runlog_cell(runlog_t *self, const runlog_cell_t *c)
 {
     /* (not calloc: the path buffer alone is 4 KiB of zeros a cell) */
@@ -351,32 +363,15 @@ int runlog_cell(runlog_t *self, const runlog_cell_t *c)
     jtext_cstr(t, c->name ? c->name : "");
     jtext_lit(t, ",\"cell\":");
     jtext_int(t, c->cell);
-    jtext_lit(t, ",\"runtime_digest\":");
-    jtext_json(t, json_is_string(digest) ? digest : NULL);
+    s_member(t, ",\"runtime_digest\":", digest, json_is_string(digest), "null");
     jtext_lit(t, ",\"limits\":");
-    if (c->limits_text)
-        jtext_lit(t, c->limits_text);
-    else
-        jtext_lit(t, "{}");
-    jtext_lit(t, ",\"outcome\":");
-    jtext_json(t, json_is_string(outcome) ? outcome : NULL);
-    jtext_lit(t, ",\"metrics\":");
-    if (json_is_object(metrics))
-        jtext_json(t, metrics);
-    else
-        jtext_lit(t, "{}");
+    jtext_lit(t, c->limits_text ? c->limits_text : "{}");
+    s_member(t, ",\"outcome\":", outcome, json_is_string(outcome), "null");
+    s_member(t, ",\"metrics\":", metrics, json_is_object(metrics), "{}");
     jtext_lit(t, ",\"output_bytes\":");
     jtext_int(t, (long long)c->output_bytes);
-    jtext_lit(t, ",\"artifacts\":");
-    if (json_is_array(files))
-        jtext_json(t, files);
-    else
-        jtext_lit(t, "[]");
-    jtext_lit(t, ",\"artifacts_deleted\":");
-    if (json_is_array(deleted))
-        jtext_json(t, deleted);
-    else
-        jtext_lit(t, "[]");
+    s_member(t, ",\"artifacts\":", files, json_is_array(files), "[]");
+    s_member(t, ",\"artifacts_deleted\":", deleted, json_is_array(deleted), "[]");
     jtext_lit(t, ",\"error\":");
     jtext_cstr(t, c->ename);
     if (c->code) {
