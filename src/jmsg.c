@@ -33,8 +33,9 @@ struct jmsg {
     zframe_t *raw[JMSG_NPARTS];   /* bytes as received, or NULL when built here */
     omitted_t omitted[JMSG_NPARTS]; /* members of raw left out of json (large parts only) */
     /* raw is an object's text that kenneld wrote (a header jmsg_new made, a parent header
-     * copied from one): parsed only if someone asks for it (jmsg_json). On a warm cell no
-     * one does: building a header as jansson objects cost ~5 k instructions a message. */
+     * copied from one, a part jmsg_set_text set): parsed only if someone asks for it
+     * (jmsg_json). On a warm cell only the journal does, for a status: building a header as
+     * jansson objects cost ~5 k instructions a message. */
     unsigned char lazy[JMSG_NPARTS];
     char made_type[JMSG_MADE_TYPE_MAX]; /* a header jmsg_new wrote: its msg_type and msg_id, */
     char made_id[40];                   /* read without parsing it ("" when not) */
