@@ -1,4 +1,4 @@
-/*  jtext: compact, ASCII-only JSON text into a growing buffer (see jtext.h). */
+/*  jtext: compact JSON text into a growing buffer, ASCII-only or UTF-8 (see jtext.h). */
 #include "jtext.h"
 
 #include <math.h>
