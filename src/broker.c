@@ -155,9 +155,9 @@ struct sess {
     long long pss, uss;      /* the kernel's memory as last measured (meter.h) */
     long long mem_at;        /* util_now_ms() of that measure; 0: never */
     size_t dropped_seen;     /* channels_dropped when s_on_flushed last looked */
-    int scratch_fd;          /* the file without a name its kernel writes saves into
-                              * (s_op_snapshot_file): made by the kernel's first save, closed
-                              * when the kernel goes (s_kernel_gone); or -1 */
+    int scratch_fd;          /* the file without a name its kernel writes its last save into
+                              * (s_op_snapshot_file): a new one each save, the last let go of
+                              * on the worker then and when the kernel goes; or -1 */
     int seed_fd;             /* a fork's: the snapshot its first kernel maps (a memfd of the
                               * source kernel's state, or the evicted source's snapshot file,
                               * opened), or -1 */
@@ -236,15 +236,11 @@ static void s_kernel_gone(sess_t *s)
 {
     kernpipe_drain(s->pipe);
     kernpipe_close(s->pipe);
-    /* Its save file goes with it (emptied: whatever the kernel wrote there after its last
-     * save), unless a store still reads it on the worker, which empties it when done. The
-     * next kernel's first save makes a new one. */
-    if (s->scratch_fd >= 0) {
-        if (!snapstore_busy(s->broker->snaps, s->id))
-            (void)!ftruncate(s->scratch_fd, 0);
-        close(s->scratch_fd);
-        s->scratch_fd = -1;
-    }
+    /* Its save file goes with it, let go of on the worker (where freeing what the kernel
+     * wrote there costs the loop nothing). The next kernel's first save makes a new one. */
+    if (s->scratch_fd >= 0)
+        snapstore_release(s->broker->snaps, s->id, s->scratch_fd);
+    s->scratch_fd = -1;
     /* The file it mapped, when this was the last reference (the snapshot was dropped after
      * the revival, or a newer one renamed over it), frees its page cache and blocks as it
      * closes: ~22 ms per 100 MB here, which the kernel's exit paid, and an eviction waits
@@ -615,23 +611,25 @@ static int s_op_fd_to_kernel(void *ctx, int fd)
     return kernpipe_send_fd(s->pipe, fd);
 }
 
-/*  The file a save is written into (session.h): one per kernel, made by its first save,
- *  without a name (O_TMPFILE) in the session's own workspace file system (its capped image,
- *  mounted with discard), emptied before each save and after kenneld has copied what the
- *  kernel wrote. A kernel may keep the descriptor it was given (its code is the user's):
- *  through it, it reaches only this file, whose blocks are its workspace's, bounded by its
- *  image whatever it does to the file (fallocate, the reserve ioctls); what the snapshot is
- *  is kenneld's own copy, in the session directory, which no kernel holds. With --disk 0 the
- *  workspace is a plain directory, as open to the kernel as this file. */
+/*  The file a save is written into (session.h): a new one for each save, without a name
+ *  (O_TMPFILE) in the session's own workspace file system (its capped image, mounted with
+ *  discard), emptied on the worker once kenneld has copied what the kernel wrote. A kernel
+ *  may keep the descriptor it was given (its code is the user's): through it, it reaches
+ *  only this file, whose blocks are its workspace's, bounded by its image whatever it does
+ *  to the file (fallocate, the reserve ioctls); what the snapshot is is kenneld's own copy,
+ *  in the session directory, which no kernel holds. With --disk 0 the workspace is a plain
+ *  directory, as open to the kernel as this file. The last save's file is let go of on the
+ *  worker, not truncated here for reuse: a kernel still writing into it (a thread of its
+ *  own, gigabytes in one call) holds the file's lock, and the loop, every session's, would
+ *  wait on it. */
 static int s_op_snapshot_file(void *ctx)
 {
     sess_t *s = ctx;
     if (snapstore_busy(s->broker->snaps, s->id))
         return -1; /* a store may still read the file: this save goes through the pipe */
-    if (s->scratch_fd < 0)
-        s->scratch_fd = snapstore_file(s->workspace);
-    else if (ftruncate(s->scratch_fd, 0) < 0)
-        return -1;
+    if (s->scratch_fd >= 0)
+        snapstore_release(s->broker->snaps, s->id, s->scratch_fd);
+    s->scratch_fd = snapstore_file(s->workspace);
     return s->scratch_fd < 0 ? -1 : fcntl(s->scratch_fd, F_DUPFD_CLOEXEC, 0);
 }
 
