@@ -328,17 +328,11 @@ static json_t *s_value(const char *v, size_t n, int depth)
         if (n == 2)
             return json_array();
         break;
-    default: { /* a number: an integer (no fraction, no exponent) that fits */
-        size_t digits = n - (v[0] == '-');
-        if (digits > 18)
-            break;
-        char text[24];
-        for (size_t i = 0; i < n; i++)
-            if (v[i] == '.' || v[i] == 'e' || v[i] == 'E')
-                return s_load_any(v, n);
-        memcpy(text, v, n);
-        text[n] = '\0';
-        return json_integer(strtoll(text, NULL, 10));
+    default: { /* a number: an integer that surely fits, else jansson's */
+        long long i;
+        if (jvalid_small_int(v, n, &i))
+            return json_integer(i);
+        break;
     }
     }
     return s_load_any(v, n);

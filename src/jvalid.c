@@ -2,6 +2,7 @@
 #include "jvalid.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -352,4 +353,18 @@ int jvalid_members(const void *data, size_t len, size_t *values, jvalid_member_f
                    unsigned flags)
 {
     return s_object(data, len, values, fn, arg, flags);
+}
+
+int jvalid_small_int(const char *v, size_t n, long long *out)
+{
+    if (n == 0 || n - (v[0] == '-') > 18)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (v[i] == '.' || v[i] == 'e' || v[i] == 'E')
+            return 0;
+    char text[24];
+    memcpy(text, v, n); /* (at most 19 bytes, not NUL-terminated where they are) */
+    text[n] = '\0';
+    *out = strtoll(text, NULL, 10);
+    return 1;
 }

@@ -39,4 +39,10 @@ int jvalid_utf8_run(const void *data, size_t len, size_t *at, size_t budget);
  *  surrogate, past U+10FFFF). */
 size_t jvalid_utf8(const void *p, size_t left);
 
+/*  Whether the n bytes at v, a JSON number jvalid checked, are an integer of at most 18
+ *  digits (no fraction, no exponent: what jansson reads as an integer that surely fits);
+ *  then its value in *out. 0 for any other number: a real, or a longer integer, which
+ *  jansson may refuse. */
+int jvalid_small_int(const char *v, size_t n, long long *out);
+
 #endif

@@ -1335,16 +1335,11 @@ static int s_op_member(void *arg, size_t key_at, size_t key_len, size_t value_at
         sc->bail = 1;
         return 0;
     }
-    if (v[0] == '-' || (v[0] >= '0' && v[0] <= '9')) {
-        for (size_t k = 0; k < value_len; k++)
-            if (v[k] == '.' || v[k] == 'e' || v[k] == 'E') {
-                sc->bail = 1;
-                return 0;
-            }
-        if (value_len - (v[0] == '-') > 18) {
-            sc->bail = 1;
-            return 0;
-        }
+    long long number = 0;
+    int is_number = v[0] == '-' || (v[0] >= '0' && v[0] <= '9');
+    if (is_number && !jvalid_small_int(v, value_len, &number)) {
+        sc->bail = 1;
+        return 0;
     }
     for (i = 0; i <= OPF_COUNT; i++)
         if (strlen(s_op_keys[i]) == klen && memcmp(s_op_keys[i], key, klen) == 0)
@@ -1353,14 +1348,11 @@ static int s_op_member(void *arg, size_t key_at, size_t key_len, size_t value_at
         return 0;
     sc->set[i] = 0;
     if (i == OPF_COUNT) {
-        /* An integer of at most 18 digits (anything else bailed above, or is no number). */
-        if (!((v[0] == '-' || (v[0] >= '0' && v[0] <= '9'))))
-            return 0;
-        char text[24];
-        memcpy(text, v, value_len); /* (at most 19 bytes: not NUL-terminated where it is) */
-        text[value_len] = '\0';
-        sc->count = strtoll(text, NULL, 10);
-        sc->set[i] = 1;
+        /* (an integer of at most 18 digits: any other number bailed above) */
+        if (is_number) {
+            sc->count = number;
+            sc->set[i] = 1;
+        }
         return 0;
     }
     if (v[0] != '"')

@@ -160,14 +160,14 @@ fail:;
 
 /*  Field 22 of /proc/PID/stat, after the command name (which may hold spaces and
  *  parentheses, hence the last ')'). */
-int util_start_time(pid_t pid, unsigned long long *ticks)
+/*  A small /proc file (one read) into buf, NUL-terminated: 0, or -1 with errno (EIO: empty).
+ *  Allocates nothing (util_statm's callers). */
+static int s_read_proc(const char *path, char *buf, size_t size)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
+    ssize_t n = read(fd, buf, size - 1);
     int saved = errno;
     close(fd);
     if (n <= 0) {
@@ -175,6 +175,15 @@ int util_start_time(pid_t pid, unsigned long long *ticks)
         return -1;
     }
     buf[n] = '\0';
+    return 0;
+}
+
+int util_start_time(pid_t pid, unsigned long long *ticks)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    if (s_read_proc(path, buf, sizeof buf) < 0)
+        return -1;
     char *p = strrchr(buf, ')');
     /* Each turn finds the space before field `field`: state (3) is the first after ")". */
     for (int field = 3; p && field <= 22; field++)
@@ -193,17 +202,8 @@ int util_statm(pid_t pid, long long *size_bytes, long long *resident_bytes)
         snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
     else
         snprintf(path, sizeof path, "/proc/self/statm");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (s_read_proc(path, buf, sizeof buf) < 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    int saved = errno;
-    close(fd);
-    if (n <= 0) {
-        errno = n < 0 ? saved : EIO;
-        return -1;
-    }
-    buf[n] = '\0';
     long long size, resident;
     if (sscanf(buf, "%lld %lld", &size, &resident) != 2) {
         errno = EPROTO;
