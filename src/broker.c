@@ -238,15 +238,13 @@ static void s_kernel_gone(sess_t *s)
     kernpipe_close(s->pipe);
     /* Its save file goes with it, let go of on the worker (where freeing what the kernel
      * wrote there costs the loop nothing). The next kernel's first save makes a new one. */
-    if (s->scratch_fd >= 0)
-        snapstore_release(s->broker->snaps, s->id, s->scratch_fd);
+    snapstore_release(s->broker->snaps, s->id, s->scratch_fd); /* (-1: none) */
     s->scratch_fd = -1;
     /* The file it mapped, when this was the last reference (the snapshot was dropped after
      * the revival, or a newer one renamed over it), frees its page cache and blocks as it
      * closes: ~22 ms per 100 MB here, which the kernel's exit paid, and an eviction waits
      * for that exit. Held here, it is paid on the worker. */
-    if (s->mapped_fd >= 0)
-        snapstore_release(s->broker->snaps, s->id, s->mapped_fd);
+    snapstore_release(s->broker->snaps, s->id, s->mapped_fd);
     s->mapped_fd = -1;
     loop_fd_end(s->broker->loop, s->proc.pidfd); /* if it was watched */
     spawner_release(&s->proc);
@@ -627,8 +625,7 @@ static int s_op_snapshot_file(void *ctx)
     sess_t *s = ctx;
     if (snapstore_busy(s->broker->snaps, s->id))
         return -1; /* a store may still read the file: this save goes through the pipe */
-    if (s->scratch_fd >= 0)
-        snapstore_release(s->broker->snaps, s->id, s->scratch_fd);
+    snapstore_release(s->broker->snaps, s->id, s->scratch_fd); /* (-1: none) */
     s->scratch_fd = snapstore_file(s->workspace);
     return s->scratch_fd < 0 ? -1 : fcntl(s->scratch_fd, F_DUPFD_CLOEXEC, 0);
 }

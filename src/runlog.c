@@ -291,32 +291,6 @@ static void s_done(void *arg)
     free(j);
 }
 
-/*  The current UTC time as ISO 8601 with milliseconds. The part to the second is formatted
- *  once a second (on the loop's thread: runlog_cell's only caller). */
-static void s_iso(long long wall_ms, char out[32])
-{
-    static long long cached_s = -1;
-    static char cached[24];
-    static size_t cached_len;
-    long long sec = wall_ms / 1000;
-    if (sec != cached_s) {
-        time_t t = (time_t)sec;
-        struct tm tm;
-        gmtime_r(&t, &tm);
-        cached_len = strftime(cached, sizeof cached, "%Y-%m-%dT%H:%M:%S", &tm);
-        cached_s = sec;
-    }
-    long long ms = wall_ms % 1000;
-    memcpy(out, cached, cached_len);
-    char *p = out + cached_len;
-    *p++ = '.';
-    *p++ = (char)('0' + ms / 100);
-    *p++ = (char)('0' + ms / 10 % 10);
-    *p++ = (char)('0' + ms % 10);
-    *p++ = 'Z';
-    *p = '\0';
-}
-
 /*  A record's member from the reply's metadata: key (its text, with the comma and colon
  *  before and after it), then v when it is of the kind the record keeps (ok), else
  *  fallback. */
@@ -343,8 +317,8 @@ int runlog_cell(runlog_t *self, const runlog_cell_t *c)
     j->keep_days = self->keep_days;
     long long day = j->wall_ms / 1000 / DAY_S;
     j->prune = day != self->pruned_day;
-    char when[32];
-    s_iso(j->wall_ms, when);
+    char when[UTIL_ISO_LEN];
+    util_iso_ms(j->wall_ms, when);
     const json_t *md = c->metadata;
     const json_t *digest = json_object_get(md, "runtime_digest");
     const json_t *files = json_object_get(md, "files");

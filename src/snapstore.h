@@ -57,11 +57,11 @@ int snapstore_load(snapstore_t *self, const char *dir, void **data, size_t *len)
 int snapstore_open(const char *dir);
 /*  Delete session id's snapshot in dir; a store still on the worker answers no one. */
 void snapstore_drop(snapstore_t *self, const char *id, const char *dir);
-/*  Close fd, a snapshot's file a kernel mapped (a revival's, a fork's seed), once that kernel
- *  is gone, on the worker: with a newer snapshot renamed over it, or the file dropped, this
- *  may be its last reference, and the close then frees its page cache and blocks (~22 ms per
- *  100 MB here), which kept off the loop and out of the kernel's exit. fd is taken (closed
- *  at once if the job cannot be queued). */
+/*  Close fd on the worker: a snapshot's file a kernel mapped (a revival's, a fork's seed),
+ *  once that kernel is gone, or a kernel's save file. This may be its last reference, and
+ *  the close then frees its page cache and blocks (~22 ms per 100 MB here), kept off the
+ *  loop and out of the kernel's exit. fd is taken (closed at once if the job cannot be
+ *  queued); -1 is none. */
 void snapstore_release(snapstore_t *self, const char *id, int fd);
 /*  1 while a job of session id's is on the worker: its directory must be removed there,
  *  after it (sweeper_remove's `behind`). */

@@ -67,30 +67,46 @@ long long util_wall_ms(void)
     return s_clock_ms(CLOCK_REALTIME);
 }
 
-char *util_iso_now(char *out)
+/*  "YYYY-MM-DDTHH:MM:SS" of sec at out (no NUL); its length. Formatted once a second (per
+ *  thread): every message kenneld makes has a date, and every cell a run record. */
+static size_t s_iso_second(time_t sec, char *out)
 {
-    /* Every message kenneld makes has a date: the part to the second is formatted once a
-     * second (per thread), the microseconds by hand. */
     static __thread time_t cached_sec = -1;
-    static __thread char cached[32]; /* YYYY-MM-DDTHH:MM:SS */
+    static __thread char cached[32];
     static __thread size_t cached_len;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    if (ts.tv_sec != cached_sec) {
+    if (sec != cached_sec) {
         struct tm tm;
-        gmtime_r(&ts.tv_sec, &tm);
+        gmtime_r(&sec, &tm);
         cached_len = strftime(cached, sizeof cached, "%Y-%m-%dT%H:%M:%S", &tm);
-        cached_sec = ts.tv_sec;
+        cached_sec = sec;
     }
     memcpy(out, cached, cached_len);
-    char *p = out + cached_len;
+    return cached_len;
+}
+
+/*  out + at: "." and the n digits of frac (zero-padded), "Z", NUL. */
+static char *s_iso_fraction(char *out, size_t at, long frac, int n)
+{
+    char *p = out + at;
     *p++ = '.';
-    long us = ts.tv_nsec / 1000;
-    for (int i = 5; i >= 0; i--, us /= 10)
-        p[i] = (char)('0' + us % 10);
-    p[6] = 'Z';
-    p[7] = '\0';
+    for (int i = n - 1; i >= 0; i--, frac /= 10)
+        p[i] = (char)('0' + frac % 10);
+    p[n] = 'Z';
+    p[n + 1] = '\0';
     return out;
+}
+
+char *util_iso_now(char *out)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return s_iso_fraction(out, s_iso_second(ts.tv_sec, out), ts.tv_nsec / 1000, 6);
+}
+
+char *util_iso_ms(long long wall_ms, char *out)
+{
+    return s_iso_fraction(out, s_iso_second((time_t)(wall_ms / 1000), out),
+                          (long)(wall_ms % 1000), 3);
 }
 
 char *util_hex(char *out, const void *data, size_t len)

@@ -40,6 +40,8 @@ long long util_wall_ms(void);
  *  out must hold UTIL_ISO_LEN bytes. Returns out. */
 #define UTIL_ISO_LEN 64
 char *util_iso_now(char *out);
+/*  The same for wall_ms (ms since the epoch, util_wall_ms), to the millisecond. */
+char *util_iso_ms(long long wall_ms, char *out);
 /*  Lowercase hex of len bytes into out (2*len+1 bytes). Returns out. */
 char *util_hex(char *out, const void *data, size_t len);
 /*  A fresh random uuid4 string into out (37 bytes). Returns out. */

@@ -366,6 +366,15 @@ TEST(message_dates_are_iso_8601_utc_with_microseconds)
     }
 }
 
+/*  util_iso_ms: the same shape to the millisecond, for a given time (run records). */
+TEST(iso_dates_to_the_millisecond)
+{
+    char out[UTIL_ISO_LEN];
+    CHECK_STR(util_iso_ms(1764487805007LL, out), "2025-11-30T07:30:05.007Z");
+    CHECK_STR(util_iso_ms(1764487805999LL, out), "2025-11-30T07:30:05.999Z");
+    CHECK_STR(util_iso_ms(1764487806000LL, out), "2025-11-30T07:30:06.000Z"); /* a new second */
+}
+
 TEST(reply_reuses_raw_parent)
 {
     wire_t *w = wire_new("k", 1, NULL);
@@ -863,6 +872,7 @@ int main(void)
     RUN(hmac_known_answer);
     RUN(hmac_key_longer_than_a_block_and_empty_key);
     RUN(message_dates_are_iso_8601_utc_with_microseconds);
+    RUN(iso_dates_to_the_millisecond);
     RUN(reply_reuses_raw_parent);
     RUN(a_large_part_is_parsed_shallowly);
     RUN(amending_a_shallow_part_keeps_what_it_left_out);
