@@ -320,8 +320,8 @@ int snapstore_store_fd(snapstore_t *self, const char *id, const char *dir, int f
                        const char **why)
 {
     static char reason[200];
-    /* The file is emptied by a job of its own, queued behind the copy: the session stays
-     * busy (snapstore_busy) until it is done, so that no save reuses the file before. */
+    /* The file is emptied by a job of its own, queued behind the copy (the session stays
+     * busy, snapstore_busy, until it is done). */
     int empty = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (s_snap_submit(self, SNAP_COPY, id, dir, NULL, len, fd) < 0) {
         snprintf(reason, sizeof reason, "cannot queue its write: %s", strerror(errno));
@@ -331,7 +331,8 @@ int snapstore_store_fd(snapstore_t *self, const char *id, const char *dir, int f
         return -1;
     }
     /* Out of memory or stopping: the file keeps its blocks until the kernel's next save or
-     * its end (s_op_snapshot_file and s_kernel_gone in broker.c empty it), within its image. */
+     * its end let go of it (s_op_snapshot_file, s_kernel_gone in broker.c), within its
+     * image. */
     if (empty < 0 || s_snap_submit(self, SNAP_EMPTY, id, dir, NULL, 0, empty) < 0)
         LOG_W("session=%s: cannot queue the emptying of its save file", id);
     return 0;
