@@ -69,6 +69,17 @@ class Snapshot:
         self._walk(max_entries, max_depth, on_dir, start)
         self._hash_racy(self.files)
 
+    @classmethod
+    def known(cls, root, started_ns, files, seen, dir_entries, linked, inodes, dir_stats=None):
+        """A snapshot of what is known without a walk (a walk's answer revalidated, or
+        inotify's): every field a walk sets, so that none is forgotten."""
+        snap = cls.__new__(cls)
+        snap.root, snap.started_ns, snap.files = root, started_ns, files
+        snap.digests, snap.truncated, snap.seen = {}, False, seen
+        snap.dir_entries, snap.linked, snap.inodes = dir_entries, linked, inodes
+        snap.dir_stats = dir_stats
+        return snap
+
     def _walk(self, max_entries, max_depth, on_dir, start):
         seen = 0
         todo = [start]
@@ -348,13 +359,8 @@ class Tracker:
                     return None
         except OSError:
             return None
-        snap = Snapshot.__new__(Snapshot)
-        snap.root, snap.started_ns, snap.files = root, started_ns, walked.files
-        snap.digests, snap.truncated, snap.seen = {}, False, walked.seen
-        snap.dir_entries, snap.linked, snap.inodes = (walked.dir_entries, walked.linked,
-                                                      walked.inodes)
-        snap.dir_stats = walked.dir_stats
-        return snap
+        return Snapshot.known(root, started_ns, walked.files, walked.seen, walked.dir_entries,
+                              walked.linked, walked.inodes, walked.dir_stats)
 
     def close(self, owned=True):
         """owned=False: the descriptor's number may be user code's now; leave it alone."""
@@ -489,11 +495,8 @@ class Tracker:
         if self._entries >= self.max_entries:
             raise _Lost("at the entry bound")
         self._files = files
-        snap = Snapshot.__new__(Snapshot)
-        snap.root, snap.started_ns, snap.files = self.root, started_ns, files
-        snap.digests, snap.truncated, snap.seen = {}, False, self._entries
-        snap.dir_entries, snap.linked, snap.inodes = self._counts, self._linked, self._inodes
-        snap.dir_stats = None
+        snap = Snapshot.known(self.root, started_ns, files, self._entries, self._counts,
+                              self._linked, self._inodes)
         self._racy = {p for p in self._racy
                       if p in files and _is_racy(files[p][1], started_ns)}
         snap._hash_racy(sorted(self._racy, key=_walk_order))
