@@ -25,6 +25,7 @@
 
 #include <sodium.h>
 
+#include "frames.h"
 #include "log.h"
 #include "sockdiag.h"
 #include "util.h"
@@ -44,15 +45,15 @@ typedef struct {
     atomic_size_t refs;
 } unread_account_t;
 
-/*  One message in flight. Its largest frame goes to libzmq without a copy and counts for the
- *  whole message until libzmq frees that frame. libzmq frees each frame once written, so the
+/*  One message in flight. Its largest part goes to libzmq without a copy and counts for the
+ *  whole message until libzmq frees that part. libzmq frees each part once written, so the
  *  count may drop a little before the rest of a message is out: by less than one message per
  *  client. */
 typedef struct {
     unread_account_t *account;
     unread_account_t *total; /* the whole session's, also charged */
     size_t bytes;
-    zframe_t *frame;
+    zmq_msg_t part; /* what holds the largest part's bytes */
 } unread_msg_t;
 
 /*  A message sent while another of the same session was being signed: it waits, so that
@@ -62,7 +63,7 @@ typedef struct out {
     channels_index_t i;
     int is_end;      /* an iopub message that ends a cell (s_is_end) */
     int is_signed;
-    zmsg_t *z; /* NULL while the signer has it */
+    frames_t *f; /* NULL while the signer has it */
     size_t sig_frame;
     size_t bytes;
 } out_t;
@@ -73,7 +74,7 @@ typedef struct out {
 typedef struct sign_job {
     channels_t *owner;
     hmac_t *hmac;
-    zmsg_t *z;
+    frames_t *f;
     size_t sig_frame;
     int rc;
 } sign_job_t;
@@ -124,7 +125,7 @@ struct channels {
                                 * max_clients (a count walks the kernel's whole table) */
     size_t denied;      /* handshakes refused for their key (CURVE) */
     owners_t own;       /* its own users (cfg.uids) */
-    zmsg_t *held;       /* stdin: signed, for a client not connected yet (CHANNELS_HELD) */
+    frames_t *held;     /* stdin: signed, for a client not connected yet (CHANNELS_HELD) */
 };
 
 static void s_account_release(unread_account_t *a)
@@ -177,7 +178,7 @@ static void s_unread_free(void *data, void *hint)
     unread_msg_t *h = hint;
     s_uncharge(h->account, h->bytes);
     s_uncharge(h->total, h->bytes);
-    zframe_destroy(&h->frame);
+    zmq_msg_close(&h->part);
     free(h);
 }
 
@@ -764,10 +765,10 @@ void channels_destroy(channels_t **self_p)
     while (self->out_head) {
         out_t *o = self->out_head;
         self->out_head = o->next;
-        zmsg_destroy(&o->z);
+        frames_destroy(&o->f);
         free(o);
     }
-    zmsg_destroy(&self->held);
+    frames_destroy(&self->held);
     wire_destroy(&self->wire);
     if (self->unread)
         s_account_release(self->unread);
@@ -804,50 +805,49 @@ int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out)
     return wire_decode_step(self->wire, &self->pending[i], CHANNELS_SLICE, out);
 }
 
-/*  Send z on socket i, its bytes counted in account until libzmq frees it (see
- *  unread_account_t). Takes *z_p. 0 or -1. */
+/*  Send f on socket i, its bytes counted in account until libzmq frees it (see
+ *  unread_account_t). Takes *f_p. 0 or -1. */
 static int s_send_counted(channels_t *self, channels_index_t i, unread_account_t *account,
-                          zmsg_t **z_p)
+                          frames_t **f_p)
 {
-    zmsg_t *z = *z_p;
-    zframe_t *largest = zmsg_first(z);
-    for (zframe_t *f = largest; f; f = zmsg_next(z))
-        if (zframe_size(f) > zframe_size(largest))
-            largest = f;
-    unread_msg_t *h = largest ? calloc(1, sizeof *h) : NULL;
+    frames_t *f = *f_p;
+    size_t n = frames_count(f), largest = 0;
+    for (size_t k = 1; k < n; k++)
+        if (zmq_msg_size(frames_part(f, k)) > zmq_msg_size(frames_part(f, largest)))
+            largest = k;
+    unread_msg_t *h = n ? malloc(sizeof *h) : NULL;
     if (!h) {
-        zmsg_destroy(z_p);
+        frames_destroy(f_p);
         return -1;
     }
-    h->account = account;
-    h->total = self->total;
-    h->bytes = zmsg_content_size(z);
+    *h = (unread_msg_t){.account = account, .total = self->total, .bytes = frames_bytes(f)};
+    zmq_msg_init(&h->part);
+    zmq_msg_move(&h->part, frames_part(f, largest));
     s_charge(h->account, h->bytes);
     s_charge(h->total, h->bytes);
     void *sock = zsock_resolve(self->sock[i]);
     int rc = 0, err = 0;
-    zframe_t *f;
-    while ((f = zmsg_pop(z))) {
-        int more = zmsg_size(z) > 0;
-        if (f == largest) {
-            h->frame = f;
+    for (size_t k = 0; k < n; k++) {
+        int flags = (k + 1 < n ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT;
+        if (k == largest) {
             zmq_msg_t m;
-            if (rc < 0 || zmq_msg_init_data(&m, zframe_data(f), zframe_size(f), s_unread_free, h) < 0) {
+            if (rc < 0 ||
+                zmq_msg_init_data(&m, zmq_msg_data(&h->part), zmq_msg_size(&h->part),
+                                  s_unread_free, h) < 0) {
                 err = rc < 0 ? err : errno;
                 s_unread_free(NULL, h);
                 rc = -1;
-            } else if (zmq_msg_send(&m, sock, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
+            } else if (zmq_msg_send(&m, sock, flags) < 0) {
                 err = errno;
                 zmq_msg_close(&m); /* frees h */
                 rc = -1;
             }
-        } else if (rc < 0 || zframe_send(&f, sock, (more ? ZFRAME_MORE : 0) | ZFRAME_DONTWAIT) < 0) {
-            err = rc < 0 ? err : errno;
-            zframe_destroy(&f); /* after a failed part, the rest is only freed */
+        } else if (rc == 0 && zmq_msg_send(frames_part(f, k), sock, flags) < 0) {
+            err = errno; /* after a failed part, the rest is only freed */
             rc = -1;
         }
     }
-    zmsg_destroy(z_p);
+    frames_destroy(f_p);
     if (rc < 0)
         errno = err; /* the first failure's (EHOSTUNREACH: stdin's client is not there) */
     return rc;
@@ -874,11 +874,11 @@ static void s_sweep_peers(channels_t *self)
 
 /*  The account of the client a ROUTER message goes to (its first frame, the routing id),
  *  made on its first message. NULL if out of memory. */
-static unread_account_t *s_peer_account(channels_t *self, channels_index_t i, const zmsg_t *z)
+static unread_account_t *s_peer_account(channels_t *self, channels_index_t i, frames_t *f)
 {
-    zframe_t *id = zmsg_first((zmsg_t *)z);
-    const void *b = id ? zframe_data(id) : NULL;
-    size_t n = id ? zframe_size(id) : 0;
+    zmq_msg_t *id = frames_count(f) ? frames_part(f, 0) : NULL;
+    const void *b = id ? zmq_msg_data(id) : NULL;
+    size_t n = id ? zmq_msg_size(id) : 0;
     if (n > 255) /* libzmq's longest routing id; a longer frame reaches no one */
         n = 255;
     char key[2 + 2 * 255 + 1];
@@ -932,17 +932,17 @@ static int s_session_over(const channels_t *self, size_t size)
     return self->max_unread && held > 0 && (held >= bound || size > bound - held);
 }
 
-/*  Send the signed z on socket i (not the heartbeat), or drop it past the unread bound.
- *  Takes *z_p. As channels_send. */
-static int s_deliver(channels_t *self, channels_index_t i, int is_end, zmsg_t **z_p)
+/*  Send the signed f on socket i (not the heartbeat), or drop it past the unread bound.
+ *  Takes *f_p. As channels_send. */
+static int s_deliver(channels_t *self, channels_index_t i, int is_end, frames_t **f_p)
 {
-    zmsg_t *z = *z_p;
-    unread_account_t *account = i == CHANNELS_IOPUB ? self->unread : s_peer_account(self, i, z);
+    frames_t *f = *f_p;
+    unread_account_t *account = i == CHANNELS_IOPUB ? self->unread : s_peer_account(self, i, f);
     if (!account) {
-        zmsg_destroy(z_p);
+        frames_destroy(f_p);
         return -1;
     }
-    size_t size = zmsg_content_size(z);
+    size_t size = frames_bytes(f);
     if (i == CHANNELS_IOPUB && is_end ? s_iopub_over(self, 1, size)
         : i == CHANNELS_IOPUB         ? s_iopub_over(self, 0, size) || s_session_over(self, size)
                                       : s_over(self, s_held(account), size) ||
@@ -950,35 +950,35 @@ static int s_deliver(channels_t *self, channels_index_t i, int is_end, zmsg_t **
         /* What a peer that left had not read is freed only once the socket has seen it
          * leave, which it does when used: the next message may fit then. */
         zsock_events(self->sock[i]);
-        zmsg_destroy(z_p);
+        frames_destroy(f_p);
         self->dropped++;
         return CHANNELS_DROPPED;
     }
-    return s_send_counted(self, i, account, z_p);
+    return s_send_counted(self, i, account, f_p);
 }
 
 /*  s_deliver, and on stdin, a message for a client that has not connected is held (the
  *  latest one only; one that went makes a held one stale). */
-static int s_deliver_or_hold(channels_t *self, channels_index_t i, int is_end, zmsg_t **z_p)
+static int s_deliver_or_hold(channels_t *self, channels_index_t i, int is_end, frames_t **f_p)
 {
     if (i != CHANNELS_STDIN)
-        return s_deliver(self, i, is_end, z_p);
-    zmsg_t *copy = zmsg_dup(*z_p);
-    int rc = s_deliver(self, i, is_end, z_p);
+        return s_deliver(self, i, is_end, f_p);
+    frames_t *copy = frames_dup(*f_p);
+    int rc = s_deliver(self, i, is_end, f_p);
     int unreachable = rc < 0 && errno == EHOSTUNREACH; /* before a free() may touch errno */
-    zmsg_destroy(&self->held);
+    frames_destroy(&self->held);
     if (unreachable && copy) {
         self->held = copy;
         return CHANNELS_HELD;
     }
-    zmsg_destroy(&copy);
+    frames_destroy(&copy);
     return rc;
 }
 
 static void s_sign_run(void *arg)
 {
     sign_job_t *j = arg;
-    j->rc = wire_sign(j->hmac, j->z, j->sig_frame);
+    j->rc = wire_sign(j->hmac, j->f, j->sig_frame);
 }
 
 static void s_pump(channels_t *self);
@@ -989,16 +989,16 @@ static void s_sign_done(void *arg)
     channels_t *self = j->owner;
     hmac_destroy(&j->hmac);
     if (!self) {
-        zmsg_destroy(&j->z);
+        frames_destroy(&j->f);
         free(j);
         return;
     }
     self->job = NULL;
     out_t *head = self->out_head;
-    head->z = j->z;
+    head->f = j->f;
     head->is_signed = j->rc == 0;
     if (!head->is_signed)
-        zmsg_destroy(&head->z); /* (only when libcrypto is out of memory) dropped, not resent */
+        frames_destroy(&head->f); /* (only when libcrypto is out of memory) dropped, not resent */
     free(j);
     s_pump(self);
     if (self->flushed)
@@ -1011,22 +1011,22 @@ static void s_pump(channels_t *self)
 {
     out_t *o;
     while ((o = self->out_head) && !self->job) {
-        if (!o->is_signed && o->z) {
+        if (!o->is_signed && o->f) {
             sign_job_t *j = calloc(1, sizeof *j);
             if (j && (j->hmac = hmac_dup(wire_hmac(self->wire)))) {
                 j->owner = self;
-                j->z = o->z;
+                j->f = o->f;
                 j->sig_frame = o->sig_frame;
-                o->z = NULL;
+                o->f = NULL;
                 if (worker_submit(self->signer, s_sign_run, s_sign_done, j) == 0) {
                     self->job = j;
                     return;
                 }
-                o->z = j->z;
+                o->f = j->f;
                 hmac_destroy(&j->hmac);
             }
             free(j);
-            o->is_signed = wire_sign(wire_hmac(self->wire), o->z, o->sig_frame) == 0;
+            o->is_signed = wire_sign(wire_hmac(self->wire), o->f, o->sig_frame) == 0;
         }
         self->out_head = o->next;
         if (!self->out_head)
@@ -1034,8 +1034,8 @@ static void s_pump(channels_t *self)
         self->queued -= o->bytes;
         self->queued_iopub -= o->i == CHANNELS_IOPUB;
         if (o->is_signed)
-            s_deliver_or_hold(self, o->i, o->is_end, &o->z);
-        zmsg_destroy(&o->z);
+            s_deliver_or_hold(self, o->i, o->is_end, &o->f);
+        frames_destroy(&o->f);
         free(o);
     }
 }
@@ -1052,39 +1052,33 @@ int channels_send(channels_t *self, channels_index_t i, jmsg_t **msg_p)
 {
     int is_end = i == CHANNELS_IOPUB && s_is_end(jmsg_type(*msg_p));
     size_t sig_frame, signed_len;
-    zmsg_t *z = wire_encode_unsigned(self->wire, msg_p, &sig_frame, &signed_len);
-    if (!z)
+    frames_t *f = wire_encode_unsigned(self->wire, msg_p, &sig_frame, &signed_len);
+    if (!f)
         return -1;
     int off_loop = self->signer && i != CHANNELS_HB && signed_len >= CHANNELS_SIGN_OFF_LOOP;
-    if (!off_loop && wire_sign(wire_hmac(self->wire), z, sig_frame) < 0) {
-        zmsg_destroy(&z);
+    if (!off_loop && wire_sign(wire_hmac(self->wire), f, sig_frame) < 0) {
+        frames_destroy(&f);
         return -1;
     }
-    if (i == CHANNELS_HB) {
-        /* czmq's zmsg_send keeps the message on failure; we never keep it. */
-        if (zmsg_send(&z, self->sock[i]) < 0) {
-            zmsg_destroy(&z);
-            return -1;
-        }
-        return 0;
-    }
+    if (i == CHANNELS_HB)
+        return frames_send(&f, self->sock[i], 0); /* (never kept on failure) */
     if (!off_loop && !self->out_head)
-        return s_deliver_or_hold(self, i, is_end, &z);
+        return s_deliver_or_hold(self, i, is_end, &f);
     /* The queue holds at most max_unread bytes (what replies kenneld makes itself while a
      * signing lasts could add), but the message it starts with, and iopub's status. */
-    size_t bytes = zmsg_content_size(z);
+    size_t bytes = frames_bytes(f);
     if (self->out_head && !is_end &&
         s_over(self, self->queued - self->out_head->bytes, bytes)) {
-        zmsg_destroy(&z);
+        frames_destroy(&f);
         self->dropped++;
         return CHANNELS_DROPPED;
     }
     out_t *o = calloc(1, sizeof *o);
     if (!o) {
-        zmsg_destroy(&z);
+        frames_destroy(&f);
         return -1;
     }
-    *o = (out_t){.i = i, .is_end = is_end, .is_signed = !off_loop, .z = z,
+    *o = (out_t){.i = i, .is_end = is_end, .is_signed = !off_loop, .f = f,
                  .sig_frame = sig_frame, .bytes = bytes};
     self->queued += bytes;
     self->queued_iopub += i == CHANNELS_IOPUB;
@@ -1111,13 +1105,13 @@ int channels_retry_held(channels_t *self)
 {
     if (!self->held)
         return 0;
-    zmsg_t *z = zmsg_dup(self->held);
-    if (!z)
+    frames_t *f = frames_dup(self->held);
+    if (!f)
         return 1; /* out of memory now: the next try */
-    int rc = s_deliver(self, CHANNELS_STDIN, 0, &z);
+    int rc = s_deliver(self, CHANNELS_STDIN, 0, &f);
     if (rc < 0 && errno == EHOSTUNREACH)
         return 1;
-    zmsg_destroy(&self->held);
+    frames_destroy(&self->held);
     return rc == 0 ? 0 : -1; /* CHANNELS_DROPPED: its client holds too much unread */
 }
 
@@ -1128,7 +1122,7 @@ int channels_held(const channels_t *self)
 
 void channels_drop_held(channels_t *self)
 {
-    zmsg_destroy(&self->held);
+    frames_destroy(&self->held);
 }
 
 void channels_on_flushed(channels_t *self, channels_flushed_fn *fn, void *arg)

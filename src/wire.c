@@ -11,6 +11,7 @@
 
 #include <sodium.h>
 
+#include "frames.h"
 #include "hmac.h"
 #include "jtext.h"
 #include "jvalid.h"
@@ -319,16 +320,40 @@ int wire_recv(zsock_t *sock, size_t max_frames, zmsg_t **out)
 /*  Encode msg; take: its raw parts' and buffers' frames move into the result instead of
  *  being copied (the caller destroys msg). sign: sign it here; else its signature frame is
  *  left blank, at index *sig_frame, for wire_sign. *signed_len: the bytes it signs. */
-static zmsg_t *s_encode(wire_t *self, jmsg_t *msg, int take, int sign, size_t *sig_frame,
-                        size_t *signed_len)
+/*  Where an encoding goes: a czmq message (wire_encode, wire_encode_take) or frames
+ *  (wire_encode_unsigned: kenneld's send path). */
+typedef struct {
+    zmsg_t *z;
+    frames_t *f;
+} sink_t;
+
+static int s_add(sink_t *out, const void *data, size_t len)
 {
-    zmsg_t *z = zmsg_new();
+    return out->f ? frames_addmem(out->f, data, len) : zmsg_addmem(out->z, data, len);
+}
+
+/*  Append *frame_p, taken (also on failure). */
+static int s_move(sink_t *out, zframe_t **frame_p)
+{
+    if (out->f)
+        return frames_add_frame(out->f, frame_p);
+    int rc = zmsg_append(out->z, frame_p);
+    zframe_destroy(frame_p);
+    return rc;
+}
+
+/*  Encode msg into out (empty), its raw parts and buffers moved rather than copied when
+ *  take, signed when sign, else the signature part left blank (as many bytes as a
+ *  signature) at index *sig_frame; *signed_len: the bytes a signature covers. 0 or -1 (out
+ *  then holds a part of the message: the caller frees it). */
+static int s_encode(wire_t *self, jmsg_t *msg, int take, int sign, sink_t *out, size_t *sig_frame,
+                    size_t *signed_len)
+{
     char *dumped[JMSG_NPARTS] = {NULL};
     zframe_t *moved[JMSG_NPARTS] = {NULL};
     const void *data[JMSG_NPARTS];
     size_t lens[JMSG_NPARTS];
-    if (!z)
-        return NULL;
+    int rc = -1;
     for (int i = 0; i < JMSG_NPARTS; i++) {
         moved[i] = take ? jmsg_release_raw(msg, (jmsg_part_t)i) : NULL;
         data[i] = moved[i] ? zframe_data(moved[i]) : jmsg_raw(msg, (jmsg_part_t)i, &lens[i]);
@@ -346,72 +371,81 @@ static zmsg_t *s_encode(wire_t *self, jmsg_t *msg, int take, int sign, size_t *s
             lens[i] = t.len;
             dumped[i] = jtext_take(&t);
             if (!dumped[i])
-                goto fail;
+                goto done;
             data[i] = dumped[i];
         }
     }
     char sig[HMAC_HEX_LEN + 1] = "";
     if (sign && hmac_sign(self->hmac, data, lens, JMSG_NPARTS, sig) < 0)
-        goto fail;
+        goto done;
     *signed_len = 0;
     for (int i = 0; i < JMSG_NPARTS; i++)
         *signed_len += lens[i];
 
-    for (zframe_t *f = jmsg_nids(msg) ? zmsg_first(jmsg_ids(msg)) : NULL; f;
-         f = zmsg_next(jmsg_ids(msg)))
-        if (zmsg_addmem(z, zframe_data(f), zframe_size(f)) < 0)
-            goto fail;
-    *sig_frame = zmsg_size(z) + 1;
+    size_t nids = jmsg_nids(msg);
+    for (zframe_t *f = nids ? zmsg_first(jmsg_ids(msg)) : NULL; f; f = zmsg_next(jmsg_ids(msg)))
+        if (s_add(out, zframe_data(f), zframe_size(f)) < 0)
+            goto done;
+    *sig_frame = nids + 1;
     /* Left blank: as many bytes as the signature will have. */
-    if (zmsg_addstr(z, WIRE_DELIMITER) < 0 ||
-        zmsg_addmem(z, sig, sign ? strlen(sig) : hmac_sig_len(self->hmac)) < 0)
-        goto fail;
+    if (s_add(out, WIRE_DELIMITER, strlen(WIRE_DELIMITER)) < 0 ||
+        s_add(out, sig, sign ? strlen(sig) : hmac_sig_len(self->hmac)) < 0)
+        goto done;
     for (int i = 0; i < JMSG_NPARTS; i++)
-        if (moved[i] ? zmsg_append(z, &moved[i]) < 0 : zmsg_addmem(z, data[i], lens[i]) < 0)
-            goto fail;
+        if (moved[i] ? s_move(out, &moved[i]) < 0 : s_add(out, data[i], lens[i]) < 0)
+            goto done;
     if (take) {
         zframe_t *f;
         while (jmsg_nbuffers(msg) && (f = zmsg_pop(jmsg_buffers(msg))))
-            if (zmsg_append(z, &f) < 0)
-                goto fail;
+            if (s_move(out, &f) < 0)
+                goto done;
     } else {
         for (zframe_t *f = jmsg_nbuffers(msg) ? zmsg_first(jmsg_buffers(msg)) : NULL; f;
              f = zmsg_next(jmsg_buffers(msg)))
-            if (zmsg_addmem(z, zframe_data(f), zframe_size(f)) < 0)
-                goto fail;
+            if (s_add(out, zframe_data(f), zframe_size(f)) < 0)
+                goto done;
     }
-    for (int i = 0; i < JMSG_NPARTS; i++)
-        free(dumped[i]);
-    return z;
-fail:
+    rc = 0;
+done:
     for (int i = 0; i < JMSG_NPARTS; i++) {
         free(dumped[i]);
         zframe_destroy(&moved[i]);
     }
-    zmsg_destroy(&z);
-    return NULL;
+    return rc;
+}
+
+/*  s_encode into a new czmq message. */
+static zmsg_t *s_encode_zmsg(wire_t *self, jmsg_t *msg, int take)
+{
+    size_t sig_frame, signed_len;
+    sink_t out = {zmsg_new(), NULL};
+    if (out.z && s_encode(self, msg, take, 1, &out, &sig_frame, &signed_len) < 0)
+        zmsg_destroy(&out.z);
+    return out.z;
 }
 
 zmsg_t *wire_encode(wire_t *self, const jmsg_t *msg)
 {
-    size_t sig_frame, signed_len;
     /* (nothing of msg is changed without take) */
-    return s_encode(self, (jmsg_t *)msg, 0, 1, &sig_frame, &signed_len);
+    return s_encode_zmsg(self, (jmsg_t *)msg, 0);
 }
 
 zmsg_t *wire_encode_take(wire_t *self, jmsg_t **msg_p)
 {
-    size_t sig_frame, signed_len;
-    zmsg_t *z = s_encode(self, *msg_p, 1, 1, &sig_frame, &signed_len);
+    zmsg_t *z = s_encode_zmsg(self, *msg_p, 1);
     jmsg_destroy(msg_p);
     return z;
 }
 
-zmsg_t *wire_encode_unsigned(wire_t *self, jmsg_t **msg_p, size_t *sig_frame, size_t *signed_len)
+frames_t *wire_encode_unsigned(wire_t *self, jmsg_t **msg_p, size_t *sig_frame,
+                               size_t *signed_len)
 {
-    zmsg_t *z = s_encode(self, *msg_p, 1, 0, sig_frame, signed_len);
+    /* ids, delimiter, signature, the four parts, buffers: the frames never grow */
+    sink_t out = {NULL, frames_new(jmsg_nids(*msg_p) + 2 + JMSG_NPARTS + jmsg_nbuffers(*msg_p))};
+    if (out.f && s_encode(self, *msg_p, 1, 0, &out, sig_frame, signed_len) < 0)
+        frames_destroy(&out.f);
     jmsg_destroy(msg_p);
-    return z;
+    return out.f;
 }
 
 const hmac_t *wire_hmac(const wire_t *self)
@@ -419,28 +453,24 @@ const hmac_t *wire_hmac(const wire_t *self)
     return self->hmac;
 }
 
-int wire_sign(const hmac_t *hmac, zmsg_t *z, size_t sig_frame)
+int wire_sign(const hmac_t *hmac, frames_t *f, size_t sig_frame)
 {
-    size_t n = zmsg_size(z);
-    if (sig_frame + JMSG_NPARTS >= n)
+    if (sig_frame + JMSG_NPARTS >= frames_count(f))
         return -1;
-    zframe_t *f = zmsg_first(z);
-    for (size_t i = 0; i < sig_frame; i++)
-        f = zmsg_next(z);
-    zframe_t *sig = f;
-    if (zframe_size(sig) != hmac_sig_len(hmac))
+    zmq_msg_t *sig = frames_part(f, sig_frame);
+    if (zmq_msg_size(sig) != hmac_sig_len(hmac))
         return -1;
     const void *data[JMSG_NPARTS];
     size_t lens[JMSG_NPARTS];
     for (int i = 0; i < JMSG_NPARTS; i++) {
-        f = zmsg_next(z);
-        data[i] = zframe_data(f);
-        lens[i] = zframe_size(f);
+        zmq_msg_t *part = frames_part(f, sig_frame + 1 + (size_t)i);
+        data[i] = zmq_msg_data(part);
+        lens[i] = zmq_msg_size(part);
     }
     char hex[HMAC_HEX_LEN + 1];
     if (hmac_sign(hmac, data, lens, JMSG_NPARTS, hex) < 0)
         return -1;
-    memcpy(zframe_data(sig), hex, zframe_size(sig));
+    memcpy(zmq_msg_data(sig), hex, zmq_msg_size(sig));
     return 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include <czmq.h>
 
+#include "frames.h"
 #include "hmac.h"
 #include "jmsg.h"
 
@@ -72,16 +73,18 @@ zmsg_t *wire_encode(wire_t *self, const jmsg_t *msg);
  *  buffers move into the result rather than being copied. A kernel's output of tens of MiB
  *  cost the loop a copy into fresh pages, ~200 ms for 60 MiB on this VM. */
 zmsg_t *wire_encode_take(wire_t *self, jmsg_t **msg_p);
-/*  The same with the signature frame left blank (as many bytes as a signature), at index
- *  *sig_frame of the result, for wire_sign to fill, on another thread if need be.
- *  *signed_len: the bytes the signature covers. NULL on allocation failure. */
-zmsg_t *wire_encode_unsigned(wire_t *self, jmsg_t **msg_p, size_t *sig_frame, size_t *signed_len);
+/*  The same as frames (kenneld's send path: frames.h), with the signature part left blank
+ *  (as many bytes as a signature), at index *sig_frame of the result, for wire_sign to
+ *  fill, on another thread if need be. *signed_len: the bytes the signature covers. NULL
+ *  on allocation failure. */
+frames_t *wire_encode_unsigned(wire_t *self, jmsg_t **msg_p, size_t *sig_frame,
+                               size_t *signed_len);
 /*  The key self signs with (for hmac_dup). */
 const hmac_t *wire_hmac(const wire_t *self);
-/*  Sign z, from wire_encode_unsigned, in place. Touches nothing but z and hmac, so it may
- *  run on another thread while nothing else touches them. 0, or -1 if z is not such a
+/*  Sign f, from wire_encode_unsigned, in place. Touches nothing but f and hmac, so it may
+ *  run on another thread while nothing else touches them. 0, or -1 if f is not such a
  *  message. */
-int wire_sign(const hmac_t *hmac, zmsg_t *z, size_t sig_frame);
+int wire_sign(const hmac_t *hmac, frames_t *f, size_t sig_frame);
 /*  Receive one multipart message from sock, keeping at most max_frames frames: a message of
  *  more is read to its end and dropped frame by frame (its frames are never all held at
  *  once), and WIRE_ETOOBIG returned. 0 with an owned *out, or a WIRE_E* code. */
