@@ -3,6 +3,8 @@
 # and npm for the tests' playwright-core and MCP SDK).
 # The kernels' runtime (docs/runtime.md) is Debian's: the scientific stack and the packages
 # agents import, each imported lazily in a session unless the zygote's --preload names it.
+# valgrind runs `make check`'s memcheck (and kennel-gateway under it in one test); valgrind's
+# callgrind and strace count kenneld's work per cell in `make bench`.
 # Installs only what is missing, so `make run` and `make check` stay fast after the first time.
 # Set KENNEL_NO_INSTALL=1 to skip (e.g. on a machine you manage yourself).
 set -eu
@@ -22,7 +24,8 @@ python3-openpyxl python3-xlrd python3-docx python3-pypdf python3-reportlab pytho
 python3-lxml python3-tabulate python3-imageio python3-skimage python3-h5py python3-xarray
 python3-plotly python3-nltk python3-joblib python3-jinja2 python3-requests python3-dateutil
 python3-tz python3-yaml
-redis-server libhiredis-dev iproute2 openssh-server openssh-client"
+redis-server libhiredis-dev iproute2 openssh-server openssh-client
+valgrind strace"
 
 missing=""
 for p in $PKGS; do
