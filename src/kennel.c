@@ -41,9 +41,10 @@ static const char s_usage[] =
     "usage: kennel [--state-dir DIR] [--cluster URL --cluster-key FILE] COMMAND [ARGS]\n"
     "  new [--name N] [--memory SIZE] [--pids N] [--cpu N] [--tmp SIZE] [--disk SIZE|0]\n"
     "      [--timeout S] [--idle S] [--network none] [--curve] [--budget-cpu S]\n"
-    "      [--budget-wall S] [--budget-cells N] [--budget-output SIZE]\n"
+    "      [--budget-wall S] [--budget-cells N] [--budget-output SIZE] [--count K]\n"
     "                          create a session (or find the one named N); print its connection file\n"
-    "                          (--curve: its sockets are CURVE servers; the file holds the keys)\n"
+    "                          (--curve: its sockets are CURVE servers; the file holds the keys;\n"
+    "                          --count: K sessions, named N-1 ... N-K if named, a file a line)\n"
     "  fork SRC DST [kennel new's limits]  a new session DST holding a copy of session SRC's\n"
     "                          namespace and workspace files (limits: SRC's unless given);\n"
     "                          print its connection file, and on stderr what was not copied\n"
@@ -585,7 +586,11 @@ static double s_bytes(const char *text)
 /*  kennel new's options into content ({"name", "limits"}, as create_request takes them); and,
  *  for kennel mcp (mcp not NULL), --session instead of --name, and its own bounds into *mcp.
  *  0, or 2 after a usage error, said. */
-static int s_session_options(int argc, char **argv, json_t *content, mcp_limits_t *mcp)
+#define NEW_MAX_COUNT 1000 /* sessions one `kennel new --count` makes */
+
+/*  count: new's --count (NULL: the command takes none). */
+static int s_session_options(int argc, char **argv, json_t *content, mcp_limits_t *mcp,
+                             long *count)
 {
     json_t *limits = json_object();
     static const struct option opts[] = {
@@ -598,7 +603,8 @@ static int s_session_options(int argc, char **argv, json_t *content, mcp_limits_
         {"max-result", required_argument, NULL, 'r'}, {"curve", no_argument, NULL, 'V'},
         {"budget-cpu", required_argument, NULL, 'U'}, {"budget-wall", required_argument, NULL, 'W'},
         {"budget-cells", required_argument, NULL, 'L'},
-        {"budget-output", required_argument, NULL, 'O'}, {NULL, 0, NULL, 0}};
+        {"budget-output", required_argument, NULL, 'O'}, {"count", required_argument, NULL, 'K'},
+        {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, mcp ? "+" : "+n:", opts, NULL)) != -1) {
         /* --name is new's, --session and the bounds mcp's */
@@ -610,6 +616,21 @@ static int s_session_options(int argc, char **argv, json_t *content, mcp_limits_
         }
         if (c == 'V') {
             json_object_set_new(content, "curve", json_true());
+            continue;
+        }
+        if (c == 'K') {
+            char *end;
+            long k = strtol(optarg, &end, 10);
+            if (!count) {
+                fprintf(stderr, "kennel: %s takes no --count\n", mcp ? "mcp" : "fork");
+                goto bad;
+            }
+            if (*optarg == '\0' || *end || k < 1 || k > NEW_MAX_COUNT) {
+                fprintf(stderr, "kennel: bad value for --count: %s (1 to %d)\n", optarg,
+                        NEW_MAX_COUNT);
+                goto bad;
+            }
+            *count = k;
             continue;
         }
         int is_name = c == 'n' || c == 's';
@@ -685,13 +706,45 @@ bad: /* a usage error, said */
     return 2;
 }
 
+static int s_new_one(json_t *content);
+
 static int s_cmd_new(int argc, char **argv)
 {
     json_t *content = json_object();
-    if (s_session_options(argc, argv, content, NULL) != 0) {
+    long count = 0;
+    if (s_session_options(argc, argv, content, NULL, &count) != 0) {
         json_decref(content);
         return 2;
     }
+    if (count == 0)
+        return s_new_one(content);
+    /* --count: the sessions one after another over this one process's connections, as a
+     * service making sessions for its users would, without a process (and its linking, its
+     * keys, its connections) each. */
+    const char *base = json_string_value(json_object_get(content, "name"));
+    int rc = 0;
+    for (long i = 1; i <= count && rc == 0; i++) {
+        json_t *one = json_deep_copy(content);
+        char name[1024];
+        if (base) {
+            if (snprintf(name, sizeof name, "%s-%ld", base, i) >= (int)sizeof name) {
+                fprintf(stderr, "kennel: the name is too long\n");
+                json_decref(one);
+                rc = 2;
+                break;
+            }
+            json_object_set_new(one, "name", json_string(name));
+        }
+        rc = one ? s_new_one(one) : 1;
+        fflush(stdout); /* each file as it is made */
+    }
+    json_decref(content);
+    return rc;
+}
+
+/*  Create (or find) one session of content (taken); print its connection file. */
+static int s_new_one(json_t *content)
+{
     json_t *r = NULL;
     if (s_cluster[0]) {
         /* A cluster's sessions are found by name from any machine: one is always named. */
@@ -733,7 +786,7 @@ static int s_cmd_fork(int argc, char **argv)
     }
     json_t *content = json_object();
     /* The options after DST, read as new's (getopt starts at argv[1]). */
-    if (s_session_options(argc - 2, argv + 2, content, NULL) != 0) {
+    if (s_session_options(argc - 2, argv + 2, content, NULL, NULL) != 0) {
         json_decref(content);
         return 2;
     }
@@ -2089,7 +2142,7 @@ static int s_cmd_mcp(int argc, char **argv)
     mcp_glue_t g = {0};
     mcp_limits_t limits = {MCP_MAX_REQUEST_DEFAULT, MCP_MAX_RESULT_DEFAULT};
     g.create = json_object();
-    if (s_session_options(argc, argv, g.create, &limits) != 0) {
+    if (s_session_options(argc, argv, g.create, &limits, NULL) != 0) {
         json_decref(g.create);
         return 2;
     }

@@ -42,6 +42,40 @@ def test_new_prints_connection_file(kenneld):
     assert len(kenneld.sessions()) == 2
 
 
+def test_new_count_makes_that_many_sessions_a_file_a_line(kenneld):
+    r = kenneld.cli("new", "--name", "lab", "--count", "3", "--memory", "300M")
+    assert r.returncode == 0, r.stderr
+    files = r.stdout.split()
+    assert len(files) == 3 and len(set(files)) == 3
+    for f in files:
+        assert json.loads(Path(f).read_text())["key"]
+    rows = _names(kenneld.cli("ls").stdout)
+    assert {"lab-1", "lab-2", "lab-3"} <= set(rows)
+    info = json.loads(kenneld.cli("info", "lab-2").stdout)
+    assert info["limits"]["memory"] == 300 << 20  # each with the options given
+    out = kenneld.cli("exec", "lab-3", "40 + 2")
+    assert out.returncode == 0 and out.stdout.strip() == "42", out
+    # Again: the same three, found by name, not three more.
+    again = kenneld.cli("new", "--name", "lab", "--count", "3")
+    assert again.returncode == 0 and again.stdout.split() == files
+    for bad in ("0", "1001", "two", "", "3x"):
+        r = kenneld.cli("new", "--count", bad)
+        assert r.returncode == 2 and "bad value for --count" in r.stderr, (bad, r)
+    r = kenneld.cli("fork", "lab-1", "lab-copy", "--count", "2")
+    assert r.returncode == 2 and "fork takes no --count" in r.stderr
+    assert "lab-copy" not in _names(kenneld.cli("ls").stdout)
+
+
+@pytest.mark.parametrize("kenneld", [["--max-sessions", "2"]], indirect=True)
+def test_new_count_stops_at_the_first_session_refused(kenneld):
+    """The files of the sessions made are printed; the first refusal is said and ends it."""
+    r = kenneld.cli("new", "--name", "full", "--count", "4")
+    assert r.returncode == 1
+    assert len(r.stdout.split()) == 2, r.stdout
+    assert r.stderr.count("kennel:") == 1 and "session" in r.stderr.lower(), r.stderr
+    assert set(_names(kenneld.cli("ls").stdout)) == {"full-1", "full-2"}
+
+
 def test_ls_info_rm(kenneld):
     kenneld.create("alpha")
     kenneld.create("beta")

@@ -52,8 +52,12 @@ def _wait_checkpoint(net, name, node, since, timeout=20):
 
 
 def test_spread_resolve_and_connection_files(net):
-    names = [f"spread{i}" for i in range(8)]
-    files = {n: _new(net, n) for n in names}
+    names = [f"spread-{i}" for i in range(1, 9)]
+    # One process places all eight (`new --count`), each on the better of two live nodes.
+    r = net.kennel("new", "--name", "spread", "--count", "8")
+    assert r.returncode == 0, r.stderr
+    files = dict(zip(names, r.stdout.split()))
+    assert len(files) == 8 and len(set(files.values())) == 8
     where = {n: net.where(n) for n in names}
     assert len(set(where.values())) >= 2, where
     addrs = {n.name: n.addr for n in net.nodes}
