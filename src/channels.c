@@ -818,6 +818,7 @@ static int s_send_counted(channels_t *self, channels_index_t i, unread_account_t
     unread_msg_t *h = n ? malloc(sizeof *h) : NULL;
     if (!h) {
         frames_destroy(f_p);
+        errno = n ? ENOMEM : EINVAL;
         return -1;
     }
     *h = (unread_msg_t){.account = account, .total = self->total, .bytes = frames_bytes(f)};
@@ -825,18 +826,25 @@ static int s_send_counted(channels_t *self, channels_index_t i, unread_account_t
     zmq_msg_move(&h->part, frames_part(f, largest));
     s_charge(h->account, h->bytes);
     s_charge(h->total, h->bytes);
+    /* Made before any part goes: failing after one went with ZMQ_SNDMORE would leave the
+     * socket inside a message, and the next message's parts would join it (the client got
+     * one message of both, then lost the next). */
+    zmq_msg_t m;
+    if (zmq_msg_init_data(&m, zmq_msg_data(&h->part), zmq_msg_size(&h->part), s_unread_free,
+                          h) < 0) {
+        int e = errno;
+        s_unread_free(NULL, h); /* (libzmq does not call it when init fails) */
+        frames_destroy(f_p);
+        errno = e;
+        return -1;
+    }
     void *sock = zsock_resolve(self->sock[i]);
     int rc = 0, err = 0;
     for (size_t k = 0; k < n; k++) {
         int flags = (k + 1 < n ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT;
         if (k == largest) {
-            zmq_msg_t m;
-            if (rc < 0 ||
-                zmq_msg_init_data(&m, zmq_msg_data(&h->part), zmq_msg_size(&h->part),
-                                  s_unread_free, h) < 0) {
-                err = rc < 0 ? err : errno;
-                s_unread_free(NULL, h);
-                rc = -1;
+            if (rc < 0) {
+                zmq_msg_close(&m); /* frees h */
             } else if (zmq_msg_send(&m, sock, flags) < 0) {
                 err = errno;
                 zmq_msg_close(&m); /* frees h */

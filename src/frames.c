@@ -110,9 +110,11 @@ frames_t *frames_dup(frames_t *self)
 int frames_send(frames_t **self_p, void *sock, int dontwait)
 {
     frames_t *self = *self_p;
+    if (!self)
+        return -1;
     int rc = 0, err = 0;
     sock = zsock_resolve(sock);
-    for (size_t i = 0; self && i < self->n; i++) {
+    for (size_t i = 0; i < self->n; i++) {
         int flags = (i + 1 < self->n ? ZMQ_SNDMORE : 0) | (dontwait ? ZMQ_DONTWAIT : 0);
         if (zmq_msg_send(&self->part[i], sock, flags) < 0) {
             err = errno;
@@ -123,7 +125,7 @@ int frames_send(frames_t **self_p, void *sock, int dontwait)
     frames_destroy(self_p);
     if (rc < 0)
         errno = err;
-    return self ? rc : -1;
+    return rc;
 }
 
 zmsg_t *frames_zmsg(frames_t *self)

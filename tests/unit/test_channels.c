@@ -2,8 +2,10 @@
  *  bytes per client (one that stops reading costs no other its replies), the accounts of
  *  clients that left are forgotten, and iopub's subscribers may hold only so many topics.
  *  And large messages signed off the loop: they and what was sent after them leave in order,
- *  signed. Real sockets over ipc, and peers that speak ZMTP by hand where libzmq's own would
+ *  signed; stdin's message for a client not there yet, held (a copy sharing its parts), then
+ *  delivered whole and signed. Real sockets over ipc, and peers that speak ZMTP by hand where libzmq's own would
  *  hide what is tested (a cut, a client that takes nothing). */
+#include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "../harness.h"
 #include "channels.h"
 #include "loop.h"
+#include "wire.h"
 #include "worker.h"
 
 #define BOUND (256u << 10)
@@ -124,15 +127,15 @@ static int s_drain(zsock_t *c, int expect)
     }
 }
 
-/*  Whether what ch holds comes to nothing within 2 s. libzmq frees a message in its I/O
+/*  Whether what ch holds comes to nothing within 2 s (socket: the one to ask for events). libzmq frees a message in its I/O
  *  thread once written, maybe after the client has read it; and what a client that left had
  *  not read once the socket has seen it leave, which it does when asked for its events, as
  *  kenneld's loop does after every send. */
-static int s_settles(channels_t *ch)
+static int s_settles_on(channels_t *ch, channels_index_t socket)
 {
     for (int i = 0; i < 100 && channels_unread(ch) > 0; i++) {
         zclock_sleep(20);
-        zsock_events(channels_socket(ch, CHANNELS_SHELL));
+        zsock_events(channels_socket(ch, socket));
     }
     return channels_unread(ch) == 0;
 }
@@ -224,7 +227,7 @@ TEST(replies_for_one_client_are_bounded_and_never_starve_another)
     CHECK_EQ_INT(s_drain(lazy, sent), sent);
     CHECK_EQ_INT(s_reply(ch, "lazy", REPLY), 0);
     CHECK(s_recv_one(lazy));
-    CHECK(s_settles(ch));
+    CHECK(s_settles_on(ch, CHANNELS_SHELL));
     zsock_destroy(&lazy);
     zsock_destroy(&busy);
     channels_destroy(&ch);
@@ -264,7 +267,7 @@ TEST(many_clients_of_one_session_cannot_each_hold_a_bound)
     CHECK(s_recv_one(busy));
     for (int i = 0; i < 8; i++)
         close(lazy[i]);
-    CHECK(s_settles(ch));
+    CHECK(s_settles_on(ch, CHANNELS_SHELL));
     zsock_destroy(&busy);
     channels_destroy(&ch);
 }
@@ -277,7 +280,7 @@ TEST(what_a_client_that_left_had_not_read_is_freed)
         s_reply(ch, "lazy", HUGE);
     CHECK(channels_unread(ch) > 0);
     zsock_destroy(&lazy);
-    CHECK(s_settles(ch));
+    CHECK(s_settles_on(ch, CHANNELS_SHELL));
     zsock_destroy(&busy);
     channels_destroy(&ch);
 }
@@ -699,6 +702,144 @@ TEST(a_lagging_subscriber_still_gets_the_end_of_every_cell)
     channels_destroy(&ch);
 }
 
+/*  A message for client id: content {"n":n,"text":"x"*size} as raw bytes (a frame moved), and
+ *  a buffer of bufsize bytes (0: none). */
+static jmsg_t *s_msg(const char *id, int n, size_t size, size_t bufsize)
+{
+    jmsg_t *m = jmsg_new("input_request", "s");
+    zmsg_addstr(jmsg_ids(m), id);
+    char head[32];
+    size_t hl = (size_t)snprintf(head, sizeof head, "{\"n\":%d,\"text\":\"", n);
+    zframe_t *content = zframe_new(NULL, hl + size + 2);
+    char *p = (char *)zframe_data(content);
+    memcpy(p, head, hl);
+    memset(p + hl, 'x', size);
+    memcpy(p + hl + size, "\"}", 2);
+    CHECK_EQ_INT(jmsg_take_raw_unparsed(m, JMSG_CONTENT, &content, 0), 0);
+    if (bufsize) {
+        zframe_t *b = zframe_new(NULL, bufsize);
+        memset(zframe_data(b), 'b', bufsize);
+        zmsg_append(jmsg_buffers(m), &b);
+    }
+    return m;
+}
+
+
+/*  A DEALER with routing id on ch's stdin, known to the ROUTER when this returns. */
+static zsock_t *s_stdin_client(channels_t *ch, const char *id)
+{
+    zsock_t *c = zsock_new(ZMQ_DEALER);
+    zsock_set_identity(c, id);
+    zsock_set_linger(c, 0);
+    zsock_connect(c, "ipc://%s-%d", s_prefix, CHANNELS_STDIN + 1);
+    zstr_send(c, "hello");
+    zsock_set_rcvtimeo(channels_socket(ch, CHANNELS_STDIN), 5000);
+    zmsg_t *hello = zmsg_recv(channels_socket(ch, CHANNELS_STDIN));
+    CHECK(hello != NULL);
+    zmsg_destroy(&hello);
+    return c;
+}
+
+/*  Receive on c and check it is message n with a text of size and a buffer of bufsize,
+ *  signed with "k". */
+static void s_expect(zsock_t *c, const char *id, int n, size_t size, size_t bufsize)
+{
+    zsock_set_rcvtimeo(c, 5000);
+    zmsg_t *z = zmsg_recv(c);
+    CHECK(z != NULL);
+    if (!z)
+        return;
+    zmsg_pushstr(z, id);
+    wire_t *w = wire_new("k", 1, NULL);
+    jmsg_t *got = NULL;
+    CHECK_EQ_INT(wire_decode(w, &z, &got), 0);
+    json_t *content = got ? jmsg_json(got, JMSG_CONTENT) : NULL;
+    CHECK(content && json_integer_value(json_object_get(content, "n")) == n);
+    size_t rl = 0;
+    const char *raw = got ? jmsg_raw(got, JMSG_CONTENT, &rl) : NULL;
+    const char *text = raw ? memmem(raw, rl, "\"text\":\"", 8) : NULL;
+    CHECK(text && (size_t)(raw + rl - text) == 8 + size + 2);
+    for (size_t i = 0; text && i < size; i++)
+        if (text[8 + i] != 'x') {
+            CHECK(!"text intact");
+            break;
+        }
+    CHECK_EQ_INT(got ? jmsg_nbuffers(got) : 99, bufsize ? 1 : 0);
+    if (got && bufsize) {
+        zframe_t *b = zmsg_first(jmsg_buffers(got));
+        CHECK(b && zframe_size(b) == bufsize);
+        CHECK(b && ((char *)zframe_data(b))[0] == 'b' && ((char *)zframe_data(b))[bufsize - 1] == 'b');
+    }
+    jmsg_destroy(&got);
+    zmsg_destroy(&z);
+    wire_destroy(&w);
+}
+
+/*  Held for a client not connected: the failed send's charge goes, the copy survives
+ *  retries (each a copy of a copy), and is delivered whole and signed once it joins. */
+TEST(stdin_held_message_survives_retries_and_arrives_whole)
+{
+    channels_cfg_t cfg = {.transport = "ipc", .ip = s_prefix, .key = "k", .max_unread = 1u << 20};
+    channels_t *ch = channels_new(&cfg, NULL);
+    CHECK(ch != NULL);
+    if (!ch)
+        return;
+    /* a small content, then large ones and buffers: the largest part shared by the copy */
+    size_t sizes[][2] = {{5, 0}, {4000, 0}, {100, 70000}, {4000, 3000}};
+    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+        char id[16];
+        snprintf(id, sizeof id, "late%zu", t);
+        jmsg_t *m = s_msg(id, (int)t, sizes[t][0], sizes[t][1]);
+        CHECK_EQ_INT(channels_send(ch, CHANNELS_STDIN, &m), CHANNELS_HELD);
+        CHECK(channels_held(ch));
+        CHECK(s_settles_on(ch, CHANNELS_STDIN)); /* uncharged */
+        for (int r = 0; r < 3; r++)
+            CHECK_EQ_INT(channels_retry_held(ch), 1);
+        CHECK(s_settles_on(ch, CHANNELS_STDIN));
+        zsock_t *c = s_stdin_client(ch, id);
+        CHECK_EQ_INT(channels_retry_held(ch), 0);
+        CHECK(!channels_held(ch));
+        s_expect(c, id, (int)t, sizes[t][0], sizes[t][1]);
+        CHECK(s_settles_on(ch, CHANNELS_STDIN));
+        zsock_destroy(&c);
+    }
+    /* A held one replaced, then one left held at destroy (valgrind: no leak). */
+    jmsg_t *m = s_msg("never", 1, 5000, 5000);
+    CHECK_EQ_INT(channels_send(ch, CHANNELS_STDIN, &m), CHANNELS_HELD);
+    m = s_msg("never", 2, 6000, 6000);
+    CHECK_EQ_INT(channels_send(ch, CHANNELS_STDIN, &m), CHANNELS_HELD);
+    m = s_msg("never2", 3, 6000, 6000);
+    CHECK_EQ_INT(channels_send(ch, CHANNELS_STDIN, &m), CHANNELS_HELD);
+    channels_drop_held(ch);
+    CHECK(!channels_held(ch));
+    m = s_msg("never", 4, 6000, 6000);
+    CHECK_EQ_INT(channels_send(ch, CHANNELS_STDIN, &m), CHANNELS_HELD);
+    channels_destroy(&ch);
+}
+
+/*  A large stdin message, signed off the loop, held, then delivered (signature right). */
+TEST(stdin_held_after_signing_off_the_loop)
+{
+    flush_t fl;
+    if (s_signing(&fl, 0) < 0)
+        return;
+    jmsg_t *m = s_msg("lateS", 7, CHANNELS_SIGN_OFF_LOOP + 10, 5000);
+    CHECK_EQ_INT(channels_send(fl.ch, CHANNELS_STDIN, &m), 0);
+    CHECK(channels_pending(fl.ch));
+    loop_timer(fl.loop, 1, 0, s_stop_when_flushed, &fl);
+    loop_timer(fl.loop, 10000, 1, s_stop, NULL); /* a bound, should the callbacks never come */
+    loop_run(fl.loop);
+    CHECK(!channels_pending(fl.ch));
+    CHECK(channels_held(fl.ch));
+    CHECK(s_settles_on(fl.ch, CHANNELS_STDIN));
+    zsock_t *c = s_stdin_client(fl.ch, "lateS");
+    CHECK_EQ_INT(channels_retry_held(fl.ch), 0);
+    s_expect(c, "lateS", 7, CHANNELS_SIGN_OFF_LOOP + 10, 5000);
+    CHECK(s_settles_on(fl.ch, CHANNELS_STDIN));
+    zsock_destroy(&c);
+    s_signing_end(&fl);
+}
+
 int main(void)
 {
     if (!mkdtemp(s_dir))
@@ -714,6 +855,8 @@ int main(void)
     RUN(channels_destroyed_while_a_message_is_signed_free_it_later);
     RUN(what_waits_behind_a_signing_is_bounded);
     RUN(a_lagging_subscriber_still_gets_the_end_of_every_cell);
+    RUN(stdin_held_message_survives_retries_and_arrives_whole);
+    RUN(stdin_held_after_signing_off_the_loop);
     rmdir(s_dir);
     zsys_shutdown();
     return harness_done();
