@@ -206,6 +206,14 @@ static void s_unread_free(void *data, void *hint)
 #define IOPUB_TOPICS 16384     /* bytes of new topics taken before a cut */
 #define IOPUB_CUT_MS 50        /* between cuts, at least: each looks at every descriptor */
 #define IOPUB_READS 1024       /* subscription messages read per call, at most */
+/* Requests libzmq takes in from one connection of shell, control or stdin before it stops
+ * reading that connection (TCP then holds the rest at the sender: nothing is dropped).
+ * kenneld reads a request a turn per socket, so a client's requests wait here only while
+ * the loop is busier than they come; at libzmq's default of 1000, a client with the key
+ * that sent --max-message requests faster than their signatures were checked made kenneld
+ * hold 3 GiB of them within seconds, past --max-memory, and the guard cut every session's
+ * clients. Four bound that to four messages a connection. */
+#define REQUEST_RCVHWM 4
 
 static const char *s_port_names[CHANNELS_N] = {"shell_port", "iopub_port", "stdin_port",
                                                "control_port", "hb_port"};
@@ -237,6 +245,8 @@ static zsock_t *s_socket(channels_index_t i, size_t max_msg, const char *curve_s
     if (i == CHANNELS_IOPUB) {
         max_msg = IOPUB_MAX_MSG;
         zsock_set_rcvhwm(s, IOPUB_RCVHWM);
+    } else if (i != CHANNELS_HB) {
+        zsock_set_rcvhwm(s, REQUEST_RCVHWM);
     }
     zsock_set_maxmsgsize(s, (int)(max_msg > INT32_MAX ? INT32_MAX : max_msg));
     /* iopub has no high-water mark: libzmq would drop past it silently, whatever the
