@@ -702,20 +702,10 @@ TEST(a_lagging_subscriber_still_gets_the_end_of_every_cell)
     channels_destroy(&ch);
 }
 
-/*  A message for client id: content {"n":n,"text":"x"*size} as raw bytes (a frame moved), and
- *  a buffer of bufsize bytes (0: none). */
+/*  s_numbered's message with a buffer of bufsize bytes (0: none). */
 static jmsg_t *s_msg(const char *id, int n, size_t size, size_t bufsize)
 {
-    jmsg_t *m = jmsg_new("input_request", "s");
-    zmsg_addstr(jmsg_ids(m), id);
-    char head[32];
-    size_t hl = (size_t)snprintf(head, sizeof head, "{\"n\":%d,\"text\":\"", n);
-    zframe_t *content = zframe_new(NULL, hl + size + 2);
-    char *p = (char *)zframe_data(content);
-    memcpy(p, head, hl);
-    memset(p + hl, 'x', size);
-    memcpy(p + hl + size, "\"}", 2);
-    CHECK_EQ_INT(jmsg_take_raw_unparsed(m, JMSG_CONTENT, &content, 0), 0);
+    jmsg_t *m = s_numbered(id, n, size);
     if (bufsize) {
         zframe_t *b = zframe_new(NULL, bufsize);
         memset(zframe_data(b), 'b', bufsize);
@@ -723,7 +713,6 @@ static jmsg_t *s_msg(const char *id, int n, size_t size, size_t bufsize)
     }
     return m;
 }
-
 
 /*  A DEALER with routing id on ch's stdin, known to the ROUTER when this returns. */
 static zsock_t *s_stdin_client(channels_t *ch, const char *id)
