@@ -48,6 +48,7 @@ void *malloc(size_t n)
 static char s_dir[] = "/tmp/kennel-channels-oom-XXXXXX";
 static char s_prefix[64];
 
+#if OWN_MALLOC
 /*  A reply to client id whose content (~520 bytes) is its largest part. */
 static jmsg_t *s_reply(const char *id, int n)
 {
@@ -58,6 +59,7 @@ static jmsg_t *s_reply(const char *id, int n)
     CHECK_EQ_INT(jmsg_set_raw_unparsed(m, JMSG_CONTENT, content, strlen(content)), 0);
     return m;
 }
+#endif
 
 TEST(a_failed_handover_of_the_largest_part_leaves_no_half_message)
 {
