@@ -117,6 +117,8 @@ struct sess {
     broker_t *broker;
     session_t *core;
     channels_t *ch;
+    size_t recv_mark;   /* channels_received at the memory guard's last look */
+    size_t recv_recent; /* what its clients sent between its last two looks */
     char id[40];
     char tenant[TENANTS_NAME_MAX + 1]; /* "" : none (an operator's session) */
     char dir[PATH_MAX];
@@ -2213,14 +2215,22 @@ void broker_restore(broker_t *self)
  *  in: it holds each message it receives whole until its last frame has come, and nothing
  *  bounds a message's frames, so anyone who can connect, key or no key, can make kenneld
  *  hold as much as they send. When what is held for readers is not even half the excess,
- *  every client connection of every session is cut. */
+ *  what libzmq takes in is laid at the door of the sessions whose clients sent the most
+ *  since the guard's last look (a quarter of a second): theirs are cut, those that sent at
+ *  least an eighth of the most; a keyed flood of 60 MiB requests once had every session's
+ *  clients cut. Only when no session's clients sent as much as RECV_SUSPECT, the memory
+ *  being in messages not yet whole (a message whose frames never end), is every client
+ *  connection of every session cut. */
 #define MEMORY_GUARD_MS 250
 
 #define MEMORY_CUT_MS 1000
 
+#define RECV_SUSPECT (1u << 20) /* bytes a session's clients sent between two looks */
+
 typedef struct {
     channels_t *ch;
     size_t unread;
+    size_t recent; /* what its clients sent since the last look */
 } held_by_t;
 
 static int s_by_unread_desc(const void *a, const void *b)
@@ -2229,11 +2239,23 @@ static int s_by_unread_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+static int s_by_recent_desc(const void *a, const void *b)
+{
+    size_t x = ((const held_by_t *)a)->recent, y = ((const held_by_t *)b)->recent;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
 static int s_on_memory_guard(loop_t *loop, int timer_id, void *arg)
 {
     (void)loop;
     (void)timer_id;
     broker_t *b = arg;
+    for (sess_t *s = zlistx_first(b->sessions); s; s = zlistx_next(b->sessions))
+        if (s->ch) {
+            size_t got = channels_received(s->ch);
+            s->recv_recent = got - s->recv_mark;
+            s->recv_mark = got;
+        }
     struct mallinfo2 mi = mallinfo2();
     size_t used = mi.uordblks + mi.hblkhd;
     long long now = util_now_ms();
@@ -2249,10 +2271,10 @@ static int s_on_memory_guard(loop_t *loop, int timer_id, void *arg)
     }
     for (sess_t *s = zlistx_first(b->sessions); s; s = zlistx_next(b->sessions))
         if (s->ch) {
-            by[k] = (held_by_t){s->ch, channels_unread(s->ch)};
+            by[k] = (held_by_t){s->ch, channels_unread(s->ch), s->recv_recent};
             held += by[k++].unread;
         }
-    size_t excess = used - b->cfg.max_memory, cut_sessions = 0, freed = 0;
+    size_t excess = used - b->cfg.max_memory, cut_sessions = 0, freed = 0, sent_most = 0;
     if (held >= excess / 2) {
         qsort(by, k, sizeof *by, s_by_unread_desc);
         while (cut_sessions < k && by[cut_sessions].unread && (!cut_sessions || freed < excess)) {
@@ -2261,9 +2283,12 @@ static int s_on_memory_guard(loop_t *loop, int timer_id, void *arg)
             cut_sessions++;
         }
     } else {
+        qsort(by, k, sizeof *by, s_by_recent_desc);
+        size_t top = k ? by[0].recent : 0;
         for (size_t i = 0; i < k; i++)
-            chs[i] = by[i].ch;
-        cut_sessions = k;
+            if (top < RECV_SUSPECT || by[i].recent >= top / 8)
+                chs[cut_sessions++] = by[i].ch;
+        sent_most = top >= RECV_SUSPECT ? top : 0;
     }
     size_t cut = channels_cut_clients(chs, cut_sessions);
     free(by);
@@ -2274,6 +2299,12 @@ static int s_on_memory_guard(loop_t *loop, int timer_id, void *arg)
               "clients that do not read: cut the %zu client connections of the %zu sessions "
               "holding the most of it; clients reconnect", used >> 20, b->cfg.max_memory >> 20,
               held >> 20, cut, cut_sessions);
+    else if (sent_most)
+        LOG_E("kenneld's heap holds %zu MiB, past --max-memory (%zu MiB), and not for clients "
+              "that do not read (messages libzmq is taking in, say): cut the %zu client "
+              "connections of the %zu sessions whose clients sent the most (%zu MiB in the "
+              "last %d ms at most); clients reconnect", used >> 20, b->cfg.max_memory >> 20,
+              cut, cut_sessions, sent_most >> 20, MEMORY_GUARD_MS);
     else
         LOG_E("kenneld's heap holds %zu MiB, past --max-memory (%zu MiB), and not for clients "
               "that do not read (messages libzmq is taking in, say): cut all %zu client "

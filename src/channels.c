@@ -102,6 +102,7 @@ struct channels {
     size_t max_msgs;    /* messages iopub holds (s_iopub_over) */
     size_t max_msg;     /* the largest message a client may send (wire limits) */
     size_t dropped;     /* messages dropped for it */
+    size_t received;    /* bytes of the messages taken in from clients, all sockets */
     wire_pending_t *pending[CHANNELS_N]; /* a message whose signature is being checked */
     size_t topics;      /* iopub: bytes of the topics libzmq took since the last cut (+1 each) */
     long long cut_at;   /* when its connections were last cut (monotonic ms) */
@@ -206,14 +207,6 @@ static void s_unread_free(void *data, void *hint)
 #define IOPUB_TOPICS 16384     /* bytes of new topics taken before a cut */
 #define IOPUB_CUT_MS 50        /* between cuts, at least: each looks at every descriptor */
 #define IOPUB_READS 1024       /* subscription messages read per call, at most */
-/* Requests libzmq takes in from one connection of shell, control or stdin before it stops
- * reading that connection (TCP then holds the rest at the sender: nothing is dropped).
- * kenneld reads a request a turn per socket, so a client's requests wait here only while
- * the loop is busier than they come; at libzmq's default of 1000, a client with the key
- * that sent --max-message requests faster than their signatures were checked made kenneld
- * hold 3 GiB of them within seconds, past --max-memory, and the guard cut every session's
- * clients. Four bound that to four messages a connection. */
-#define REQUEST_RCVHWM 4
 
 static const char *s_port_names[CHANNELS_N] = {"shell_port", "iopub_port", "stdin_port",
                                                "control_port", "hb_port"};
@@ -245,9 +238,13 @@ static zsock_t *s_socket(channels_index_t i, size_t max_msg, const char *curve_s
     if (i == CHANNELS_IOPUB) {
         max_msg = IOPUB_MAX_MSG;
         zsock_set_rcvhwm(s, IOPUB_RCVHWM);
-    } else if (i != CHANNELS_HB) {
-        zsock_set_rcvhwm(s, REQUEST_RCVHWM);
     }
+    /* shell, control and stdin keep libzmq's high-water mark of 1000 messages taken in per
+     * connection. A small one (4) bounded what a keyed flood of --max-message requests
+     * makes kenneld hold, but lost requests: libzmq stops reading a connection whose pipe is
+     * full, and when that connection then hangs up it drops what the socket still holds,
+     * so a client that sent 50 cells and closed saw some never run. The memory guard tells
+     * a flooding session by what its clients sent (channels_received) instead. */
     zsock_set_maxmsgsize(s, (int)(max_msg > INT32_MAX ? INT32_MAX : max_msg));
     /* iopub has no high-water mark: libzmq would drop past it silently, whatever the
      * message, and it once dropped the end of a flooding cell (its error and idle) for a
@@ -807,8 +804,10 @@ int channels_recv(channels_t *self, channels_index_t i, jmsg_t **out)
     if (!self->pending[i]) {
         zmsg_t *z = NULL;
         int rc = wire_recv(self->sock[i], wire_max_frames(self->wire), &z);
-        if (rc == 0)
+        if (rc == 0) {
+            self->received += zmsg_content_size(z);
             rc = wire_decode_begin(self->wire, &z, &self->pending[i]);
+        }
         if (rc != 0)
             return rc;
     }
@@ -1157,6 +1156,11 @@ size_t channels_unread(const channels_t *self)
 size_t channels_dropped(const channels_t *self)
 {
     return self->dropped;
+}
+
+size_t channels_received(const channels_t *self)
+{
+    return self->received;
 }
 
 size_t channels_clients(const channels_t *self)

@@ -87,6 +87,9 @@ void channels_on_flushed(channels_t *self, channels_flushed_fn *fn, void *arg);
  *  client of the other sockets, and waiting behind a message being signed; and how many
  *  messages CHANNELS_DROPPED has dropped in all. */
 size_t channels_unread(const channels_t *self);
+/*  Bytes of the messages taken in from clients so far, all sockets (what the memory guard
+ *  reads to tell which session's clients are sending the most). */
+size_t channels_received(const channels_t *self);
 /*  Messages iopub holds now for subscribers that have not read them (sent and not yet
  *  written, or waiting behind a message being signed): how far its slowest subscriber lags. */
 size_t channels_iopub_backlog(const channels_t *self);

@@ -1038,3 +1038,34 @@ def test_wait_for_ready_on_a_kernel_that_cannot_start(start_kenneld, exiting_ker
     assert info["language_info"]["name"] == "python"
     reply = shell_reply(kc, kc.execute("1 + 1"))["content"]
     assert reply["ename"] == "KernelStartFailed", reply
+
+
+@pytest.mark.parametrize("kenneld", ["tcp", "ipc"], indirect=True)
+def test_cells_a_client_sent_before_it_closed_all_run(kenneld, connect):
+    """A client may send its cells and close at once (a script's last executes, then
+    stop_channels): every cell it sent runs, as in ipykernel. With libzmq taking in only four
+    messages a connection ahead of kenneld, it stopped reading the connection, and when the
+    client's hangup came meanwhile it dropped what the socket still held: of 50 cells, 5 to
+    50 ran."""
+    info = kenneld.create("sent-then-closed")
+    conn = json.loads(Path(info["connection_file"]).read_text())
+    kc = connect(info["connection_file"])
+    run(kc, "c = 0")
+    from jupyter_client.session import Session
+    session = Session(key=conn["key"].encode(), signature_scheme=conn["signature_scheme"])
+    url = (f"tcp://{conn['ip']}:{conn['shell_port']}" if conn["transport"] == "tcp"
+           else f"ipc://{conn['ip']}-{conn['shell_port']}")
+    total = 0
+    for _ in range(4):
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.DEALER)
+        s.connect(url)
+        for _ in range(50):
+            session.send(s, "execute_request", {"code": "c += 1", "silent": False})
+        total += 50
+        s.close(linger=10000)  # all of it written first
+        ctx.term()
+        deadline = time.monotonic() + 20
+        while (c := run(kc, "c").result) != str(total) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert c == str(total), f"of {total} cells sent, {c} ran"
