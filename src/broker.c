@@ -2253,7 +2253,7 @@ static int s_on_memory_guard(loop_t *loop, int timer_id, void *arg)
     for (sess_t *s = zlistx_first(b->sessions); s; s = zlistx_next(b->sessions))
         if (s->ch) {
             size_t got = channels_received(s->ch);
-            s->recv_recent = got - s->recv_mark;
+            s->recv_recent = got >= s->recv_mark ? got - s->recv_mark : got; /* (new sockets) */
             s->recv_mark = got;
         }
     struct mallinfo2 mi = mallinfo2();

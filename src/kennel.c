@@ -583,12 +583,12 @@ static double s_bytes(const char *text)
     return (end == text || *end || v <= 0) ? -1 : v * mult;
 }
 
-/*  kennel new's options into content ({"name", "limits"}, as create_request takes them); and,
- *  for kennel mcp (mcp not NULL), --session instead of --name, and its own bounds into *mcp.
- *  0, or 2 after a usage error, said. */
-#define NEW_MAX_COUNT 1000 /* sessions one `kennel new --count` makes */
+#define NEW_MAX_COUNT 1000 /* sessions one `kennel new --count` makes, at most */
 
-/*  count: new's --count (NULL: the command takes none). */
+/*  kennel new's options into content ({"name", "limits"}, as create_request takes them), and
+ *  its --count into *count (NULL: the command takes none); for kennel mcp (mcp not NULL),
+ *  --session instead of --name, and its own bounds into *mcp. 0, or 2 after a usage error,
+ *  said. */
 static int s_session_options(int argc, char **argv, json_t *content, mcp_limits_t *mcp,
                              long *count)
 {
