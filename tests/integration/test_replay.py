@@ -6,7 +6,8 @@ jupyter_client and the kennel CLI against a real kenneld."""
 import subprocess
 import time
 
-from .itest_helpers import close_client, collect_iopub, control_reply, make_client, run, shell_reply
+from .itest_helpers import (close_client, collect_iopub, control_reply, make_client, run,
+                            shell_reply, wait_iopub)
 from .kenneld_proc import KENNEL
 
 TICKS = ("import time\n"
@@ -64,6 +65,9 @@ def test_a_replay_is_answered_while_the_kernel_is_busy(kenneld, connect):
     kc = connect(kenneld.create("busy-replay")["connection_file"])
     run(kc, "print('before')")
     msg_id = kc.execute("import time\ntime.sleep(3)")
+    # Shell and control keep no order between them: the replay asked at once was once read
+    # first, and named the cell before. The cell has begun once its input is published.
+    wait_iopub(kc, msg_id, "execute_input")
     t = time.monotonic()
     content = _replay(kc)["content"]
     assert time.monotonic() - t < 1.5
